@@ -1,0 +1,183 @@
+# Taskstore. `make run` starts a local 3-node cluster; `make test` runs the checks CI runs.
+GO        ?= go
+BIN       := bin
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS   := -s -w -X github.com/e1158ecb/taskstore/cmd/internal/buildinfo.Version=$(VERSION)
+PKGS      := ./...
+FUZZTIME  ?= 10s
+
+.PHONY: all build run test fmt-check vet race fuzz-short fuzz proto clean certs
+
+all: build
+
+build:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
+
+## run: a local 3-node cluster plus proxy in one process (data in ./data/dev)
+run:
+	$(GO) run ./cmd/taskstored dev
+
+## test: gofmt, vet, race tests, brief fuzzing
+test: fmt-check vet race fuzz-short
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); \
+	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet $(PKGS)
+
+# -p 1: one package at a time. Every package starts real Raft clusters; on
+# two cores, several at once under -race starve heartbeats into elections.
+race: build
+	TASKSTORE_BIN=$(CURDIR)/$(BIN) $(GO) test -race -count=1 -p 1 -timeout 30m $(PKGS)
+
+# Each fuzz target (decoders, validators, snapshot and gossip readers) runs
+# briefly; `make fuzz FUZZTIME=5m` runs longer.
+FUZZPKGS := ./fsm/ ./cluster/ ./rpc/auth/
+fuzz-short:
+	@for p in $(FUZZPKGS); do for t in $$($(GO) test -list '^Fuzz' $$p | grep ^Fuzz); do \
+		echo "fuzz $$p $$t"; $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $$p || exit 1; \
+	done; done
+
+fuzz:
+	$(MAKE) fuzz-short FUZZTIME=5m
+
+## proto: regenerate Go code from .proto files (needs protoc, protoc-gen-go, protoc-gen-go-grpc and
+## protoc-gen-grpc-gateway at the version go.mod requires:
+##   GOFLAGS= go install github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway@v2.32.0)
+## The HTTP/JSON bindings come from taskstore_http.yaml, not from annotations in the .proto.
+proto:
+	protoc -I rpc/proto -I /usr/include --go_out=. --go_opt=module=github.com/e1158ecb/taskstore \
+		--go-grpc_out=. --go-grpc_opt=module=github.com/e1158ecb/taskstore \
+		--grpc-gateway_out=. --grpc-gateway_opt=module=github.com/e1158ecb/taskstore \
+		--grpc-gateway_opt=grpc_api_configuration=rpc/proto/taskstore/v1/taskstore_http.yaml \
+		rpc/proto/taskstore/v1/taskstore.proto
+	protoc -I fsm/fsmpb --go_out=. --go_opt=module=github.com/e1158ecb/taskstore fsm/fsmpb/fsm.proto
+	protoc -I cluster/metapb --go_out=. --go_opt=module=github.com/e1158ecb/taskstore cluster/metapb/meta.proto
+
+## certs: a CA, node/admin/proxy/client certificates, a gossip key and tokens in ./certs
+## for a secured local cluster (docs/security.md); refuses to replace existing files.
+certs:
+	$(GO) run ./cmd/taskctl cert local --dir certs
+
+clean:
+	rm -rf $(BIN) data
+
+## ---- deploy: container images and the compose cluster (deploy/, docs/deploy.md) ----
+## image:            taskstore:dev (and taskstore:$(VERSION)) FROM scratch, binaries built on the host
+## prometheus-image: taskstore-prometheus:dev from Debian's prometheus package on the host
+## compose-up/down:  3 nodes + 2 proxies + Prometheus (deploy/docker-compose.yml); ports on 127.0.0.1
+## smoke:            deploy/smoke.sh: build, start, write, kill a node, write again, tear down
+## deploy-check:     offline checks of deploy/ (YAML, manifests, rules, dashboard); no Docker needed
+IMAGE         ?= taskstore
+IMAGE_TAG     ?= dev
+PROM_IMAGE    ?= taskstore-prometheus
+IMAGE_CTX     := deploy/.build
+IMAGE_VERSION  = $(subst +,-,$(VERSION))
+COMPOSE_FILE  ?= deploy/docker-compose.yml
+# compose v2 plugin when present, else the v1 `docker-compose` CLI (evaluated lazily).
+COMPOSE       ?= $(shell docker compose version >/dev/null 2>&1 && echo 'docker compose' || echo docker-compose)
+
+.PHONY: image prometheus-image compose-up compose-down compose-ps compose-logs smoke deploy-check
+
+image:
+	rm -rf $(IMAGE_CTX)/taskstore
+	mkdir -p $(IMAGE_CTX)/taskstore/bin $(IMAGE_CTX)/taskstore/etc $(IMAGE_CTX)/taskstore/data $(IMAGE_CTX)/taskstore/tmp
+	CGO_ENABLED=0 GOOS=linux $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(IMAGE_CTX)/taskstore/bin/ \
+		./cmd/taskstored ./cmd/taskproxy ./cmd/taskctl
+	printf 'root:x:0:0:root:/:/sbin/nologin\ntaskstore:x:65532:65532:taskstore:/data:/sbin/nologin\n' > $(IMAGE_CTX)/taskstore/etc/passwd
+	printf 'root:x:0:\ntaskstore:x:65532:\n' > $(IMAGE_CTX)/taskstore/etc/group
+	touch $(IMAGE_CTX)/taskstore/data/.keep $(IMAGE_CTX)/taskstore/tmp/.keep
+	docker build --build-arg VERSION=$(IMAGE_VERSION) -f deploy/Dockerfile \
+		-t $(IMAGE):$(IMAGE_TAG) -t $(IMAGE):$(IMAGE_VERSION) $(IMAGE_CTX)/taskstore
+
+prometheus-image:
+	@command -v prometheus >/dev/null || { echo "prometheus not found: apt-get install -y prometheus (Debian's package)"; exit 1; }
+	rm -rf $(IMAGE_CTX)/prometheus
+	mkdir -p $(IMAGE_CTX)/prometheus/bin $(IMAGE_CTX)/prometheus/etc/prometheus $(IMAGE_CTX)/prometheus/prometheus \
+		$(IMAGE_CTX)/prometheus/lib $(IMAGE_CTX)/prometheus/lib64
+	cp "$$(command -v prometheus)" "$$(command -v promtool)" $(IMAGE_CTX)/prometheus/bin/
+	# every shared library prometheus and promtool load (Debian's build: glibc only), at its own path
+	for f in $$(ldd $(IMAGE_CTX)/prometheus/bin/prometheus $(IMAGE_CTX)/prometheus/bin/promtool | grep -o '/[^ ]*\.so[^ ]*' | sort -u); do \
+		mkdir -p $(IMAGE_CTX)/prometheus/$$(dirname $$f) && cp -L $$f $(IMAGE_CTX)/prometheus/$$f; done
+	cp deploy/prometheus/prometheus.yml deploy/prometheus/alerts.yml $(IMAGE_CTX)/prometheus/etc/prometheus/
+	# Debian's web UI assets (--web.local-assets), symlinks into /usr/share/javascript resolved
+	mkdir -p $(IMAGE_CTX)/prometheus/usr/share/prometheus/web
+	if [ -d /usr/share/prometheus/web ]; then cp -rL /usr/share/prometheus/web/. $(IMAGE_CTX)/prometheus/usr/share/prometheus/web/ || true; fi
+	printf 'nobody:x:65534:65534:nobody:/prometheus:/sbin/nologin\n' > $(IMAGE_CTX)/prometheus/etc/passwd
+	printf 'nogroup:x:65534:\n' > $(IMAGE_CTX)/prometheus/etc/group
+	touch $(IMAGE_CTX)/prometheus/prometheus/.keep
+	docker build --build-arg PROMETHEUS_VERSION="$$(prometheus --version 2>&1 | awk 'NR==1{print $$3}')" \
+		-f deploy/prometheus/Dockerfile -t $(PROM_IMAGE):$(IMAGE_TAG) $(IMAGE_CTX)/prometheus
+
+compose-up: image prometheus-image
+	$(COMPOSE) -f $(COMPOSE_FILE) up -d
+
+compose-down:
+	$(COMPOSE) -f $(COMPOSE_FILE) down -v --remove-orphans
+
+compose-ps:
+	$(COMPOSE) -f $(COMPOSE_FILE) ps
+
+compose-logs:
+	$(COMPOSE) -f $(COMPOSE_FILE) logs --tail=100
+
+smoke:
+	deploy/smoke.sh
+
+# Debian's python3 with python3-yaml when it has it (what .ci/run installs),
+# else whatever python3 is first on PATH.
+PYTHON ?= $(shell /usr/bin/python3 -c 'import yaml' 2>/dev/null && echo /usr/bin/python3 || echo python3)
+
+deploy-check:
+	$(PYTHON) deploy/validate.py
+	bash -n deploy/smoke.sh
+	@if command -v promtool >/dev/null; then promtool check rules deploy/prometheus/alerts.yml && \
+		promtool check config deploy/prometheus/prometheus.yml; else echo "promtool not found (apt-get install prometheus): rules not checked"; fi
+	@if command -v kubectl >/dev/null; then kubectl kustomize deploy/kubernetes >/dev/null && echo "kustomize build: ok"; \
+		else echo "kubectl not found: kustomization not rendered"; fi
+	@if command -v docker-compose >/dev/null || docker compose version >/dev/null 2>&1; then \
+		$(COMPOSE) -f $(COMPOSE_FILE) config -q && echo "compose config: ok"; fi
+
+## ---- chaos: fault injection with correctness checkers (testing/chaos, docs/testing.md) ----
+## test-chaos: every chaos scenario once, with -race (a few minutes); one SUMMARY line per scenario
+## soak:       the in-process scenarios in a loop for DURATION (make soak DURATION=1h), without -race;
+##             LOAD=k runs k times the default workload's clients (make soak DURATION=30m LOAD=4)
+DURATION      ?= 1h
+LOAD          ?= 1
+CHAOS_TIMEOUT ?= 15m
+SOAK_TIMEOUT  ?= 25h
+
+.PHONY: test-chaos soak
+
+test-chaos: build
+	TASKSTORE_CHAOS=1 TASKSTORE_BIN=$(CURDIR)/$(BIN) $(GO) test -race -count=1 -timeout $(CHAOS_TIMEOUT) -v -run '^TestChaos' ./testing/chaos/
+
+soak: build
+	TASKSTORE_CHAOS=1 TASKSTORE_SOAK=$(DURATION) TASKSTORE_LOAD=$(LOAD) TASKSTORE_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout $(SOAK_TIMEOUT) -v -run '^TestSoak$$' ./testing/chaos/
+
+## ---- containers: the chaos scenarios across containers (testing/containers, docs/testing.md) ----
+## test-containers: 3 nodes + proxy, then 5 nodes + proxy, each on a private Docker network, with
+##                  `docker network disconnect` and `docker kill`; one SUMMARY line per scenario.
+## Without -race: the nodes are the static binaries of the image, built without it; the test
+## process only runs the workload and the checkers, next to 4-6 containers on 2 cores.
+CONTAINERS_TIMEOUT ?= 15m
+
+.PHONY: test-containers
+
+test-containers: image
+	TASKSTORE_DOCKER=1 TASKSTORE_IMAGE=$(IMAGE):$(IMAGE_TAG) $(GO) test -count=1 -timeout $(CONTAINERS_TIMEOUT) -v -run '^TestContainers' ./testing/containers/
+
+## ---- bench: the performance suite (cmd/taskbench, docs/performance.md) ----
+## bench: `taskbench suite`: inserts (1 and 32 clients, batched), claim+delete direct and via a proxy,
+##        an open-loop claim+delete at half the direct maximum, each on a fresh `--local 3` cluster,
+##        and the same claim+delete on a throwaway PostgreSQL (--baseline postgres --local; skipped
+##        with a message unless Debian's postgresql package is installed); prints one table.
+##        BENCHTIME is the measured time of each run (make bench BENCHTIME=5s).
+BENCHTIME ?= 10s
+
+.PHONY: bench
+
+bench: build
+	$(BIN)/taskbench suite --benchtime $(BENCHTIME)

@@ -1,0 +1,370 @@
+package client
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
+)
+
+// Aliases of the API's messages, so that most callers need only this package.
+type (
+	Task       = taskstorepb.Task
+	QueueStats = taskstorepb.QueueStats
+	RefError   = taskstorepb.RefError
+)
+
+// Modify applies a transaction atomically on the shard that owns its
+// consistency group. A refused transaction returns a *DependencyError that
+// lists every offending reference. The request id (set unless req has one)
+// is the same for every attempt, so a retry after an unknown outcome never
+// applies twice. An empty Claimant is the Client's. req is not modified.
+func (c *Client) Modify(ctx context.Context, req *taskstorepb.ModifyRequest) (*taskstorepb.ModifyResponse, error) {
+	group := modifyGroup(req)
+	if group == "" && !c.opts.proxyOnly {
+		return nil, fmt.Errorf("modify: no queue named: give the queue of at least one task so the request can be routed: %w", ErrInvalid)
+	}
+	r := &taskstorepb.ModifyRequest{Claimant: cmp.Or(req.Claimant, c.opts.claimant), Inserts: req.Inserts,
+		Changes: req.Changes, Deletes: req.Deletes, Depends: req.Depends, Request: req.Request}
+	if r.Request == nil {
+		var release func()
+		r.Request, release = c.nextRequestID()
+		defer release()
+	}
+	var resp *taskstorepb.ModifyResponse
+	err := c.call(ctx, "Modify", target{group: group}, 0, func(ctx context.Context, cc *grpc.ClientConn) (err error) {
+		resp, err = taskstorepb.NewTaskStoreClient(cc).Modify(ctx, r)
+		return err
+	})
+	return resp, err
+}
+
+// modifyGroup is the consistency group of the first queue a transaction
+// names; the cluster checks that the others agree.
+func modifyGroup(req *taskstorepb.ModifyRequest) string {
+	for _, in := range req.Inserts {
+		if in.Queue != "" {
+			return taskstorepb.GroupOf(in.Queue)
+		}
+	}
+	for _, ch := range req.Changes {
+		if q := cmp.Or(ch.Queue, ch.NewQueue); q != "" {
+			return taskstorepb.GroupOf(q)
+		}
+	}
+	for _, refs := range [][]*taskstorepb.TaskRef{req.Deletes, req.Depends} {
+		for _, r := range refs {
+			if r.Queue != "" {
+				return taskstorepb.GroupOf(r.Queue)
+			}
+		}
+	}
+	return ""
+}
+
+// Claim takes up to req.Limit (default 1) available tasks from req.Queues
+// under a lease. The queues may belong to several consistency groups: each
+// group is asked in the order its first queue appears, without waiting,
+// until the limit is reached; if none had a task and req.Wait is set, the
+// groups are then asked in turn with a waiting claim each (a single group
+// waits the whole time; several share it in slices of at most a second), so
+// a claim never takes more than the limit. The wait is clamped so that an
+// empty result, not a deadline error, comes back before ctx's deadline. An
+// empty Claimant is the Client's. A request id given in req is used only when
+// the queues form one group.
+func (c *Client) Claim(ctx context.Context, req *taskstorepb.ClaimRequest) (*taskstorepb.ClaimResponse, error) {
+	if len(req.Queues) == 0 {
+		return nil, fmt.Errorf("claim: name at least one queue: %w", ErrInvalid)
+	}
+	limit := max(req.Limit, 1)
+	wait := req.Wait.AsDuration()
+	if req.Wait == nil || wait < 0 {
+		wait = 0
+	}
+	if dl, ok := ctx.Deadline(); ok && wait > 0 {
+		left := time.Until(dl)
+		wait = min(wait, left-min(left/10, time.Second))
+		wait = max(wait, 0)
+	}
+	var groups [][]string // queues by group, in order of first appearance
+	if c.opts.proxyOnly {
+		groups = [][]string{req.Queues} // the proxy splits them
+	} else {
+		index := map[string]int{}
+		for _, q := range req.Queues {
+			g := taskstorepb.GroupOf(q)
+			i, ok := index[g]
+			if !ok {
+				i = len(groups)
+				index[g] = i
+				groups = append(groups, nil)
+			}
+			groups[i] = append(groups[i], q)
+		}
+	}
+	if len(groups) > 1 && req.Request != nil {
+		return nil, fmt.Errorf("claim: a request id needs queues of one consistency group: %w", ErrInvalid)
+	}
+	one := func(queues []string, limit uint32, wait time.Duration) ([]*taskstorepb.Task, error) {
+		r := &taskstorepb.ClaimRequest{Claimant: cmp.Or(req.Claimant, c.opts.claimant), Queues: queues,
+			Lease: req.Lease, Limit: limit, Request: req.Request}
+		return c.claimGroup(ctx, r, wait)
+	}
+	if len(groups) == 1 {
+		tasks, err := one(groups[0], limit, wait)
+		return &taskstorepb.ClaimResponse{Tasks: tasks}, err
+	}
+	var out []*taskstorepb.Task
+	for _, qs := range groups {
+		tasks, err := one(qs, limit-uint32(len(out)), 0)
+		out = append(out, tasks...)
+		if err != nil {
+			return &taskstorepb.ClaimResponse{Tasks: out}, err
+		}
+		if len(out) >= int(limit) {
+			break
+		}
+	}
+	if len(out) > 0 || wait == 0 {
+		return &taskstorepb.ClaimResponse{Tasks: out}, nil
+	}
+	end := time.Now().Add(wait)
+	for i := 0; ; i++ {
+		left := time.Until(end)
+		if left <= 0 {
+			return &taskstorepb.ClaimResponse{}, nil
+		}
+		tasks, err := one(groups[i%len(groups)], limit, min(left, time.Second))
+		if err != nil || len(tasks) > 0 {
+			return &taskstorepb.ClaimResponse{Tasks: tasks}, err
+		}
+	}
+}
+
+// claimGroup claims from queues of one group. Every attempt carries the same
+// request id and the wait that is left, so a retry neither claims twice nor
+// waits longer than asked.
+func (c *Client) claimGroup(ctx context.Context, req *taskstorepb.ClaimRequest, wait time.Duration) ([]*taskstorepb.Task, error) {
+	if req.Request == nil {
+		var release func()
+		req.Request, release = c.nextRequestID()
+		defer release()
+	}
+	group := ""
+	if !c.opts.proxyOnly {
+		group = taskstorepb.GroupOf(req.Queues[0])
+	}
+	end := time.Now().Add(wait)
+	var resp *taskstorepb.ClaimResponse
+	err := c.call(ctx, "Claim", target{group: group}, wait, func(ctx context.Context, cc *grpc.ClientConn) (err error) {
+		r := req
+		if wait > 0 {
+			r = &taskstorepb.ClaimRequest{Claimant: req.Claimant, Queues: req.Queues, Lease: req.Lease, Limit: req.Limit,
+				Request: req.Request, Wait: durationpb.New(max(time.Until(end), 0))}
+		}
+		resp, err = taskstorepb.NewTaskStoreClient(cc).Claim(ctx, r)
+		return err
+	})
+	return resp.GetTasks(), err
+}
+
+// Tasks reads tasks: a page of req.Queue, or the tasks with req.Ids. Ids
+// without a queue or shard are looked up on every shard (each at its leader)
+// and the results merged.
+func (c *Client) Tasks(ctx context.Context, req *taskstorepb.TasksRequest) (*taskstorepb.TasksResponse, error) {
+	if req.Queue == "" && req.Shard == 0 && len(req.Ids) > 0 && !c.opts.proxyOnly {
+		return c.tasksEverywhere(ctx, req)
+	}
+	t := target{shard: req.Shard}
+	if req.Shard == 0 {
+		if req.Queue == "" && !c.opts.proxyOnly {
+			return nil, fmt.Errorf("tasks: give a queue, ids or a shard: %w", ErrInvalid)
+		}
+		t.group = taskstorepb.GroupOf(req.Queue)
+	}
+	var resp *taskstorepb.TasksResponse
+	err := c.call(ctx, "Tasks", t, 0, func(ctx context.Context, cc *grpc.ClientConn) (err error) {
+		resp, err = taskstorepb.NewTaskStoreClient(cc).Tasks(ctx, req)
+		return err
+	})
+	return resp, err
+}
+
+// tasksEverywhere asks every shard for req.Ids. A task found is returned even
+// when another shard failed to answer (ids are unique); when nothing is found
+// and some shard failed, that error is returned.
+func (c *Client) tasksEverywhere(ctx context.Context, req *taskstorepb.TasksRequest) (*taskstorepb.TasksResponse, error) {
+	out := &taskstorepb.TasksResponse{}
+	var mu sync.Mutex
+	var errs []error
+	c.eachShard(ctx, func(ctx context.Context, shard uint32) {
+		r := &taskstorepb.TasksRequest{Ids: req.Ids, Shard: shard, Stale: req.Stale, OmitValues: req.OmitValues, Claimed: req.Claimed}
+		resp, err := c.Tasks(ctx, r)
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("shard %d: %w", shard, err))
+		} else {
+			out.Tasks = append(out.Tasks, resp.Tasks...)
+		}
+	}, &errs)
+	if len(out.Tasks) == 0 && len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	order := make(map[string]int, len(req.Ids))
+	for i, id := range req.Ids {
+		if _, ok := order[id]; !ok {
+			order[id] = i
+		}
+	}
+	slices.SortStableFunc(out.Tasks, func(a, b *taskstorepb.Task) int { return cmp.Compare(order[a.Id], order[b.Id]) })
+	return out, nil
+}
+
+// eachShard runs fn for every shard of the routing table concurrently. An
+// error getting the table is appended to errs.
+func (c *Client) eachShard(ctx context.Context, fn func(ctx context.Context, shard uint32), errs *[]error) {
+	ids, err := c.rt.shardIDs(ctx)
+	if err != nil {
+		*errs = append(*errs, err)
+		return
+	}
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		wg.Go(func() { fn(ctx, id) })
+	}
+	wg.Wait()
+}
+
+// Queues lists queues with their counts. With req.Shard unset every shard
+// is asked at its leader and the results merged, sorted by name, and cut to
+// req.Limit.
+func (c *Client) Queues(ctx context.Context, req *taskstorepb.QueuesRequest) (*taskstorepb.QueuesResponse, error) {
+	if req.Shard == 0 && !c.opts.proxyOnly {
+		out := &taskstorepb.QueuesResponse{}
+		var mu sync.Mutex
+		var errs []error
+		c.eachShard(ctx, func(ctx context.Context, shard uint32) {
+			r := &taskstorepb.QueuesRequest{Prefix: req.Prefix, Shard: shard, Limit: req.Limit, Stale: req.Stale}
+			resp, err := c.Queues(ctx, r)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, fmt.Errorf("shard %d: %w", shard, err))
+			} else {
+				out.Queues = append(out.Queues, resp.Queues...)
+			}
+		}, &errs)
+		if len(errs) > 0 {
+			return nil, errors.Join(errs...)
+		}
+		slices.SortFunc(out.Queues, func(a, b *taskstorepb.QueueStats) int { return cmp.Compare(a.Name, b.Name) })
+		if req.Limit > 0 && len(out.Queues) > int(req.Limit) {
+			out.Queues = out.Queues[:req.Limit]
+		}
+		return out, nil
+	}
+	var resp *taskstorepb.QueuesResponse
+	err := c.call(ctx, "Queues", target{shard: req.Shard}, 0, func(ctx context.Context, cc *grpc.ClientConn) (err error) {
+		resp, err = taskstorepb.NewTaskStoreClient(cc).Queues(ctx, req)
+		return err
+	})
+	return resp, err
+}
+
+// Time returns the clock of a node.
+func (c *Client) Time(ctx context.Context) (time.Time, error) {
+	var resp *taskstorepb.TimeResponse
+	err := c.call(ctx, "Time", target{anyNode: true}, 0, func(ctx context.Context, cc *grpc.ClientConn) (err error) {
+		resp, err = taskstorepb.NewTaskStoreClient(cc).Time(ctx, &taskstorepb.TimeRequest{})
+		return err
+	})
+	if err != nil {
+		return time.Time{}, err
+	}
+	return resp.Now.AsTime(), nil
+}
+
+// Status describes the cluster's nodes and shards, as one node sees it.
+func (c *Client) Status(ctx context.Context, req *taskstorepb.StatusRequest) (*taskstorepb.StatusResponse, error) {
+	if req == nil {
+		req = &taskstorepb.StatusRequest{}
+	}
+	var resp *taskstorepb.StatusResponse
+	err := c.call(ctx, "Status", target{anyNode: true}, 0, func(ctx context.Context, cc *grpc.ClientConn) (err error) {
+		resp, err = taskstorepb.NewAdminClient(cc).Status(ctx, req)
+		return err
+	})
+	return resp, err
+}
+
+// Routing reads the routing table from a node and, unless the Client is
+// proxy-only, routes by it from then on.
+func (c *Client) Routing(ctx context.Context) (*taskstorepb.RoutingResponse, error) {
+	var resp *taskstorepb.RoutingResponse
+	err := c.call(ctx, "Routing", target{anyNode: true}, 0, func(ctx context.Context, cc *grpc.ClientConn) (err error) {
+		resp, err = taskstorepb.NewAdminClient(cc).Routing(ctx, &taskstorepb.RoutingRequest{})
+		return err
+	})
+	if err == nil && !c.opts.proxyOnly && len(resp.Slots) > 0 {
+		c.rt.apply(resp)
+	}
+	return resp, err
+}
+
+// TransferLeader moves a shard's leadership, to req.To or, when empty, to a
+// replica the shard's leader picks. The request goes to the current leader.
+// If req.To already leads (before the call, or when a retry finds it), that
+// is success.
+func (c *Client) TransferLeader(ctx context.Context, req *taskstorepb.TransferLeaderRequest) (*taskstorepb.TransferLeaderResponse, error) {
+	if req.Shard == 0 {
+		return nil, fmt.Errorf("transfer leader: name a shard: %w", ErrInvalid)
+	}
+	var resp *taskstorepb.TransferLeaderResponse
+	t := target{shard: req.Shard}
+	if c.opts.proxyOnly {
+		t = target{anyNode: true}
+	} else if req.To != "" && c.shardLeader(ctx, req.Shard) == req.To {
+		return &taskstorepb.TransferLeaderResponse{Leader: req.To}, nil // nothing to move
+	}
+	err := c.call(ctx, "TransferLeader", t, 0, func(ctx context.Context, cc *grpc.ClientConn) (err error) {
+		resp, err = taskstorepb.NewAdminClient(cc).TransferLeader(ctx, req)
+		if st, ok := status.FromError(err); ok && req.To != "" {
+			for _, d := range st.Details() {
+				if nl, ok := d.(*taskstorepb.NotLeader); ok && nl.LeaderId == req.To {
+					resp, err = &taskstorepb.TransferLeaderResponse{Leader: nl.LeaderId}, nil
+				}
+			}
+		}
+		return err
+	})
+	if err == nil && resp.Leader == "" && !c.opts.proxyOnly {
+		// The old leader may answer before it learns who won.
+		resp.Leader = cmp.Or(req.To, c.shardLeader(ctx, req.Shard))
+	}
+	return resp, err
+}
+
+// shardLeader reads the routing table afresh and returns the id of the
+// shard's leader ("" when unknown or on error).
+func (c *Client) shardLeader(ctx context.Context, shard uint32) string {
+	rt, err := c.Routing(ctx)
+	if err != nil {
+		return ""
+	}
+	for _, s := range rt.Shards {
+		if s.Id == shard {
+			return s.LeaderId
+		}
+	}
+	return ""
+}

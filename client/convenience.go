@@ -1,0 +1,146 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
+)
+
+// InsertOption sets a field of an insert.
+type InsertOption func(*taskstorepb.TaskInsert)
+
+// WithID chooses the task's id. With an id a retried insert can never create
+// a second task: the cluster refuses the duplicate id.
+func WithID(id string) InsertOption { return func(in *taskstorepb.TaskInsert) { in.Id = id } }
+
+// WithKey sets the task's key, unique within its queue.
+func WithKey(key string) InsertOption { return func(in *taskstorepb.TaskInsert) { in.Key = key } }
+
+// WithPriority sets the priority (higher first).
+func WithPriority(p int32) InsertOption { return func(in *taskstorepb.TaskInsert) { in.Priority = p } }
+
+// WithDelay makes the task available d after the leader's now.
+func WithDelay(d time.Duration) InsertOption {
+	return func(in *taskstorepb.TaskInsert) { in.Delay, in.At = durationpb.New(d), nil }
+}
+
+// WithAt makes the task available at t.
+func WithAt(t time.Time) InsertOption {
+	return func(in *taskstorepb.TaskInsert) { in.At, in.Delay = timestamppb.New(t), nil }
+}
+
+// IfAbsent, with a key, returns the task that already holds the key instead
+// of failing.
+func IfAbsent() InsertOption { return func(in *taskstorepb.TaskInsert) { in.IfAbsent = true } }
+
+// Insert adds one task to queue and returns it (for IfAbsent with a key
+// already present, the existing task).
+func (c *Client) Insert(ctx context.Context, queue string, value []byte, opts ...InsertOption) (*Task, error) {
+	in := &taskstorepb.TaskInsert{Queue: queue, Value: value}
+	for _, o := range opts {
+		o(in)
+	}
+	resp, err := c.Modify(ctx, &taskstorepb.ModifyRequest{Inserts: []*taskstorepb.TaskInsert{in}})
+	if err != nil {
+		return nil, err
+	}
+	if len(resp.Inserted) != 1 {
+		return nil, fmt.Errorf("insert: the cluster returned %d tasks for one insert", len(resp.Inserted))
+	}
+	return resp.Inserted[0], nil
+}
+
+// Get returns the task with id, looked up on every shard (each at its
+// leader). It returns an error matching ErrNotFound when no shard has it.
+func (c *Client) Get(ctx context.Context, id string) (*Task, error) {
+	resp, err := c.Tasks(ctx, &taskstorepb.TasksRequest{Ids: []string{id}})
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range resp.Tasks {
+		if t.Id == id {
+			return t, nil
+		}
+	}
+	return nil, fmt.Errorf("task %q: %w", id, ErrNotFound)
+}
+
+// ListQueues returns the queues whose names start with prefix, from every
+// shard, sorted by name.
+func (c *Client) ListQueues(ctx context.Context, prefix string) ([]*QueueStats, error) {
+	resp, err := c.Queues(ctx, &taskstorepb.QueuesRequest{Prefix: prefix})
+	if err != nil {
+		return nil, err
+	}
+	return resp.Queues, nil
+}
+
+// RefOption qualifies a reference to a task version in Delete and Release.
+type RefOption func(*refOptions)
+
+type refOptions struct {
+	queue    string
+	claimant string
+}
+
+// InQueue gives the task's current queue, which routes the request. Without
+// it the Client looks the task up first (Get).
+func InQueue(queue string) RefOption { return func(o *refOptions) { o.queue = queue } }
+
+// AsClaimant acts as claimant, which may change or delete a task it holds.
+// The default is the Client's claimant.
+func AsClaimant(name string) RefOption { return func(o *refOptions) { o.claimant = name } }
+
+func (c *Client) refQueue(ctx context.Context, id string, o *refOptions) error {
+	if o.queue != "" {
+		return nil
+	}
+	t, err := c.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	o.queue = t.Queue
+	return nil
+}
+
+// Delete deletes version of task id. A missing task or another version is
+// refused with a *DependencyError.
+func (c *Client) Delete(ctx context.Context, id string, version uint64, opts ...RefOption) error {
+	var o refOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	if err := c.refQueue(ctx, id, &o); err != nil {
+		return err
+	}
+	_, err := c.Modify(ctx, &taskstorepb.ModifyRequest{Claimant: o.claimant,
+		Deletes: []*taskstorepb.TaskRef{{Id: id, Version: version, Queue: o.queue}}})
+	return err
+}
+
+// Release ends the claim on version of task id and makes it available at
+// once: a change with a zero delay, so "now" is the shard leader's clock,
+// not this machine's. It returns the new version.
+func (c *Client) Release(ctx context.Context, id string, version uint64, opts ...RefOption) (*Task, error) {
+	var o refOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	if err := c.refQueue(ctx, id, &o); err != nil {
+		return nil, err
+	}
+	resp, err := c.Modify(ctx, &taskstorepb.ModifyRequest{Claimant: o.claimant,
+		Changes: []*taskstorepb.TaskChange{{Id: id, Version: version, Queue: o.queue, Delay: durationpb.New(0)}}})
+	if err != nil {
+		return nil, err
+	}
+	if len(resp.Changed) != 1 {
+		return nil, fmt.Errorf("release: the cluster returned %d tasks for one change", len(resp.Changed))
+	}
+	return resp.Changed[0], nil
+}

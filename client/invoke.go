@@ -1,0 +1,265 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// target says where a request goes.
+type target struct {
+	// group: the leader of the shard that owns this consistency group.
+	group string
+	// shard: the leader of this shard (when group is empty).
+	shard uint32
+	// anyNode: any node that answers (Status, Routing, Time).
+	anyNode bool
+}
+
+func (t target) String() string {
+	switch {
+	case t.anyNode:
+		return "any node"
+	case t.group != "":
+		return fmt.Sprintf("group %q", t.group)
+	}
+	return fmt.Sprintf("shard %d", t.shard)
+}
+
+// call runs fn against the right node until it succeeds, fails for good, or
+// ctx ends. It is the one retry loop of the Client:
+//
+//  1. A NotLeader answer with the leader's address is followed at once (a
+//     few hops at most before backing off) and recorded in the table.
+//  2. Unavailable, a server-side deadline, a broken connection or an
+//     attempt's own timeout mark the table stale and retry after a pause
+//     (exponential backoff, full jitter); a node that failed twice in a row
+//     is avoided for one attempt.
+//  3. Everything else is returned at once, decoded into the Client's errors.
+//
+// fn must be safe to repeat: mutating requests carry one request id for
+// every attempt. extra lengthens the attempt timeout (a Claim's wait).
+func (c *Client) call(ctx context.Context, op string, t target, extra time.Duration, fn func(ctx context.Context, cc *grpc.ClientConn) error) error {
+	var (
+		lastErr error
+		hint    string // follow this leader address next
+		failed  string // the address that failed last (without a hint)
+		avoid   string // an address that failed twice in a row
+		hops    int
+		bound   = c.opts.backoffBase
+	)
+	for attempt := 0; ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return giveUp(op, t, err, lastErr)
+		}
+		addr := hint
+		hint = ""
+		if addr == "" {
+			var err error
+			if addr, err = c.pick(ctx, t, attempt, avoid); err != nil {
+				if errors.Is(err, ErrClosed) || errors.Is(err, ErrPermission) {
+					return err // a refused caller will not be admitted by retrying
+				}
+				lastErr = err
+				if !c.pause(ctx, &bound) {
+					return giveUp(op, t, ctx.Err(), lastErr)
+				}
+				continue
+			}
+		}
+		cc, err := c.conn(addr)
+		if err != nil {
+			return err
+		}
+		actx, cancel := ctx, context.CancelFunc(func() {})
+		if c.opts.attemptTimeout > 0 {
+			actx, cancel = context.WithTimeout(ctx, attemptTimeout(ctx, c.opts.attemptTimeout, extra))
+		}
+		err = fn(actx, cc)
+		attemptExpired := actx.Err() != nil && ctx.Err() == nil
+		cancel()
+		if err == nil {
+			return nil
+		}
+		err = decode(op, addr, err)
+		if attemptExpired && status.Code(err) == codes.DeadlineExceeded {
+			err = fmt.Errorf("%s: attempt at %s timed out: %w", op, addr, context.DeadlineExceeded)
+		}
+		if ctx.Err() != nil {
+			if !onlyTimedOut(err) {
+				lastErr = err
+			}
+			return giveUp(op, t, ctx.Err(), lastErr)
+		}
+		if !retryable(ctx, err) {
+			return err
+		}
+		if lastErr == nil || !onlyTimedOut(err) {
+			lastErr = err // a bare timeout does not hide why an earlier attempt failed
+		}
+		avoid = ""
+		var nl *NotLeaderError
+		switch {
+		case errors.As(err, &nl) && !c.opts.proxyOnly:
+			if nl.LeaderAddress != "" && nl.LeaderAddress != addr {
+				c.rt.setLeader(nl.Shard, nl.LeaderID, nl.LeaderAddress)
+				if t.shard != 0 && nl.Shard != t.shard || t.group != "" && !c.owns(nl.Shard, t.group) {
+					c.rt.markStale() // the group moved to another shard
+				}
+				if hops++; hops <= c.opts.maxHops {
+					hint = nl.LeaderAddress
+					c.log.Debug("following leader hint", "op", op, "shard", nl.Shard, "leader", nl.LeaderAddress)
+					continue
+				}
+			} else {
+				c.rt.forgetLeader(nl.Shard, addr)
+				avoid = addr
+			}
+		case !c.opts.proxyOnly:
+			// A live leader that could not commit (election, unknown
+			// outcome) is worth a second try; after two failures in a
+			// row, try another replica, which knows the new leader. An
+			// attempt that timed out may have met a node that is gone
+			// (no answer at all): go elsewhere at once.
+			c.rt.markStale()
+			if addr == failed || attemptExpired {
+				avoid = addr
+			}
+			if attemptExpired {
+				// Remember it beyond this call too (a caller's retry is a
+				// new call): route the shard to another replica until the
+				// table says otherwise.
+				if shard, ok := c.shardOfTarget(t); ok {
+					c.rt.forgetLeader(shard, addr)
+				}
+			}
+			failed = addr
+		}
+		hops = 0
+		c.log.Debug("retrying", "op", op, "target", t.String(), "addr", addr, "attempt", attempt, "err", err)
+		if !c.pause(ctx, &bound) {
+			return giveUp(op, t, ctx.Err(), lastErr)
+		}
+	}
+}
+
+// owns reports whether the table maps group to shard.
+func (c *Client) owns(shard uint32, group string) bool {
+	c.rt.mu.RLock()
+	defer c.rt.mu.RUnlock()
+	if c.rt.table == nil {
+		return false
+	}
+	s, ok := c.rt.table.shardOf(group)
+	return ok && s == shard
+}
+
+// pick chooses the address for one attempt.
+func (c *Client) pick(ctx context.Context, t target, attempt int, avoid string) (string, error) {
+	if c.opts.proxyOnly || t.anyNode {
+		addrs := c.seeds
+		if t.anyNode && !c.opts.proxyOnly {
+			addrs = c.rt.addresses()
+		}
+		start := int(c.rt.rotate.Load())
+		addr := addrs[(start+attempt)%len(addrs)]
+		if addr == avoid && len(addrs) > 1 {
+			addr = addrs[(start+attempt+1)%len(addrs)]
+		}
+		return addr, nil
+	}
+	tab, err := c.rt.current(ctx)
+	if err != nil {
+		return "", err
+	}
+	shard := t.shard
+	if t.group != "" {
+		var ok bool
+		if shard, ok = tab.shardOf(t.group); !ok {
+			return "", errNoRoute
+		}
+	}
+	addr, ok := c.rt.route(shard, attempt, avoid)
+	if !ok {
+		c.rt.markStale()
+		return "", fmt.Errorf("shard %d has no known replica: %w", shard, errNoRoute)
+	}
+	return addr, nil
+}
+
+// pause sleeps for a random time up to *bound, then doubles the bound up to
+// the maximum. It returns false when ctx ends first.
+func (c *Client) pause(ctx context.Context, bound *time.Duration) bool {
+	d := time.Duration(rand.Int64N(int64(*bound))) + 1
+	*bound = min(*bound*2, c.opts.backoffMax)
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// giveUp is the error of a call whose context ended before it succeeded. It
+// matches the context's error and, when an attempt failed before, also
+// ErrUnavailable and that attempt's error.
+func giveUp(op string, t target, ctxErr, lastErr error) error {
+	op = strings.ToLower(op)
+	if lastErr == nil {
+		return fmt.Errorf("%s (%s): %w", op, t, ctxErr)
+	}
+	return fmt.Errorf("%s (%s): %w: %w; last error: %w", op, t, ErrUnavailable, ctxErr, lastErr)
+}
+
+// onlyTimedOut reports whether err says no more than that a deadline passed
+// or a call was cancelled. The caller's deadline can end an attempt (as
+// gRPC's DeadlineExceeded) a moment before ctx.Err() reports it.
+func onlyTimedOut(err error) bool {
+	c := status.Code(err)
+	return c == codes.Canceled || c == codes.DeadlineExceeded || errors.Is(err, context.DeadlineExceeded)
+}
+
+// shardOfTarget is the shard a target routes to, when the table knows it.
+func (c *Client) shardOfTarget(t target) (uint32, bool) {
+	if t.anyNode {
+		return 0, false
+	}
+	if t.group == "" {
+		return t.shard, t.shard != 0
+	}
+	c.rt.mu.RLock()
+	defer c.rt.mu.RUnlock()
+	if c.rt.table == nil {
+		return 0, false
+	}
+	return c.rt.table.shardOf(t.group)
+}
+
+// minAttempt is the shortest attempt attemptTimeout gives.
+const minAttempt = time.Second
+
+// attemptTimeout bounds one attempt: the configured timeout, but at most
+// half of what the caller's deadline leaves, so that an attempt stuck on a
+// node that vanished without a word still leaves time to try another (a
+// proxy in between would otherwise spend the whole deadline on it). A
+// waiting claim (extra > 0) keeps its full wait.
+func attemptTimeout(ctx context.Context, base, extra time.Duration) time.Duration {
+	if extra > 0 {
+		return base + extra
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		if half := time.Until(dl) / 2; half < base {
+			return max(half, minAttempt)
+		}
+	}
+	return base
+}

@@ -1,0 +1,24 @@
+// Package cluster is a Taskstore node: it hosts many Raft groups in one
+// process and keeps the cluster map.
+//
+//   - The meta group (Raft group 0, every member node a voter) holds the
+//     cluster map: nodes and their addresses, shards and their replicas, and
+//     the hash-slot table (consistency group -> slot -> shard). It is the
+//     single source of truth for routing.
+//   - Each shard is a Raft group (hashicorp/raft, one raft-boltdb/v2 store
+//     with fsync on, file snapshots) running an fsm.Machine.
+//   - All groups share the node's one listener with gRPC (see Mux).
+//   - Gossip (memberlist) carries addresses and health, never Raft
+//     membership.
+//
+// Rules for callers (the rpc package):
+//  1. Write through Shard.Propose on the shard's leader. ErrNotLeader
+//     (*NotLeaderError) means nothing was applied; ErrUnknownOutcome means it
+//     may have been: answer Unavailable so the client retries with the same
+//     request id.
+//  2. Read through Shard.ReadBarrier, then the machine, unless the caller
+//     asked for a stale read.
+//  3. Shard.Now is the only clock a command may carry.
+//
+// See DESIGN.md in this directory for the choices behind it.
+package cluster

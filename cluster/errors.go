@@ -1,0 +1,52 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Errors returned by the node. The rpc package maps them to gRPC codes in one
+// place; wrap them with %w so errors.Is keeps working.
+var (
+	// ErrNotLeader: this node does not lead the shard; nothing was applied and
+	// the request may be retried at the leader. Returned as *NotLeaderError.
+	ErrNotLeader = errors.New("not the shard leader")
+	// ErrUnknownOutcome: the command may or may not have committed (leadership
+	// lost after proposing, or a timeout on our side). Retry with the same
+	// request id: the state machine answers a duplicate with the first result.
+	ErrUnknownOutcome = errors.New("outcome unknown")
+	// ErrUnknownShard: the shard is not in the cluster map.
+	ErrUnknownShard = errors.New("unknown shard")
+	// ErrNotReady: the cluster map is not known yet (bootstrap under way).
+	ErrNotReady = errors.New("cluster map not ready")
+	// ErrShutdown: the node is stopping.
+	ErrShutdown = errors.New("node is shutting down")
+)
+
+// NotLeaderError names the shard and, when known, its leader.
+type NotLeaderError struct {
+	Shard         uint32
+	LeaderID      string
+	LeaderAddress string
+}
+
+func (e *NotLeaderError) Error() string {
+	if e.LeaderAddress == "" {
+		return fmt.Sprintf("shard %d: not the leader, leader unknown", e.Shard)
+	}
+	return fmt.Sprintf("shard %d: not the leader, leader is %s at %s", e.Shard, e.LeaderID, e.LeaderAddress)
+}
+
+func (e *NotLeaderError) Unwrap() error { return ErrNotLeader }
+
+// NotFoundError: a named node or shard does not exist.
+type NotFoundError struct{ What, Name string }
+
+func (e *NotFoundError) Error() string { return fmt.Sprintf("%s %q not found", e.What, e.Name) }
+
+// ErrInvalidRequest: a request that can never succeed as given.
+var ErrInvalidRequest = errors.New("invalid request")
+
+// ErrRefused: the request is valid but the cluster's state forbids it now
+// (e.g. a removal that would leave too few replicas).
+var ErrRefused = errors.New("refused")

@@ -1,0 +1,91 @@
+package cluster
+
+import (
+	"context"
+	"io"
+	"log"
+	"log/slog"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// hclogAdapter sends hashicorp/raft's and memberlist's hclog output to slog.
+type hclogAdapter struct {
+	hclog.Logger // a null logger for the methods we do not need
+	log          *slog.Logger
+	name         string
+	args         []interface{}
+	min          slog.Level
+}
+
+// newHCLog returns an hclog.Logger that writes to l at min level and above.
+func newHCLog(l *slog.Logger, min slog.Level) hclog.Logger {
+	return &hclogAdapter{Logger: hclog.NewNullLogger(), log: l, min: min}
+}
+
+func (a *hclogAdapter) emit(level slog.Level, msg string, args ...interface{}) {
+	if level < a.min || !a.log.Enabled(context.Background(), level) {
+		return
+	}
+	all := append(append([]interface{}{}, a.args...), args...)
+	if a.name != "" {
+		all = append(all, "lib", a.name)
+	}
+	a.log.Log(context.Background(), level, msg, all...)
+}
+
+func (a *hclogAdapter) Log(level hclog.Level, msg string, args ...interface{}) {
+	switch level {
+	case hclog.Trace, hclog.Debug:
+		a.emit(slog.LevelDebug, msg, args...)
+	case hclog.Warn:
+		a.emit(slog.LevelWarn, msg, args...)
+	case hclog.Error:
+		a.emit(slog.LevelError, msg, args...)
+	default:
+		a.emit(slog.LevelInfo, msg, args...)
+	}
+}
+func (a *hclogAdapter) Trace(msg string, args ...interface{}) {
+	a.emit(slog.LevelDebug-4, msg, args...)
+}
+func (a *hclogAdapter) Debug(msg string, args ...interface{}) { a.emit(slog.LevelDebug, msg, args...) }
+func (a *hclogAdapter) Info(msg string, args ...interface{})  { a.emit(slog.LevelInfo, msg, args...) }
+func (a *hclogAdapter) Warn(msg string, args ...interface{})  { a.emit(slog.LevelWarn, msg, args...) }
+func (a *hclogAdapter) Error(msg string, args ...interface{}) { a.emit(slog.LevelError, msg, args...) }
+func (a *hclogAdapter) IsTrace() bool                         { return false }
+func (a *hclogAdapter) IsDebug() bool                         { return a.min <= slog.LevelDebug }
+func (a *hclogAdapter) IsInfo() bool                          { return a.min <= slog.LevelInfo }
+func (a *hclogAdapter) IsWarn() bool                          { return a.min <= slog.LevelWarn }
+func (a *hclogAdapter) IsError() bool                         { return true }
+func (a *hclogAdapter) ImpliedArgs() []interface{}            { return a.args }
+func (a *hclogAdapter) Name() string                          { return a.name }
+
+func (a *hclogAdapter) With(args ...interface{}) hclog.Logger {
+	c := *a
+	c.args = append(append([]interface{}{}, a.args...), args...)
+	return &c
+}
+
+func (a *hclogAdapter) Named(name string) hclog.Logger {
+	c := *a
+	if c.name != "" {
+		name = c.name + "." + name
+	}
+	c.name = name
+	return &c
+}
+
+func (a *hclogAdapter) ResetNamed(name string) hclog.Logger {
+	c := *a
+	c.name = name
+	return &c
+}
+
+func (a *hclogAdapter) StandardLogger(*hclog.StandardLoggerOptions) *log.Logger {
+	return slog.NewLogLogger(a.log.Handler(), a.min)
+}
+
+func (a *hclogAdapter) StandardWriter(*hclog.StandardLoggerOptions) io.Writer {
+	return slog.NewLogLogger(a.log.Handler(), a.min).Writer()
+}

@@ -1,0 +1,233 @@
+package cluster
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/e1158ecb/taskstore/cluster/metapb"
+	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
+)
+
+// MetaGroupID is the Raft group id of the meta group; shards are 1..N.
+const MetaGroupID = 0
+
+// Node membership states recorded in the cluster map.
+const (
+	NodeMember   = "member"
+	NodeDraining = "draining"
+	NodeRemoved  = "removed"
+)
+
+// metaFSM is the meta group's state machine: the cluster map. Apply runs on
+// raft's goroutine; Map may be called concurrently.
+type metaFSM struct {
+	mu      sync.RWMutex // guards cm and watches
+	cm      *metapb.ClusterMap
+	watches []chan struct{}
+}
+
+var _ raft.FSM = (*metaFSM)(nil)
+
+func newMetaFSM() *metaFSM { return &metaFSM{cm: &metapb.ClusterMap{}} }
+
+// Map returns a copy of the current cluster map (empty before OP_INIT).
+func (f *metaFSM) Map() *metapb.ClusterMap {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return proto.Clone(f.cm).(*metapb.ClusterMap)
+}
+
+// Changed returns a channel closed at the next change of the map.
+func (f *metaFSM) Changed() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ch := make(chan struct{})
+	f.watches = append(f.watches, ch)
+	return ch
+}
+
+func (f *metaFSM) Apply(l *raft.Log) interface{} {
+	if l.Type != raft.LogCommand {
+		return nil
+	}
+	var cmd metapb.Command
+	if err := proto.Unmarshal(l.Data, &cmd); err != nil {
+		panic(fmt.Sprintf("meta: undecodable log entry %d: %v", l.Index, err))
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	changed := applyMeta(f.cm, &cmd)
+	if changed {
+		f.cm.Epoch = l.Index
+		for _, ch := range f.watches {
+			close(ch)
+		}
+		f.watches = nil
+	}
+	return changed
+}
+
+// applyMeta applies one command to the map and reports whether it changed.
+func applyMeta(cm *metapb.ClusterMap, cmd *metapb.Command) bool {
+	switch cmd.Op {
+	case metapb.Op_OP_INIT:
+		if cm.ClusterId != "" || cmd.Init == nil {
+			return false
+		}
+		proto.Merge(cm, cmd.Init)
+		return true
+	case metapb.Op_OP_UPDATE_NODE:
+		n := cmd.Node
+		if n == nil || n.Id == "" {
+			return false
+		}
+		for _, have := range cm.Nodes {
+			if have.Id == n.Id {
+				if n.Address != "" {
+					have.Address = n.Address
+				}
+				if n.GossipAddress != "" {
+					have.GossipAddress = n.GossipAddress
+				}
+				if n.HttpAddress != "" {
+					have.HttpAddress = n.HttpAddress
+				}
+				return true
+			}
+		}
+		node := proto.Clone(n).(*metapb.Node)
+		if node.State == "" {
+			node.State = NodeMember
+		}
+		cm.Nodes = append(cm.Nodes, node)
+		return true
+	case metapb.Op_OP_SET_NODE_STATE:
+		for _, have := range cm.Nodes {
+			if cmd.Node != nil && have.Id == cmd.Node.Id {
+				have.State = cmd.Node.State
+				return true
+			}
+		}
+		return false
+	case metapb.Op_OP_SET_REPLICAS:
+		if cmd.Shard == nil {
+			return false
+		}
+		for _, s := range cm.Shards {
+			if s.Id == cmd.Shard.Id {
+				s.Replicas = slices.Clone(cmd.Shard.Replicas)
+				return true
+			}
+		}
+		cm.Shards = append(cm.Shards, proto.Clone(cmd.Shard).(*metapb.Shard))
+		return true
+	default:
+		// An op code from a newer version: ignoring it would let replicas
+		// diverge from the ones that understand it.
+		panic(fmt.Sprintf("meta: unknown op %d", cmd.Op))
+	}
+}
+
+func (f *metaFSM) Snapshot() (raft.FSMSnapshot, error) {
+	data, err := proto.Marshal(f.Map())
+	if err != nil {
+		return nil, err
+	}
+	return metaSnapshot(data), nil
+}
+
+func (f *metaFSM) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	data, err := io.ReadAll(io.LimitReader(rc, 64<<20))
+	if err != nil {
+		return fmt.Errorf("meta: read snapshot: %w", err)
+	}
+	var cm metapb.ClusterMap
+	if err := proto.Unmarshal(data, &cm); err != nil {
+		return fmt.Errorf("meta: decode snapshot: %w", err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.cm = &cm
+	for _, ch := range f.watches {
+		close(ch)
+	}
+	f.watches = nil
+	return nil
+}
+
+type metaSnapshot []byte
+
+func (s metaSnapshot) Persist(sink raft.SnapshotSink) error {
+	if _, err := sink.Write(s); err != nil {
+		sink.Cancel()
+		return err
+	}
+	return sink.Close()
+}
+
+func (metaSnapshot) Release() {}
+
+// Peer is a node named in --initial-cluster.
+type Peer struct {
+	ID      string
+	Address string
+}
+
+// InitialMap computes the bootstrap cluster map. It is deterministic in its
+// inputs, so every node started with the same --initial-cluster, --shards and
+// --replicas bootstraps the same shard groups. Shard i (1-based) is placed on
+// rf consecutive peers starting at peer (i-1) mod n, which spreads replicas and
+// first-listed (preferred leader) replicas evenly.
+func InitialMap(clusterID string, peers []Peer, shards, rf int) *metapb.ClusterMap {
+	if rf > len(peers) {
+		rf = len(peers)
+	}
+	cm := &metapb.ClusterMap{ClusterId: clusterID, ReplicationFactor: uint32(rf)}
+	for _, p := range peers {
+		cm.Nodes = append(cm.Nodes, &metapb.Node{Id: p.ID, Address: p.Address, State: NodeMember})
+	}
+	for i := 0; i < shards; i++ {
+		s := &metapb.Shard{Id: uint32(i + 1)}
+		for j := 0; j < rf; j++ {
+			s.Replicas = append(s.Replicas, peers[(i+j)%len(peers)].ID)
+		}
+		cm.Shards = append(cm.Shards, s)
+	}
+	cm.Slots = make([]uint32, taskstorepb.DefaultSlots)
+	for i := range cm.Slots {
+		cm.Slots[i] = uint32(i%shards) + 1
+	}
+	return cm
+}
+
+// shardOf returns the shard that owns a consistency group under the map, or 0.
+func shardOf(cm *metapb.ClusterMap, group string) uint32 {
+	if len(cm.Slots) == 0 {
+		return 0
+	}
+	return cm.Slots[taskstorepb.SlotOf(group, len(cm.Slots))]
+}
+
+func findShard(cm *metapb.ClusterMap, id uint32) *metapb.Shard {
+	for _, s := range cm.Shards {
+		if s.Id == id {
+			return s
+		}
+	}
+	return nil
+}
+
+func findNode(cm *metapb.ClusterMap, id string) *metapb.Node {
+	for _, n := range cm.Nodes {
+		if n.Id == id {
+			return n
+		}
+	}
+	return nil
+}

@@ -1,0 +1,171 @@
+package cluster
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/e1158ecb/taskstore/fsm"
+)
+
+// MaxQueueSeries caps how many queues get their own taskstore_queue_*
+// series per node; the rest are summed per group as "<group>/*", because a
+// cluster may hold 100k queues.
+const MaxQueueSeries = 500
+
+// nodeMetrics are the node's own timers and counters. hashicorp/raft's
+// metrics carry no group label, so per-shard figures come from here and from
+// Stats() at scrape time (collector below).
+type nodeMetrics struct {
+	applySeconds    *prometheus.HistogramVec
+	snapshotSeconds *prometheus.HistogramVec
+	leaderChanges   *prometheus.CounterVec
+}
+
+func newNodeMetrics(reg prometheus.Registerer, n *Node) *nodeMetrics {
+	m := &nodeMetrics{
+		applySeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "taskstore_shard_apply_seconds",
+			Help:    "Time from proposing a command on the shard leader to its result (commit on a quorum, fsync, apply).",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		}, []string{"shard"}),
+		snapshotSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "taskstore_shard_snapshot_seconds",
+			Help:    "Time to write a shard snapshot to disk.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
+		}, []string{"shard"}),
+		leaderChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "taskstore_shard_leader_changes_total",
+			Help: "Times this node became leader of the shard.",
+		}, []string{"shard"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.applySeconds, m.snapshotSeconds, m.leaderChanges, &shardCollector{n: n})
+	}
+	return m
+}
+
+func shardLabel(id uint32) string { return strconv.FormatUint(uint64(id), 10) }
+
+var (
+	descLeader    = prometheus.NewDesc("taskstore_shard_leader", "1 if this node leads the shard (ready for reads and writes), else 0.", []string{"shard"}, nil)
+	descTerm      = prometheus.NewDesc("taskstore_shard_term", "Current Raft term of the shard on this node.", []string{"shard"}, nil)
+	descCommit    = prometheus.NewDesc("taskstore_shard_commit_index", "Raft commit index of the shard on this node.", []string{"shard"}, nil)
+	descApplied   = prometheus.NewDesc("taskstore_shard_applied_index", "Raft applied index of the shard on this node.", []string{"shard"}, nil)
+	descLogBytes  = prometheus.NewDesc("taskstore_shard_log_bytes", "Size of the shard's Raft log store on disk.", []string{"shard"}, nil)
+	descTasks     = prometheus.NewDesc("taskstore_shard_tasks", "Tasks held by the shard's replica on this node.", []string{"shard"}, nil)
+	descQueue     = prometheus.NewDesc("taskstore_queue_tasks", "Tasks per queue and state, on shards this node leads.", []string{"queue", "state"}, nil)
+	descQueueAge  = prometheus.NewDesc("taskstore_queue_oldest_available_seconds", "Age of the oldest available task per queue, on shards this node leads.", []string{"queue"}, nil)
+	descGossip    = prometheus.NewDesc("taskstore_gossip_members", "Nodes gossip sees, by health.", []string{"health"}, nil)
+	shardDescList = []*prometheus.Desc{descLeader, descTerm, descCommit, descApplied, descLogBytes, descTasks, descQueue, descQueueAge, descGossip}
+)
+
+// shardCollector reads per-shard state when Prometheus scrapes.
+type shardCollector struct{ n *Node }
+
+func (c *shardCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range shardDescList {
+		ch <- d
+	}
+}
+
+func (c *shardCollector) Collect(ch chan<- prometheus.Metric) {
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	type queueAgg struct {
+		available, claimed, delayed uint64
+		oldest                      int64
+	}
+	queues := map[string]*queueAgg{}
+	for _, s := range c.n.LocalShards() {
+		label := shardLabel(s.id)
+		stats := s.g.raft.Stats()
+		num := func(k string) float64 { v, _ := strconv.ParseUint(stats[k], 10, 64); return float64(v) }
+		leader := 0.0
+		if s.IsLeader() {
+			leader = 1
+		}
+		gauge(descLeader, leader, label)
+		gauge(descTerm, num("term"), label)
+		gauge(descCommit, num("commit_index"), label)
+		gauge(descApplied, num("applied_index"), label)
+		gauge(descTasks, float64(s.machine.TaskCount()), label)
+		if fi, err := os.Stat(filepath.Join(s.g.dir, "raft.db")); err == nil {
+			gauge(descLogBytes, float64(fi.Size()), label)
+		}
+		if leader == 0 {
+			continue
+		}
+		for _, q := range s.machine.Queues("", 0) {
+			name := q.Name
+			if _, ok := queues[name]; !ok && len(queues) >= MaxQueueSeries {
+				name = fsm.GroupOf(q.Name) + "/*"
+			}
+			a := queues[name]
+			if a == nil {
+				a = &queueAgg{}
+				queues[name] = a
+			}
+			a.available += q.Available
+			a.claimed += q.Claimed
+			a.delayed += q.Delayed
+			if q.OldestAvailableAt != 0 && (a.oldest == 0 || q.OldestAvailableAt < a.oldest) {
+				a.oldest = q.OldestAvailableAt
+			}
+		}
+	}
+	now := c.n.cfg.Clock().UnixNano()
+	for name, a := range queues {
+		gauge(descQueue, float64(a.available), name, "available")
+		gauge(descQueue, float64(a.claimed), name, "claimed")
+		gauge(descQueue, float64(a.delayed), name, "delayed")
+		age := 0.0
+		if a.oldest != 0 {
+			age = max(time.Duration(now-a.oldest).Seconds(), 0)
+		}
+		gauge(descQueueAge, age, name)
+	}
+	health := map[string]float64{}
+	for _, m := range c.n.gossip.snapshot() {
+		health[m.Health]++
+	}
+	for h, v := range health {
+		gauge(descGossip, v, h)
+	}
+}
+
+// timedFSM wraps a shard's machine to time snapshot writes; it keeps the
+// batching interface so raft still hands over batches.
+type timedFSM struct {
+	*fsm.Machine
+	observe func(time.Duration)
+}
+
+var _ raft.BatchingFSM = timedFSM{}
+
+func (f timedFSM) Snapshot() (raft.FSMSnapshot, error) {
+	s, err := f.Machine.Snapshot()
+	if err != nil {
+		return nil, err
+	}
+	return timedSnapshot{FSMSnapshot: s, observe: f.observe}, nil
+}
+
+type timedSnapshot struct {
+	raft.FSMSnapshot
+	observe func(time.Duration)
+}
+
+func (s timedSnapshot) Persist(sink raft.SnapshotSink) error {
+	start := time.Now()
+	err := s.FSMSnapshot.Persist(sink)
+	if err == nil {
+		s.observe(time.Since(start))
+	}
+	return err
+}

@@ -1,0 +1,743 @@
+package cluster
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/e1158ecb/taskstore/cluster/metapb"
+	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
+)
+
+// Config describes one node.
+type Config struct {
+	ID      string
+	DataDir string
+	// ListenAddr serves gRPC (clients, admin) and Raft, multiplexed.
+	ListenAddr string
+	// AdvertiseAddr is the gRPC address others reach this node at. Default:
+	// this node's --initial-cluster address, else the listener's address
+	// (which must then not be 0.0.0.0 or ::).
+	AdvertiseAddr string
+	// GossipAddr is memberlist's TCP and UDP address.
+	GossipAddr string
+	// HTTPAddr is advertised to the others (metrics, status page).
+	HTTPAddr string
+	// InitialCluster bootstraps a new cluster; every initial node gets the
+	// same list. Ignored once the node has state.
+	InitialCluster []Peer
+	// Join names gossip addresses of running nodes, for a node that waits to
+	// be added by an operator.
+	Join []string
+	// Shards and Replicas are used at bootstrap only.
+	Shards   int
+	Replicas int
+	Tuning   Tuning
+	Logger   *slog.Logger
+	// Dialer opens node-to-node connections (fault injection in tests).
+	Dialer Dialer
+	// Clock is the node's wall clock (offsets in tests).
+	Clock func() time.Time
+	// Listener, when set, is used instead of listening on ListenAddr.
+	Listener net.Listener
+	// DialOptions are used for node-to-node gRPC calls (with TLS, they
+	// must carry this node's certificate).
+	DialOptions []grpc.DialOption
+	// TLS, when set, makes the shared listener TLS-only; PeerTLS then
+	// secures the Raft connections this node dials. Both or neither.
+	TLS, PeerTLS *tls.Config
+	// GossipKeys encrypt and authenticate gossip (16, 24 or 32 bytes each);
+	// the first encrypts, all are tried on receipt (key rotation). Empty:
+	// gossip is plain.
+	GossipKeys [][]byte
+	// ClusterName labels gossip packets so that two clusters sharing a
+	// network never merge. Default "taskstore".
+	ClusterName string
+	// Registry receives the node's metrics; nil records none.
+	Registry *prometheus.Registry
+}
+
+// Node is one taskstored process: the meta group, the shards it replicates,
+// gossip, and the shared listener. It is safe for concurrent use.
+type Node struct {
+	cfg  Config
+	log  *slog.Logger
+	mux  *Mux
+	addr string
+
+	metrics   *nodeMetrics
+	meta      *metaFSM
+	metaGroup *group
+	metaReady atomic.Bool
+	gossip    *gossip
+	peers     *connPool
+
+	mu     sync.RWMutex // guards shards, unplacedSince and closed
+	shards map[uint32]*Shard
+	// unplacedSince: when the map stopped placing a local replica here.
+	unplacedSince map[uint32]time.Time
+	closed        bool
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+// Start opens the data directory, starts the groups and gossip, and begins
+// serving Raft traffic. Serve gRPC on GRPCListener.
+func Start(cfg Config) (*Node, error) {
+	if cfg.ID == "" || cfg.DataDir == "" {
+		return nil, errors.New("node id and data directory are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	if cfg.Tuning == (Tuning{}) {
+		cfg.Tuning = DefaultTuning()
+	}
+	if cfg.Shards <= 0 {
+		cfg.Shards = 8
+	}
+	if cfg.Replicas <= 0 {
+		cfg.Replicas = 3
+	}
+	if (cfg.TLS == nil) != (cfg.PeerTLS == nil) {
+		return nil, errors.New("cluster: TLS and PeerTLS go together")
+	}
+	if len(cfg.DialOptions) == 0 {
+		creds := insecure.NewCredentials()
+		if cfg.PeerTLS != nil {
+			// Node-to-node calls (forwarded admin calls, status fan-out)
+			// present this node's certificate and want a node's back.
+			creds = credentials.NewTLS(cfg.PeerTLS)
+		}
+		cfg.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(creds),
+			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 5 * time.Second, Timeout: 3 * time.Second, PermitWithoutStream: true})}
+	}
+	if cfg.ClusterName == "" {
+		cfg.ClusterName = "taskstore"
+	}
+	log := cfg.Logger.With("component", "node", "node", cfg.ID)
+	if err := claimDataDir(cfg.DataDir, cfg.ID); err != nil {
+		return nil, err
+	}
+	l := cfg.Listener
+	if l == nil {
+		var err error
+		if l, err = net.Listen("tcp", cfg.ListenAddr); err != nil {
+			return nil, fmt.Errorf("listen on %s: %w", cfg.ListenAddr, err)
+		}
+	}
+	addr, err := advertiseAddr(cfg, l.Addr())
+	if err != nil {
+		l.Close()
+		return nil, err
+	}
+	n := &Node{
+		cfg:    cfg,
+		log:    log,
+		addr:   addr,
+		meta:   newMetaFSM(),
+		shards: make(map[uint32]*Shard),
+		stop:   make(chan struct{}),
+		peers:  newConnPool(cfg.DialOptions),
+	}
+	var reg prometheus.Registerer
+	if cfg.Registry != nil {
+		reg = cfg.Registry
+	}
+	n.metrics = newNodeMetrics(reg, n)
+	n.mux = NewMux(l, cfg.Dialer, log, cfg.TLS, cfg.PeerTLS)
+	go n.mux.Serve()
+	if err := n.startGroups(); err != nil {
+		n.abort()
+		return nil, err
+	}
+	g, err := startGossip(gossipConfig{ID: cfg.ID, BindAddr: cfg.GossipAddr, Keys: cfg.GossipKeys, Label: "taskstore/" + cfg.ClusterName},
+		gossipMeta{Address: n.addr, HTTPAddress: cfg.HTTPAddr}, log.With("component", "gossip"))
+	if err != nil {
+		n.abort()
+		return nil, err
+	}
+	n.gossip = g
+	n.loop(n.joinGossip)
+	n.loop(n.runMetaLeader)
+	n.loop(n.reconcileShards)
+	n.loop(n.balanceLeaders)
+	n.loop(n.runController)
+	n.loop(n.reconcileConfigs)
+	log.Info("node started", "addr", n.addr, "gossip", cfg.GossipAddr, "data", cfg.DataDir)
+	return n, nil
+}
+
+// advertiseAddr picks the address peers and clients reach this node at.
+func advertiseAddr(cfg Config, bound net.Addr) (string, error) {
+	if cfg.AdvertiseAddr != "" {
+		return cfg.AdvertiseAddr, nil
+	}
+	for _, p := range cfg.InitialCluster {
+		if p.ID == cfg.ID {
+			return p.Address, nil
+		}
+	}
+	if tcp, ok := bound.(*net.TCPAddr); ok && tcp.IP.IsUnspecified() {
+		return "", fmt.Errorf("--listen %s binds every interface: give --advertise HOST:PORT, the address other nodes and clients reach this node at", cfg.ListenAddr)
+	}
+	return bound.String(), nil
+}
+
+// claimDataDir records the node id in the data directory and refuses a
+// directory that belongs to another node.
+func claimDataDir(dir, id string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	path := filepath.Join(dir, "node.json")
+	var rec struct {
+		ID string `json:"id"`
+	}
+	if data, err := os.ReadFile(path); err == nil {
+		if err := json.Unmarshal(data, &rec); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		if rec.ID != id {
+			return fmt.Errorf("data directory %s belongs to node %q, not %q", dir, rec.ID, id)
+		}
+		return nil
+	}
+	rec.ID = id
+	data, _ := json.Marshal(rec)
+	return os.WriteFile(path, data, 0o644)
+}
+
+// ClusterID is derived from the bootstrap parameters, so every initial node
+// computes the same one.
+func ClusterID(peers []Peer, shards, rf int) string {
+	h := fnv.New64a()
+	for _, p := range peers {
+		fmt.Fprintf(h, "%s=%s,", p.ID, p.Address)
+	}
+	fmt.Fprintf(h, "%d/%d", shards, rf)
+	return strconv.FormatUint(h.Sum64(), 16)
+}
+
+func (n *Node) initialMap() *metapb.ClusterMap {
+	if len(n.cfg.InitialCluster) == 0 {
+		return nil
+	}
+	return InitialMap(ClusterID(n.cfg.InitialCluster, n.cfg.Shards, n.cfg.Replicas), n.cfg.InitialCluster, n.cfg.Shards, n.cfg.Replicas)
+}
+
+// startGroups opens the meta group and every shard this node has on disk, and
+// bootstraps a new cluster from InitialCluster.
+func (n *Node) startGroups() error {
+	var err error
+	if n.metaGroup, err = openGroup(MetaGroupID, n.cfg.DataDir, n.cfg.ID, n.meta, n.mux, n.cfg.Tuning, n.log.With("group", "meta")); err != nil {
+		return err
+	}
+	n.wg.Add(1)
+	go n.watchMetaLeadership()
+	init := n.initialMap()
+	if init != nil {
+		self := findNode(init, n.cfg.ID)
+		if self == nil {
+			return fmt.Errorf("node %q is not in --initial-cluster", n.cfg.ID)
+		}
+		var servers []raft.Server
+		for _, p := range init.Nodes {
+			servers = append(servers, raft.Server{ID: raft.ServerID(p.Id), Address: raft.ServerAddress(p.Address)})
+		}
+		if err := n.metaGroup.bootstrap(servers); err != nil {
+			return fmt.Errorf("bootstrap meta group: %w", err)
+		}
+		for _, s := range init.Shards {
+			if !slices.Contains(s.Replicas, n.cfg.ID) {
+				continue
+			}
+			var servers []raft.Server
+			for _, r := range s.Replicas {
+				servers = append(servers, raft.Server{ID: raft.ServerID(r), Address: raft.ServerAddress(findNode(init, r).Address)})
+			}
+			sh, err := n.openShard(s.Id)
+			if err != nil {
+				return err
+			}
+			if err := sh.g.bootstrap(servers); err != nil {
+				return fmt.Errorf("bootstrap shard %d: %w", s.Id, err)
+			}
+		}
+	}
+	// Shards on disk from an earlier run (or added later).
+	entries, _ := os.ReadDir(filepath.Join(n.cfg.DataDir, "shards"))
+	for _, e := range entries {
+		id, err := strconv.ParseUint(e.Name(), 10, 32)
+		if err != nil || !e.IsDir() {
+			continue
+		}
+		if _, err := n.openShard(uint32(id)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// openShard starts the local replica of a shard unless it runs already.
+func (n *Node) openShard(id uint32) (*Shard, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return nil, ErrShutdown
+	}
+	if s := n.shards[id]; s != nil {
+		return s, nil
+	}
+	s := newShard(id, n.cfg.Clock, n.cfg.Tuning, n.log)
+	s.leaderHint = n.leaderHint
+	label := shardLabel(id)
+	s.applySeconds = n.metrics.applySeconds.WithLabelValues(label)
+	s.leaderChanges = n.metrics.leaderChanges.WithLabelValues(label)
+	snapshotSeconds := n.metrics.snapshotSeconds.WithLabelValues(label)
+	timed := timedFSM{Machine: s.machine, observe: func(d time.Duration) { snapshotSeconds.Observe(d.Seconds()) }}
+	g, err := openGroup(id, n.cfg.DataDir, n.cfg.ID, timed, n.mux, n.cfg.Tuning, n.log.With("shard", id))
+	if err != nil {
+		return nil, err
+	}
+	s.start(g)
+	n.shards[id] = s
+	return s, nil
+}
+
+func (n *Node) abort() {
+	n.mu.Lock()
+	n.closed = true
+	shards := n.shards
+	n.mu.Unlock()
+	close(n.stop)
+	for _, s := range shards {
+		s.close()
+	}
+	if n.metaGroup != nil {
+		n.metaGroup.shutdown()
+	}
+	if n.gossip != nil {
+		n.gossip.leave(false)
+	}
+	n.mux.Close()
+	n.wg.Wait()
+	n.peers.close()
+}
+
+// loop runs f in the background until the node stops.
+func (n *Node) loop(f func()) {
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		f()
+	}()
+}
+
+// sleep waits d or until the node stops; it reports whether to go on.
+func (n *Node) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-n.stop:
+		return false
+	}
+}
+
+// ID is the node id.
+func (n *Node) ID() string { return n.cfg.ID }
+
+// Addr is the address the node serves gRPC and Raft on.
+func (n *Node) Addr() string { return n.addr }
+
+// GRPCListener is where the gRPC server must Serve.
+func (n *Node) GRPCListener() net.Listener { return n.mux.GRPCListener() }
+
+// Map returns the current cluster map.
+func (n *Node) Map() *metapb.ClusterMap { return n.meta.Map() }
+
+// Shard returns the local replica of a shard, if this node hosts one.
+func (n *Node) Shard(id uint32) *Shard {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	return n.shards[id]
+}
+
+// LocalShards returns the shards this node hosts, by id.
+func (n *Node) LocalShards() []*Shard {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	out := make([]*Shard, 0, len(n.shards))
+	for _, s := range n.shards {
+		out = append(out, s)
+	}
+	slices.SortFunc(out, func(a, b *Shard) int { return int(a.id) - int(b.id) })
+	return out
+}
+
+// ShardFor returns the local replica of the shard that owns a consistency
+// group. When this node hosts no replica of it, the error is a
+// *NotLeaderError whose address is one of the shard's replicas.
+func (n *Node) ShardFor(group string) (*Shard, error) {
+	cm := n.meta.Map()
+	id := shardOf(cm, group)
+	if id == 0 {
+		return nil, ErrNotReady
+	}
+	return n.ShardByID(id)
+}
+
+// ShardByID is ShardFor by shard id.
+func (n *Node) ShardByID(id uint32) (*Shard, error) {
+	if s := n.Shard(id); s != nil {
+		return s, nil
+	}
+	cm := n.meta.Map()
+	if len(cm.Shards) == 0 {
+		return nil, ErrNotReady
+	}
+	sh := findShard(cm, id)
+	if sh == nil {
+		return nil, fmt.Errorf("%w: %d", ErrUnknownShard, id)
+	}
+	// Not hosted here: point at a replica, which knows the leader.
+	e := &NotLeaderError{Shard: id}
+	for _, r := range sh.Replicas {
+		if node := findNode(cm, r); node != nil {
+			e.LeaderAddress = node.Address
+			break
+		}
+	}
+	return nil, e
+}
+
+func (n *Node) leaderHint(shard uint32, id raft.ServerID, addr raft.ServerAddress) *NotLeaderError {
+	return &NotLeaderError{Shard: shard, LeaderID: string(id), LeaderAddress: string(addr)}
+}
+
+// Close hands off leaderships, leaves gossip and stops every group. In-flight
+// proposals end with ErrUnknownOutcome or complete.
+func (n *Node) Close(ctx context.Context) error {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return nil
+	}
+	n.closed = true
+	shards := make([]*Shard, 0, len(n.shards))
+	for _, s := range n.shards {
+		shards = append(shards, s)
+	}
+	n.mu.Unlock()
+	n.HandOff(ctx)
+	close(n.stop)
+
+	n.gossip.leave(ctx.Err() == nil)
+	var errs []error
+	for _, s := range shards {
+		errs = append(errs, s.close())
+	}
+	errs = append(errs, n.metaGroup.shutdown())
+	n.mux.Close()
+	n.wg.Wait()
+	n.peers.close()
+	n.log.Info("node stopped")
+	return errors.Join(errs...)
+}
+
+// HandOff transfers every leadership this node holds to another replica, so
+// that a stop does not wait for an election timeout.
+func (n *Node) HandOff(ctx context.Context) {
+	var wg sync.WaitGroup
+	transfer := func(r *raft.Raft, what string) {
+		defer wg.Done()
+		if r.State() != raft.Leader {
+			return
+		}
+		if err := waitFuture(ctx, r.LeadershipTransfer()); err != nil {
+			n.log.Warn("leadership hand-off failed", "group", what, "err", err)
+		}
+	}
+	for _, s := range n.LocalShards() {
+		wg.Add(1)
+		go transfer(s.g.raft, strconv.Itoa(int(s.id)))
+	}
+	wg.Add(1)
+	go transfer(n.metaGroup.raft, "meta")
+	wg.Wait()
+}
+
+// waitFuture waits for a raft future or the context.
+func waitFuture(ctx context.Context, f raft.Future) error {
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// watchMetaLeadership marks the meta group ready after its barrier.
+func (n *Node) watchMetaLeadership() {
+	defer n.wg.Done()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case leader := <-n.metaGroup.raft.LeaderCh():
+			n.metaReady.Store(false)
+			if leader && n.metaGroup.raft.Barrier(n.cfg.Tuning.ApplyTimeout).Error() == nil {
+				n.metaReady.Store(true)
+			}
+		}
+	}
+}
+
+// proposeMeta commits a meta command; only on the meta leader.
+func (n *Node) proposeMeta(ctx context.Context, cmd *metapb.Command) error {
+	if !n.metaReady.Load() {
+		return ErrNotLeader
+	}
+	data, err := proto.Marshal(cmd)
+	if err != nil {
+		return err
+	}
+	return waitFuture(ctx, n.metaGroup.raft.Apply(data, n.cfg.Tuning.ApplyTimeout))
+}
+
+// runMetaLeader does the meta leader's chores: write the initial map, and
+// record the addresses nodes gossip.
+func (n *Node) runMetaLeader() {
+	for n.sleep(500 * time.Millisecond) {
+		if !n.metaReady.Load() {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.Tuning.ApplyTimeout)
+		cm := n.meta.Map()
+		if cm.ClusterId == "" {
+			if init := n.initialMap(); init != nil {
+				if err := n.proposeMeta(ctx, &metapb.Command{Op: metapb.Op_OP_INIT, Init: init}); err != nil {
+					n.log.Warn("write initial cluster map", "err", err)
+				} else {
+					n.log.Info("cluster map initialised", "cluster", init.ClusterId, "shards", len(init.Shards), "replicas", init.ReplicationFactor)
+				}
+			}
+		} else {
+			for _, m := range n.gossip.snapshot() {
+				have := findNode(cm, m.ID)
+				if have == nil || m.Health != HealthAlive {
+					continue
+				}
+				if have.GossipAddress != m.GossipAddress || have.HttpAddress != m.Meta.HTTPAddress || (m.Meta.Address != "" && have.Address != m.Meta.Address) {
+					up := &metapb.Node{Id: m.ID, Address: m.Meta.Address, GossipAddress: m.GossipAddress, HttpAddress: m.Meta.HTTPAddress}
+					if err := n.proposeMeta(ctx, &metapb.Command{Op: metapb.Op_OP_UPDATE_NODE, Node: up}); err != nil {
+						n.log.Warn("record node addresses", "peer", m.ID, "err", err)
+					}
+				}
+			}
+		}
+		cancel()
+	}
+}
+
+// reconcileShards starts local replicas the map assigns to this node and
+// warns when the map disagrees with this node's bootstrap flags.
+func (n *Node) reconcileShards() {
+	warned := false
+	for {
+		changed := n.meta.Changed()
+		cm := n.meta.Map()
+		if init := n.initialMap(); init != nil && cm.ClusterId != "" && cm.ClusterId != init.ClusterId && !warned {
+			n.log.Error("cluster map was bootstrapped with other --initial-cluster/--shards/--replicas flags than this node's; the map wins",
+				"map_cluster", cm.ClusterId, "flags_cluster", init.ClusterId)
+			warned = true
+		}
+		for _, s := range cm.Shards {
+			if slices.Contains(s.Replicas, n.cfg.ID) && n.Shard(s.Id) == nil {
+				if _, err := n.openShard(s.Id); err != nil && !errors.Is(err, ErrShutdown) {
+					n.log.Error("start shard replica", "shard", s.Id, "err", err)
+				}
+			}
+		}
+		select {
+		case <-changed:
+		case <-n.stop:
+			return
+		}
+	}
+}
+
+// joinGossip finds the other nodes: --join addresses, the map's gossip
+// addresses, and the initial peers' gossip addresses asked over gRPC. It keeps
+// rejoining map members gossip has lost (memberlist does not reconnect to
+// nodes it declared dead after a partition heals).
+func (n *Node) joinGossip() {
+	delay := 500 * time.Millisecond
+	for n.sleep(delay) {
+		known := n.gossip.snapshot()
+		var addrs []string
+		addrs = append(addrs, n.cfg.Join...)
+		cm := n.meta.Map()
+		for _, node := range cm.Nodes {
+			if node.Id == n.cfg.ID || node.GossipAddress == "" || node.State == NodeRemoved {
+				continue
+			}
+			if m, ok := known[node.Id]; !ok || m.Health == HealthDead {
+				addrs = append(addrs, node.GossipAddress)
+			}
+		}
+		if len(known) <= 1 {
+			for _, p := range n.cfg.InitialCluster {
+				if p.ID == n.cfg.ID {
+					continue
+				}
+				if a := n.askGossipAddress(p); a != "" {
+					addrs = append(addrs, a)
+				}
+			}
+		}
+		if len(addrs) == 0 {
+			delay = 5 * time.Second
+			continue
+		}
+		if joined, err := n.gossip.join(slices.Compact(addrs)); err != nil && joined == 0 {
+			n.log.Debug("gossip join", "err", err)
+			delay = time.Second
+			continue
+		}
+		delay = 5 * time.Second
+	}
+}
+
+func (n *Node) askGossipAddress(p Peer) string {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	conn, err := n.peers.get(p.Address)
+	if err != nil {
+		return ""
+	}
+	st, err := taskstorepb.NewAdminClient(conn).Status(ctx, &taskstorepb.StatusRequest{LocalOnly: true})
+	if err != nil {
+		return ""
+	}
+	for _, node := range st.Nodes {
+		if node.Id == p.ID {
+			return node.GossipAddress
+		}
+	}
+	return ""
+}
+
+// balanceLeaders hands each shard's leadership to its preferred replica (the
+// first alive voter in the map's replica list). The map spreads first
+// replicas evenly, so leaders spread within one of each other after
+// bootstrap and after a node returns.
+func (n *Node) balanceLeaders() {
+	backoff := make(map[uint32]time.Time)
+	interval := max(2*n.cfg.Tuning.ElectionTimeout, 2*time.Second)
+	for n.sleep(interval) {
+		cm := n.meta.Map()
+		health := n.gossip.snapshot()
+		for _, s := range n.LocalShards() {
+			if !s.IsLeader() || time.Now().Before(backoff[s.id]) {
+				continue
+			}
+			sh := findShard(cm, s.id)
+			if sh == nil {
+				continue
+			}
+			pref := n.preferredLeader(s, sh, health)
+			if pref == nil || string(pref.ID) == n.cfg.ID {
+				continue
+			}
+			n.log.Info("handing shard leadership to preferred replica", "shard", s.id, "to", pref.ID)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*n.cfg.Tuning.ElectionTimeout+time.Second)
+			err := waitFuture(ctx, s.g.raft.LeadershipTransferToServer(pref.ID, pref.Address))
+			cancel()
+			if err != nil {
+				n.log.Warn("leadership transfer failed", "shard", s.id, "to", pref.ID, "err", err)
+				backoff[s.id] = time.Now().Add(30 * time.Second)
+			}
+		}
+	}
+}
+
+func (n *Node) preferredLeader(s *Shard, sh *metapb.Shard, health map[string]gossipMember) *raft.Server {
+	f := s.g.raft.GetConfiguration()
+	if f.Error() != nil {
+		return nil
+	}
+	for _, id := range sh.Replicas {
+		if id != n.cfg.ID && health[id].Health != HealthAlive {
+			continue
+		}
+		for _, srv := range f.Configuration().Servers {
+			if string(srv.ID) == id && srv.Suffrage == raft.Voter {
+				return &srv
+			}
+		}
+	}
+	return nil
+}
+
+// connPool keeps one client connection per peer address.
+type connPool struct {
+	opts  []grpc.DialOption
+	mu    sync.Mutex // guards conns
+	conns map[string]*grpc.ClientConn
+}
+
+func newConnPool(opts []grpc.DialOption) *connPool {
+	return &connPool{opts: opts, conns: make(map[string]*grpc.ClientConn)}
+}
+
+func (p *connPool) get(addr string) (*grpc.ClientConn, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c := p.conns[addr]; c != nil {
+		return c, nil
+	}
+	c, err := grpc.NewClient(addr, p.opts...)
+	if err != nil {
+		return nil, err
+	}
+	p.conns[addr] = c
+	return c, nil
+}
+
+func (p *connPool) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = map[string]*grpc.ClientConn{}
+}

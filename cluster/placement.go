@@ -1,0 +1,500 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/e1158ecb/taskstore/cluster/metapb"
+	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
+)
+
+// Placement works in two levels, both level-triggered so that a crash at
+// any point resumes where it stopped:
+//
+//   - The controller on the meta leader decides each shard's replica set and
+//     records it in the map (the intent): replace replicas on draining or
+//     removed nodes, fill up to the replication factor, and move one replica
+//     at a time from the most to the least loaded member.
+//   - Each shard's leader drives its Raft configuration towards the map's
+//     replica set, one configuration change at a time with the previous
+//     configuration index: remove dead voters first, add new replicas as
+//     non-voters, promote them once they have caught up, and only then
+//     remove the surplus (handing leadership off first if it is itself).
+
+// catchUpLag is how far (in log entries) a non-voter may trail the leader's
+// commit index to be promoted.
+const catchUpLag = 256
+
+// AddNode makes a node a member of the map and a voter of the meta group.
+// Only the meta leader does it; others answer ErrNotLeader (a
+// *NotLeaderError for shard 0).
+func (n *Node) AddNode(ctx context.Context, id, addr string) (*metapb.Node, error) {
+	if id == "" {
+		return nil, fmt.Errorf("%w: node id is required", ErrInvalidRequest)
+	}
+	if !n.metaReady.Load() {
+		return nil, n.metaNotLeader()
+	}
+	cm := n.meta.Map()
+	if have := findNode(cm, id); have != nil && have.State == NodeMember {
+		return have, nil // already a member: adding again is a no-op
+	} else if have != nil && have.State != NodeRemoved {
+		return nil, fmt.Errorf("%w: node %s is %s", ErrInvalidRequest, id, have.State)
+	}
+	g, ok := n.gossip.snapshot()[id]
+	if addr == "" {
+		if !ok || g.Meta.Address == "" {
+			return nil, fmt.Errorf("%w: node %s is not gossiping: start it with --join, or give its address", ErrInvalidRequest, id)
+		}
+		addr = g.Meta.Address
+	}
+	node := &metapb.Node{Id: id, Address: addr, GossipAddress: g.GossipAddress, HttpAddress: g.Meta.HTTPAddress, State: NodeMember}
+	// Meta membership first: the new node must receive the map to learn
+	// which replicas it hosts.
+	if err := n.changeConfig(ctx, n.metaGroup.raft, func(prev uint64) raft.IndexFuture {
+		return n.metaGroup.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), prev, 0)
+	}); err != nil {
+		return nil, fmt.Errorf("add %s to the meta group: %w", id, err)
+	}
+	if err := n.proposeMeta(ctx, &metapb.Command{Op: metapb.Op_OP_UPDATE_NODE, Node: node}); err != nil {
+		return nil, err
+	}
+	if err := n.proposeMeta(ctx, &metapb.Command{Op: metapb.Op_OP_SET_NODE_STATE, Node: &metapb.Node{Id: id, State: NodeMember}}); err != nil {
+		return nil, err
+	}
+	n.log.Info("node added", "peer", id, "addr", addr)
+	return findNode(n.meta.Map(), id), nil
+}
+
+// RemoveNode marks a node draining; the controller moves its replicas away
+// and then removes it from the meta group. Without force it refuses to
+// leave fewer members than the replication factor.
+func (n *Node) RemoveNode(ctx context.Context, id string, force bool) (*metapb.Node, error) {
+	if !n.metaReady.Load() {
+		return nil, n.metaNotLeader()
+	}
+	cm := n.meta.Map()
+	node := findNode(cm, id)
+	if node == nil || node.State == NodeRemoved {
+		return nil, &NotFoundError{What: "node", Name: id}
+	}
+	members := 0
+	for _, m := range cm.Nodes {
+		if m.State == NodeMember && m.Id != id {
+			members++
+		}
+	}
+	if members < int(cm.ReplicationFactor) && !force {
+		return nil, fmt.Errorf("%w: removing %s would leave %d member(s) for a replication factor of %d; add a node first, or use --force for a node that is dead for good",
+			ErrRefused, id, members, cm.ReplicationFactor)
+	}
+	if members == 0 {
+		return nil, fmt.Errorf("%w: %s is the last member", ErrRefused, id)
+	}
+	if force {
+		// A node dead for good: take it out of the meta group now and let
+		// the controller replace its replicas (shard leaders remove dead
+		// voters before adding replacements).
+		if err := n.changeConfig(ctx, n.metaGroup.raft, func(prev uint64) raft.IndexFuture {
+			return n.metaGroup.raft.RemoveServer(raft.ServerID(id), prev, 0)
+		}); err != nil {
+			return nil, fmt.Errorf("remove %s from the meta group: %w", id, err)
+		}
+		if err := n.proposeMeta(ctx, &metapb.Command{Op: metapb.Op_OP_SET_NODE_STATE, Node: &metapb.Node{Id: id, State: NodeRemoved}}); err != nil {
+			return nil, err
+		}
+		n.log.Warn("node removed by force", "peer", id)
+		return findNode(n.meta.Map(), id), nil
+	}
+	if err := n.proposeMeta(ctx, &metapb.Command{Op: metapb.Op_OP_SET_NODE_STATE, Node: &metapb.Node{Id: id, State: NodeDraining}}); err != nil {
+		return nil, err
+	}
+	n.log.Info("node draining", "peer", id, "force", force)
+	return findNode(n.meta.Map(), id), nil
+}
+
+func (n *Node) metaNotLeader() error {
+	addr, id := n.metaGroup.raft.LeaderWithID()
+	return &NotLeaderError{Shard: MetaGroupID, LeaderID: string(id), LeaderAddress: string(addr)}
+}
+
+// changeConfig runs one configuration change with the previous
+// configuration's index, so two concurrent changes cannot both apply.
+func (n *Node) changeConfig(ctx context.Context, r *raft.Raft, change func(prev uint64) raft.IndexFuture) error {
+	f := r.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return err
+	}
+	return waitFuture(ctx, change(f.Index()))
+}
+
+// runController is the meta leader's placement loop.
+func (n *Node) runController() {
+	for n.sleep(max(n.cfg.Tuning.HeartbeatTimeout, time.Second)) {
+		if !n.metaReady.Load() {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.Tuning.ApplyTimeout)
+		if err := n.placeOnce(ctx); err != nil && !errors.Is(err, ErrNotLeader) {
+			n.log.Warn("placement", "err", err)
+		}
+		cancel()
+	}
+}
+
+// placeOnce makes at most one change to the map.
+func (n *Node) placeOnce(ctx context.Context) error {
+	cm := n.meta.Map()
+	if cm.ClusterId == "" {
+		return nil
+	}
+	plan := planPlacement(cm)
+	if plan != nil {
+		n.log.Info("placement change", "shard", plan.Id, "replicas", plan.Replicas)
+		return n.proposeMeta(ctx, &metapb.Command{Op: metapb.Op_OP_SET_REPLICAS, Shard: plan})
+	}
+	// Retire drained nodes: no replica left in the map or in any shard's
+	// configuration as far as the map says; then leave the meta group.
+	for _, node := range cm.Nodes {
+		if node.State != NodeDraining || hostsAny(cm, node.Id) {
+			continue
+		}
+		if node.Id == n.cfg.ID {
+			// The meta leader drains itself: hand the meta group off first.
+			return waitFuture(ctx, n.metaGroup.raft.LeadershipTransfer())
+		}
+		if err := n.changeConfig(ctx, n.metaGroup.raft, func(prev uint64) raft.IndexFuture {
+			return n.metaGroup.raft.RemoveServer(raft.ServerID(node.Id), prev, 0)
+		}); err != nil {
+			return err
+		}
+		n.log.Info("node removed", "peer", node.Id)
+		return n.proposeMeta(ctx, &metapb.Command{Op: metapb.Op_OP_SET_NODE_STATE, Node: &metapb.Node{Id: node.Id, State: NodeRemoved}})
+	}
+	return nil
+}
+
+func hostsAny(cm *metapb.ClusterMap, id string) bool {
+	for _, s := range cm.Shards {
+		if slices.Contains(s.Replicas, id) {
+			return true
+		}
+	}
+	return false
+}
+
+// planPlacement returns the next replica set to record, or nil when the
+// placement is as it should be. It is deterministic in the map.
+func planPlacement(cm *metapb.ClusterMap) *metapb.Shard {
+	var members []string
+	state := map[string]string{}
+	for _, node := range cm.Nodes {
+		state[node.Id] = node.State
+		if node.State == NodeMember {
+			members = append(members, node.Id)
+		}
+	}
+	slices.Sort(members)
+	if len(members) == 0 {
+		return nil
+	}
+	load := map[string]int{}
+	for _, s := range cm.Shards {
+		for _, r := range s.Replicas {
+			load[r]++
+		}
+	}
+	// least loaded member not already in replicas.
+	pick := func(replicas []string) string {
+		best := ""
+		for _, m := range members {
+			if slices.Contains(replicas, m) {
+				continue
+			}
+			if best == "" || load[m] < load[best] {
+				best = m
+			}
+		}
+		return best
+	}
+	rf := min(int(cm.ReplicationFactor), len(members))
+	shards := slices.Clone(cm.Shards)
+	slices.SortFunc(shards, func(a, b *metapb.Shard) int { return int(a.Id) - int(b.Id) })
+	// 1. Replace replicas on nodes that are leaving.
+	for _, s := range shards {
+		for i, r := range s.Replicas {
+			if state[r] == NodeMember {
+				continue
+			}
+			next := slices.Clone(s.Replicas)
+			if t := pick(s.Replicas); t != "" {
+				next[i] = t // in place: keeps the preferred-leader spread
+			} else if len(s.Replicas) > int(cm.ReplicationFactor) || (state[r] == NodeRemoved && len(s.Replicas) > 1) {
+				// Surplus, or on a node removed for good: drop it.
+				next = slices.Delete(next, i, i+1)
+			} else {
+				continue // draining, nowhere to go: keep it until a node joins
+			}
+			return &metapb.Shard{Id: s.Id, Replicas: next}
+		}
+	}
+	// 2. Fill shards below the replication factor.
+	for _, s := range shards {
+		if len(s.Replicas) < rf {
+			if t := pick(s.Replicas); t != "" {
+				return &metapb.Shard{Id: s.Id, Replicas: append(slices.Clone(s.Replicas), t)}
+			}
+		}
+	}
+	// 3. Balance: move one replica from the most to the least loaded member
+	// when they differ by more than one.
+	most, least := members[0], members[0]
+	for _, m := range members {
+		if load[m] > load[most] {
+			most = m
+		}
+		if load[m] < load[least] {
+			least = m
+		}
+	}
+	if load[most]-load[least] > 1 {
+		for _, s := range shards {
+			i := slices.Index(s.Replicas, most)
+			if i >= 0 && !slices.Contains(s.Replicas, least) {
+				next := slices.Clone(s.Replicas)
+				next[i] = least
+				return &metapb.Shard{Id: s.Id, Replicas: next}
+			}
+		}
+	}
+	// 4. Balance preferred leaders (the first replica of each list, which
+	// the leadership balancer follows): reorder a list, no Raft change.
+	firsts := map[string]int{}
+	for _, s := range shards {
+		if len(s.Replicas) > 0 {
+			firsts[s.Replicas[0]]++
+		}
+	}
+	most, least = members[0], members[0]
+	for _, m := range members {
+		if firsts[m] > firsts[most] {
+			most = m
+		}
+		if firsts[m] < firsts[least] {
+			least = m
+		}
+	}
+	if firsts[most]-firsts[least] <= 1 {
+		return nil
+	}
+	for _, s := range shards {
+		if len(s.Replicas) == 0 || s.Replicas[0] != most {
+			continue
+		}
+		if i := slices.Index(s.Replicas, least); i > 0 {
+			next := slices.Clone(s.Replicas)
+			next[0], next[i] = next[i], next[0]
+			return &metapb.Shard{Id: s.Id, Replicas: next}
+		}
+	}
+	return nil
+}
+
+// reconcileConfigs runs on every node: for each shard it leads, one step of
+// bringing the Raft configuration to the map's replica set.
+func (n *Node) reconcileConfigs() {
+	for n.sleep(max(n.cfg.Tuning.HeartbeatTimeout/2, 500*time.Millisecond)) {
+		cm := n.meta.Map()
+		health := n.gossip.snapshot()
+		for _, s := range n.LocalShards() {
+			if !s.IsLeader() {
+				continue
+			}
+			sh := findShard(cm, s.id)
+			if sh == nil {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), n.cfg.Tuning.ApplyTimeout)
+			if err := n.reconcileShardConfig(ctx, s, cm, sh, health); err != nil {
+				n.log.Warn("shard membership change", "shard", s.id, "err", err)
+			}
+			cancel()
+		}
+		n.retireReplicas(cm)
+	}
+}
+
+func (n *Node) reconcileShardConfig(ctx context.Context, s *Shard, cm *metapb.ClusterMap, sh *metapb.Shard, health map[string]gossipMember) error {
+	r := s.g.raft
+	f := r.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return err
+	}
+	servers := f.Configuration().Servers
+	in := func(id string) *raft.Server {
+		for i := range servers {
+			if string(servers[i].ID) == id {
+				return &servers[i]
+			}
+		}
+		return nil
+	}
+	addrOf := func(id string) raft.ServerAddress {
+		if node := findNode(cm, id); node != nil {
+			return raft.ServerAddress(node.Address)
+		}
+		return ""
+	}
+	change := func(what string, fn func(prev uint64) raft.IndexFuture) error {
+		n.log.Info("shard membership change", "shard", s.id, "change", what)
+		return n.changeConfig(ctx, r, fn)
+	}
+	// 1. A dead voter the map no longer wants goes first (DESIGN §4).
+	for _, srv := range servers {
+		id := string(srv.ID)
+		if !slices.Contains(sh.Replicas, id) && id != n.cfg.ID && health[id].Health == HealthDead {
+			return change("remove dead "+id, func(prev uint64) raft.IndexFuture { return r.RemoveServer(srv.ID, prev, 0) })
+		}
+	}
+	// 2. New replicas join as non-voters.
+	for _, id := range sh.Replicas {
+		if in(id) == nil {
+			addr := addrOf(id)
+			if addr == "" {
+				return fmt.Errorf("replica %s has no address in the map", id)
+			}
+			return change("add non-voter "+id, func(prev uint64) raft.IndexFuture {
+				return r.AddNonvoter(raft.ServerID(id), addr, prev, 0)
+			})
+		}
+	}
+	// 3. Promote non-voters that have caught up.
+	for _, id := range sh.Replicas {
+		if srv := in(id); srv != nil && srv.Suffrage == raft.Nonvoter {
+			if !n.caughtUp(ctx, s, id, string(srv.Address)) {
+				return nil // wait: snapshot install or log catch-up under way
+			}
+			return change("promote "+id, func(prev uint64) raft.IndexFuture {
+				return r.AddVoter(raft.ServerID(id), srv.Address, prev, 0)
+			})
+		}
+	}
+	// 4. Every wanted replica votes: remove the surplus, handing off first
+	// when the surplus is this leader.
+	for _, srv := range servers {
+		id := string(srv.ID)
+		if slices.Contains(sh.Replicas, id) {
+			continue
+		}
+		if id == n.cfg.ID {
+			n.log.Info("handing off leadership of a shard this node leaves", "shard", s.id, "to", sh.Replicas[0])
+			return waitFuture(ctx, r.LeadershipTransferToServer(raft.ServerID(sh.Replicas[0]), addrOf(sh.Replicas[0])))
+		}
+		return change("remove "+id, func(prev uint64) raft.IndexFuture { return r.RemoveServer(srv.ID, prev, 0) })
+	}
+	return nil
+}
+
+// caughtUp asks a replica how far it has applied the shard.
+func (n *Node) caughtUp(ctx context.Context, s *Shard, id, addr string) bool {
+	conn, err := n.peers.get(addr)
+	if err != nil {
+		return false
+	}
+	cctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	st, err := taskstorepb.NewAdminClient(conn).Status(cctx, &taskstorepb.StatusRequest{LocalOnly: true})
+	if err != nil {
+		return false
+	}
+	commit := s.g.raft.CommitIndex()
+	for _, sh := range st.Shards {
+		if sh.Id != s.id {
+			continue
+		}
+		for _, rs := range sh.ReplicaStatus {
+			if rs.Node == id && rs.AppliedIndex+catchUpLag >= commit {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// retireReplicas stops local replicas the map no longer places here, once
+// the map has said so for a while (the shard's leader removes the replica
+// from the Raft configuration only after its replacement votes), and
+// deletes their data.
+func (n *Node) retireReplicas(cm *metapb.ClusterMap) {
+	if cm.ClusterId == "" || findNode(cm, n.cfg.ID) == nil {
+		return // not a member (yet): keep everything
+	}
+	grace := 10 * n.cfg.Tuning.ElectionTimeout
+	n.mu.Lock()
+	if n.unplacedSince == nil {
+		n.unplacedSince = map[uint32]time.Time{}
+	}
+	var retire []*Shard
+	for id, s := range n.shards {
+		sh := findShard(cm, id)
+		if sh != nil && slices.Contains(sh.Replicas, n.cfg.ID) {
+			delete(n.unplacedSince, id)
+			continue
+		}
+		since, ok := n.unplacedSince[id]
+		if !ok {
+			n.unplacedSince[id] = time.Now()
+			continue
+		}
+		if time.Since(since) > grace && !s.IsLeader() {
+			retire = append(retire, s)
+			delete(n.shards, id)
+			delete(n.unplacedSince, id)
+		}
+	}
+	n.mu.Unlock()
+	for _, s := range retire {
+		n.log.Info("retiring shard replica no longer placed here", "shard", s.id)
+		if err := s.close(); err != nil {
+			n.log.Warn("close retired replica", "shard", s.id, "err", err)
+		}
+		if err := os.RemoveAll(s.g.dir); err != nil {
+			n.log.Warn("delete retired replica", "shard", s.id, "err", err)
+		}
+	}
+}
+
+// Leaving reports whether this node is on its way out (draining or removed
+// in its map, or no longer in the meta group's configuration): its own view
+// of the cluster may be stale, so it should not answer for the cluster. It
+// returns a member's address to ask instead, when it knows one.
+func (n *Node) Leaving() (bool, string) {
+	cm := n.meta.Map()
+	self := findNode(cm, n.cfg.ID)
+	leaving := self != nil && self.State != NodeMember
+	if f := n.metaGroup.raft.GetConfiguration(); f.Error() == nil && self != nil {
+		in := false
+		for _, srv := range f.Configuration().Servers {
+			in = in || string(srv.ID) == n.cfg.ID
+		}
+		leaving = leaving || !in
+	}
+	if !leaving {
+		return false, ""
+	}
+	if addr, id := n.metaGroup.raft.LeaderWithID(); addr != "" && string(id) != n.cfg.ID {
+		return true, string(addr)
+	}
+	for _, node := range cm.Nodes {
+		if node.State == NodeMember && node.Id != n.cfg.ID {
+			return true, node.Address
+		}
+	}
+	return true, ""
+}

@@ -1,0 +1,288 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/e1158ecb/taskstore/fsm"
+	"github.com/e1158ecb/taskstore/fsm/fsmpb"
+)
+
+// Shard is one replica of a shard: a Raft group running an fsm.Machine. It is
+// safe for concurrent use.
+type Shard struct {
+	id            uint32
+	g             *group
+	machine       *fsm.Machine
+	clock         func() time.Time
+	tuning        Tuning
+	log           *slog.Logger
+	waiters       waiters
+	applySeconds  prometheus.Observer
+	leaderChanges prometheus.Counter
+	// leaderHint resolves a leader id to its gRPC address through the map.
+	leaderHint func(shard uint32, id raft.ServerID, addr raft.ServerAddress) *NotLeaderError
+
+	// ready is true while this replica leads and has applied everything
+	// committed before its term (Barrier done): linearizable reads may be
+	// served after one VerifyLeader.
+	ready atomic.Bool
+	stop  chan struct{}
+	wg    sync.WaitGroup
+}
+
+func newShard(id uint32, clock func() time.Time, t Tuning, log *slog.Logger) *Shard {
+	s := &Shard{id: id, clock: clock, tuning: t, log: log.With("shard", id), stop: make(chan struct{})}
+	s.waiters.byQueue = make(map[string]map[*waiter]struct{})
+	s.machine = fsm.New(fsm.Options{OnAvailable: s.waiters.notify})
+	return s
+}
+
+// ID is the shard id.
+func (s *Shard) ID() uint32 { return s.id }
+
+// Machine is the shard's state machine, for reads.
+func (s *Shard) Machine() *fsm.Machine { return s.machine }
+
+// Raft is the shard's Raft instance.
+func (s *Shard) Raft() *raft.Raft { return s.g.raft }
+
+func (s *Shard) start(g *group) {
+	s.g = g
+	s.wg.Add(1)
+	go s.watchLeadership()
+}
+
+func (s *Shard) close() error {
+	close(s.stop)
+	err := s.g.shutdown()
+	s.wg.Wait()
+	return err
+}
+
+// watchLeadership marks the shard ready for linearizable reads once a new
+// leader has applied everything committed before its term.
+func (s *Shard) watchLeadership() {
+	defer s.wg.Done()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case leader := <-s.g.raft.LeaderCh():
+			s.ready.Store(false)
+			if !leader {
+				s.log.Info("lost leadership")
+				continue
+			}
+			if err := s.g.raft.Barrier(s.tuning.ApplyTimeout).Error(); err != nil {
+				s.log.Warn("barrier after election failed", "err", err)
+				continue
+			}
+			if s.g.raft.State() == raft.Leader {
+				s.ready.Store(true)
+				s.leaderChanges.Inc()
+				s.log.Info("leading", "term", s.g.raft.CurrentTerm())
+			}
+		}
+	}
+}
+
+// IsLeader reports whether this replica leads and is ready.
+func (s *Shard) IsLeader() bool { return s.ready.Load() && s.g.raft.State() == raft.Leader }
+
+func (s *Shard) notLeader() error {
+	addr, id := s.g.raft.LeaderWithID()
+	return s.leaderHint(s.id, id, addr)
+}
+
+// Now is the time the leader stamps into a command: its clock, but never
+// before the machine's clock, so log time never goes backwards across leader
+// changes.
+func (s *Shard) Now() int64 {
+	now := s.clock().UnixNano()
+	if c := s.machine.Clock(); c > now {
+		return c
+	}
+	return now
+}
+
+// Propose stamps cmd with the leader's time and commits it. On an error the
+// command either was not applied (ErrNotLeader, safe to retry anywhere) or
+// its outcome is unknown (ErrUnknownOutcome: retry with the same request id).
+func (s *Shard) Propose(ctx context.Context, cmd *fsmpb.Command) (*fsmpb.Result, error) {
+	if !s.IsLeader() {
+		return nil, s.notLeader()
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	cmd.Now = s.Now()
+	data, err := fsm.EncodeCommand(cmd)
+	if err != nil {
+		return nil, err
+	}
+	timeout := s.tuning.ApplyTimeout
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < timeout {
+		timeout = max(time.Until(dl), time.Millisecond)
+	}
+	start := time.Now()
+	f := s.g.raft.Apply(data, timeout)
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		// The entry may still commit. A future may never return after
+		// Shutdown (hashicorp/raft#498), hence the select.
+		return nil, fmt.Errorf("shard %d: %w: %v", s.id, ErrUnknownOutcome, ctx.Err())
+	case <-s.stop:
+		return nil, fmt.Errorf("shard %d: %w: %v", s.id, ErrUnknownOutcome, ErrShutdown)
+	}
+	switch {
+	case err == nil:
+	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipTransferInProgress),
+		errors.Is(err, raft.ErrEnqueueTimeout):
+		return nil, s.notLeader()
+	default:
+		// ErrLeadershipLost, ErrRaftShutdown, or anything else after enqueueing.
+		return nil, fmt.Errorf("shard %d: %w: %v", s.id, ErrUnknownOutcome, err)
+	}
+	s.applySeconds.Observe(time.Since(start).Seconds())
+	res, ok := f.Response().(*fsmpb.Result)
+	if !ok {
+		return nil, fmt.Errorf("shard %d: unexpected apply response %T", s.id, f.Response())
+	}
+	return res, nil
+}
+
+// ReadBarrier makes a following read of the machine linearizable: this
+// replica leads, has applied everything committed before its term, and a
+// quorum still follows it. Every acknowledged write was applied before it
+// was acknowledged, so the read sees it.
+func (s *Shard) ReadBarrier(ctx context.Context) error {
+	if !s.IsLeader() {
+		return s.notLeader()
+	}
+	f := s.g.raft.VerifyLeader()
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			return s.notLeader()
+		}
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.stop:
+		return ErrShutdown
+	}
+}
+
+// Claim proposes a claim and, when nothing is available and wait > 0, parks
+// until a commit makes a task available in one of the queues (insert,
+// release, move) or the earliest lease or delay in them runs out, then tries
+// again, until wait ends (an empty result, not an error).
+func (s *Shard) Claim(ctx context.Context, cmd *fsmpb.Command, wait time.Duration) (*fsmpb.Result, error) {
+	if wait <= 0 {
+		return s.Propose(ctx, cmd) // nothing to wait for: no waiter to register
+	}
+	deadline := s.clock().Add(wait)
+	queues := cmd.Claim.Queues
+	for {
+		// Register before proposing so that a commit between the proposal's
+		// result and the wait is not missed.
+		w := s.waiters.add(queues)
+		res, err := s.Propose(ctx, cmd)
+		if err != nil || res.Failure != nil || len(res.GetClaim().GetTasks()) > 0 {
+			s.waiters.remove(w, queues)
+			return res, err
+		}
+		left := deadline.Sub(s.clock())
+		if left <= 0 {
+			s.waiters.remove(w, queues)
+			return res, nil
+		}
+		sleep := left
+		if at, ok := s.machine.NextAt(queues); ok {
+			sleep = min(sleep, max(time.Duration(at-s.Now()), 5*time.Millisecond))
+		}
+		timer := time.NewTimer(sleep)
+		select {
+		case <-w.ch:
+		case <-timer.C:
+		case <-ctx.Done():
+		case <-s.stop:
+		}
+		timer.Stop()
+		s.waiters.remove(w, queues)
+		if ctx.Err() != nil || s.isStopped() {
+			return res, nil
+		}
+	}
+}
+
+func (s *Shard) isStopped() bool {
+	select {
+	case <-s.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// waiters are the claims parked on a shard's leader, by queue.
+type waiters struct {
+	mu      sync.Mutex // guards byQueue
+	byQueue map[string]map[*waiter]struct{}
+}
+
+type waiter struct{ ch chan struct{} }
+
+func (ws *waiters) add(queues []string) *waiter {
+	w := &waiter{ch: make(chan struct{}, 1)}
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	for _, q := range queues {
+		set := ws.byQueue[q]
+		if set == nil {
+			set = make(map[*waiter]struct{})
+			ws.byQueue[q] = set
+		}
+		set[w] = struct{}{}
+	}
+	return w
+}
+
+func (ws *waiters) remove(w *waiter, queues []string) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	for _, q := range queues {
+		delete(ws.byQueue[q], w)
+		if len(ws.byQueue[q]) == 0 {
+			delete(ws.byQueue, q)
+		}
+	}
+}
+
+// notify runs on the apply goroutine: it must not block.
+func (ws *waiters) notify(queues []string) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	for _, q := range queues {
+		for w := range ws.byQueue[q] {
+			select {
+			case w.ch <- struct{}{}:
+			default:
+			}
+		}
+	}
+}

@@ -1,0 +1,268 @@
+package cluster
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/grpc"
+
+	"github.com/e1158ecb/taskstore/cluster/metapb"
+	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
+)
+
+// Status describes the cluster as this node sees it; unless localOnly it
+// also asks every other member for its local view and merges the replicas'
+// progress, so lag is computed from each replica's own numbers.
+func (n *Node) Status(ctx context.Context, localOnly bool) *taskstorepb.StatusResponse {
+	cm := n.meta.Map()
+	st := n.localStatus(cm)
+	if localOnly {
+		return st
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, node := range cm.Nodes {
+		if node.Id == n.cfg.ID || node.State == NodeRemoved || node.Address == "" {
+			continue
+		}
+		wg.Add(1)
+		go func(addr string) {
+			defer wg.Done()
+			conn, err := n.peers.get(addr)
+			if err != nil {
+				return
+			}
+			cctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			peer, err := taskstorepb.NewAdminClient(conn).Status(cctx, &taskstorepb.StatusRequest{LocalOnly: true})
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			mergeStatus(st, peer)
+			mu.Unlock()
+		}(node.Address)
+	}
+	wg.Wait()
+	computeLag(st.Meta)
+	for _, s := range st.Shards {
+		computeLag(s)
+	}
+	leads := map[string][]uint32{}
+	for _, s := range st.Shards {
+		if s.Leader != "" {
+			leads[s.Leader] = append(leads[s.Leader], s.Id)
+		}
+	}
+	for _, node := range st.Nodes {
+		node.Leads = leads[node.Id]
+	}
+	return st
+}
+
+func (n *Node) localStatus(cm *metapb.ClusterMap) *taskstorepb.StatusResponse {
+	st := &taskstorepb.StatusResponse{Node: n.cfg.ID}
+	health := n.gossip.snapshot()
+	seen := map[string]bool{}
+	for _, node := range cm.Nodes {
+		seen[node.Id] = true
+		ns := &taskstorepb.NodeStatus{Id: node.Id, Address: node.Address, GossipAddress: node.GossipAddress,
+			HttpAddress: node.HttpAddress, State: node.State, Health: HealthUnknown}
+		if m, ok := health[node.Id]; ok {
+			ns.Health = m.Health
+			// The meta leader copies gossip addresses into the map a little
+			// after a node starts gossiping; until then show what gossip says.
+			if ns.GossipAddress == "" {
+				ns.GossipAddress = m.GossipAddress
+			}
+			if ns.HttpAddress == "" {
+				ns.HttpAddress = m.Meta.HTTPAddress
+			}
+		}
+		for _, s := range cm.Shards {
+			if slices.Contains(s.Replicas, node.Id) {
+				ns.Shards = append(ns.Shards, s.Id)
+			}
+		}
+		st.Nodes = append(st.Nodes, ns)
+	}
+	// Nodes that gossip but are not in the map wait for `taskctl node add`.
+	for id, m := range health {
+		if seen[id] {
+			continue
+		}
+		st.Nodes = append(st.Nodes, &taskstorepb.NodeStatus{Id: id, Address: m.Meta.Address, GossipAddress: m.GossipAddress,
+			HttpAddress: m.Meta.HTTPAddress, State: "waiting", Health: m.Health})
+	}
+	if len(cm.Nodes) == 0 {
+		// Before the map exists, at least describe this node (peers ask
+		// for its gossip address while bootstrapping).
+		st.Nodes = append(st.Nodes, &taskstorepb.NodeStatus{Id: n.cfg.ID, Address: n.addr, GossipAddress: n.cfg.GossipAddr,
+			HttpAddress: n.cfg.HTTPAddr, State: "waiting", Health: HealthAlive})
+	}
+	for _, node := range st.Nodes {
+		if node.Id == n.cfg.ID && node.GossipAddress == "" {
+			node.GossipAddress = n.cfg.GossipAddr
+		}
+	}
+	slices.SortFunc(st.Nodes, func(a, b *taskstorepb.NodeStatus) int { return cmp.Compare(a.Id, b.Id) })
+
+	st.Meta = groupStatus(MetaGroupID, n.metaGroup.raft, n.cfg.ID, nil)
+	for _, s := range cm.Shards {
+		var ss *taskstorepb.ShardStatus
+		if local := n.Shard(s.Id); local != nil {
+			ss = groupStatus(s.Id, local.g.raft, n.cfg.ID, local)
+		} else {
+			ss = &taskstorepb.ShardStatus{Id: s.Id}
+		}
+		ss.Replicas = slices.Clone(s.Replicas)
+		st.Shards = append(st.Shards, ss)
+	}
+	slotCount := map[uint32]uint32{}
+	for _, sh := range cm.Slots {
+		slotCount[sh]++
+	}
+	for _, ss := range st.Shards {
+		ss.Slots = slotCount[ss.Id]
+	}
+	return st
+}
+
+// groupStatus reads one local Raft group's state.
+func groupStatus(id uint32, r *raft.Raft, self string, s *Shard) *taskstorepb.ShardStatus {
+	stats := r.Stats()
+	num := func(k string) uint64 { v, _ := strconv.ParseUint(stats[k], 10, 64); return v }
+	_, leader := r.LeaderWithID()
+	ss := &taskstorepb.ShardStatus{Id: id, Leader: string(leader), Term: num("term")}
+	role := "follower"
+	switch r.State() {
+	case raft.Leader:
+		role = "leader"
+	case raft.Candidate:
+		role = "candidate"
+	case raft.Shutdown:
+		role = "shutdown"
+	}
+	if f := r.GetConfiguration(); f.Error() == nil {
+		for _, srv := range f.Configuration().Servers {
+			if string(srv.ID) == self && srv.Suffrage == raft.Nonvoter {
+				role = "nonvoter"
+			}
+			if id == MetaGroupID {
+				ss.Replicas = append(ss.Replicas, string(srv.ID))
+			}
+		}
+	}
+	ss.ReplicaStatus = append(ss.ReplicaStatus, &taskstorepb.ReplicaStatus{
+		Node: self, Role: role, CommitIndex: num("commit_index"), AppliedIndex: num("applied_index"), LastIndex: num("last_log_index"),
+	})
+	return ss
+}
+
+// mergeStatus folds a peer's local view into st.
+func mergeStatus(st, peer *taskstorepb.StatusResponse) {
+	byID := map[uint32]*taskstorepb.ShardStatus{}
+	for _, s := range st.Shards {
+		byID[s.Id] = s
+	}
+	mergeShard := func(dst, src *taskstorepb.ShardStatus) {
+		if dst == nil || src == nil {
+			return
+		}
+		if src.Term > dst.Term || dst.Leader == "" {
+			if src.Leader != "" {
+				dst.Leader = src.Leader
+			}
+			dst.Term = max(dst.Term, src.Term)
+		}
+		dst.ReplicaStatus = append(dst.ReplicaStatus, src.ReplicaStatus...)
+	}
+	mergeShard(st.Meta, peer.Meta)
+	for _, s := range peer.Shards {
+		if len(s.ReplicaStatus) > 0 {
+			mergeShard(byID[s.Id], s)
+		}
+	}
+}
+
+// computeLag sets each replica's lag behind the most advanced replica.
+func computeLag(s *taskstorepb.ShardStatus) {
+	if s == nil {
+		return
+	}
+	var top uint64
+	for _, r := range s.ReplicaStatus {
+		top = max(top, r.AppliedIndex)
+	}
+	for _, r := range s.ReplicaStatus {
+		r.Lag = top - r.AppliedIndex
+	}
+	slices.SortFunc(s.ReplicaStatus, func(a, b *taskstorepb.ReplicaStatus) int { return cmp.Compare(a.Node, b.Node) })
+}
+
+// Routing is the table clients and proxies route by.
+func (n *Node) Routing() *taskstorepb.RoutingResponse {
+	cm := n.meta.Map()
+	rt := &taskstorepb.RoutingResponse{Slots: slices.Clone(cm.Slots), Epoch: cm.Epoch}
+	for _, s := range cm.Shards {
+		sr := &taskstorepb.ShardRoute{Id: s.Id}
+		for _, r := range s.Replicas {
+			addr := ""
+			if node := findNode(cm, r); node != nil {
+				addr = node.Address
+			}
+			sr.Replicas = append(sr.Replicas, &taskstorepb.Replica{Id: r, Address: addr})
+		}
+		if local := n.Shard(s.Id); local != nil {
+			addr, id := local.g.raft.LeaderWithID()
+			sr.LeaderId, sr.LeaderAddress = string(id), string(addr)
+		}
+		rt.Shards = append(rt.Shards, sr)
+	}
+	return rt
+}
+
+// TransferLeader moves a shard's leadership; this node must lead it.
+func (n *Node) TransferLeader(ctx context.Context, shard uint32, to string) (string, error) {
+	s, err := n.ShardByID(shard)
+	if err != nil {
+		return "", err
+	}
+	if !s.IsLeader() {
+		return "", s.notLeader()
+	}
+	var f raft.Future
+	if to == "" {
+		f = s.g.raft.LeadershipTransfer()
+	} else {
+		cm := n.meta.Map()
+		node := findNode(cm, to)
+		if node == nil {
+			return "", &NotFoundError{What: "node", Name: to}
+		}
+		f = s.g.raft.LeadershipTransferToServer(raft.ServerID(to), raft.ServerAddress(node.Address))
+	}
+	if err := waitFuture(ctx, f); err != nil {
+		return "", err
+	}
+	_, id := s.g.raft.LeaderWithID()
+	return string(id), nil
+}
+
+// PeerConn returns the node's pooled connection to another node.
+func (n *Node) PeerConn(addr string) (*grpc.ClientConn, error) { return n.peers.get(addr) }
+
+// NodeStatus describes one node of the map as Status does.
+func (n *Node) NodeStatus(id string) *taskstorepb.NodeStatus {
+	for _, ns := range n.localStatus(n.meta.Map()).Nodes {
+		if ns.Id == id {
+			return ns
+		}
+	}
+	return nil
+}

@@ -1,0 +1,65 @@
+package cluster
+
+import (
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// Tuning holds the Raft settings of every group a node hosts.
+type Tuning struct {
+	HeartbeatTimeout   time.Duration
+	ElectionTimeout    time.Duration
+	LeaderLeaseTimeout time.Duration
+	CommitTimeout      time.Duration
+	SnapshotInterval   time.Duration
+	SnapshotThreshold  uint64
+	// TrailingLogs is well above raft's default 10,240 so that a follower can
+	// catch up from the log after a snapshot install under load.
+	TrailingLogs     uint64
+	MaxAppendEntries int
+	// ApplyTimeout bounds how long a proposal may wait to be enqueued.
+	ApplyTimeout time.Duration
+}
+
+// DefaultTuning suits a node hosting a few dozen groups: heartbeats relaxed
+// against raft's LAN defaults because every group pays its own.
+func DefaultTuning() Tuning {
+	return Tuning{
+		HeartbeatTimeout:   1500 * time.Millisecond,
+		ElectionTimeout:    1500 * time.Millisecond,
+		LeaderLeaseTimeout: 750 * time.Millisecond,
+		CommitTimeout:      50 * time.Millisecond,
+		SnapshotInterval:   2 * time.Minute,
+		SnapshotThreshold:  16384,
+		TrailingLogs:       65536,
+		MaxAppendEntries:   512,
+		ApplyTimeout:       10 * time.Second,
+	}
+}
+
+// Scaled multiplies every timeout by f (tests on a loaded 2-core machine use
+// f > 1 so CPU starvation does not cause spurious elections).
+func (t Tuning) Scaled(f float64) Tuning {
+	s := func(d time.Duration) time.Duration { return time.Duration(float64(d) * f) }
+	t.HeartbeatTimeout = s(t.HeartbeatTimeout)
+	t.ElectionTimeout = s(t.ElectionTimeout)
+	t.LeaderLeaseTimeout = s(t.LeaderLeaseTimeout)
+	t.CommitTimeout = s(t.CommitTimeout)
+	return t
+}
+
+func (t Tuning) raftConfig(localID string) *raft.Config {
+	c := raft.DefaultConfig()
+	c.LocalID = raft.ServerID(localID)
+	c.HeartbeatTimeout = t.HeartbeatTimeout
+	c.ElectionTimeout = t.ElectionTimeout
+	c.LeaderLeaseTimeout = t.LeaderLeaseTimeout
+	c.CommitTimeout = t.CommitTimeout
+	c.SnapshotInterval = t.SnapshotInterval
+	c.SnapshotThreshold = t.SnapshotThreshold
+	c.TrailingLogs = t.TrailingLogs
+	c.MaxAppendEntries = t.MaxAppendEntries
+	c.BatchApplyCh = true
+	return c
+}

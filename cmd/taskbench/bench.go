@@ -1,0 +1,483 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	mrand "math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/e1158ecb/taskstore/client"
+	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
+)
+
+// opTimeout bounds one RPC; a slower one counts as an error.
+const opTimeout = 10 * time.Second
+
+func randomID() string {
+	b := make([]byte, 4)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// layout names the queues: queue i is in group i%groups. For claim-move
+// every queue has a partner stage, "<queue>-next", in the same group.
+type layout struct {
+	queues []string
+	next   map[string]string // claim-move: stage -> following stage
+}
+
+func newLayout(c *config) layout {
+	var l layout
+	for i := range c.queues {
+		l.queues = append(l.queues, fmt.Sprintf("%s-g%d/q%d", c.prefix, i%c.groups, i))
+	}
+	if c.workload == "claim-move" {
+		l.next = map[string]string{}
+		base := l.queues
+		l.queues = nil
+		for _, q := range base {
+			n := q + "-next"
+			l.next[q], l.next[n] = n, q
+			l.queues = append(l.queues, q, n)
+		}
+	}
+	return l
+}
+
+// worker is one client goroutine's state and tallies.
+type worker struct {
+	id     int
+	c      *client.Client
+	pg     *pgStore // --baseline postgres: the same ops against PostgreSQL
+	cfg    *config
+	lay    layout
+	value  []byte
+	rng    *mrand.Rand
+	turn   int
+	ops    hist             // one per op, the unit of the workload
+	rpcs   map[string]*hist // per RPC kind
+	errs   map[string]int   // gRPC code name -> count
+	tasks  int64            // tasks inserted, deleted or moved
+	empty  int64            // claims that found nothing
+	nrpcs  int64
+	failed int64 // ops with an error
+}
+
+func newWorker(id int, c *client.Client, cfg *config, lay layout, value []byte) *worker {
+	return &worker{id: id, c: c, cfg: cfg, lay: lay, value: value,
+		rng: mrand.New(mrand.NewPCG(uint64(id), uint64(time.Now().UnixNano()))), turn: id,
+		rpcs: map[string]*hist{}, errs: map[string]int{}}
+}
+
+func (w *worker) queue() string {
+	w.turn++
+	return w.lay.queues[w.turn%len(w.lay.queues)]
+}
+
+// rpc times fn under kind and tallies its error.
+func (w *worker) rpc(ctx context.Context, kind string, fn func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	start := time.Now()
+	err := fn(ctx)
+	h := w.rpcs[kind]
+	if h == nil {
+		h = &hist{}
+		w.rpcs[kind] = h
+	}
+	h.record(time.Since(start))
+	w.nrpcs++
+	if err != nil {
+		w.errs[codeOf(err)]++
+	}
+	return err
+}
+
+func codeOf(err error) string {
+	if code, ok := pgCode(err); ok {
+		return code
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return codes.DeadlineExceeded.String()
+	}
+	if errors.Is(err, context.Canceled) {
+		return codes.Canceled.String()
+	}
+	if s, ok := status.FromError(err); ok {
+		return s.Code().String()
+	}
+	return codes.Unknown.String()
+}
+
+func (w *worker) insert(ctx context.Context, n int) error {
+	q := w.queue()
+	ins := make([]*taskstorepb.TaskInsert, n)
+	for i := range ins {
+		ins[i] = &taskstorepb.TaskInsert{Queue: q, Value: w.value}
+	}
+	err := w.rpc(ctx, "insert", func(ctx context.Context) error {
+		_, err := w.c.Modify(ctx, &taskstorepb.ModifyRequest{Inserts: ins})
+		return err
+	})
+	if err == nil {
+		w.tasks += int64(n)
+	}
+	return err
+}
+
+// claimThen claims one task and deletes it, or moves it to its next stage.
+func (w *worker) claimThen(ctx context.Context, move bool) error {
+	q := w.queue()
+	var tasks []*taskstorepb.Task
+	err := w.rpc(ctx, "claim", func(ctx context.Context) error {
+		resp, err := w.c.Claim(ctx, &taskstorepb.ClaimRequest{Queues: []string{q}, Limit: 1})
+		tasks = resp.GetTasks()
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if len(tasks) == 0 {
+		w.empty++
+		return nil
+	}
+	t := tasks[0]
+	req := &taskstorepb.ModifyRequest{Deletes: []*taskstorepb.TaskRef{{Id: t.Id, Version: t.Version, Queue: t.Queue}}}
+	kind := "delete"
+	if move {
+		kind = "move"
+		req = &taskstorepb.ModifyRequest{Changes: []*taskstorepb.TaskChange{{Id: t.Id, Version: t.Version, Queue: t.Queue,
+			NewQueue: w.lay.next[t.Queue]}}}
+	}
+	err = w.rpc(ctx, kind, func(ctx context.Context) error {
+		_, err := w.c.Modify(ctx, req)
+		return err
+	})
+	if err == nil {
+		w.tasks++
+	}
+	return err
+}
+
+// op runs one unit of the workload.
+func (w *worker) op(ctx context.Context) error {
+	insert, claimThen := w.insert, w.claimThen
+	if w.pg != nil {
+		insert, claimThen = w.pgInsert, w.pgClaimThen
+	}
+	switch w.cfg.workload {
+	case "insert":
+		return insert(ctx, 1)
+	case "insert-batch":
+		return insert(ctx, w.cfg.batch)
+	case "claim-delete":
+		return claimThen(ctx, false)
+	case "claim-move":
+		return claimThen(ctx, true)
+	default: // mixed
+		if w.rng.IntN(2) == 0 {
+			return insert(ctx, 1)
+		}
+		return claimThen(ctx, false)
+	}
+}
+
+// prefill inserts n tasks spread evenly over the queues, in batches of
+// --batch (100 to 1000), with the workers' concurrency, through insert (one
+// batch of n tasks into queue). Not measured.
+func prefill(ctx context.Context, cfg *config, lay layout, n int, insert func(ctx context.Context, queue string, n int) error) error {
+	if n == 0 {
+		return nil
+	}
+	type job struct {
+		queue string
+		n     int
+	}
+	jobs := make(chan job)
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		defer close(jobs)
+		per, extra := n/len(lay.queues), n%len(lay.queues)
+		for i, q := range lay.queues {
+			left := per
+			if i < extra {
+				left++
+			}
+			for left > 0 {
+				b := min(left, max(cfg.batch, 100), 1000)
+				left -= b
+				select {
+				case jobs <- job{q, b}:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+		}
+		return nil
+	})
+	for range min(cfg.clients, 16) {
+		g.Go(func() error {
+			for j := range jobs {
+				if err := insert(ctx, j.queue, j.n); err != nil {
+					return fmt.Errorf("prefill: %w", err)
+				}
+			}
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+// clusterInsert is prefill's insert for a Taskstore cluster: one Modify.
+func clusterInsert(c *client.Client, value []byte) func(ctx context.Context, queue string, n int) error {
+	return func(ctx context.Context, queue string, n int) error {
+		ins := make([]*taskstorepb.TaskInsert, n)
+		for i := range ins {
+			ins[i] = &taskstorepb.TaskInsert{Queue: queue, Value: value}
+		}
+		ctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		_, err := c.Modify(ctx, &taskstorepb.ModifyRequest{Inserts: ins})
+		return err
+	}
+}
+
+// result is everything the report shows; -o json prints it as is.
+type result struct {
+	Workload   string  `json:"workload"`
+	Via        string  `json:"via"`
+	Endpoints  string  `json:"endpoints"`
+	Local      int     `json:"local_nodes,omitempty"`
+	Clients    int     `json:"clients"`
+	Loop       string  `json:"loop"`
+	TargetRate float64 `json:"target_rate,omitempty"`
+	Duration   float64 `json:"duration_s"`
+	Elapsed    float64 `json:"elapsed_s"`
+	ValueSize  int     `json:"value_size"`
+	Queues     int     `json:"queues"`
+	Groups     int     `json:"groups"`
+	Batch      int     `json:"batch,omitempty"`
+	Prefill    int     `json:"prefill"`
+
+	Ops         int64                     `json:"ops"`
+	OpsPerSec   float64                   `json:"ops_per_sec"`
+	FailedOps   int64                     `json:"failed_ops"`
+	RPCs        int64                     `json:"rpcs"`
+	RPCsPerSec  float64                   `json:"rpcs_per_sec"`
+	Tasks       int64                     `json:"tasks"`
+	TasksPerSec float64                   `json:"tasks_per_sec"`
+	EmptyClaims int64                     `json:"empty_claims"`
+	Errors      map[string]int            `json:"errors_by_code"`
+	Latency     latencySummary            `json:"op_latency"`
+	RPCLatency  map[string]latencySummary `json:"rpc_latency"`
+
+	// Log entries the shard leaders committed during the run (one fsync of
+	// the leader's log each), from /metrics.
+	// With --baseline postgres: WAL fsyncs (pg_stat_wal.wal_sync), the
+	// equivalent of a leader's log fsync, and committed transactions.
+	LogEntries       float64 `json:"log_entries"`
+	LogEntriesPerSec float64 `json:"log_entries_per_sec"`
+	TasksPerEntry    float64 `json:"tasks_per_log_entry"`
+	CommitIndexDelta float64 `json:"commit_index_delta"`
+	MetricsError     string  `json:"metrics_error,omitempty"`
+
+	Baseline  string  `json:"baseline,omitempty"`   // "postgres" when --baseline postgres
+	PGVersion string  `json:"pg_version,omitempty"` // server_version
+	PGCommits float64 `json:"pg_commits,omitempty"` // pg_stat_database.xact_commit delta
+}
+
+func run(ctx context.Context, cfg *config, stdout, stderr io.Writer, getenv func(string) string) error {
+	res, err := bench(ctx, cfg, stderr, getenv)
+	if err != nil {
+		return err
+	}
+	return report(stdout, cfg.output, res)
+}
+
+// bench runs one benchmark as cfg says and returns its result; progress
+// goes to stderr with -o text.
+func bench(ctx context.Context, cfg *config, stderr io.Writer, getenv func(string) string) (*result, error) {
+	if cfg.baseline == "postgres" {
+		return benchPostgres(ctx, cfg, stderr, getenv)
+	}
+	endpoints := cfg.endpoints
+	var opts []client.Option
+	opts = append(opts, client.WithClaimant("taskbench-"+randomID()))
+	if cfg.local > 0 {
+		if cfg.output == "text" {
+			fmt.Fprintf(stderr, "starting a local cluster of %d nodes...\n", cfg.local)
+		}
+		lc, err := startLocal(ctx, cfg.local, cfg.shards, cfg.via == "proxy", getenv)
+		if err != nil {
+			return nil, err
+		}
+		defer lc.stop()
+		endpoints = strings.Join(lc.nodes, ",")
+		if cfg.via == "proxy" {
+			endpoints = lc.proxy
+		}
+	}
+	if cfg.via == "proxy" {
+		opts = append(opts, client.WithProxyOnly())
+	}
+	c, err := client.Dial(ctx, endpoints, opts...)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+
+	lay := newLayout(cfg)
+	value := make([]byte, cfg.valueSize)
+	rand.Read(value)
+	if cfg.prefill > 0 {
+		if cfg.output == "text" {
+			fmt.Fprintf(stderr, "prefilling %d tasks over %d queues...\n", cfg.prefill, len(lay.queues))
+		}
+		if err := prefill(ctx, cfg, lay, cfg.prefill, clusterInsert(c, value)); err != nil {
+			return nil, err
+		}
+	}
+
+	res := newResult(cfg, endpoints, len(lay.queues))
+	before, merr := scrapeCluster(ctx, c)
+
+	if cfg.output == "text" {
+		fmt.Fprintf(stderr, "running %s for %v with %d clients...\n", cfg.workload, cfg.duration, cfg.clients)
+	}
+	workers := make([]*worker, cfg.clients)
+	for i := range workers {
+		workers[i] = newWorker(i, c, cfg, lay, value)
+	}
+	elapsed, err := measure(ctx, cfg, workers)
+	if err != nil {
+		return nil, err
+	}
+
+	after, merr2 := scrapeCluster(context.WithoutCancel(ctx), c)
+	res.tally(workers, elapsed)
+	secs := elapsed.Seconds()
+	if err := errors.Join(merr, merr2); err != nil {
+		res.MetricsError = err.Error()
+	} else {
+		res.setLogEntries(after.applies-before.applies, secs)
+		res.CommitIndexDelta = after.commitIndex - before.commitIndex
+	}
+	return res, nil
+}
+
+// setLogEntries records n log entries (fsyncs) over secs of measuring.
+func (r *result) setLogEntries(n, secs float64) {
+	r.LogEntries = n
+	r.LogEntriesPerSec = round(n/secs, 1)
+	if n > 0 {
+		r.TasksPerEntry = round(float64(r.Tasks)/n, 2)
+	}
+}
+
+func newResult(cfg *config, endpoints string, queues int) *result {
+	res := &result{Workload: cfg.workload, Via: cfg.via, Endpoints: endpoints, Local: cfg.local, Clients: cfg.clients,
+		Loop: "closed", TargetRate: cfg.rate, Duration: cfg.duration.Seconds(), ValueSize: cfg.valueSize,
+		Queues: queues, Groups: cfg.groups, Prefill: cfg.prefill}
+	if cfg.rate > 0 {
+		res.Loop = "open"
+	}
+	if cfg.workload == "insert-batch" {
+		res.Batch = cfg.batch
+	}
+	return res
+}
+
+// measure runs the workers for cfg.duration, closed or open loop, and
+// returns the time it took.
+func measure(ctx context.Context, cfg *config, workers []*worker) (time.Duration, error) {
+	start := time.Now()
+	end := start.Add(cfg.duration)
+	var wg sync.WaitGroup
+	if cfg.rate > 0 {
+		interval := time.Duration(float64(time.Second) / cfg.rate)
+		var next atomic.Int64
+		for _, w := range workers {
+			wg.Go(func() {
+				for ctx.Err() == nil {
+					k := next.Add(1) - 1
+					sched := start.Add(time.Duration(k) * interval)
+					if !sched.Before(end) {
+						return
+					}
+					if d := time.Until(sched); d > 0 {
+						select {
+						case <-time.After(d):
+						case <-ctx.Done():
+							return
+						}
+					}
+					err := w.op(ctx)
+					w.ops.record(time.Since(sched))
+					if err != nil {
+						w.failed++
+					}
+				}
+			})
+		}
+	} else {
+		for _, w := range workers {
+			wg.Go(func() {
+				for ctx.Err() == nil && time.Now().Before(end) {
+					t0 := time.Now()
+					err := w.op(ctx)
+					w.ops.record(time.Since(t0))
+					if err != nil {
+						w.failed++
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	return time.Since(start), ctx.Err()
+}
+
+// tally merges the workers' counts and histograms into res.
+func (res *result) tally(workers []*worker, elapsed time.Duration) {
+	var all hist
+	rpcs := map[string]*hist{}
+	res.Errors = map[string]int{}
+	for _, w := range workers {
+		all.merge(&w.ops)
+		for k, h := range w.rpcs {
+			if rpcs[k] == nil {
+				rpcs[k] = &hist{}
+			}
+			rpcs[k].merge(h)
+		}
+		for k, n := range w.errs {
+			res.Errors[k] += n
+		}
+		res.Tasks += w.tasks
+		res.EmptyClaims += w.empty
+		res.RPCs += w.nrpcs
+		res.FailedOps += w.failed
+	}
+	secs := elapsed.Seconds()
+	res.Elapsed = round(secs, 3)
+	res.Ops = int64(all.count())
+	res.OpsPerSec = round(float64(res.Ops)/secs, 1)
+	res.RPCsPerSec = round(float64(res.RPCs)/secs, 1)
+	res.TasksPerSec = round(float64(res.Tasks)/secs, 1)
+	res.Latency = all.summary()
+	res.RPCLatency = map[string]latencySummary{}
+	for k, h := range rpcs {
+		res.RPCLatency[k] = h.summary()
+	}
+}

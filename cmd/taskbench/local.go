@@ -1,0 +1,191 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// localCluster is N taskstored processes (and optionally one taskproxy) on
+// loopback, with their data in a temporary directory removed on stop.
+type localCluster struct {
+	dir     string
+	procs   []*exec.Cmd
+	nodes   []string // gRPC addresses
+	proxy   string   // gRPC address of the proxy, when started
+	httpAll []string // every process's HTTP address
+}
+
+// findBinary looks for name next to the running executable, then in
+// $TASKSTORE_BIN, then on PATH.
+func findBinary(name string, getenv func(string) string) (string, error) {
+	var dirs []string
+	if exe, err := os.Executable(); err == nil {
+		dirs = append(dirs, filepath.Dir(exe))
+	}
+	if d := getenv("TASKSTORE_BIN"); d != "" {
+		dirs = append(dirs, d)
+	}
+	for _, d := range dirs {
+		p := filepath.Join(d, name)
+		if fi, err := os.Stat(p); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	if p, err := exec.LookPath(name); err == nil {
+		return p, nil
+	}
+	return "", fmt.Errorf("%s not found next to taskbench, in $TASKSTORE_BIN or on PATH (run `make build`)", name)
+}
+
+// freePorts returns n distinct loopback ports that were free a moment ago.
+func freePorts(n int) ([]int, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	var ports []int
+	for len(ports) < n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// startLocal starts n nodes (and a proxy when withProxy) and waits until
+// every one answers /readyz.
+func startLocal(ctx context.Context, n, shards int, withProxy bool, getenv func(string) string) (*localCluster, error) {
+	storeBin, err := findBinary("taskstored", getenv)
+	if err != nil {
+		return nil, err
+	}
+	proxyBin := ""
+	if withProxy {
+		if proxyBin, err = findBinary("taskproxy", getenv); err != nil {
+			return nil, err
+		}
+	}
+	dir, err := os.MkdirTemp("", "taskbench-")
+	if err != nil {
+		return nil, err
+	}
+	lc := &localCluster{dir: dir}
+	ports, err := freePorts(3*n + 2)
+	if err != nil {
+		lc.stop()
+		return nil, err
+	}
+	addr := func(p int) string { return "127.0.0.1:" + strconv.Itoa(p) }
+	var initial []string
+	for i := range n {
+		lc.nodes = append(lc.nodes, addr(ports[3*i]))
+		initial = append(initial, fmt.Sprintf("n%d=%s", i+1, addr(ports[3*i])))
+	}
+	for i := range n {
+		id := fmt.Sprintf("n%d", i+1)
+		args := []string{"--id", id, "--data-dir", filepath.Join(dir, id),
+			"--listen", addr(ports[3*i]), "--gossip", addr(ports[3*i+1]), "--http", addr(ports[3*i+2]),
+			"--initial-cluster", strings.Join(initial, ","), "--log-level", "warn"}
+		if shards > 0 {
+			args = append(args, "--shards", strconv.Itoa(shards))
+		}
+		if err := lc.spawn(storeBin, id, args); err != nil {
+			lc.stop()
+			return nil, err
+		}
+		lc.httpAll = append(lc.httpAll, addr(ports[3*i+2]))
+	}
+	if err := lc.waitReady(ctx, lc.httpAll); err != nil {
+		lc.stop()
+		return nil, err
+	}
+	if withProxy {
+		lc.proxy = addr(ports[3*n])
+		args := []string{"--listen", lc.proxy, "--cluster", strings.Join(lc.nodes, ","),
+			"--http", addr(ports[3*n+1]), "--log-level", "warn"}
+		if err := lc.spawn(proxyBin, "proxy", args); err != nil {
+			lc.stop()
+			return nil, err
+		}
+		if err := lc.waitReady(ctx, []string{addr(ports[3*n+1])}); err != nil {
+			lc.stop()
+			return nil, err
+		}
+	}
+	return lc, nil
+}
+
+func (lc *localCluster) spawn(bin, name string, args []string) error {
+	logf, err := os.Create(filepath.Join(lc.dir, name+".log"))
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("start %s: %w", name, err)
+	}
+	logf.Close() // the child holds its own descriptor
+	lc.procs = append(lc.procs, cmd)
+	return nil
+}
+
+// waitReady polls /readyz of every address, up to a minute.
+func (lc *localCluster) waitReady(ctx context.Context, httpAddrs []string) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for _, a := range httpAddrs {
+		for {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+a+"/readyz", nil)
+			resp, err := http.DefaultClient.Do(req)
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					break
+				}
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("local cluster: %s not ready: %w (logs in %s)", a, errors.Join(ctx.Err(), err), lc.dir)
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+	return nil
+}
+
+// stop sends SIGTERM to every process (proxy first), waits up to 20 s for
+// them, kills what is left, and removes the data.
+func (lc *localCluster) stop() {
+	for i := len(lc.procs) - 1; i >= 0; i-- {
+		lc.procs[i].Process.Signal(syscall.SIGTERM)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for _, p := range lc.procs {
+		done := make(chan struct{})
+		go func() { p.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(time.Until(deadline)):
+			p.Process.Kill()
+			<-done
+		}
+	}
+	os.RemoveAll(lc.dir)
+}

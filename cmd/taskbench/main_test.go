@@ -1,0 +1,168 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestPercentiles(t *testing.T) {
+	var h hist
+	if h.percentile(50) != 0 || h.max() != 0 || h.mean() != 0 {
+		t.Fatal("empty histogram should answer 0")
+	}
+	// 1..1000 ms, recorded out of order.
+	for i := 1000; i >= 1; i-- {
+		h.record(time.Duration(i) * time.Millisecond)
+	}
+	for _, c := range []struct {
+		p    float64
+		want time.Duration
+	}{{50, 500 * time.Millisecond}, {90, 900 * time.Millisecond}, {99, 990 * time.Millisecond},
+		{99.9, 999 * time.Millisecond}, {100, 1000 * time.Millisecond}, {0.01, time.Millisecond}} {
+		if got := h.percentile(c.p); got != c.want {
+			t.Errorf("p%v = %v, want %v", c.p, got, c.want)
+		}
+	}
+	if h.max() != time.Second {
+		t.Errorf("max = %v", h.max())
+	}
+	if got := h.mean(); got != 500500*time.Microsecond {
+		t.Errorf("mean = %v", got)
+	}
+	// Merging keeps every sample; recording after a percentile re-sorts.
+	var a, b hist
+	a.record(3 * time.Millisecond)
+	a.record(1 * time.Millisecond)
+	_ = a.percentile(50)
+	b.record(2 * time.Millisecond)
+	a.merge(&b)
+	a.record(0)
+	if a.count() != 4 || a.percentile(50) != time.Millisecond || a.percentile(100) != 3*time.Millisecond {
+		t.Errorf("merged: count %d p50 %v p100 %v", a.count(), a.percentile(50), a.percentile(100))
+	}
+	s := h.summary()
+	if s.Count != 1000 || s.P50 != 500 || s.P999 != 999 || s.Max != 1000 {
+		t.Errorf("summary %+v", s)
+	}
+	// A single sample is every percentile.
+	var one hist
+	one.record(7 * time.Microsecond)
+	if one.percentile(50) != 7*time.Microsecond || one.percentile(99.9) != 7*time.Microsecond {
+		t.Error("single sample")
+	}
+}
+
+func runCLI(t *testing.T, env map[string]string, args ...string) (string, string, int) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := execute(context.Background(), args, &out, &errb, func(k string) string { return env[k] })
+	return out.String(), errb.String(), code
+}
+
+func TestFlagValidation(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--endpoints", "x:1", "--workload", "bogus"}, "--workload"},
+		{[]string{"--endpoints", "x:1", "--rate", "-5"}, "--rate"},
+		{[]string{"--endpoints", "x:1", "--clients", "0"}, "--clients"},
+		{[]string{"--endpoints", "x:1", "--duration", "0s"}, "--duration"},
+		{[]string{"--endpoints", "x:1", "--via", "carrier-pigeon"}, "--via"},
+		{[]string{"--endpoints", "x:1", "-o", "yaml"}, "-o"},
+		{[]string{"--endpoints", "x:1", "--queues", "2", "--groups", "4"}, "--queues"},
+		{[]string{"--endpoints", "x:1", "--batch", "0"}, "--batch"},
+		{[]string{"--endpoints", "x:1", "--prefill", "-1"}, "--prefill"},
+		{[]string{"--workload", "insert"}, "--endpoints"},
+		{[]string{"--endpoints", "x:1", "--local", "3"}, "exclude"},
+		{[]string{"--endpoints", "x:1", "extra-arg"}, "unknown command"},
+	} {
+		_, stderr, code := runCLI(t, nil, c.args...)
+		if code == 0 || !strings.Contains(stderr, c.want) {
+			t.Errorf("taskbench %v: exit %d, stderr %q; want an error about %s", c.args, code, stderr, c.want)
+		}
+	}
+	out, _, code := runCLI(t, nil, "--help")
+	if code != 0 {
+		t.Fatalf("--help: exit %d", code)
+	}
+	for _, w := range workloads {
+		if !strings.Contains(out, "--workload "+w) {
+			t.Errorf("--help has no example of %s", w)
+		}
+	}
+}
+
+func TestParseMetrics(t *testing.T) {
+	text := `# HELP taskstore_shard_apply_seconds ...
+# TYPE taskstore_shard_apply_seconds histogram
+taskstore_shard_apply_seconds_bucket{shard="1",le="0.001"} 3
+taskstore_shard_apply_seconds_sum{shard="1"} 0.5
+taskstore_shard_apply_seconds_count{shard="0"} 9
+taskstore_shard_apply_seconds_count{shard="1"} 10
+taskstore_shard_apply_seconds_count{shard="2"} 5.5e+01
+taskstore_shard_commit_index{shard="0"} 100
+taskstore_shard_commit_index{shard="1"} 42
+taskstore_shard_commit_index{shard="2"} 7
+`
+	m, err := parseMetrics(strings.NewReader(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.applies != 65 {
+		t.Errorf("applies = %v, want 65 (shard 0, the meta group, left out)", m.applies)
+	}
+	if len(m.commit) != 2 || m.commit["1"] != 42 || m.commit["2"] != 7 {
+		t.Errorf("commit = %v", m.commit)
+	}
+}
+
+func TestLayout(t *testing.T) {
+	l := newLayout(&config{workload: "claim-move", queues: 4, groups: 2, prefix: "p"})
+	if len(l.queues) != 8 {
+		t.Fatalf("queues %v", l.queues)
+	}
+	for _, q := range l.queues {
+		n := l.next[q]
+		if n == "" || l.next[n] != q || strings.Split(n, "/")[0] != strings.Split(q, "/")[0] {
+			t.Errorf("stage %s -> %s: want a partner in the same group", q, n)
+		}
+	}
+}
+
+// TestLocalEndToEnd starts a 3-node cluster from the built binaries
+// ($TASKSTORE_BIN, as `make test` sets it) and runs two short workloads.
+func TestLocalEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster")
+	}
+	bin := os.Getenv("TASKSTORE_BIN")
+	if bin == "" {
+		t.Skip("TASKSTORE_BIN not set (make test sets it)")
+	}
+	if _, err := os.Stat(filepath.Join(bin, "taskstored")); err != nil {
+		t.Skipf("no taskstored in %s", bin)
+	}
+	env := map[string]string{"TASKSTORE_BIN": bin}
+	out, stderr, code := runCLI(t, env, "--local", "3", "--workload", "claim-delete", "--prefill", "200",
+		"--clients", "4", "--duration", "2s", "-o", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var r result
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	if r.Ops == 0 || r.Tasks == 0 || r.Latency.P50 <= 0 || r.MetricsError != "" || r.LogEntries < float64(r.Tasks) {
+		t.Errorf("implausible result: %s", out)
+	}
+	if r.FailedOps > 0 {
+		t.Errorf("%d failed ops: %v", r.FailedOps, r.Errors)
+	}
+}

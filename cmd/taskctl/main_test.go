@@ -1,0 +1,270 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/e1158ecb/taskstore/client/clienttest"
+	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
+)
+
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+// run runs taskctl against the fake cluster.
+func run(t *testing.T, fc *clienttest.Cluster, args ...string) result {
+	t.Helper()
+	var out, errb bytes.Buffer
+	env := func(k string) string {
+		if k == "TASKSTORE_ENDPOINTS" {
+			return fc.Addrs()
+		}
+		return ""
+	}
+	code := execute(context.Background(), append([]string{"--timeout", "5s"}, args...), &out, &errb, env)
+	return result{out.String(), errb.String(), code}
+}
+
+func mustRun(t *testing.T, fc *clienttest.Cluster, args ...string) string {
+	t.Helper()
+	r := run(t, fc, args...)
+	if r.code != 0 {
+		t.Fatalf("taskctl %v: exit %d, stderr:\n%s", args, r.code, r.stderr)
+	}
+	return r.stdout
+}
+
+func tasksJSON(t *testing.T, out string) []*taskstorepb.Task {
+	t.Helper()
+	var resp taskstorepb.TasksResponse
+	if err := protojson.Unmarshal([]byte(out), &resp); err != nil {
+		t.Fatalf("not a tasks response: %v\n%s", err, out)
+	}
+	return resp.Tasks
+}
+
+func TestStatusTableAndJSON(t *testing.T) {
+	fc := clienttest.New(t, 3, 4)
+	out := mustRun(t, fc, "status")
+	for _, want := range []string{"NODES", "SHARDS", "ADDRESS", "HEALTH", "LEADS", "LAG", "n1", "n3", fc.Nodes()[1].Addr, "member", "alive"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status output lacks %q:\n%s", want, out)
+		}
+	}
+
+	out = mustRun(t, fc, "-o", "json", "status")
+	var raw map[string]any
+	if err := json.Unmarshal([]byte(out), &raw); err != nil {
+		t.Fatalf("status JSON: %v\n%s", err, out)
+	}
+	if _, ok := raw["nodes"]; !ok {
+		t.Errorf("status JSON lacks nodes: %s", out)
+	}
+	var st taskstorepb.StatusResponse
+	if err := protojson.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Nodes) != 3 || len(st.Shards) != 4 || st.Shards[0].Leader == "" || len(st.Shards[0].Replicas) != 3 {
+		t.Errorf("status = %v", &st)
+	}
+
+	out = mustRun(t, fc, "node", "list")
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 4 || !strings.HasPrefix(lines[0], "ID") {
+		t.Errorf("node list:\n%s", out)
+	}
+	out = mustRun(t, fc, "-o", "json", "shard", "list")
+	if strings.Contains(out, `"nodes"`) || !strings.Contains(out, `"shards"`) {
+		t.Errorf("shard list JSON:\n%s", out)
+	}
+}
+
+func TestTaskInsertListGet(t *testing.T) {
+	fc := clienttest.New(t, 3, 2)
+	out := mustRun(t, fc, "-o", "json", "task", "insert", "crawl/fetch", "--value", "https://example.com", "--priority", "5", "--id", "t1")
+	tasks := tasksJSON(t, out)
+	if len(tasks) != 1 || tasks[0].Id != "t1" || tasks[0].Version != 1 || tasks[0].Queue != "crawl/fetch" ||
+		string(tasks[0].Value) != "https://example.com" || tasks[0].Priority != 5 {
+		t.Fatalf("inserted %v", tasks)
+	}
+	if !strings.Contains(out, `"tasks"`) || !strings.Contains(out, `"value": "aHR0cHM6Ly9leGFtcGxlLmNvbQ=="`) {
+		t.Errorf("insert JSON is not {\"tasks\":[...]} with a base64 value:\n%s", out)
+	}
+
+	mustRun(t, fc, "task", "insert", "crawl/fetch", "--value", strings.Repeat("long text ", 10), "--id", "t2")
+	fc.SetHook(nil)
+	if _, err := execInsertBinary(t, fc); err != nil {
+		t.Fatal(err)
+	}
+
+	out = mustRun(t, fc, "task", "list", "crawl/fetch")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 4 || !strings.HasPrefix(lines[0], "ID") || !strings.Contains(lines[0], "VALUE") {
+		t.Fatalf("task list:\n%s", out)
+	}
+	if !strings.HasPrefix(lines[1], "t1 ") || !strings.Contains(lines[1], "https://example.com") {
+		t.Errorf("first row is not the priority-5 task t1:\n%s", out)
+	}
+	if !strings.Contains(out, "long text long text") || strings.Contains(out, strings.Repeat("long text ", 10)) || !strings.Contains(out, "…") {
+		t.Errorf("long value not truncated:\n%s", out)
+	}
+	if !strings.Contains(out, "<3 bytes> fffe00") {
+		t.Errorf("binary value not shown as hex:\n%s", out)
+	}
+
+	out = mustRun(t, fc, "task", "get", "t2")
+	if !strings.Contains(out, strings.Repeat("long text ", 9)) || !strings.Contains(out, "crawl/fetch") {
+		t.Errorf("task get:\n%s", out)
+	}
+	if r := run(t, fc, "task", "get", "nope"); r.code == 0 || !strings.Contains(r.stderr, "not found") {
+		t.Errorf("task get of a missing task: %+v", r)
+	}
+}
+
+// execInsertBinary inserts a non-UTF-8 value through --file -.
+func execInsertBinary(t *testing.T, fc *clienttest.Cluster) (string, error) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	a := &app{ctx: context.Background(), stdout: &out, stderr: &errb, getenv: func(k string) string {
+		if k == "TASKSTORE_ENDPOINTS" {
+			return fc.Addrs()
+		}
+		return ""
+	}}
+	root := a.rootCmd()
+	root.SetIn(bytes.NewReader([]byte{0xff, 0xfe, 0x00}))
+	root.SetArgs([]string{"task", "insert", "crawl/fetch", "--file", "-", "--id", "t3"})
+	root.SetOut(&out)
+	root.SetErr(&errb)
+	return out.String(), root.Execute()
+}
+
+func TestTaskClaimReleaseDelete(t *testing.T) {
+	fc := clienttest.New(t, 3, 2)
+	mustRun(t, fc, "task", "insert", "jobs/a", "--value", "x", "--id", "t1")
+
+	out := mustRun(t, fc, "-o", "json", "task", "claim", "jobs/a", "--claimant", "w1", "--lease", "1m")
+	tasks := tasksJSON(t, out)
+	if len(tasks) != 1 || tasks[0].Claimant != "w1" || tasks[0].Version != 2 {
+		t.Fatalf("claimed %v", tasks)
+	}
+
+	r := run(t, fc, "task", "claim", "jobs/a")
+	if r.code != 0 || r.stdout != "" || !strings.Contains(r.stderr, "no task available") {
+		t.Errorf("empty claim: %+v", r)
+	}
+
+	// Stale version: refused, every reference printed.
+	r = run(t, fc, "task", "delete", "t1", "--version", "1")
+	if r.code == 0 || !strings.Contains(r.stderr, "transaction refused") || !strings.Contains(r.stderr, "stale delete of t1 v1") ||
+		!strings.Contains(r.stderr, "current v2") {
+		t.Errorf("stale delete: %+v", r)
+	}
+
+	// Release acts as the current claimant by default.
+	out = mustRun(t, fc, "-o", "json", "task", "release", "t1", "--version", "2")
+	tasks = tasksJSON(t, out)
+	if len(tasks) != 1 || tasks[0].Version != 3 || tasks[0].Claimant != "" {
+		t.Fatalf("released %v", tasks)
+	}
+
+	out = mustRun(t, fc, "task", "delete", "t1", "--version", "3")
+	if !strings.Contains(out, "deleted t1 version 3") {
+		t.Errorf("delete output: %q", out)
+	}
+	if fc.Task("t1") != nil {
+		t.Error("t1 still exists")
+	}
+	if r := run(t, fc, "task", "delete", "t1"); r.code == 0 || !strings.Contains(r.stderr, "version") {
+		t.Errorf("delete without --version: %+v", r)
+	}
+}
+
+func TestQueueCommands(t *testing.T) {
+	fc := clienttest.New(t, 3, 4)
+	for _, q := range []string{"a/x", "a/x", "b/y", "c/z"} {
+		mustRun(t, fc, "task", "insert", q)
+	}
+	out := mustRun(t, fc, "queue", "list")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 4 || !strings.HasPrefix(lines[0], "QUEUE") || !strings.HasPrefix(lines[1], "a/x") {
+		t.Fatalf("queue list:\n%s", out)
+	}
+	if f := strings.Fields(lines[1]); f[2] != "2" || f[3] != "2" {
+		t.Errorf("a/x counts: %v", f)
+	}
+
+	out = mustRun(t, fc, "-o", "json", "queue", "list", "b/")
+	var qr taskstorepb.QueuesResponse
+	if err := protojson.Unmarshal([]byte(out), &qr); err != nil {
+		t.Fatal(err)
+	}
+	if len(qr.Queues) != 1 || qr.Queues[0].Name != "b/y" || qr.Queues[0].Total != 1 {
+		t.Errorf("queue list b/: %v", &qr)
+	}
+
+	out = mustRun(t, fc, "queue", "stats", "a/x")
+	if !strings.Contains(out, "queue                a/x\n") || !strings.Contains(out, "total                2\n") {
+		t.Errorf("queue stats:\n%s", out)
+	}
+	out = mustRun(t, fc, "queue", "stats", "empty/q")
+	if !strings.Contains(out, "queue                empty/q\n") || !strings.Contains(out, "total                0\n") {
+		t.Errorf("stats of an empty queue:\n%s", out)
+	}
+
+	out = mustRun(t, fc, "queue", "purge", "a/x")
+	if out != "purged a/x: 2 task(s) deleted\n" {
+		t.Errorf("purge: %q", out)
+	}
+	out = mustRun(t, fc, "queue", "list")
+	if strings.Contains(out, "a/x") {
+		t.Errorf("a/x still listed after purge:\n%s", out)
+	}
+}
+
+func TestShardTransfer(t *testing.T) {
+	fc := clienttest.New(t, 3, 2)
+	out := mustRun(t, fc, "shard", "transfer", "1", "--to", "n2")
+	if !strings.Contains(out, "shard 1: leader is now n2") || fc.Leader(1) != "n2" {
+		t.Errorf("transfer: %q, leader %s", out, fc.Leader(1))
+	}
+	if r := run(t, fc, "shard", "transfer", "x"); r.code == 0 {
+		t.Errorf("transfer of shard x succeeded")
+	}
+}
+
+func TestBadFlagsAndUnreachable(t *testing.T) {
+	fc := clienttest.New(t, 1, 1)
+	if r := run(t, fc, "-o", "yaml", "status"); r.code == 0 || !strings.Contains(r.stderr, "table or json") {
+		t.Errorf("-o yaml: %+v", r)
+	}
+	r := run(t, fc, "--endpoints", "127.0.0.1:1", "--timeout", "300ms", "status")
+	if r.code == 0 || !strings.HasPrefix(r.stderr, "error: ") {
+		t.Errorf("unreachable endpoint: %+v", r)
+	}
+}
+
+// TestEveryCommandIsDocumented: every command has a one-line description, a
+// longer explanation and an example.
+func TestEveryCommandIsDocumented(t *testing.T) {
+	a := &app{ctx: context.Background(), getenv: func(string) string { return "" }}
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		if c.Short == "" || c.Long == "" || c.Example == "" {
+			t.Errorf("%q: Short, Long and Example are required", c.CommandPath())
+		}
+		for _, sub := range c.Commands() {
+			if sub.Name() != "help" && sub.Name() != "completion" {
+				walk(sub)
+			}
+		}
+	}
+	walk(a.rootCmd())
+}

@@ -1,0 +1,189 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
+)
+
+// valueWidth is how many characters of a value a table shows.
+const valueWidth = 40
+
+// printJSON writes m as protobuf's canonical JSON, indented. protojson's own
+// whitespace is deliberately unstable, so it is normalized here.
+func printJSON(w io.Writer, m proto.Message) error {
+	raw, err := protojson.Marshal(m)
+	if err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, raw, "", "  "); err != nil {
+		return err
+	}
+	buf.WriteByte('\n')
+	_, err = w.Write(buf.Bytes())
+	return err
+}
+
+// table writes aligned columns.
+type table struct{ tw *tabwriter.Writer }
+
+func newTable(w io.Writer, header ...string) *table {
+	t := &table{tw: tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)}
+	if len(header) > 0 {
+		t.row(header...)
+	}
+	return t
+}
+
+func (t *table) row(cells ...string) { fmt.Fprintln(t.tw, strings.Join(cells, "\t")) }
+
+func (t *table) flush() error { return t.tw.Flush() }
+
+// formatValue renders a task value for a table: text when it is valid UTF-8
+// (escaped, so a value never breaks the layout), else its size and leading
+// bytes in hex; cut to width characters when width > 0.
+func formatValue(v []byte, width int) string {
+	if len(v) == 0 {
+		return "-"
+	}
+	var s string
+	if utf8.Valid(v) {
+		q := strconv.Quote(string(v))
+		s = q[1 : len(q)-1]
+	} else {
+		n := min(len(v), 16)
+		s = fmt.Sprintf("<%d bytes> %x", len(v), v[:n])
+		if n < len(v) {
+			s += "…"
+		}
+	}
+	if width > 0 && utf8.RuneCountInString(s) > width {
+		s = string([]rune(s)[:width-1]) + "…"
+	}
+	return s
+}
+
+func formatTime(ts *timestamppb.Timestamp) string {
+	if ts == nil {
+		return "-"
+	}
+	return ts.AsTime().UTC().Format(time.RFC3339)
+}
+
+func formatDuration(d *durationpb.Duration) string {
+	if d == nil {
+		return "-"
+	}
+	return d.AsDuration().Round(time.Millisecond).String()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func joinUint(ids []uint32) string {
+	if len(ids) == 0 {
+		return "-"
+	}
+	parts := make([]string, len(ids))
+	for i, id := range ids {
+		parts[i] = strconv.FormatUint(uint64(id), 10)
+	}
+	return strings.Join(parts, ",")
+}
+
+func u64(v uint64) string { return strconv.FormatUint(v, 10) }
+
+// printTasks writes tasks as a table, one row each.
+func printTasks(w io.Writer, tasks []*taskstorepb.Task) error {
+	t := newTable(w, "ID", "VERSION", "QUEUE", "AT", "CLAIMANT", "PRIORITY", "CLAIMS", "KEY", "VALUE")
+	for _, task := range tasks {
+		t.row(task.Id, u64(task.Version), task.Queue, formatTime(task.At), orDash(task.Claimant),
+			strconv.Itoa(int(task.Priority)), u64(uint64(task.Claims)), orDash(task.Key), formatValue(task.Value, valueWidth))
+	}
+	return t.flush()
+}
+
+// printTask writes every field of one task, the value in full.
+func printTask(w io.Writer, task *taskstorepb.Task) error {
+	t := newTable(w)
+	t.row("id:", task.Id)
+	t.row("version:", u64(task.Version))
+	t.row("queue:", task.Queue)
+	t.row("at:", formatTime(task.At))
+	t.row("claimant:", orDash(task.Claimant))
+	t.row("priority:", strconv.Itoa(int(task.Priority)))
+	t.row("key:", orDash(task.Key))
+	t.row("created:", formatTime(task.Created))
+	t.row("modified:", formatTime(task.Modified))
+	t.row("claims:", u64(uint64(task.Claims)))
+	t.row("attempt:", u64(uint64(task.Attempt)))
+	t.row("err:", orDash(task.Err))
+	t.row("value:", formatValue(task.Value, 0))
+	return t.flush()
+}
+
+func printQueues(w io.Writer, queues []*taskstorepb.QueueStats) error {
+	t := newTable(w, "QUEUE", "SHARD", "TOTAL", "AVAILABLE", "CLAIMED", "DELAYED", "OLDEST AVAILABLE")
+	for _, q := range queues {
+		t.row(q.Name, u64(uint64(q.Shard)), u64(q.Total), u64(q.Available), u64(q.Claimed), u64(q.Delayed), formatDuration(q.OldestAvailableAge))
+	}
+	return t.flush()
+}
+
+func printNodes(w io.Writer, nodes []*taskstorepb.NodeStatus) error {
+	t := newTable(w, "ID", "ADDRESS", "STATE", "HEALTH", "SHARDS", "LEADS")
+	for _, n := range nodes {
+		t.row(n.Id, orDash(n.Address), orDash(n.State), orDash(n.Health), joinUint(n.Shards), joinUint(n.Leads))
+	}
+	return t.flush()
+}
+
+// printShards writes one row per shard: the leader's commit and applied
+// index, and the largest lag of any replica.
+func printShards(w io.Writer, shards []*taskstorepb.ShardStatus) error {
+	t := newTable(w, "SHARD", "LEADER", "TERM", "REPLICAS", "SLOTS", "COMMIT", "APPLIED", "LAG")
+	for _, s := range shards {
+		if s == nil {
+			continue
+		}
+		id := u64(uint64(s.Id))
+		if s.Id == 0 {
+			id = "meta"
+		}
+		commit, applied, lag := "-", "-", "-"
+		var maxLag uint64
+		for _, r := range s.ReplicaStatus {
+			if r.Node == s.Leader || r.Role == "leader" {
+				commit, applied = u64(r.CommitIndex), u64(r.AppliedIndex)
+			}
+			maxLag = max(maxLag, r.Lag)
+		}
+		if len(s.ReplicaStatus) > 0 {
+			lag = u64(maxLag)
+		}
+		slots := "-"
+		if s.Id != 0 {
+			slots = u64(uint64(s.Slots))
+		}
+		t.row(id, orDash(s.Leader), u64(s.Term), orDash(strings.Join(s.Replicas, ",")), slots, commit, applied, lag)
+	}
+	return t.flush()
+}

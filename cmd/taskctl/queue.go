@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/e1158ecb/taskstore/client"
+	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
+)
+
+func (a *app) queueCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "queue",
+		Short: "Inspect queues",
+		Long: `queue groups the commands about queues. A queue exists while it holds tasks;
+its consistency group (the name before the first '/') decides its shard.`,
+		Example: `  taskctl queue list crawl/
+  taskctl queue stats crawl/fetch`,
+	}
+
+	var limit uint32
+	list := &cobra.Command{
+		Use:   "list [PREFIX]",
+		Short: "List queues with task counts",
+		Long: `queue list asks every shard's leader for its queues whose names start with
+PREFIX (all queues without one) and prints them sorted by name with their
+shard and counts: total, available (claimable now), claimed (under an
+unexpired lease), delayed (not yet available), and the age of the oldest
+available task.
+
+With -o json it prints a QueuesResponse: {"queues":[...]}.`,
+		Example: `  taskctl queue list
+  taskctl queue list crawl/
+  taskctl -o json queue list | jq -r '.queues[] | select(.available != null) | .name'`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			prefix := ""
+			if len(args) == 1 {
+				prefix = args[0]
+			}
+			return a.withClient(0, func(ctx context.Context, c *client.Client) error {
+				resp, err := c.Queues(ctx, &taskstorepb.QueuesRequest{Prefix: prefix, Limit: limit})
+				if err != nil {
+					return err
+				}
+				if a.output == "json" {
+					return printJSON(a.stdout, resp)
+				}
+				return printQueues(a.stdout, resp.Queues)
+			})
+		},
+	}
+	list.Flags().Uint32Var(&limit, "limit", 0, "list at most this many queues (0: no limit)")
+
+	stats := &cobra.Command{
+		Use:   "stats QUEUE",
+		Short: "Show the task counts of one queue",
+		Long: `queue stats prints one queue's shard and counts: total, available, claimed,
+delayed, and the age of the oldest available task; then its enqueue, claim and
+commit rates over the last minute and the average time from claim to commit,
+as the shard's leader measured them (they start afresh when leadership moves).
+A queue that holds no task does not exist; its counts are printed as zero.
+
+With -o json it prints a QueuesResponse with that one queue.`,
+		Example: `  taskctl queue stats crawl/fetch
+  taskctl -o json queue stats crawl/fetch | jq '.queues[0].available // 0'`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name := args[0]
+			return a.withClient(0, func(ctx context.Context, c *client.Client) error {
+				qs, err := c.ListQueues(ctx, name)
+				if err != nil {
+					return err
+				}
+				q := &taskstorepb.QueueStats{Name: name}
+				for _, s := range qs {
+					if s.Name == name {
+						q = s
+					}
+				}
+				if a.output == "json" {
+					return printJSON(a.stdout, &taskstorepb.QueuesResponse{Queues: []*taskstorepb.QueueStats{q}})
+				}
+				return printQueueDetail(a.stdout, q)
+			})
+		},
+	}
+
+	purge := &cobra.Command{
+		Use:   "purge QUEUE",
+		Short: "Delete every task of a queue",
+		Long: `queue purge deletes every task of a queue, claimed or not, in one command on
+the shard that owns it (fast: not one transaction per task). Workers holding
+tasks of the queue find them gone: their commits are refused as missing.
+There is no undo.`,
+		Example: `  taskctl queue purge crawl/fetch`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.withClient(0, func(ctx context.Context, c *client.Client) error {
+				n, err := c.Purge(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				if a.output == "json" {
+					return printJSON(a.stdout, &taskstorepb.PurgeResponse{Deleted: n})
+				}
+				fmt.Fprintf(a.stdout, "purged %s: %d task(s) deleted\n", args[0], n)
+				return nil
+			})
+		},
+	}
+
+	cmd.AddCommand(list, stats, purge)
+	return cmd
+}
+
+// printQueueDetail prints one queue's counts and rates, a line each.
+func printQueueDetail(w io.Writer, q *taskstorepb.QueueStats) error {
+	age := "-"
+	if q.OldestAvailableAge != nil {
+		age = q.OldestAvailableAge.AsDuration().Round(time.Millisecond).String()
+	}
+	avg := "-"
+	if q.AvgClaimToCommit != nil {
+		avg = q.AvgClaimToCommit.AsDuration().Round(time.Millisecond).String()
+	}
+	window := "1m0s"
+	if q.RateWindow != nil {
+		window = q.RateWindow.AsDuration().String()
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "queue\t%s\n", q.Name)
+	fmt.Fprintf(tw, "shard\t%d\n", q.Shard)
+	fmt.Fprintf(tw, "total\t%d\n", q.Total)
+	fmt.Fprintf(tw, "available\t%d\n", q.Available)
+	fmt.Fprintf(tw, "claimed\t%d\n", q.Claimed)
+	fmt.Fprintf(tw, "delayed\t%d\n", q.Delayed)
+	fmt.Fprintf(tw, "oldest available\t%s\n", age)
+	fmt.Fprintf(tw, "enqueue rate\t%.2f/s (over %s)\n", q.EnqueueRate, window)
+	fmt.Fprintf(tw, "claim rate\t%.2f/s\n", q.ClaimRate)
+	fmt.Fprintf(tw, "commit rate\t%.2f/s\n", q.CommitRate)
+	fmt.Fprintf(tw, "avg claim to commit\t%s\n", avg)
+	return tw.Flush()
+}

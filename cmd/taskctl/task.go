@@ -1,0 +1,359 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/e1158ecb/taskstore/client"
+	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
+)
+
+func (a *app) taskCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "task",
+		Short: "Insert, claim, list, read, delete and release tasks",
+		Long: `task groups the commands that work on tasks. A task is addressed by its id
+and version: every change, claims included, makes a new version, and a
+command naming an old version is refused.`,
+		Example: `  taskctl task insert crawl/fetch --value https://example.com
+  taskctl task claim crawl/fetch --wait 10s
+  taskctl task delete 3f2a... --version 2`,
+	}
+	cmd.AddCommand(a.taskInsertCmd(), a.taskClaimCmd(), a.taskListCmd(), a.taskGetCmd(), a.taskDeleteCmd(), a.taskReleaseCmd())
+	return cmd
+}
+
+// printTaskList prints tasks as a table, or as {"tasks":[...]}.
+func (a *app) printTaskList(tasks []*taskstorepb.Task, next string) error {
+	if a.output == "json" {
+		return printJSON(a.stdout, &taskstorepb.TasksResponse{Tasks: tasks, NextPageToken: next})
+	}
+	return printTasks(a.stdout, tasks)
+}
+
+func (a *app) taskInsertCmd() *cobra.Command {
+	var (
+		value, file, key, id string
+		priority             int32
+		delay                time.Duration
+		ifAbsent             bool
+	)
+	cmd := &cobra.Command{
+		Use:   "insert QUEUE [--value V | --file F]",
+		Short: "Insert a task into a queue",
+		Long: `task insert adds one task to QUEUE and prints it with its id and version.
+
+The value is --value's text or the bytes of --file ("-" reads standard input);
+without either it is empty. --delay makes the task available that long after
+the shard leader's clock. --id chooses the id, which makes a retried insert
+safe: the cluster refuses a second task with the same id. --key must be
+unique within the queue; with --if-absent an insert whose key exists returns
+the existing task instead of failing.
+
+With -o json it prints {"tasks":[TASK]}.`,
+		Example: `  taskctl task insert crawl/fetch --value https://example.com
+  taskctl task insert crawl/fetch --file job.json --priority 10 --delay 5m
+  echo -n payload | taskctl task insert mr/map --file - --key shard-7 --if-absent`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var data []byte
+			switch {
+			case cmd.Flags().Changed("file"):
+				var err error
+				if file == "-" {
+					data, err = io.ReadAll(cmd.InOrStdin())
+				} else {
+					data, err = os.ReadFile(file)
+				}
+				if err != nil {
+					return err
+				}
+			default:
+				data = []byte(value)
+			}
+			if delay < 0 {
+				return fmt.Errorf("--delay %v: must not be negative", delay)
+			}
+			opts := []client.InsertOption{client.WithPriority(priority)}
+			if id != "" {
+				opts = append(opts, client.WithID(id))
+			}
+			if key != "" {
+				opts = append(opts, client.WithKey(key))
+			}
+			if cmd.Flags().Changed("delay") {
+				opts = append(opts, client.WithDelay(delay))
+			}
+			if ifAbsent {
+				if key == "" {
+					return fmt.Errorf("--if-absent needs --key")
+				}
+				opts = append(opts, client.IfAbsent())
+			}
+			return a.withClient(0, func(ctx context.Context, c *client.Client) error {
+				task, err := c.Insert(ctx, args[0], data, opts...)
+				if err != nil {
+					return err
+				}
+				return a.printTaskList([]*taskstorepb.Task{task}, "")
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&value, "value", "", "the task's value, as text")
+	f.StringVar(&file, "file", "", `read the value from this file ("-": standard input)`)
+	cmd.MarkFlagsMutuallyExclusive("value", "file")
+	f.Int32Var(&priority, "priority", 0, "priority; higher is claimed first")
+	f.StringVar(&key, "key", "", "key, unique within the queue")
+	f.DurationVar(&delay, "delay", 0, "make the task available this long from now")
+	f.StringVar(&id, "id", "", "the task's id (default: chosen by the cluster)")
+	f.BoolVar(&ifAbsent, "if-absent", false, "with --key: return the task holding the key instead of failing")
+	return cmd
+}
+
+func defaultClaimant() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown"
+	}
+	return fmt.Sprintf("taskctl-%s-%d", host, os.Getpid())
+}
+
+func (a *app) taskClaimCmd() *cobra.Command {
+	var (
+		lease, wait time.Duration
+		limit       uint32
+		claimant    string
+	)
+	cmd := &cobra.Command{
+		Use:   "claim QUEUE...",
+		Short: "Claim available tasks under a lease",
+		Long: `task claim takes up to --limit available tasks from the queues, best first
+(highest priority, then oldest), and holds them for --lease as --claimant.
+Each claimed task gets a new version and its "at" becomes the end of the
+lease; the task must be deleted, changed or released with that version before
+the lease ends, or it becomes claimable again.
+
+Queues of several consistency groups are tried group by group. With --wait
+the command blocks up to that long for a task to become available (the wait
+is added to --timeout). When nothing was claimed it prints nothing, says so
+on standard error and exits 0.
+
+With -o json it prints the ClaimResponse: {"tasks":[...]}.`,
+		Example: `  taskctl task claim crawl/fetch
+  taskctl task claim crawl/fetch crawl/retry --limit 10 --lease 5m
+  taskctl task claim mr/map --wait 30s --claimant worker-7`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if lease <= 0 || wait < 0 {
+				return fmt.Errorf("--lease must be positive and --wait not negative")
+			}
+			req := &taskstorepb.ClaimRequest{Claimant: claimant, Queues: args, Lease: durationpb.New(lease), Limit: limit}
+			if wait > 0 {
+				req.Wait = durationpb.New(wait)
+			}
+			return a.withClient(wait, func(ctx context.Context, c *client.Client) error {
+				resp, err := c.Claim(ctx, req)
+				if err != nil {
+					return err
+				}
+				if a.output == "json" {
+					return printJSON(a.stdout, resp)
+				}
+				if len(resp.Tasks) == 0 {
+					fmt.Fprintln(a.stderr, "no task available")
+					return nil
+				}
+				return printTasks(a.stdout, resp.Tasks)
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.DurationVar(&lease, "lease", 30*time.Second, "how long the claim holds")
+	f.DurationVar(&wait, "wait", 0, "block up to this long for a task (0: return at once)")
+	f.Uint32Var(&limit, "limit", 1, "claim at most this many tasks")
+	f.StringVar(&claimant, "claimant", defaultClaimant(), "who claims")
+	return cmd
+}
+
+func (a *app) taskListCmd() *cobra.Command {
+	var (
+		limit     uint32
+		pageToken string
+	)
+	cmd := &cobra.Command{
+		Use:   "list QUEUE",
+		Short: "List the tasks of a queue",
+		Long: `task list prints the tasks of QUEUE in claim order (highest priority, then
+oldest "at", then id), claimed ones included, at most --limit of them. Values
+are shown as text when they are valid UTF-8, cut to 40 characters; use task
+get or -o json for the whole value. When more tasks follow, the token for the
+next page is printed on standard error (pass it to --page-token).
+
+With -o json it prints the TasksResponse: {"tasks":[...],"nextPageToken":...}.`,
+		Example: `  taskctl task list crawl/fetch
+  taskctl task list crawl/fetch --limit 500
+  taskctl -o json task list crawl/fetch | jq -r '.tasks[].value | @base64d'`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.withClient(0, func(ctx context.Context, c *client.Client) error {
+				resp, err := c.Tasks(ctx, &taskstorepb.TasksRequest{Queue: args[0], Limit: limit, PageToken: pageToken})
+				if err != nil {
+					return err
+				}
+				if err := a.printTaskList(resp.Tasks, resp.NextPageToken); err != nil {
+					return err
+				}
+				if resp.NextPageToken != "" && a.output != "json" {
+					fmt.Fprintf(a.stderr, "more tasks follow: --page-token %s\n", resp.NextPageToken)
+				}
+				return nil
+			})
+		},
+	}
+	cmd.Flags().Uint32Var(&limit, "limit", 100, "list at most this many tasks (the cluster caps it at 1000)")
+	cmd.Flags().StringVar(&pageToken, "page-token", "", "continue a listing where the previous page ended")
+	return cmd
+}
+
+func (a *app) taskGetCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "get ID",
+		Short: "Show one task with its whole value",
+		Long: `task get looks the task up by id on every shard and prints all its fields,
+the value in full (as escaped text when valid UTF-8, else as hex).
+
+With -o json it prints {"tasks":[TASK]}. A missing task is an error.`,
+		Example: `  taskctl task get 3f2a9c0e
+  taskctl -o json task get 3f2a9c0e | jq -r '.tasks[0].version'`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.withClient(0, func(ctx context.Context, c *client.Client) error {
+				task, err := c.Get(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				if a.output == "json" {
+					return printJSON(a.stdout, &taskstorepb.TasksResponse{Tasks: []*taskstorepb.Task{task}})
+				}
+				return printTask(a.stdout, task)
+			})
+		},
+	}
+}
+
+// refFlags are the flags of commands that name one task version.
+type refFlags struct {
+	version  uint64
+	queue    string
+	claimant string
+}
+
+func (r *refFlags) add(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.Uint64Var(&r.version, "version", 0, "the task's current version (required)")
+	cmd.MarkFlagRequired("version")
+	f.StringVar(&r.queue, "queue", "", "the task's queue (default: looked up)")
+	f.StringVar(&r.claimant, "claimant", "", "act as this claimant (default: the task's current claimant)")
+}
+
+// resolve fills the queue and claimant from the task itself when the flags
+// do not give them. Acting as the current claimant is what lets an operator
+// delete or release a task a worker holds; the version check still makes
+// sure only the named version is touched.
+func (r *refFlags) resolve(ctx context.Context, c *client.Client, cmd *cobra.Command, id string) ([]client.RefOption, error) {
+	queue, claimant := r.queue, r.claimant
+	if queue == "" || !cmd.Flags().Changed("claimant") {
+		task, err := c.Get(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if queue == "" {
+			queue = task.Queue
+		}
+		if !cmd.Flags().Changed("claimant") {
+			claimant = task.Claimant
+		}
+	}
+	return []client.RefOption{client.InQueue(queue), client.AsClaimant(claimant)}, nil
+}
+
+func (a *app) taskDeleteCmd() *cobra.Command {
+	var ref refFlags
+	cmd := &cobra.Command{
+		Use:   "delete ID --version V",
+		Short: "Delete one version of a task",
+		Long: `task delete deletes the task ID if its current version is V; otherwise
+nothing changes and the error says what the current version is.
+
+The task is looked up first to find its queue (skipped with --queue) and its
+claimant: by default the command acts as the task's current claimant, so a
+task a worker holds can be deleted; that worker's version then no longer
+exists. Give --claimant to act as someone else.
+
+With -o json it prints the ModifyResponse ({}).`,
+		Example: `  taskctl task delete 3f2a9c0e --version 4
+  taskctl task delete 3f2a9c0e --version 4 --queue crawl/fetch`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id := args[0]
+			return a.withClient(0, func(ctx context.Context, c *client.Client) error {
+				opts, err := ref.resolve(ctx, c, cmd, id)
+				if err != nil {
+					return err
+				}
+				if err := c.Delete(ctx, id, ref.version, opts...); err != nil {
+					return err
+				}
+				if a.output == "json" {
+					return printJSON(a.stdout, &taskstorepb.ModifyResponse{})
+				}
+				fmt.Fprintf(a.stdout, "deleted %s version %s\n", id, strconv.FormatUint(ref.version, 10))
+				return nil
+			})
+		},
+	}
+	ref.add(cmd)
+	return cmd
+}
+
+func (a *app) taskReleaseCmd() *cobra.Command {
+	var ref refFlags
+	cmd := &cobra.Command{
+		Use:   "release ID --version V",
+		Short: "End a task's claim and make it available now",
+		Long: `task release ends the claim on version V of task ID and makes the task
+available at once, as a new version with no claimant. "Now" is the shard
+leader's clock: the change sets a zero delay rather than a time read here.
+
+As with delete, the task is looked up for its queue and the command acts as
+its current claimant unless --queue and --claimant are given.
+
+With -o json it prints {"tasks":[TASK]} with the new version.`,
+		Example: `  taskctl task release 3f2a9c0e --version 5`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id := args[0]
+			return a.withClient(0, func(ctx context.Context, c *client.Client) error {
+				opts, err := ref.resolve(ctx, c, cmd, id)
+				if err != nil {
+					return err
+				}
+				task, err := c.Release(ctx, id, ref.version, opts...)
+				if err != nil {
+					return err
+				}
+				return a.printTaskList([]*taskstorepb.Task{task}, "")
+			})
+		},
+	}
+	ref.add(cmd)
+	return cmd
+}

@@ -1,0 +1,130 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/e1158ecb/taskstore/client"
+	"github.com/e1158ecb/taskstore/client/clienttest"
+)
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func TestHelpTeaches(t *testing.T) {
+	var out bytes.Buffer
+	cmd := rootCmd(context.Background(), io.Discard)
+	cmd.SetOut(&out)
+	cmd.SetArgs([]string{"--help"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"--cluster", "--listen", "--http", "/readyz", "Examples:", "taskproxy --listen 127.0.0.1:7000"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("help lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+func TestClusterIsRequired(t *testing.T) {
+	cmd := rootCmd(context.Background(), io.Discard)
+	cmd.SetOut(io.Discard)
+	cmd.SetErr(io.Discard)
+	cmd.SetArgs([]string{"--listen", "127.0.0.1:0"})
+	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "--cluster is required") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+// TestServesUntilStopped runs taskproxy in front of a fake cluster: it
+// becomes ready, serves gRPC and HTTP/JSON, and stops when its context ends
+// (what SIGTERM does in main).
+func TestServesUntilStopped(t *testing.T) {
+	fc := clienttest.New(t, 3, 4)
+	listen, httpAddr := freeAddr(t), freeAddr(t)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	var logs bytes.Buffer
+	cmd := rootCmd(ctx, &logs)
+	cmd.SetArgs([]string{"--cluster", fc.Addrs(), "--listen", listen, "--http", httpAddr, "--log-level", "debug"})
+	done := make(chan error, 1)
+	go func() { done <- cmd.Execute() }()
+
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		res, err := http.Get("http://" + httpAddr + "/readyz")
+		if err == nil {
+			res.Body.Close()
+			if res.StatusCode == 200 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not ready: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cl, err := client.Dial(cctx, listen, client.WithProxyOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if _, err := cl.Insert(cctx, "cmd/q", []byte("x"), client.WithID("t1")); err != nil {
+		t.Fatal(err)
+	}
+	if fc.Task("t1") == nil {
+		t.Fatal("the insert did not reach the cluster")
+	}
+	res, err := http.Get("http://" + httpAddr + "/v1/tasks?queue=cmd/q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 || !strings.Contains(string(body), `"id":"t1"`) {
+		t.Fatalf("GET /v1/tasks: %d %s", res.StatusCode, body)
+	}
+	cc, err := grpc.NewClient(listen, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	if r, err := healthpb.NewHealthClient(cc).Check(cctx, &healthpb.HealthCheckRequest{}); err != nil || r.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health: %v %v", r, err)
+	}
+
+	stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("taskproxy returned %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("taskproxy did not stop")
+	}
+	if _, err := net.DialTimeout("tcp", listen, time.Second); err == nil {
+		t.Error("still listening after stop")
+	}
+	if !strings.Contains(logs.String(), "routing table known") {
+		t.Errorf("logs lack the ready line:\n%s", logs.String())
+	}
+}

@@ -1,0 +1,205 @@
+// Command taskstored runs a Taskstore node.
+//
+// Start-up, in order: parse flags, set up logging, start the node (open the
+// data directory, the meta group and every local shard; bootstrap a new
+// cluster from --initial-cluster; start gossip), serve gRPC on --listen and
+// HTTP on --http, then wait for SIGINT/SIGTERM and stop gracefully: health
+// NOT_SERVING, leaderships handed off, in-flight requests finished.
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/cobra"
+
+	"github.com/e1158ecb/taskstore/cluster"
+	"github.com/e1158ecb/taskstore/cmd/internal/buildinfo"
+	"github.com/e1158ecb/taskstore/cmd/internal/logging"
+	"github.com/e1158ecb/taskstore/cmd/internal/secflags"
+	"github.com/e1158ecb/taskstore/rpc"
+)
+
+const defaultShutdown = 15 * time.Second
+
+type flags struct {
+	id, dataDir, listen, gossip, http string
+	advertise                         string
+	initialCluster                    string
+	join                              []string
+	shards, replicas                  int
+	timeoutScale                      float64
+	logLevel, logFormat               string
+	shutdownTimeout                   time.Duration
+	sec                               secflags.Server
+}
+
+func main() {
+	if err := rootCmd().Execute(); err != nil {
+		os.Exit(1)
+	}
+}
+
+func rootCmd() *cobra.Command {
+	var f flags
+	cmd := &cobra.Command{
+		Use:   "taskstored --id ID --data-dir DIR --listen ADDR --gossip ADDR --http ADDR (--initial-cluster LIST | --join ADDR)",
+		Short: "Run a Taskstore node",
+		Long: `taskstored runs one node of a Taskstore cluster.
+
+A node hosts the meta group (the cluster map) and a replica of each shard
+placed on it; every shard is a Raft group. Clients, admin calls and Raft
+traffic between nodes share the --listen port; gossip (memberlist) uses
+--gossip over TCP and UDP; --http serves /metrics, /healthz, /readyz and pprof.
+
+A new cluster: start every initial node with the same --initial-cluster,
+--shards and --replicas. Restart a node with the same --id and --data-dir to
+bring it back with its data. A node started later with --join waits, visible
+in 'taskctl status', until an operator adds it.`,
+		Example: `  # a three-node cluster on one machine
+  taskstored --id n1 --data-dir data/n1 --listen 127.0.0.1:7101 --gossip 127.0.0.1:7201 --http 127.0.0.1:7301 \
+    --initial-cluster n1=127.0.0.1:7101,n2=127.0.0.1:7102,n3=127.0.0.1:7103
+  # (n2 and n3 alike, with their own ports and data directories)
+
+  # everything in one process, for trying it out
+  taskstored dev`,
+		Version:       buildinfo.Version,
+		SilenceUsage:  true,
+		SilenceErrors: false,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			log, err := logging.New(os.Stderr, f.logLevel, f.logFormat)
+			if err != nil {
+				return err
+			}
+			cfg, err := f.config(log)
+			if err != nil {
+				return err
+			}
+			sec, err := f.sec.Load(log, true)
+			if err != nil {
+				return err
+			}
+			cfg.TLS, cfg.PeerTLS, cfg.GossipKeys, cfg.ClusterName = sec.ServerTLS, sec.PeerTLS, sec.GossipKeys, f.sec.ClusterName
+			return run(log, f.shutdownTimeout, nil, rpc.NodeOptions{Policy: sec.Policy, Limits: f.sec.Limits()}, cfg)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.id, "id", "", "node id, unique in the cluster and stable across restarts (required)")
+	fl.StringVar(&f.dataDir, "data-dir", "", "directory for this node's Raft logs and snapshots (required)")
+	fl.StringVar(&f.listen, "listen", "127.0.0.1:7101", "gRPC address for clients, admin and Raft traffic (multiplexed)")
+	fl.StringVar(&f.advertise, "advertise", "", "gRPC address other nodes and clients reach this node at (default: its --initial-cluster entry, else --listen); needed when --listen is 0.0.0.0")
+	fl.StringVar(&f.gossip, "gossip", "127.0.0.1:7201", "memberlist address, TCP and UDP (a host name is resolved to its IP)")
+	fl.StringVar(&f.http, "http", "127.0.0.1:7301", "HTTP address for /metrics /healthz /readyz and pprof; empty disables")
+	fl.StringVar(&f.initialCluster, "initial-cluster", "", "bootstrap only: every initial node as id=listen-address, comma-separated, the same on each node")
+	fl.StringSliceVar(&f.join, "join", nil, "gossip address of a running node: join and wait for 'taskctl node add'")
+	fl.IntVar(&f.shards, "shards", 8, "bootstrap only: number of shards (Raft groups)")
+	fl.IntVar(&f.replicas, "replicas", 3, "bootstrap only: replicas per shard (capped by cluster size)")
+	fl.Float64Var(&f.timeoutScale, "raft-timeout-scale", 1, "multiply Raft timeouts (raise on overloaded machines to avoid spurious elections)")
+	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fl.StringVar(&f.logFormat, "log-format", "text", "text or json")
+	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long a graceful stop may take")
+	f.sec.Register(fl, true)
+	cmd.AddCommand(devCmd())
+	return cmd
+}
+
+func (f *flags) config(log *slog.Logger) (cluster.Config, error) {
+	if f.id == "" {
+		return cluster.Config{}, fmt.Errorf("--id is required")
+	}
+	if f.dataDir == "" {
+		return cluster.Config{}, fmt.Errorf("--data-dir is required")
+	}
+	peers, err := parseInitialCluster(f.initialCluster)
+	if err != nil {
+		return cluster.Config{}, err
+	}
+	if f.shards < 1 || f.shards > 1024 {
+		return cluster.Config{}, fmt.Errorf("--shards %d: must be between 1 and 1024", f.shards)
+	}
+	if f.replicas < 1 {
+		return cluster.Config{}, fmt.Errorf("--replicas %d: must be at least 1", f.replicas)
+	}
+	if f.timeoutScale <= 0 {
+		return cluster.Config{}, fmt.Errorf("--raft-timeout-scale must be positive")
+	}
+	return cluster.Config{
+		ID: f.id, DataDir: f.dataDir, ListenAddr: f.listen, AdvertiseAddr: f.advertise, GossipAddr: f.gossip, HTTPAddr: f.http,
+		InitialCluster: peers, Join: f.join, Shards: f.shards, Replicas: f.replicas,
+		Tuning: cluster.DefaultTuning().Scaled(f.timeoutScale), Logger: log,
+	}, nil
+}
+
+// parseInitialCluster reads "n1=addr,n2=addr".
+func parseInitialCluster(s string) ([]cluster.Peer, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var peers []cluster.Peer
+	seen := map[string]bool{}
+	for _, part := range strings.Split(s, ",") {
+		id, addr, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok || id == "" || addr == "" {
+			return nil, fmt.Errorf("--initial-cluster: %q is not id=address", part)
+		}
+		if seen[id] {
+			return nil, fmt.Errorf("--initial-cluster: node %q named twice", id)
+		}
+		seen[id] = true
+		peers = append(peers, cluster.Peer{ID: id, Address: addr})
+	}
+	return peers, nil
+}
+
+// run starts the nodes and blocks until a signal, then stops them
+// gracefully. after, when set, runs once the nodes are up (dev starts its
+// proxy there); the shutdown it returns runs before the nodes stop.
+func run(log *slog.Logger, shutdownTimeout time.Duration, after func() (shutdown func(context.Context) error, err error), no rpc.NodeOptions, cfgs ...cluster.Config) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var servers []*rpc.NodeServer
+	for _, cfg := range cfgs {
+		cfg.Registry = prometheus.NewRegistry()
+		cfg.Registry.MustRegister(buildinfo.Collector())
+		ns, err := rpc.StartNodeWith(cfg, no)
+		if err != nil {
+			for _, s := range servers {
+				s.Kill()
+			}
+			return err
+		}
+		servers = append(servers, ns)
+	}
+	var shutdownAfter func(context.Context) error
+	if after != nil {
+		var err error
+		if shutdownAfter, err = after(); err != nil {
+			for _, s := range servers {
+				s.Kill()
+			}
+			return err
+		}
+	}
+	<-ctx.Done()
+	log.Info("signal received, stopping")
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	if shutdownAfter != nil {
+		if err := shutdownAfter(sctx); err != nil {
+			log.Warn("shutdown", "err", err)
+		}
+	}
+	for _, s := range servers {
+		if err := s.Shutdown(sctx); err != nil {
+			log.Warn("shutdown", "node", s.Node.ID(), "err", err)
+		}
+	}
+	return nil
+}

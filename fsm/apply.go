@@ -1,0 +1,161 @@
+package fsm
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/e1158ecb/taskstore/fsm/fsmpb"
+)
+
+// StaleSequenceMessage is Failure.message for a request whose sequence
+// number is below the last one applied for its client.
+const StaleSequenceMessage = "stale request sequence"
+
+// notifier collects, without duplicates, the queues whose available set may
+// have grown during a command, for Options.OnAvailable.
+type notifier struct {
+	queues []string
+	seen   map[string]struct{}
+}
+
+func (n *notifier) add(queue string) {
+	if n.seen == nil {
+		// Most commands touch a queue or two: a scan beats a map.
+		if slices.Contains(n.queues, queue) {
+			return
+		}
+		if len(n.queues) < 8 {
+			n.queues = append(n.queues, queue)
+			return
+		}
+		n.seen = make(map[string]struct{}, 2*len(n.queues))
+		for _, q := range n.queues {
+			n.seen[q] = struct{}{}
+		}
+	}
+	if _, ok := n.seen[queue]; ok {
+		return
+	}
+	n.seen[queue] = struct{}{}
+	n.queues = append(n.queues, queue)
+}
+
+// applier applies commands to a state. It holds no lock itself: the
+// Machine's write lock is held while it runs.
+type applier struct {
+	st   *state
+	opts *Options
+	n    *notifier
+}
+
+func failuref(format string, args ...any) *fsmpb.Result {
+	return &fsmpb.Result{Failure: &fsmpb.Failure{Message: fmt.Sprintf(format, args...)}}
+}
+
+// command applies one command, with its clock update and exactly-once
+// handling.
+func (a *applier) command(cmd *fsmpb.Command) *fsmpb.Result {
+	if cmd == nil {
+		return failuref("empty command")
+	}
+	a.st.advance(cmd.Now, a.n.add)
+	a.expireSessions()
+	if cmd.ClientId != "" {
+		if s := a.st.sessions[cmd.ClientId]; s != nil {
+			a.touch(s)
+			switch {
+			case cmd.Seq == s.seq:
+				return s.result
+			case cmd.Seq < s.seq:
+				return &fsmpb.Result{Failure: &fsmpb.Failure{Message: StaleSequenceMessage}}
+			}
+		}
+	}
+	res := a.dispatch(cmd)
+	if cmd.ClientId != "" && !emptyClaim(res) {
+		a.remember(cmd.ClientId, cmd.Seq, res)
+	}
+	return res
+}
+
+// emptyClaim reports a claim that claimed nothing. It changed no state, so
+// it is not remembered: a retry with the same sequence number claims again
+// (what a waiting claim does) instead of replaying the empty answer.
+func emptyClaim(res *fsmpb.Result) bool {
+	return res.Claim != nil && len(res.Claim.Tasks) == 0
+}
+
+func (a *applier) dispatch(cmd *fsmpb.Command) *fsmpb.Result {
+	switch cmd.Op {
+	case fsmpb.Op_OP_MODIFY:
+		if cmd.Modify == nil {
+			return failuref("OP_MODIFY without a modify body")
+		}
+		return a.modify(cmd.Modify)
+	case fsmpb.Op_OP_CLAIM:
+		if cmd.Claim == nil {
+			return failuref("OP_CLAIM without a claim body")
+		}
+		return a.claim(cmd.Claim)
+	case fsmpb.Op_OP_PURGE:
+		if cmd.Purge == nil {
+			return failuref("OP_PURGE without a purge body")
+		}
+		return a.purge(cmd.Purge)
+	case fsmpb.Op_OP_TICK:
+		return &fsmpb.Result{}
+	case fsmpb.Op_OP_BATCH:
+		res := &fsmpb.Result{Batch: make([]*fsmpb.Result, len(cmd.Batch))}
+		for i, sub := range cmd.Batch {
+			res.Batch[i] = a.command(sub)
+		}
+		return res
+	}
+	// Validate refuses unknown ops at the edge, so one in the log was written
+	// by a newer version. Answering it with a failure would let this replica
+	// diverge from those that understand it: stop instead, like an
+	// undecodable entry.
+	panic(fmt.Sprintf("fsm: unknown op %d in the log: this binary is older than the cluster", int32(cmd.Op)))
+}
+
+// expireSessions drops sessions not seen for longer than SessionTTL of log
+// time.
+func (a *applier) expireSessions() {
+	st := a.st
+	for {
+		s, ok := st.sessionOrder.Min()
+		if !ok || addSat(s.lastSeen, a.opts.SessionTTL) >= st.clock {
+			return
+		}
+		st.sessionOrder.DeleteMin()
+		delete(st.sessions, s.clientID)
+	}
+}
+
+// touch marks s seen at the clock.
+func (a *applier) touch(s *session) {
+	if s.lastSeen == a.st.clock {
+		return
+	}
+	a.put(&session{clientID: s.clientID, seq: s.seq, lastSeen: a.st.clock, result: s.result})
+}
+
+// remember stores the result of clientID's request seq, evicting the least
+// recently seen sessions beyond MaxSessions.
+func (a *applier) remember(clientID string, seq uint64, res *fsmpb.Result) {
+	a.put(&session{clientID: clientID, seq: seq, lastSeen: a.st.clock, result: res})
+	for len(a.st.sessions) > a.opts.MaxSessions {
+		s, _ := a.st.sessionOrder.DeleteMin()
+		delete(a.st.sessions, s.clientID)
+	}
+}
+
+// put replaces the session of s.clientID with s (sessions are immutable:
+// snapshots share them).
+func (a *applier) put(s *session) {
+	if old := a.st.sessions[s.clientID]; old != nil {
+		a.st.sessionOrder.Delete(old)
+	}
+	a.st.sessions[s.clientID] = s
+	a.st.sessionOrder.ReplaceOrInsert(s)
+}

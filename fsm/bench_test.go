@@ -1,0 +1,169 @@
+package fsm
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"runtime"
+	"testing"
+
+	"github.com/e1158ecb/taskstore/fsm/fsmpb"
+)
+
+// Benchmarks run only with -bench; their setup builds up to a million
+// tasks. Compare runs with benchstat:
+//
+//	go test -run '^$' -bench 'Claim|Modify' -benchmem -benchtime 100000x -count 3 ./fsm/
+//
+// (At 2000x a run lasts milliseconds and the 1M figures are dominated by
+// cold caches after setup; use 100000x to compare 1k with 1M.)
+//	go test -run '^$' -bench 'Snapshot|Restore|BytesPerTask' -benchmem -benchtime 3x ./fsm/
+
+var benchSizes = []struct {
+	name string
+	n    int
+}{{"1k", 1000}, {"1M", 1000000}}
+
+// fillMachine adds n available tasks to queue b/q directly (not through
+// commands, to keep setup fast): priorities 0-3, distinct at, 16-byte values.
+func fillMachine(m *Machine, n int) {
+	st := m.st
+	st.clock = int64(n) + 1
+	q := st.queueFor("b/q")
+	for i := range n {
+		value := fmt.Appendf(make([]byte, 0, 16), "value-%010d", i)
+		st.add(&task{id: fmt.Sprintf("t%08d", i), q: q, value: value, version: 1,
+			at: int64(i), created: int64(i), modified: int64(i), priority: int32(i % 4)})
+	}
+}
+
+func BenchmarkClaim(b *testing.B) {
+	for _, size := range benchSizes {
+		b.Run(size.name, func(b *testing.B) {
+			m := New(Options{})
+			fillMachine(m, size.n)
+			now := m.Clock()
+			cmd := &fsmpb.Command{Op: fsmpb.Op_OP_CLAIM,
+				Claim: &fsmpb.Claim{Claimant: "w", Queues: []string{"b/q"}, Lease: 500, Limit: 1}}
+			runtime.GC() // settle the setup's garbage collection before timing
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				// Time moves one tick per claim; leases of 500 ticks run
+				// out, so the queue never empties, even at 1k.
+				cmd.Now = now + int64(i)
+				res := m.ApplyCommand(uint64(i+1), cmd)
+				if len(res.GetClaim().GetTasks()) != 1 {
+					b.Fatalf("claim %d: %v", i, res)
+				}
+			}
+		})
+	}
+}
+
+func BenchmarkModify(b *testing.B) {
+	for _, size := range benchSizes {
+		b.Run(size.name, func(b *testing.B) {
+			m := New(Options{})
+			fillMachine(m, size.n)
+			now := m.Clock()
+			// Each transaction inserts a task, changes an existing one and
+			// deletes the previous transaction's insert: the size holds.
+			cmds := make([]*fsmpb.Command, b.N)
+			value := []byte("fedcba9876543210")
+			for i := range cmds {
+				j := i % size.n
+				mod := &fsmpb.Modify{Group: "b",
+					Inserts: []*fsmpb.Insert{{Id: fmt.Sprintf("n%d", i), Queue: "b/q", Value: value}},
+					Changes: []*fsmpb.Change{{Id: fmt.Sprintf("t%08d", j), Version: uint64(1 + i/size.n), Value: value}}}
+				if i > 0 {
+					mod.Deletes = []*fsmpb.Ref{{Id: fmt.Sprintf("n%d", i-1), Version: 1}}
+				}
+				cmds[i] = &fsmpb.Command{Op: fsmpb.Op_OP_MODIFY, Now: now + int64(i), Modify: mod}
+			}
+			runtime.GC() // settle the setup's garbage collection before timing
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i, cmd := range cmds {
+				if res := m.ApplyCommand(uint64(i+1), cmd); res.Failure != nil {
+					b.Fatalf("modify %d: %v", i, res.Failure)
+				}
+			}
+		})
+	}
+}
+
+const benchSnapshotTasks = 1000000
+
+func BenchmarkSnapshot(b *testing.B) {
+	m := New(Options{})
+	fillMachine(m, benchSnapshotTasks)
+	runtime.GC()
+	b.ReportAllocs()
+	b.ResetTimer()
+	var size int64
+	for range b.N {
+		snap, err := m.Snapshot() // the part under the lock
+		if err != nil {
+			b.Fatal(err)
+		}
+		w := &countWriter{}
+		if err := snap.(*snapshot).writeTo(w); err != nil {
+			b.Fatal(err)
+		}
+		size = w.n
+	}
+	b.ReportMetric(float64(size)/benchSnapshotTasks, "stream-bytes/task")
+}
+
+// BenchmarkSnapshotLock measures only what Snapshot does under the lock.
+func BenchmarkSnapshotLock(b *testing.B) {
+	m := New(Options{})
+	fillMachine(m, benchSnapshotTasks)
+	runtime.GC()
+	b.ResetTimer()
+	for range b.N {
+		if _, err := m.Snapshot(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkRestore(b *testing.B) {
+	m := New(Options{})
+	fillMachine(m, benchSnapshotTasks)
+	data := persist(b, m)
+	m = nil
+	runtime.GC()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		m2 := New(Options{})
+		if err := m2.Restore(io.NopCloser(bytes.NewReader(data))); err != nil {
+			b.Fatal(err)
+		}
+		if m2.TaskCount() != benchSnapshotTasks {
+			b.Fatal("short restore")
+		}
+	}
+}
+
+// BenchmarkBytesPerTask reports the heap held per task at a million tasks
+// (9-byte ids, 16-byte values, one queue), indexes and values included.
+func BenchmarkBytesPerTask(b *testing.B) {
+	for range b.N {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		m := New(Options{})
+		fillMachine(m, benchSnapshotTasks)
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/benchSnapshotTasks, "heap-bytes/task")
+		runtime.KeepAlive(m)
+	}
+}
+
+type countWriter struct{ n int64 }
+
+func (w *countWriter) Write(p []byte) (int, error) { w.n += int64(len(p)); return len(p), nil }

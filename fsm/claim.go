@@ -1,0 +1,108 @@
+package fsm
+
+import (
+	"math"
+	"slices"
+
+	"github.com/e1158ecb/taskstore/fsm/fsmpb"
+)
+
+func (a *applier) claim(c *fsmpb.Claim) *fsmpb.Result {
+	st := a.st
+	if len(c.Queues) == 0 {
+		return failuref("claim.queues: required")
+	}
+	group := groupOf(c.Queues[0])
+	queues := make([]*queue, 0, len(c.Queues))
+	for i, name := range c.Queues {
+		if name == "" || groupOf(name) != group {
+			return failuref("claim.queues[%d]: %q is not in group %q", i, name, group)
+		}
+		if q := st.queues[name]; q != nil && !slices.Contains(queues, q) {
+			queues = append(queues, q)
+		}
+	}
+	limit := int(c.Limit)
+	var picked []*task
+	for _, q := range queues {
+		picked = q.available(st.clock, limit, picked)
+	}
+	if len(queues) > 1 {
+		slices.SortFunc(picked, func(a, b *task) int {
+			if claimLess(a, b) {
+				return -1
+			}
+			return 1 // ids are unique: never equal
+		})
+		picked = picked[:min(len(picked), limit)]
+	}
+	res := &fsmpb.ClaimResult{}
+	if len(picked) > 0 {
+		res.Tasks = make([]*fsmpb.Task, len(picked))
+	}
+	lease := addSat(st.clock, c.Lease)
+	for i, t := range picked {
+		if t.claimant != "" {
+			res.ExpiredLeases++
+		}
+		nt := *t
+		nt.claimant = c.Claimant
+		nt.at = lease
+		nt.claims++
+		nt.version++
+		nt.modified = st.clock
+		st.replace(t, &nt)
+		res.Tasks[i] = nt.toProto(false)
+	}
+	return &fsmpb.Result{Claim: res}
+}
+
+// available appends to out up to limit available tasks of q (at <= clock) in
+// claim order. Within a priority the tasks are in at order, so the first
+// one not yet due ends that priority: the search jumps to the next lower
+// priority, costing one descent per priority that holds future tasks.
+func (q *queue) available(clock int64, limit int, out []*task) []*task {
+	n := 0
+	var from *task
+	for n < limit {
+		var stop *task
+		visit := func(t *task) bool {
+			if t.at > clock {
+				stop = t
+				return false
+			}
+			out = append(out, t)
+			n++
+			return n < limit
+		}
+		if from == nil {
+			q.byClaim.Ascend(visit)
+		} else {
+			q.byClaim.AscendGreaterOrEqual(from, visit)
+		}
+		if stop == nil || stop.priority == math.MinInt32 {
+			break
+		}
+		from = &task{priority: stop.priority - 1, at: math.MinInt64}
+	}
+	return out
+}
+
+func (a *applier) purge(p *fsmpb.Purge) *fsmpb.Result {
+	st := a.st
+	q := st.queues[p.Queue]
+	if q == nil {
+		return &fsmpb.Result{Purge: &fsmpb.PurgeResult{}}
+	}
+	n := q.byClaim.Len()
+	q.byClaim.Ascend(func(t *task) bool {
+		delete(st.tasks, t.id)
+		if t.at > st.clock {
+			st.pending.Delete(t)
+		}
+		return true
+	})
+	delete(st.queues, q.name)
+	st.names.Delete(q)
+	return &fsmpb.Result{Purge: &fsmpb.PurgeResult{Deleted: uint64(n)}}
+}

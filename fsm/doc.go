@@ -1,0 +1,90 @@
+/*
+Package fsm is the replicated state machine of one Taskstore shard: tasks,
+their indexes, exactly-once sessions, snapshots. Every replica of a shard runs
+a Machine fed by hashicorp/raft; the rules below hold on every replica
+because the machine is deterministic. docs/semantics.md says the same for
+users; DESIGN.md §1 is the contract.
+
+# Rules
+
+ 1. Determinism. The machine reads no clock, no randomness and does no I/O
+    but Persist and Restore. Time comes only from Command.now, stamped by the
+    leader. Replicas that applied the same log hold the same state and have
+    the same Digest.
+
+ 2. Time. The machine's clock is the largest Command.now it has seen; it
+    never goes backwards. Every "now" inside a command (created, modified,
+    lease ends, availability) is the clock after that update. OP_TICK only
+    advances it.
+
+ 3. States. A task is available when at <= clock, claimed when it has a
+    claimant and at > clock (at is then the lease's end), and delayed when it
+    has no claimant and at > clock. An expired lease needs no action: the
+    task is simply available, and claiming it again bumps its version.
+
+ 4. Versions. A task is addressed by (id, version). Every change, claims
+    included, creates version+1; a reference to any other version fails as
+    stale. So a task version is committed at most once.
+
+ 5. Groups. A queue's consistency group is its name up to the first '/'.
+    A Modify names one group; tasks of other groups are out of its reach
+    (a reference to one is "missing"), and its inserts and moves must stay
+    in the group.
+
+ 6. Transactions. A Modify is all or nothing. It is evaluated in the order
+    depends, deletes, changes, inserts, each against the state the earlier
+    ones left, and every failure is collected: missing or stale references
+    (per kind), an insert whose id exists (in any group) or whose key exists
+    in its queue, a change or delete of a task another claimant holds under
+    an unexpired lease. If there is any, the Result is a Failure listing
+    them all and nothing changes. A change that moves a task with a key into
+    a queue where the key is taken fails with INSERT_DUPLICATE_KEY. Changes
+    end the claim unless keep_claim; ending an unexpired claim with at == 0
+    makes the task available at once.
+
+ 7. Claims. A Claim takes up to limit available tasks of its queues, best
+    first across them (priority descending, at ascending, id ascending),
+    and sets claimant, at = now + lease, claims+1, version+1. Claiming
+    nothing is a success with no tasks.
+
+ 8. Keys. A key is unique within its queue. An if_absent insert whose key
+    is taken returns the holder (in ModifyResult.inserted, its index in
+    coalesced) instead of failing.
+
+ 9. Purge drops a whole queue in one command and returns the count.
+
+ 10. Exactly once. A command with a client_id is answered once per
+    (client_id, seq): the same seq again returns the stored result without
+    applying; a lower seq fails with StaleSequenceMessage. A claim that
+    claimed nothing is not stored, so a waiting claim may re-propose its
+    seq. Sessions are bounded (MaxSessions, least recently seen evicted,
+    ties by client id) and expire SessionTTL of log time after they were
+    last seen; they are part of snapshots and the Digest. Each command of an
+    OP_BATCH has its own clock update and exactly-once handling.
+
+ 11. The log. Apply panics on an entry it cannot decode, including op codes
+    it does not know: diverging replicas are worse than a crash. Op codes
+    and proto fields are append-only, so old logs replay on new code.
+    Apply does not enforce Limits (they may change between versions);
+    Validate enforces them at the API edge, before proposing. Apply only
+    refuses (with Failure.message) shapes the state cannot hold.
+
+ 12. Snapshots. Snapshot copies task and session pointers under the lock
+    (tasks are immutable; a change replaces the task); Persist streams the
+    format described in fsm.proto with a CRC-32C trailer while Apply goes
+    on. Restore reads and checks the whole stream before it replaces the
+    state; a damaged or truncated stream is an error wrapping
+    ErrCorruptSnapshot and changes nothing.
+
+ 13. Concurrency. Apply, ApplyBatch, Snapshot and Restore are called by
+    raft on one goroutine and take the write lock; the read methods take the
+    read lock and may run concurrently with them. OnAvailable is called on
+    the applying goroutine after the lock is released. Results, tasks and
+    values returned share memory with the state and must not be modified.
+
+ 14. Cost. Insert, change, delete and claim are O(log n) in the queue's
+    size (a claim also pays one descent per priority whose best task is not
+    yet due); Get is O(1) per id; Queues is O(log q) plus O(1) per queue
+    listed; Digest sorts the whole state and is meant for tests.
+*/
+package fsm

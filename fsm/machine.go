@@ -1,0 +1,185 @@
+package fsm
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/e1158ecb/taskstore/fsm/fsmpb"
+)
+
+// CONTRACT (used by cluster/): the exported names and signatures in this file
+// are fixed. Implementations may add exported names but must not change these.
+
+// Options configure a Machine.
+type Options struct {
+	// OnAvailable, when set, is called on the apply goroutine after a command
+	// that may have made tasks available in the named queues (inserts, changes
+	// that move or release a task, purge frees nothing). It must not block.
+	OnAvailable func(queues []string)
+	// Limits applied by Validate; zero value means DefaultLimits.
+	Limits Limits
+	// MaxSessions bounds the exactly-once memory (default 100000).
+	MaxSessions int
+	// SessionTTL in nanoseconds of log time (default 10 minutes).
+	SessionTTL int64
+}
+
+// Limits bound what a command may carry. Validate enforces them at the API
+// edge so that nothing over a limit reaches the log. A zero field means the
+// field of DefaultLimits.
+type Limits struct {
+	MaxValueBytes int // default 1 MiB
+	MaxNameBytes  int // queue names, keys, claimants, client ids; default 256
+	MaxIDBytes    int // default 128
+	MaxOps        int // inserts+changes+deletes+depends per Modify; default 1000
+	MaxClaimLimit int // default 1000
+	MaxLeaseNanos int64
+	MaxErrBytes   int // default 4096
+}
+
+// DefaultLimits are the limits used when Options.Limits is the zero value.
+var DefaultLimits = Limits{
+	MaxValueBytes: 1 << 20,
+	MaxNameBytes:  256,
+	MaxIDBytes:    128,
+	MaxOps:        1000,
+	MaxClaimLimit: 1000,
+	MaxLeaseNanos: int64(24 * time.Hour),
+	MaxErrBytes:   4096,
+}
+
+// Default exactly-once bounds.
+const (
+	DefaultMaxSessions = 100000
+	DefaultSessionTTL  = int64(10 * time.Minute)
+)
+
+// QueueStats counts one queue's tasks at the machine's clock.
+type QueueStats struct {
+	Name      string
+	Total     uint64
+	Available uint64
+	Claimed   uint64
+	Delayed   uint64
+	// OldestAvailableAt is the smallest at among available tasks (0 if none).
+	OldestAvailableAt int64
+}
+
+// Machine is the state machine of one shard. It implements raft.FSM. Apply,
+// Snapshot and Restore are called by raft on one goroutine; the read methods
+// are safe for concurrent use with them.
+//
+// Results and tasks returned by a Machine share memory with its state (task
+// values, stored exactly-once results): callers must treat them as read-only.
+type Machine struct {
+	opts Options // normalised by New
+
+	mu sync.RWMutex // guards st; Apply and Restore write, reads read
+	st *state
+}
+
+var (
+	_ raft.FSM         = (*Machine)(nil)
+	_ raft.BatchingFSM = (*Machine)(nil)
+)
+
+// New returns an empty machine.
+func New(opts Options) *Machine {
+	opts.Limits = opts.Limits.withDefaults()
+	if opts.MaxSessions <= 0 {
+		opts.MaxSessions = DefaultMaxSessions
+	}
+	if opts.SessionTTL <= 0 {
+		opts.SessionTTL = DefaultSessionTTL
+	}
+	return &Machine{opts: opts, st: newState()}
+}
+
+// Apply decodes and applies one log entry. It returns *fsmpb.Result for a
+// command entry. An undecodable entry panics: diverging replicas are worse
+// than a crash.
+func (m *Machine) Apply(l *raft.Log) interface{} {
+	return m.ApplyBatch([]*raft.Log{l})[0]
+}
+
+// ApplyBatch implements raft.BatchingFSM: it applies several entries under
+// one lock acquisition, each exactly as Apply would.
+func (m *Machine) ApplyBatch(logs []*raft.Log) []interface{} {
+	out := make([]interface{}, len(logs))
+	cmds := make([]*fsmpb.Command, len(logs))
+	for i, l := range logs {
+		if l.Type != raft.LogCommand {
+			continue
+		}
+		cmd, err := DecodeCommand(l.Data)
+		if err != nil {
+			panic(fmt.Sprintf("fsm: log entry %d (term %d) is not a command this version can apply: %v", l.Index, l.Term, err))
+		}
+		cmds[i] = cmd
+	}
+	var n notifier
+	m.mu.Lock()
+	for i, l := range logs {
+		if cmds[i] == nil {
+			m.setAppliedLocked(l.Index)
+			continue
+		}
+		out[i] = m.applyLocked(l.Index, cmds[i], &n)
+	}
+	m.mu.Unlock()
+	m.notify(&n)
+	return out
+}
+
+// ApplyCommand applies a decoded command as if at log index index (used by
+// Apply, tests and log replay without raft).
+func (m *Machine) ApplyCommand(index uint64, cmd *fsmpb.Command) *fsmpb.Result {
+	var n notifier
+	m.mu.Lock()
+	res := m.applyLocked(index, cmd, &n)
+	m.mu.Unlock()
+	m.notify(&n)
+	return res
+}
+
+func (m *Machine) setAppliedLocked(index uint64) {
+	if index > m.st.applied {
+		m.st.applied = index
+	}
+}
+
+func (m *Machine) applyLocked(index uint64, cmd *fsmpb.Command, n *notifier) *fsmpb.Result {
+	m.setAppliedLocked(index)
+	a := applier{st: m.st, opts: &m.opts, n: n}
+	return a.command(cmd)
+}
+
+func (m *Machine) notify(n *notifier) {
+	if m.opts.OnAvailable != nil && len(n.queues) > 0 {
+		m.opts.OnAvailable(n.queues)
+	}
+}
+
+// Clock is the largest leader time the machine has seen.
+func (m *Machine) Clock() int64 {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.st.clock
+}
+
+// AppliedIndex is the index of the last applied log entry.
+func (m *Machine) AppliedIndex() uint64 {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.st.applied
+}
+
+// TaskCount is the number of tasks held.
+func (m *Machine) TaskCount() int {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return len(m.st.tasks)
+}

@@ -1,0 +1,241 @@
+package fsm
+
+import (
+	"github.com/e1158ecb/taskstore/fsm/fsmpb"
+)
+
+// A Modify is evaluated in this order, each operation against the state as
+// the earlier operations of the same request left it: depends, deletes,
+// changes, inserts. So a delete frees its key for a later insert, and a task
+// named twice (which Validate refuses) fails the second time as missing or
+// stale. A failed operation has no effect on the ones after it; every
+// failure is collected, and if there is any, nothing is applied.
+
+// queueKey names a key within a queue.
+type queueKey struct{ queue, key string }
+
+// modifier stages one Modify.
+type modifier struct {
+	st       *state
+	group    string
+	claimant string
+	now      int64
+	staged   map[string]*task // id → staged version; nil: deleted
+	order    []string         // ids in the order first staged
+	keys     map[queueKey]string
+	touched  []string // queues created or touched, pruned afterwards
+	errs     []*fsmpb.RefError
+}
+
+// lookup returns the task as the request sees it so far.
+func (md *modifier) lookup(id string) *task {
+	if t, ok := md.staged[id]; ok {
+		return t
+	}
+	t := md.st.tasks[id]
+	if t != nil && t.q.group != md.group {
+		return nil // another group's task is out of reach: missing
+	}
+	return t
+}
+
+// keyOwner returns the id holding key in queue as the request sees it.
+func (md *modifier) keyOwner(queue, key string) string {
+	if id, ok := md.keys[queueKey{queue, key}]; ok {
+		return id
+	}
+	if q := md.st.queues[queue]; q != nil {
+		return q.keys[key]
+	}
+	return ""
+}
+
+func (md *modifier) stage(id string, t *task) {
+	if _, ok := md.staged[id]; !ok {
+		md.order = append(md.order, id)
+	}
+	md.staged[id] = t
+}
+
+func (md *modifier) fail(e *fsmpb.RefError) { md.errs = append(md.errs, e) }
+
+// check reports missing and stale references (with the categories given)
+// and returns the task if the reference is current.
+func (md *modifier) check(id string, version uint64, missing, stale fsmpb.RefError_Category) *task {
+	t := md.lookup(id)
+	if t == nil {
+		md.fail(&fsmpb.RefError{Category: missing, Id: id, Version: version})
+		return nil
+	}
+	if t.version != version {
+		md.fail(&fsmpb.RefError{Category: stale, Id: id, Version: version, CurrentVersion: t.version, Queue: t.q.name})
+		return nil
+	}
+	return t
+}
+
+// checkClaim reports a task held by another claimant under an unexpired
+// lease.
+func (md *modifier) checkClaim(t *task, version uint64) bool {
+	if t.claimant != "" && t.claimant != md.claimant && t.at > md.now {
+		md.fail(&fsmpb.RefError{Category: fsmpb.RefError_CLAIMED, Id: t.id, Version: version,
+			Queue: t.q.name, Claimant: t.claimant, LeaseUntil: t.at})
+		return false
+	}
+	return true
+}
+
+func (a *applier) modify(m *fsmpb.Modify) *fsmpb.Result {
+	st := a.st
+	if m.Group == "" {
+		return failuref("modify.group: required")
+	}
+	// Shape rules the state depends on (Validate checks them and more at
+	// the edge; these hold whatever reached the log).
+	for i, in := range m.Inserts {
+		if in.Id == "" {
+			return failuref("inserts[%d].id: required", i)
+		}
+		if in.Queue == "" || groupOf(in.Queue) != m.Group {
+			return failuref("inserts[%d].queue: %q is not in group %q", i, in.Queue, m.Group)
+		}
+	}
+	for i, c := range m.Changes {
+		if c.Queue != "" && groupOf(c.Queue) != m.Group {
+			return failuref("changes[%d].queue: %q is not in group %q", i, c.Queue, m.Group)
+		}
+	}
+
+	md := &modifier{st: st, group: m.Group, claimant: m.Claimant, now: st.clock,
+		staged: make(map[string]*task), keys: make(map[queueKey]string)}
+	defer func() {
+		for _, name := range md.touched {
+			st.prune(name)
+		}
+	}()
+
+	for _, r := range m.Depends {
+		md.check(r.Id, r.Version, fsmpb.RefError_DEPEND_MISSING, fsmpb.RefError_DEPEND_STALE)
+	}
+	for _, r := range m.Deletes {
+		t := md.check(r.Id, r.Version, fsmpb.RefError_DELETE_MISSING, fsmpb.RefError_DELETE_STALE)
+		if t == nil || !md.checkClaim(t, r.Version) {
+			continue
+		}
+		if t.key != "" {
+			md.keys[queueKey{t.q.name, t.key}] = ""
+		}
+		md.stage(t.id, nil)
+	}
+	changed := make([]*task, 0, len(m.Changes))
+	for _, c := range m.Changes {
+		t := md.check(c.Id, c.Version, fsmpb.RefError_CHANGE_MISSING, fsmpb.RefError_CHANGE_STALE)
+		if t == nil || !md.checkClaim(t, c.Version) {
+			continue
+		}
+		nt := *t
+		nt.version++
+		nt.modified = md.now
+		if c.Queue != "" && c.Queue != t.q.name {
+			nt.q = st.queueFor(c.Queue)
+			md.touched = append(md.touched, c.Queue)
+		}
+		if c.At != 0 {
+			nt.at = c.At
+		}
+		if !c.KeepClaim {
+			if c.At == 0 && isClaimed(t, md.now) {
+				nt.at = md.now // ending a claim releases the task now
+			}
+			nt.claimant = ""
+		}
+		if c.Value != nil {
+			nt.value = c.Value
+		}
+		if c.Priority != nil {
+			nt.priority = *c.Priority
+		}
+		if c.Attempt != nil {
+			nt.attempt = *c.Attempt
+		}
+		if c.Err != nil {
+			nt.err = *c.Err
+		}
+		if nt.key != "" && nt.q != t.q {
+			if owner := md.keyOwner(nt.q.name, nt.key); owner != "" && owner != nt.id {
+				md.fail(&fsmpb.RefError{Category: fsmpb.RefError_INSERT_DUPLICATE_KEY, Id: nt.id, Version: c.Version,
+					Queue: nt.q.name, Key: nt.key, ExistingId: owner})
+				continue
+			}
+			md.keys[queueKey{t.q.name, t.key}] = ""
+			md.keys[queueKey{nt.q.name, nt.key}] = nt.id
+		}
+		md.stage(nt.id, &nt)
+		changed = append(changed, &nt)
+	}
+	inserted := make([]*task, len(m.Inserts))
+	var coalesced []uint32
+	for i, in := range m.Inserts {
+		if in.Key != "" {
+			if owner := md.keyOwner(in.Queue, in.Key); owner != "" {
+				if in.IfAbsent {
+					inserted[i] = md.lookup(owner)
+					coalesced = append(coalesced, uint32(i))
+					continue
+				}
+				md.fail(&fsmpb.RefError{Category: fsmpb.RefError_INSERT_DUPLICATE_KEY, Id: in.Id,
+					Queue: in.Queue, Key: in.Key, ExistingId: owner})
+			}
+		}
+		// Ids are unique across the shard, whatever the group.
+		if _, ok := md.staged[in.Id]; ok || st.tasks[in.Id] != nil {
+			md.fail(&fsmpb.RefError{Category: fsmpb.RefError_INSERT_DUPLICATE_ID, Id: in.Id,
+				Queue: in.Queue, Key: in.Key, ExistingId: in.Id})
+			continue
+		}
+		at := in.At
+		if at == 0 {
+			at = md.now
+		}
+		nt := &task{id: in.Id, q: st.queueFor(in.Queue), key: in.Key, value: in.Value, err: in.Err,
+			version: 1, at: at, created: md.now, modified: md.now, priority: in.Priority, attempt: in.Attempt}
+		md.touched = append(md.touched, in.Queue)
+		if in.Key != "" {
+			md.keys[queueKey{in.Queue, in.Key}] = in.Id
+		}
+		md.stage(in.Id, nt)
+		inserted[i] = nt
+	}
+	if len(md.errs) > 0 {
+		return &fsmpb.Result{Failure: &fsmpb.Failure{Errors: md.errs}}
+	}
+
+	// Commit: take every original version out, then put every final one
+	// in, so that keys moving between tasks never collide midway.
+	for _, id := range md.order {
+		if old := st.tasks[id]; old != nil {
+			st.remove(old)
+			md.touched = append(md.touched, old.q.name)
+		}
+	}
+	for _, id := range md.order {
+		if t := md.staged[id]; t != nil {
+			st.add(t)
+			a.n.add(t.q.name)
+		}
+	}
+	res := &fsmpb.ModifyResult{Coalesced: coalesced}
+	if len(inserted) > 0 {
+		res.Inserted = make([]*fsmpb.Task, len(inserted))
+		for i, t := range inserted {
+			res.Inserted[i] = t.toProto(false)
+		}
+	}
+	if len(changed) > 0 {
+		res.Changed = make([]*fsmpb.Task, len(changed))
+		for i, t := range changed {
+			res.Changed[i] = t.toProto(false)
+		}
+	}
+	return &fsmpb.Result{Modify: res}
+}

@@ -1,0 +1,203 @@
+package fsm
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/e1158ecb/taskstore/fsm/fsmpb"
+)
+
+// DefaultListLimit is the page size of List when limit <= 0.
+const DefaultListLimit = 100
+
+// Get returns the tasks with the given ids that exist, in request order.
+func (m *Machine) Get(ids []string) []*fsmpb.Task {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	var out []*fsmpb.Task
+	for _, id := range ids {
+		if t := m.st.tasks[id]; t != nil {
+			out = append(out, t.toProto(false))
+		}
+	}
+	return out
+}
+
+// List returns up to limit tasks of a queue in claim order, starting after
+// the page token (empty: from the start), and the token of the next page
+// (empty: no more). claimed filters when non-nil; omitValues drops values.
+//
+// limit <= 0 means DefaultListLimit. A token names a position in claim order
+// (priority, at, id), not a task, so it stays valid while the queue changes.
+// With a filter, a page looks at no more than 10000 tasks, so it may be
+// short, even empty, while the token is not: the end is an empty token. A
+// malformed token is an error wrapping ErrInvalid.
+func (m *Machine) List(queue string, pageToken string, limit int, claimed *bool, omitValues bool) ([]*fsmpb.Task, string, error) {
+	if limit <= 0 {
+		limit = DefaultListLimit
+	}
+	var from *task
+	if pageToken != "" {
+		var err error
+		if from, err = decodePageToken(pageToken); err != nil {
+			return nil, "", err
+		}
+	}
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	q := m.st.queues[queue]
+	if q == nil {
+		return nil, "", nil
+	}
+	clock := m.st.clock
+	var out []*fsmpb.Task
+	var last *task
+	more, scanned := false, 0
+	visit := func(t *task) bool {
+		if len(out) == limit || claimed != nil && scanned == listScanLimit {
+			more = true
+			return false
+		}
+		scanned++
+		last = t
+		if claimed == nil || *claimed == isClaimed(t, clock) {
+			out = append(out, t.toProto(omitValues))
+		}
+		return true
+	}
+	if from == nil {
+		q.byClaim.Ascend(visit)
+	} else {
+		q.byClaim.AscendGreaterOrEqual(from, visit)
+	}
+	if !more {
+		return out, "", nil
+	}
+	return out, encodePageToken(last), nil
+}
+
+// listScanLimit bounds how many tasks one filtered List page looks at, so
+// that a read never walks a whole large queue under the lock.
+const listScanLimit = 10000
+
+func encodePageToken(t *task) string {
+	b := make([]byte, 1+4+8, 1+4+8+len(t.id))
+	b[0] = 1
+	binary.BigEndian.PutUint32(b[1:], uint32(t.priority))
+	binary.BigEndian.PutUint64(b[5:], uint64(t.at))
+	b = append(b, t.id...)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// decodePageToken returns the position just after the token's task.
+func decodePageToken(s string) (*task, error) {
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil || len(b) < 13 || b[0] != 1 {
+		return nil, invalidf("page_token", "malformed")
+	}
+	return &task{
+		priority: int32(binary.BigEndian.Uint32(b[1:])),
+		at:       int64(binary.BigEndian.Uint64(b[5:])),
+		id:       string(b[13:]) + "\x00", // the least id after the token's
+	}, nil
+}
+
+// Queues returns stats of queues whose name starts with prefix, sorted by
+// name, at most limit (0: all).
+func (m *Machine) Queues(prefix string, limit int) []QueueStats {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	var out []QueueStats
+	m.st.names.AscendGreaterOrEqual(&queue{name: prefix}, func(q *queue) bool {
+		if !strings.HasPrefix(q.name, prefix) || limit > 0 && len(out) == limit {
+			return false
+		}
+		out = append(out, q.stats(m.st.clock))
+		return true
+	})
+	return out
+}
+
+// NextAt returns the earliest at of any task in the queues (claimed tasks
+// count by lease end), so a waiting claim knows when to try again.
+func (m *Machine) NextAt(queues []string) (at int64, ok bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	at = math.MaxInt64
+	for _, name := range queues {
+		if q := m.st.queues[name]; q != nil {
+			if t, found := q.byAt.Min(); found {
+				at, ok = min(at, t.at), true
+			}
+		}
+	}
+	if !ok {
+		return 0, false
+	}
+	return at, true
+}
+
+// Digest is a hash of the whole replicated state (tasks, clock, sessions):
+// replicas that applied the same log have the same digest.
+//
+// It hashes a canonical encoding: the clock, then every task in id order,
+// then every session in client id order with its deterministically
+// marshalled result. The applied index is not part of it. Digest sorts the
+// whole state: it is for tests and consistency checks, not a hot path.
+func (m *Machine) Digest() [32]byte {
+	m.mu.RLock()
+	snap := m.st.snapshot()
+	m.mu.RUnlock()
+	slices.SortFunc(snap.tasks, func(a, b *task) int { return strings.Compare(a.id, b.id) })
+	slices.SortFunc(snap.sessions, func(a, b *session) int { return strings.Compare(a.clientID, b.clientID) })
+
+	h := sha256.New()
+	var buf []byte
+	u := func(v uint64) { buf = binary.AppendUvarint(buf, v) }
+	str := func(s string) { u(uint64(len(s))); buf = append(buf, s...) }
+	flush := func() { h.Write(buf); buf = buf[:0] }
+	str("taskstore fsm digest v1")
+	u(uint64(snap.clock))
+	u(uint64(len(snap.tasks)))
+	for _, t := range snap.tasks {
+		str(t.id)
+		u(t.version)
+		str(t.q.name)
+		u(uint64(t.at))
+		str(t.claimant)
+		u(uint64(uint32(t.priority)))
+		str(t.key)
+		u(uint64(len(t.value)))
+		buf = append(buf, t.value...)
+		u(uint64(t.created))
+		u(uint64(t.modified))
+		u(uint64(t.claims))
+		u(uint64(t.attempt))
+		str(t.err)
+		flush()
+	}
+	u(uint64(len(snap.sessions)))
+	for _, s := range snap.sessions {
+		str(s.clientID)
+		u(s.seq)
+		u(uint64(s.lastSeen))
+		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(s.result)
+		if err != nil {
+			panic(fmt.Sprintf("fsm: digest: marshal session result: %v", err))
+		}
+		u(uint64(len(b)))
+		buf = append(buf, b...)
+		flush()
+	}
+	flush()
+	var out [32]byte
+	h.Sum(out[:0])
+	return out
+}

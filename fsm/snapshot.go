@@ -1,0 +1,421 @@
+package fsm
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"sort"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/e1158ecb/taskstore/fsm/fsmpb"
+)
+
+// Snapshot stream format (see fsm.proto): the magic, then uvarint
+// length-prefixed SnapshotRecords: one header, the tasks, the sessions, and
+// a trailer with the CRC-32C (Castagnoli) of every byte before the
+// trailer's length prefix. Nothing may follow the trailer.
+const (
+	snapshotMagic  = "TSKSNAP1"
+	snapshotFormat = 1
+	// maxRecordBytes bounds one record. The largest legitimate record is a
+	// session holding a result of a thousand 1 MiB values.
+	maxRecordBytes = 4 << 30
+	// eagerRecordBytes: records up to this length get their buffer at
+	// once; longer ones grow it as bytes actually arrive, so that a corrupt
+	// length cannot make Restore allocate more than the stream holds.
+	eagerRecordBytes = 1 << 20
+)
+
+// ErrCorruptSnapshot is returned (wrapped) by Restore for a stream that is
+// not a complete, intact snapshot.
+var ErrCorruptSnapshot = errors.New("corrupt snapshot")
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// snapshot is a consistent picture of the state: tasks and sessions are
+// immutable, so copies of their pointers suffice.
+type snapshot struct {
+	clock    int64
+	applied  uint64
+	tasks    []*task
+	sessions []*session
+}
+
+// Snapshot captures the state cheaply; Persist streams it while Apply goes on.
+func (m *Machine) Snapshot() (raft.FSMSnapshot, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.st.snapshot(), nil
+}
+
+func (s *state) snapshot() *snapshot {
+	snap := &snapshot{
+		clock:    s.clock,
+		applied:  s.applied,
+		tasks:    make([]*task, 0, len(s.tasks)),
+		sessions: make([]*session, 0, len(s.sessions)),
+	}
+	// Queues by name, each in claim order: the stream is the same for the
+	// same state, and Restore inserts each queue's tasks in index order,
+	// which is several times faster than random order.
+	s.names.Ascend(func(q *queue) bool {
+		q.byClaim.Ascend(func(t *task) bool {
+			snap.tasks = append(snap.tasks, t)
+			return true
+		})
+		return true
+	})
+	s.sessionOrder.Ascend(func(ss *session) bool {
+		snap.sessions = append(snap.sessions, ss)
+		return true
+	})
+	return snap
+}
+
+// Persist writes the snapshot to sink, or cancels the sink on error.
+func (s *snapshot) Persist(sink raft.SnapshotSink) error {
+	if err := s.writeTo(sink); err != nil {
+		_ = sink.Cancel()
+		return fmt.Errorf("fsm: persist snapshot: %w", err)
+	}
+	return sink.Close()
+}
+
+// Release implements raft.FSMSnapshot; a snapshot holds no resources.
+func (s *snapshot) Release() {}
+
+// snapshotWriter frames records and keeps the running checksum.
+type snapshotWriter struct {
+	w    *bufio.Writer
+	crc  uint32
+	buf  []byte
+	tbuf []byte
+	// lenBuf is scratch space for length prefixes (a local array would
+	// escape through crc32.Update).
+	lenBuf [binary.MaxVarintLen64]byte
+}
+
+func (sw *snapshotWriter) write(p []byte) error {
+	sw.crc = crc32.Update(sw.crc, castagnoli, p)
+	_, err := sw.w.Write(p)
+	return err
+}
+
+func (sw *snapshotWriter) record(rec *fsmpb.SnapshotRecord) error {
+	var err error
+	sw.buf, err = proto.MarshalOptions{Deterministic: true}.MarshalAppend(sw.buf[:0], rec)
+	if err != nil {
+		return err
+	}
+	return sw.frame()
+}
+
+// task writes a task record, encoded by hand (the same bytes as
+// proto.Marshal of SnapshotRecord{Task: ...}, several times faster).
+func (sw *snapshotWriter) task(t *task) error {
+	sw.tbuf = appendTask(sw.tbuf[:0], t)
+	sw.buf = protowire.AppendTag(sw.buf[:0], recordTaskField, protowire.BytesType)
+	sw.buf = protowire.AppendBytes(sw.buf, sw.tbuf)
+	return sw.frame()
+}
+
+// frame writes sw.buf with its length prefix.
+func (sw *snapshotWriter) frame() error {
+	if err := sw.write(sw.lenBuf[:binary.PutUvarint(sw.lenBuf[:], uint64(len(sw.buf)))]); err != nil {
+		return err
+	}
+	return sw.write(sw.buf)
+}
+
+func (s *snapshot) writeTo(w io.Writer) error {
+	sw := &snapshotWriter{w: bufio.NewWriterSize(w, 256<<10)}
+	if err := sw.write([]byte(snapshotMagic)); err != nil {
+		return err
+	}
+	err := sw.record(&fsmpb.SnapshotRecord{Header: &fsmpb.SnapshotHeader{Format: snapshotFormat, Clock: s.clock,
+		Tasks: uint64(len(s.tasks)), Sessions: uint64(len(s.sessions)), AppliedIndex: s.applied}})
+	if err != nil {
+		return err
+	}
+	for _, t := range s.tasks {
+		if err := sw.task(t); err != nil {
+			return err
+		}
+	}
+	for _, ss := range s.sessions {
+		err := sw.record(&fsmpb.SnapshotRecord{Session: &fsmpb.Session{ClientId: ss.clientID, Seq: ss.seq,
+			LastSeen: ss.lastSeen, Result: ss.result}})
+		if err != nil {
+			return err
+		}
+	}
+	if err := sw.record(&fsmpb.SnapshotRecord{Trailer: &fsmpb.SnapshotTrailer{Crc32C: sw.crc}}); err != nil {
+		return err
+	}
+	return sw.w.Flush()
+}
+
+// Restore replaces the state with a snapshot stream; a corrupt or truncated
+// stream returns an error and leaves the machine unchanged.
+func (m *Machine) Restore(rc io.ReadCloser) error {
+	st, err := readSnapshot(rc)
+	if cerr := rc.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("fsm: restore: %w", cerr)
+	}
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	m.st = st
+	names := make([]string, 0, len(st.queues))
+	for name := range st.queues {
+		names = append(names, name)
+	}
+	m.mu.Unlock()
+	// Waiters re-check: any queue may now hold available tasks.
+	sort.Strings(names)
+	m.notify(&notifier{queues: names})
+	return nil
+}
+
+// snapshotReader reads records and keeps the running checksum.
+type snapshotReader struct {
+	r   *bufio.Reader
+	crc uint32
+	buf []byte
+	one [1]byte // scratch for ReadByte (a local would escape)
+}
+
+func (sr *snapshotReader) ReadByte() (byte, error) {
+	b, err := sr.r.ReadByte()
+	if err == nil {
+		sr.one[0] = b
+		sr.crc = crc32.Update(sr.crc, castagnoli, sr.one[:])
+	}
+	return b, err
+}
+
+func (sr *snapshotReader) readFull(n uint64) ([]byte, error) {
+	if n <= eagerRecordBytes {
+		if uint64(cap(sr.buf)) < n {
+			sr.buf = make([]byte, n)
+		}
+		sr.buf = sr.buf[:n]
+		if _, err := io.ReadFull(sr.r, sr.buf); err != nil {
+			return nil, err
+		}
+	} else {
+		var b bytes.Buffer
+		got, err := io.CopyN(&b, sr.r, int64(n))
+		if err != nil {
+			return nil, fmt.Errorf("record of %d bytes: got %d: %w", n, got, io.ErrUnexpectedEOF)
+		}
+		sr.buf = b.Bytes()
+	}
+	sr.crc = crc32.Update(sr.crc, castagnoli, sr.buf)
+	return sr.buf, nil
+}
+
+// next reads one record's bytes; sum is the checksum of every byte before
+// it. The bytes are valid until the next call.
+func (sr *snapshotReader) next() (data []byte, sum uint32, err error) {
+	sum = sr.crc
+	n, err := binary.ReadUvarint(sr)
+	if err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, 0, err
+	}
+	if n > maxRecordBytes {
+		return nil, 0, fmt.Errorf("record length %d exceeds %d", n, uint64(maxRecordBytes))
+	}
+	data, err = sr.readFull(n)
+	if err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, 0, err
+	}
+	return data, sum, nil
+}
+
+func corrupt(format string, args ...any) error {
+	return fmt.Errorf("fsm: restore: %w: %s", ErrCorruptSnapshot, fmt.Sprintf(format, args...))
+}
+
+// record is one parsed SnapshotRecord: exactly one field is set.
+type record struct {
+	header  *fsmpb.SnapshotHeader
+	task    []byte // the encoded Task, decoded by restoreTask
+	session *fsmpb.Session
+	trailer *fsmpb.SnapshotTrailer
+}
+
+// parseRecord splits a SnapshotRecord into its one body.
+func parseRecord(data []byte) (record, error) {
+	var rec record
+	set := 0
+	for len(data) > 0 {
+		num, typ, n := protowire.ConsumeTag(data)
+		if n < 0 {
+			return rec, protowire.ParseError(n)
+		}
+		data = data[n:]
+		if typ != protowire.BytesType {
+			return rec, fmt.Errorf("field %d has wire type %d", num, typ)
+		}
+		body, n := protowire.ConsumeBytes(data)
+		if n < 0 {
+			return rec, protowire.ParseError(n)
+		}
+		data = data[n:]
+		set++
+		var err error
+		switch num {
+		case 1:
+			rec.header = &fsmpb.SnapshotHeader{}
+			err = proto.Unmarshal(body, rec.header)
+		case recordTaskField:
+			rec.task = body
+		case 3:
+			rec.session = &fsmpb.Session{}
+			err = proto.Unmarshal(body, rec.session)
+		case 4:
+			rec.trailer = &fsmpb.SnapshotTrailer{}
+			err = proto.Unmarshal(body, rec.trailer)
+		default:
+			return rec, fmt.Errorf("unknown field %d", num)
+		}
+		if err != nil {
+			return rec, err
+		}
+	}
+	if set != 1 {
+		return rec, fmt.Errorf("%d bodies, want 1", set)
+	}
+	return rec, nil
+}
+
+// readSnapshot parses and checks a whole stream into a new state.
+func readSnapshot(r io.Reader) (*state, error) {
+	sr := &snapshotReader{r: bufio.NewReaderSize(r, 256<<10)}
+	var magic [len(snapshotMagic)]byte
+	if _, err := io.ReadFull(sr.r, magic[:]); err != nil {
+		return nil, corrupt("magic: %v", err)
+	}
+	if string(magic[:]) != snapshotMagic {
+		return nil, corrupt("bad magic %q", magic[:])
+	}
+	sr.crc = crc32.Update(sr.crc, castagnoli, magic[:])
+
+	data, _, err := sr.next()
+	if err != nil {
+		return nil, corrupt("header: %v", err)
+	}
+	rec, err := parseRecord(data)
+	if err != nil {
+		return nil, corrupt("header: %v", err)
+	}
+	h := rec.header
+	if h == nil {
+		return nil, corrupt("first record is not a header")
+	}
+	if h.Format != snapshotFormat {
+		return nil, corrupt("format %d, this version reads %d", h.Format, snapshotFormat)
+	}
+	st := newState()
+	// Size the id map from the header, within reason: the header is not
+	// yet verified.
+	st.tasks = make(map[string]*task, min(h.Tasks, 1<<20))
+	st.clock = h.Clock
+	st.applied = h.AppliedIndex
+	var tasks, sessions uint64
+	for {
+		data, sum, err := sr.next()
+		if err != nil {
+			return nil, corrupt("record %d: %v", tasks+sessions+1, err)
+		}
+		rec, err := parseRecord(data)
+		if err != nil {
+			return nil, corrupt("record %d: %v", tasks+sessions+1, err)
+		}
+		switch {
+		case rec.task != nil:
+			if sessions > 0 {
+				return nil, corrupt("task record after session records")
+			}
+			if tasks == h.Tasks {
+				return nil, corrupt("more task records than the header's %d", h.Tasks)
+			}
+			if err := st.restoreTask(rec.task); err != nil {
+				return nil, corrupt("task record %d: %v", tasks+1, err)
+			}
+			tasks++
+		case rec.session != nil:
+			if sessions == h.Sessions {
+				return nil, corrupt("more session records than the header's %d", h.Sessions)
+			}
+			if err := st.restoreSession(rec.session); err != nil {
+				return nil, corrupt("session record %d: %v", sessions+1, err)
+			}
+			sessions++
+		case rec.trailer != nil:
+			if tasks != h.Tasks || sessions != h.Sessions {
+				return nil, corrupt("%d tasks and %d sessions, header says %d and %d", tasks, sessions, h.Tasks, h.Sessions)
+			}
+			if rec.trailer.Crc32C != sum {
+				return nil, corrupt("checksum %08x, trailer says %08x", sum, rec.trailer.Crc32C)
+			}
+			if _, err := sr.r.ReadByte(); err != io.EOF {
+				return nil, corrupt("bytes after the trailer")
+			}
+			return st, nil
+		default:
+			return nil, corrupt("record %d: a second header", tasks+sessions+1)
+		}
+	}
+}
+
+func (s *state) restoreTask(data []byte) error {
+	t, queue, err := decodeTask(data)
+	if err != nil {
+		return err
+	}
+	if t.id == "" || len(queue) == 0 {
+		return errors.New("empty id or queue")
+	}
+	if s.tasks[t.id] != nil {
+		return fmt.Errorf("duplicate id %q", t.id)
+	}
+	q := s.queues[string(queue)]
+	if q == nil {
+		q = s.queueFor(string(queue))
+	}
+	if t.key != "" && q.keys[t.key] != "" {
+		return fmt.Errorf("duplicate key %q in queue %q", t.key, q.name)
+	}
+	t.q = q
+	s.add(t)
+	return nil
+}
+
+func (s *state) restoreSession(p *fsmpb.Session) error {
+	if p.ClientId == "" || p.Result == nil {
+		return errors.New("empty client id or result")
+	}
+	if s.sessions[p.ClientId] != nil {
+		return fmt.Errorf("duplicate client id %q", p.ClientId)
+	}
+	ss := &session{clientID: p.ClientId, seq: p.Seq, lastSeen: p.LastSeen, result: p.Result}
+	s.sessions[ss.clientID] = ss
+	s.sessionOrder.ReplaceOrInsert(ss)
+	return nil
+}

@@ -1,0 +1,282 @@
+package fsm
+
+import (
+	"math"
+	"strings"
+
+	"github.com/google/btree"
+
+	"github.com/e1158ecb/taskstore/fsm/fsmpb"
+)
+
+// btreeDegree is the degree of every B-tree in the state: nodes of up to 63
+// pointers keep trees shallow (4 levels at a million tasks).
+const btreeDegree = 32
+
+// task is one version of a task. Tasks are immutable values once they are in
+// the state: a change builds a new task and swaps it in. That is what makes
+// Snapshot cheap: a copy of the pointers is a consistent picture.
+//
+// The struct is kept small (144-byte size class) because there may be
+// millions; the queue is a pointer to the shared queue record.
+type task struct {
+	id       string
+	key      string
+	claimant string
+	err      string
+	value    []byte // shared with results and snapshots; never modified
+	q        *queue
+	version  uint64
+	at       int64
+	created  int64
+	modified int64
+	priority int32
+	claims   uint32
+	attempt  uint32
+}
+
+// claimLess orders a queue's tasks in claim order: priority descending, then
+// at ascending, then id ascending.
+func claimLess(a, b *task) bool {
+	if a.priority != b.priority {
+		return a.priority > b.priority
+	}
+	if a.at != b.at {
+		return a.at < b.at
+	}
+	return a.id < b.id
+}
+
+// atLess orders tasks by at, then id.
+func atLess(a, b *task) bool {
+	if a.at != b.at {
+		return a.at < b.at
+	}
+	return a.id < b.id
+}
+
+// queue is the index of one queue's tasks. A queue exists while it holds
+// tasks.
+type queue struct {
+	name    string
+	group   string
+	byClaim *btree.BTreeG[*task] // claim order
+	byAt    *btree.BTreeG[*task] // at order: oldest available, next wake-up
+	keys    map[string]string    // key → id of the task holding it; nil until a key is used
+	// Tasks with at > clock (they are in state.pending), split by whether
+	// a claimant is set: claimed and delayed counts without a scan.
+	futureClaimed uint64
+	futureDelayed uint64
+}
+
+func queueLess(a, b *queue) bool { return a.name < b.name }
+
+// session is the exactly-once memory of one client. Immutable once stored.
+type session struct {
+	clientID string
+	seq      uint64
+	lastSeen int64
+	result   *fsmpb.Result
+}
+
+func sessionLess(a, b *session) bool {
+	if a.lastSeen != b.lastSeen {
+		return a.lastSeen < b.lastSeen
+	}
+	return a.clientID < b.clientID
+}
+
+// state is the whole replicated state plus its indexes. It is not safe for
+// concurrent use; Machine guards it.
+type state struct {
+	clock   int64
+	applied uint64
+	tasks   map[string]*task
+	queues  map[string]*queue
+	names   *btree.BTreeG[*queue] // queues by name, for prefix listing
+	// pending holds every task with at > clock, in at order, so that
+	// advancing the clock finds exactly the tasks that became available.
+	pending      *btree.BTreeG[*task]
+	sessions     map[string]*session
+	sessionOrder *btree.BTreeG[*session] // least recently seen first
+}
+
+func newState() *state {
+	return &state{
+		tasks:        make(map[string]*task),
+		queues:       make(map[string]*queue),
+		names:        btree.NewG(btreeDegree, queueLess),
+		pending:      btree.NewG(btreeDegree, atLess),
+		sessions:     make(map[string]*session),
+		sessionOrder: btree.NewG(btreeDegree, sessionLess),
+	}
+}
+
+// groupOf returns the consistency group of a queue name: the text before
+// the first '/', or the whole name.
+func groupOf(queue string) string {
+	if i := strings.IndexByte(queue, '/'); i >= 0 {
+		return queue[:i]
+	}
+	return queue
+}
+
+// GroupOf returns the consistency group of a queue name: the text before the
+// first '/', or the whole name if it has none.
+func GroupOf(queue string) string { return groupOf(queue) }
+
+// queueFor returns the queue record, creating it if needed. A created queue
+// that ends up empty is removed by prune.
+func (s *state) queueFor(name string) *queue {
+	if q := s.queues[name]; q != nil {
+		return q
+	}
+	q := &queue{
+		name:    name,
+		group:   groupOf(name),
+		byClaim: btree.NewG(btreeDegree, claimLess),
+		byAt:    btree.NewG(btreeDegree, atLess),
+	}
+	s.queues[name] = q
+	s.names.ReplaceOrInsert(q)
+	return q
+}
+
+// prune removes the named queue if it holds no tasks.
+func (s *state) prune(name string) {
+	if q := s.queues[name]; q != nil && q.byClaim.Len() == 0 {
+		delete(s.queues, name)
+		s.names.Delete(q)
+	}
+}
+
+// add inserts a task that is not in the state. t.q must be the live queue
+// record for its name.
+func (s *state) add(t *task) {
+	s.tasks[t.id] = t
+	q := t.q
+	q.byClaim.ReplaceOrInsert(t)
+	q.byAt.ReplaceOrInsert(t)
+	if t.key != "" {
+		if q.keys == nil {
+			q.keys = make(map[string]string)
+		}
+		q.keys[t.key] = t.id
+	}
+	if t.at > s.clock {
+		s.pending.ReplaceOrInsert(t)
+		if t.claimant != "" {
+			q.futureClaimed++
+		} else {
+			q.futureDelayed++
+		}
+	}
+}
+
+// remove takes a task out of every index. It leaves the queue record in
+// place, even if empty: callers prune.
+func (s *state) remove(t *task) {
+	s.unindex(t)
+	delete(s.tasks, t.id)
+}
+
+// unindex takes a task out of every index but the id map.
+func (s *state) unindex(t *task) {
+	q := t.q
+	q.byClaim.Delete(t)
+	q.byAt.Delete(t)
+	if t.key != "" && q.keys[t.key] == t.id {
+		delete(q.keys, t.key)
+	}
+	if t.at > s.clock {
+		s.pending.Delete(t)
+		if t.claimant != "" {
+			q.futureClaimed--
+		} else {
+			q.futureDelayed--
+		}
+	}
+}
+
+// replace swaps a task for its next version, which has the same id.
+func (s *state) replace(old, t *task) {
+	s.unindex(old)
+	s.add(t) // overwrites the id map entry: one map write, not two
+}
+
+// advance moves the clock forward to now (never back) and moves tasks whose
+// at has come out of pending. became is called with the queue of each such
+// task.
+func (s *state) advance(now int64, became func(queue string)) {
+	if now <= s.clock {
+		return
+	}
+	s.clock = now
+	for {
+		t, ok := s.pending.Min()
+		if !ok || t.at > now {
+			return
+		}
+		s.pending.DeleteMin()
+		if t.claimant != "" {
+			t.q.futureClaimed--
+		} else {
+			t.q.futureDelayed--
+		}
+		became(t.q.name)
+	}
+}
+
+// isClaimed reports whether t is held under an unexpired lease.
+func isClaimed(t *task, clock int64) bool { return t.claimant != "" && t.at > clock }
+
+// stats returns q's counts at clock.
+func (q *queue) stats(clock int64) QueueStats {
+	total := uint64(q.byClaim.Len())
+	st := QueueStats{
+		Name:      q.name,
+		Total:     total,
+		Claimed:   q.futureClaimed,
+		Delayed:   q.futureDelayed,
+		Available: total - q.futureClaimed - q.futureDelayed,
+	}
+	if t, ok := q.byAt.Min(); ok && t.at <= clock {
+		st.OldestAvailableAt = t.at
+	}
+	return st
+}
+
+// toProto converts a task for a result or a read. The value is shared, not
+// copied: callers must not modify it.
+func (t *task) toProto(omitValue bool) *fsmpb.Task {
+	p := &fsmpb.Task{
+		Id:       t.id,
+		Version:  t.version,
+		Queue:    t.q.name,
+		At:       t.at,
+		Claimant: t.claimant,
+		Priority: t.priority,
+		Key:      t.key,
+		Created:  t.created,
+		Modified: t.modified,
+		Claims:   t.claims,
+		Attempt:  t.attempt,
+		Err:      t.err,
+	}
+	if !omitValue {
+		p.Value = t.value
+	}
+	return p
+}
+
+// addSat returns a+b, saturated to the int64 range.
+func addSat(a, b int64) int64 {
+	c := a + b
+	if b > 0 && c < a {
+		return math.MaxInt64
+	}
+	if b < 0 && c > a {
+		return math.MinInt64
+	}
+	return c
+}

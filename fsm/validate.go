@@ -1,0 +1,301 @@
+package fsm
+
+import (
+	"errors"
+	"fmt"
+	"unicode/utf8"
+
+	"github.com/e1158ecb/taskstore/fsm/fsmpb"
+)
+
+// Errors returned (wrapped in a *ValidationError) by Validate. Check them
+// with errors.Is: ErrTooLarge maps to ResourceExhausted, ErrInvalid to
+// InvalidArgument.
+var (
+	// ErrInvalid: a field breaks a shape rule (required, name, group, range).
+	ErrInvalid = errors.New("invalid argument")
+	// ErrTooLarge: a value, an error text, or the number of operations is
+	// over its limit.
+	ErrTooLarge = errors.New("over a limit")
+)
+
+// ValidationError says which field of a command broke which rule. It wraps
+// ErrInvalid or ErrTooLarge.
+type ValidationError struct {
+	Field string // path in the command, e.g. "inserts[3].value"
+	Rule  string
+	Kind  error // ErrInvalid or ErrTooLarge
+}
+
+func (e *ValidationError) Error() string { return e.Field + ": " + e.Rule }
+func (e *ValidationError) Unwrap() error { return e.Kind }
+
+func invalidf(field, format string, args ...any) error {
+	return &ValidationError{Field: field, Rule: fmt.Sprintf(format, args...), Kind: ErrInvalid}
+}
+
+func tooLarge(field string, n, limit int) error {
+	return &ValidationError{Field: field, Rule: fmt.Sprintf("%d bytes exceeds the limit of %d", n, limit), Kind: ErrTooLarge}
+}
+
+func (l Limits) withDefaults() Limits {
+	d := DefaultLimits
+	if l.MaxValueBytes > 0 {
+		d.MaxValueBytes = l.MaxValueBytes
+	}
+	if l.MaxNameBytes > 0 {
+		d.MaxNameBytes = l.MaxNameBytes
+	}
+	if l.MaxIDBytes > 0 {
+		d.MaxIDBytes = l.MaxIDBytes
+	}
+	if l.MaxOps > 0 {
+		d.MaxOps = l.MaxOps
+	}
+	if l.MaxClaimLimit > 0 {
+		d.MaxClaimLimit = l.MaxClaimLimit
+	}
+	if l.MaxLeaseNanos > 0 {
+		d.MaxLeaseNanos = l.MaxLeaseNanos
+	}
+	if l.MaxErrBytes > 0 {
+		d.MaxErrBytes = l.MaxErrBytes
+	}
+	return d
+}
+
+// Validate checks a command against limits and shape rules (names, one group,
+// durations, sizes) before it is proposed. Errors name the field and the rule.
+//
+// Zero fields of limits take DefaultLimits. The error is a *ValidationError
+// wrapping ErrInvalid or ErrTooLarge. Ids must already be filled in (the
+// leader chooses missing ones before validating). Validate does not look at
+// Command.now, which the leader stamps afterwards.
+func Validate(cmd *fsmpb.Command, limits Limits) error {
+	v := validator{l: limits.withDefaults()}
+	if cmd == nil {
+		return invalidf("command", "required")
+	}
+	return v.command(cmd, "", true)
+}
+
+type validator struct{ l Limits }
+
+// name checks a queue name, key, claimant or client id.
+func (v *validator) name(field, s string, required bool) error {
+	switch {
+	case s == "":
+		if required {
+			return invalidf(field, "required")
+		}
+	case len(s) > v.l.MaxNameBytes:
+		return invalidf(field, "%d bytes exceeds the limit of %d", len(s), v.l.MaxNameBytes)
+	case !utf8.ValidString(s):
+		return invalidf(field, "not valid UTF-8")
+	}
+	return nil
+}
+
+func (v *validator) queue(field, s, group string) error {
+	if err := v.name(field, s, true); err != nil {
+		return err
+	}
+	if s[0] == '/' {
+		return invalidf(field, "%q: a queue name must not start with '/' (its group would be empty)", s)
+	}
+	if group != "" && groupOf(s) != group {
+		return invalidf(field, "queue %q is not in consistency group %q", s, group)
+	}
+	return nil
+}
+
+func (v *validator) id(field, s string) error {
+	switch {
+	case s == "":
+		return invalidf(field, "required")
+	case len(s) > v.l.MaxIDBytes:
+		return invalidf(field, "%d bytes exceeds the limit of %d", len(s), v.l.MaxIDBytes)
+	case !utf8.ValidString(s):
+		return invalidf(field, "not valid UTF-8")
+	}
+	return nil
+}
+
+func (v *validator) bodies(cmd *fsmpb.Command, path string) error {
+	set := map[string]bool{"modify": cmd.Modify != nil, "claim": cmd.Claim != nil, "purge": cmd.Purge != nil, "batch": len(cmd.Batch) > 0}
+	want := map[fsmpb.Op]string{fsmpb.Op_OP_MODIFY: "modify", fsmpb.Op_OP_CLAIM: "claim", fsmpb.Op_OP_PURGE: "purge", fsmpb.Op_OP_BATCH: "batch"}[cmd.Op]
+	for _, body := range []string{"modify", "claim", "purge", "batch"} {
+		if body == want && !set[body] {
+			return invalidf(path+body, "required for %v", cmd.Op)
+		}
+		if body != want && set[body] {
+			return invalidf(path+body, "must be empty for %v", cmd.Op)
+		}
+	}
+	return nil
+}
+
+func (v *validator) command(cmd *fsmpb.Command, path string, top bool) error {
+	if err := v.name(path+"client_id", cmd.ClientId, false); err != nil {
+		return err
+	}
+	switch cmd.Op {
+	case fsmpb.Op_OP_MODIFY, fsmpb.Op_OP_CLAIM, fsmpb.Op_OP_PURGE, fsmpb.Op_OP_TICK:
+	case fsmpb.Op_OP_BATCH:
+		if !top {
+			return invalidf(path+"op", "a batch may not contain a batch")
+		}
+	default:
+		return invalidf(path+"op", "unknown op %d", int32(cmd.Op))
+	}
+	if err := v.bodies(cmd, path); err != nil {
+		return err
+	}
+	switch cmd.Op {
+	case fsmpb.Op_OP_MODIFY:
+		return v.modify(cmd.Modify, path)
+	case fsmpb.Op_OP_CLAIM:
+		return v.claim(cmd.Claim, path)
+	case fsmpb.Op_OP_PURGE:
+		return v.queue(path+"purge.queue", cmd.Purge.Queue, "")
+	case fsmpb.Op_OP_BATCH:
+		if len(cmd.Batch) > v.l.MaxOps {
+			return &ValidationError{Field: path + "batch", Rule: fmt.Sprintf("%d commands exceeds the limit of %d", len(cmd.Batch), v.l.MaxOps), Kind: ErrTooLarge}
+		}
+		for i, sub := range cmd.Batch {
+			if sub == nil {
+				return invalidf(fmt.Sprintf("%sbatch[%d]", path, i), "required")
+			}
+			if err := v.command(sub, fmt.Sprintf("%sbatch[%d].", path, i), false); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (v *validator) modify(m *fsmpb.Modify, path string) error {
+	if err := v.name(path+"group", m.Group, true); err != nil {
+		return err
+	}
+	if groupOf(m.Group) != m.Group {
+		return invalidf(path+"group", "%q is not a group name (it contains '/')", m.Group)
+	}
+	if err := v.name(path+"claimant", m.Claimant, false); err != nil {
+		return err
+	}
+	ops := len(m.Inserts) + len(m.Changes) + len(m.Deletes) + len(m.Depends)
+	if ops == 0 {
+		return invalidf(path+"modify", "empty transaction")
+	}
+	if ops > v.l.MaxOps {
+		return &ValidationError{Field: path + "modify", Rule: fmt.Sprintf("%d operations exceeds the limit of %d", ops, v.l.MaxOps), Kind: ErrTooLarge}
+	}
+	named := make(map[string]string, ops) // id → field that named it
+	dup := func(field, id string) error {
+		if prev, ok := named[id]; ok {
+			return invalidf(field, "task %q is also named by %s", id, prev)
+		}
+		named[id] = field
+		return nil
+	}
+	for i, in := range m.Inserts {
+		f := fmt.Sprintf("%sinserts[%d].", path, i)
+		if err := v.id(f+"id", in.Id); err != nil {
+			return err
+		}
+		if err := dup(f+"id", in.Id); err != nil {
+			return err
+		}
+		if err := v.queue(f+"queue", in.Queue, m.Group); err != nil {
+			return err
+		}
+		if in.At < 0 {
+			return invalidf(f+"at", "must not be negative")
+		}
+		if err := v.name(f+"key", in.Key, false); err != nil {
+			return err
+		}
+		if in.IfAbsent && in.Key == "" {
+			return invalidf(f+"if_absent", "needs a key")
+		}
+		if len(in.Value) > v.l.MaxValueBytes {
+			return tooLarge(f+"value", len(in.Value), v.l.MaxValueBytes)
+		}
+		if len(in.Err) > v.l.MaxErrBytes {
+			return tooLarge(f+"err", len(in.Err), v.l.MaxErrBytes)
+		}
+	}
+	for i, c := range m.Changes {
+		f := fmt.Sprintf("%schanges[%d].", path, i)
+		if err := v.ref(f, c.Id, c.Version); err != nil {
+			return err
+		}
+		if err := dup(f+"id", c.Id); err != nil {
+			return err
+		}
+		if c.Queue != "" {
+			if err := v.queue(f+"queue", c.Queue, m.Group); err != nil {
+				return err
+			}
+		}
+		if c.At < 0 {
+			return invalidf(f+"at", "must not be negative")
+		}
+		if len(c.Value) > v.l.MaxValueBytes {
+			return tooLarge(f+"value", len(c.Value), v.l.MaxValueBytes)
+		}
+		if c.Err != nil && len(*c.Err) > v.l.MaxErrBytes {
+			return tooLarge(f+"err", len(*c.Err), v.l.MaxErrBytes)
+		}
+	}
+	for i, r := range m.Deletes {
+		f := fmt.Sprintf("%sdeletes[%d].", path, i)
+		if err := v.ref(f, r.Id, r.Version); err != nil {
+			return err
+		}
+		if err := dup(f+"id", r.Id); err != nil {
+			return err
+		}
+	}
+	for i, r := range m.Depends {
+		if err := v.ref(fmt.Sprintf("%sdepends[%d].", path, i), r.Id, r.Version); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (v *validator) ref(f, id string, version uint64) error {
+	if err := v.id(f+"id", id); err != nil {
+		return err
+	}
+	if version == 0 {
+		return invalidf(f+"version", "required (versions start at 1)")
+	}
+	return nil
+}
+
+func (v *validator) claim(c *fsmpb.Claim, path string) error {
+	if err := v.name(path+"claimant", c.Claimant, true); err != nil {
+		return err
+	}
+	if len(c.Queues) == 0 {
+		return invalidf(path+"queues", "name at least one queue")
+	}
+	group := ""
+	for i, q := range c.Queues {
+		f := fmt.Sprintf("%squeues[%d]", path, i)
+		if err := v.queue(f, q, group); err != nil {
+			return err
+		}
+		group = groupOf(q)
+	}
+	if c.Lease <= 0 || c.Lease > v.l.MaxLeaseNanos {
+		return invalidf(path+"lease", "%dns is outside (0, %dns]", c.Lease, v.l.MaxLeaseNanos)
+	}
+	if c.Limit < 1 || int(c.Limit) > v.l.MaxClaimLimit {
+		return invalidf(path+"limit", "%d is outside [1, %d]", c.Limit, v.l.MaxClaimLimit)
+	}
+	return nil
+}

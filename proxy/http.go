@@ -1,0 +1,67 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
+)
+
+// httpHandler serves /metrics, /healthz, /readyz and the HTTP/JSON API.
+func (s *Server) httpHandler() (http.Handler, error) {
+	gw, err := s.Gateway()
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	if s.secured {
+		// The in-process gateway would skip the authorization interceptor.
+		mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
+			http.Error(w, "the HTTP/JSON API is off on a proxy that checks callers (--auth-tokens or --tls-client-auth): use gRPC", http.StatusForbidden)
+		})
+	} else {
+		mux.Handle("/v1/", gw)
+	}
+	mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		if err := s.Ready(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	return mux, nil
+}
+
+// Gateway returns the HTTP/JSON face of the proxy's services: the handlers
+// grpc-gateway generated from the proto and rpc/proto/taskstore/v1/
+// taskstore_http.yaml (rpc/taskstorepb/taskstore.pb.gw.go), calling the
+// proxy's own gRPC methods in process. Bodies and answers are protobuf's
+// canonical JSON; unknown fields are refused (a typo must not silently
+// become a default); errors carry the gRPC status as JSON, details included,
+// with the HTTP code grpc-gateway maps it to. docs/http.md lists the
+// endpoints.
+func (s *Server) Gateway() (http.Handler, error) {
+	mux := runtime.NewServeMux(
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
+			MarshalOptions:   protojson.MarshalOptions{},
+			UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
+		}),
+	)
+	ctx := context.Background()
+	if err := taskstorepb.RegisterTaskStoreHandlerServer(ctx, mux, s); err != nil {
+		return nil, fmt.Errorf("proxy: http gateway: %w", err)
+	}
+	if err := taskstorepb.RegisterAdminHandlerServer(ctx, mux, s); err != nil {
+		return nil, fmt.Errorf("proxy: http gateway: %w", err)
+	}
+	return mux, nil
+}

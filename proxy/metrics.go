@@ -1,0 +1,69 @@
+package proxy
+
+import (
+	"runtime"
+	"time"
+
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"google.golang.org/grpc/status"
+)
+
+// metrics are one proxy's Prometheus series, in a registry of its own so
+// that several proxies (tests, `taskstored dev`) can share a process.
+type metrics struct {
+	reg      *prometheus.Registry
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+	inflight prometheus.Gauge
+	// Standard go-grpc-middleware series: grpc_server_* for what callers
+	// asked, grpc_client_* for what the proxy sent to nodes.
+	grpcServer *grpcprom.ServerMetrics
+	grpcClient *grpcprom.ClientMetrics
+}
+
+func newMetrics(version string) *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "taskstore_proxy_requests_total",
+			Help: "Requests the proxy answered, by method and gRPC code (HTTP/JSON requests included).",
+		}, []string{"method", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "taskstore_proxy_request_duration_seconds",
+			Help:    "Time to answer a request, retries and claim waits included, by method.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18), // 0.5ms .. ~65s
+		}, []string{"method"}),
+		inflight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "taskstore_proxy_requests_in_flight",
+			Help: "Requests being forwarded now.",
+		}),
+	}
+	m.grpcServer = grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
+	m.grpcClient = grpcprom.NewClientMetrics(grpcprom.WithClientHandlingTimeHistogram())
+	if version == "" {
+		version = "dev"
+	}
+	build := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "taskstore_build_info",
+		Help:        "Build of the running binary; always 1.",
+		ConstLabels: prometheus.Labels{"version": version, "goversion": runtime.Version()},
+	})
+	build.Set(1)
+	m.reg.MustRegister(m.requests, m.duration, m.inflight, m.grpcServer, m.grpcClient, build,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// track counts a request in flight and returns the function that records
+// its end: defer m.track("Modify")(&err).
+func (m *metrics) track(method string) func(err *error) {
+	start := time.Now()
+	m.inflight.Inc()
+	return func(err *error) {
+		m.inflight.Dec()
+		m.requests.WithLabelValues(method, status.Code(*err).String()).Inc()
+		m.duration.WithLabelValues(method).Observe(time.Since(start).Seconds())
+	}
+}

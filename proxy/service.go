@@ -1,0 +1,290 @@
+package proxy
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
+)
+
+// The handlers below forward through the client, which routes by
+// consistency group, follows leader hints, refreshes the routing table and
+// retries what is safe. The proxy adds three things:
+//
+//  1. A retry budget for callers without a deadline (withBudget).
+//  2. Requests the client would refuse itself because they cannot be
+//     routed (no queue, an empty queue name, an unknown shard, no claimant)
+//     go to any node as they are, so that the caller gets the node's own
+//     error, word for word.
+//  3. Errors are turned back into the status the node answered with
+//     (toStatus).
+
+// maxWait is the longest claim wait a node accepts (rpc.MaxWait; a test
+// keeps the two equal without linking the node's code into the proxy).
+const maxWait = 5 * time.Minute
+
+// withBudget bounds a request whose caller set no deadline: the client
+// retries until its context ends, and a proxy must answer eventually.
+// extra is a waiting claim's wait.
+func (s *Server) withBudget(ctx context.Context, extra time.Duration) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, s.budget+max(extra, 0))
+}
+
+// anyNode sends req to any node unchanged and returns its answer.
+func anyNode[Resp any](ctx context.Context, s *Server, op string, fn func(ctx context.Context, cc *grpc.ClientConn) (Resp, error)) (Resp, error) {
+	var resp Resp
+	err := s.c.CallAnyNode(ctx, op, func(ctx context.Context, cc *grpc.ClientConn) (err error) {
+		resp, err = fn(ctx, cc)
+		return err
+	})
+	return resp, err
+}
+
+// namesQueue reports whether a transaction names a queue the client can
+// route by.
+func namesQueue(req *taskstorepb.ModifyRequest) bool {
+	for _, in := range req.Inserts {
+		if in.Queue != "" {
+			return true
+		}
+	}
+	for _, ch := range req.Changes {
+		if ch.Queue != "" || ch.NewQueue != "" {
+			return true
+		}
+	}
+	for _, refs := range [][]*taskstorepb.TaskRef{req.Deletes, req.Depends} {
+		for _, r := range refs {
+			if r.Queue != "" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// knownShard reports whether the routing table has shard id, reading the
+// table again before saying no (the shard may be new). When the table cannot
+// be read it says yes, and the forwarded call reports the outage.
+func (s *Server) knownShard(ctx context.Context, id uint32) bool {
+	ids, err := s.c.ShardIDs(ctx)
+	if err != nil || slices.Contains(ids, id) {
+		return true
+	}
+	rt, err := s.c.Routing(ctx)
+	if err != nil {
+		return true
+	}
+	for _, sh := range rt.Shards {
+		if sh.Id == id {
+			return true
+		}
+	}
+	return false
+}
+
+// Modify implements TaskStore.Modify. The caller's request id goes through
+// unchanged; without one, the client's own id makes the proxy's retries
+// safe.
+func (s *Server) Modify(ctx context.Context, req *taskstorepb.ModifyRequest) (resp *taskstorepb.ModifyResponse, err error) {
+	defer s.metrics.track("Modify")(&err)
+	bctx, cancel := s.withBudget(ctx, 0)
+	defer cancel()
+	if !namesQueue(req) {
+		resp, err = anyNode(bctx, s, "Modify", func(ctx context.Context, cc *grpc.ClientConn) (*taskstorepb.ModifyResponse, error) {
+			return taskstorepb.NewTaskStoreClient(cc).Modify(ctx, req)
+		})
+	} else {
+		resp, err = s.c.Modify(bctx, req)
+	}
+	return resp, s.toStatus(ctx, "Modify", err)
+}
+
+// Claim implements TaskStore.Claim. Unlike a node, the proxy accepts queues
+// of several consistency groups: their shards are tried in turn, as the Go
+// client does.
+func (s *Server) Claim(ctx context.Context, req *taskstorepb.ClaimRequest) (resp *taskstorepb.ClaimResponse, err error) {
+	defer s.metrics.track("Claim")(&err)
+	groups := map[string]bool{}
+	for _, q := range req.Queues {
+		groups[taskstorepb.GroupOf(q)] = true
+	}
+	if req.Claimant == "" && len(groups) > 1 {
+		return nil, status.Error(codes.InvalidArgument, "claimant: required: say who is claiming")
+	}
+	var wait time.Duration
+	badWait := req.Wait != nil && (!req.Wait.IsValid() || req.Wait.AsDuration() > maxWait)
+	if req.Wait != nil && !badWait {
+		wait = req.Wait.AsDuration()
+	}
+	bctx, cancel := s.withBudget(ctx, wait)
+	defer cancel()
+	if len(req.Queues) == 0 || slices.Contains(req.Queues, "") || req.Claimant == "" || badWait {
+		// The node checks these before routing: any node answers. (The
+		// client would shorten a long wait to the deadline instead.)
+		resp, err = anyNode(bctx, s, "Claim", func(ctx context.Context, cc *grpc.ClientConn) (*taskstorepb.ClaimResponse, error) {
+			return taskstorepb.NewTaskStoreClient(cc).Claim(ctx, req)
+		})
+		return resp, s.toStatus(ctx, "Claim", err)
+	}
+	if len(groups) > 1 && req.Request != nil {
+		// One request id cannot serve several shards' claims (a shard
+		// would answer a second round of a waiting claim from its record
+		// of the first), so each group's claim gets the client's own id.
+		// The proxy's retries stay safe; a caller's retry of the whole
+		// claim may take other tasks, and those of the first attempt come
+		// back when their lease runs out.
+		r := proto.CloneOf(req)
+		r.Request = nil
+		req = r
+	}
+	resp, err = s.c.Claim(bctx, req)
+	if err != nil && len(resp.GetTasks()) > 0 {
+		// A claim over several groups failed on a later shard after an
+		// earlier one gave tasks: they are leased to the caller now, so
+		// return them rather than strand them until the lease runs out.
+		s.log.Debug("claim: returning tasks claimed before an error", "tasks", len(resp.Tasks), "err", err)
+		return &taskstorepb.ClaimResponse{Tasks: resp.Tasks}, nil
+	}
+	return resp, s.toStatus(ctx, "Claim", err)
+}
+
+// Tasks implements TaskStore.Tasks. Ids without a queue or shard are looked
+// up on every shard.
+func (s *Server) Tasks(ctx context.Context, req *taskstorepb.TasksRequest) (resp *taskstorepb.TasksResponse, err error) {
+	defer s.metrics.track("Tasks")(&err)
+	bctx, cancel := s.withBudget(ctx, 0)
+	defer cancel()
+	if req.Shard != 0 && !s.knownShard(bctx, req.Shard) || req.Shard == 0 && req.Queue == "" && len(req.Ids) == 0 {
+		resp, err = anyNode(bctx, s, "Tasks", func(ctx context.Context, cc *grpc.ClientConn) (*taskstorepb.TasksResponse, error) {
+			return taskstorepb.NewTaskStoreClient(cc).Tasks(ctx, req)
+		})
+	} else {
+		resp, err = s.c.Tasks(bctx, req)
+	}
+	return resp, s.toStatus(ctx, "Tasks", err)
+}
+
+// Queues implements TaskStore.Queues. Without a shard every shard is asked
+// at its leader.
+func (s *Server) Queues(ctx context.Context, req *taskstorepb.QueuesRequest) (resp *taskstorepb.QueuesResponse, err error) {
+	defer s.metrics.track("Queues")(&err)
+	bctx, cancel := s.withBudget(ctx, 0)
+	defer cancel()
+	if req.Shard != 0 && !s.knownShard(bctx, req.Shard) {
+		resp, err = anyNode(bctx, s, "Queues", func(ctx context.Context, cc *grpc.ClientConn) (*taskstorepb.QueuesResponse, error) {
+			return taskstorepb.NewTaskStoreClient(cc).Queues(ctx, req)
+		})
+	} else {
+		resp, err = s.c.Queues(bctx, req)
+	}
+	return resp, s.toStatus(ctx, "Queues", err)
+}
+
+// Time implements TaskStore.Time: a node's clock.
+func (s *Server) Time(ctx context.Context, req *taskstorepb.TimeRequest) (resp *taskstorepb.TimeResponse, err error) {
+	defer s.metrics.track("Time")(&err)
+	bctx, cancel := s.withBudget(ctx, 0)
+	defer cancel()
+	now, err := s.c.Time(bctx)
+	if err != nil {
+		return nil, s.toStatus(ctx, "Time", err)
+	}
+	return &taskstorepb.TimeResponse{Now: timestamppb.New(now)}, nil
+}
+
+// Purge implements TaskStore.Purge. The caller's request id goes through
+// unchanged; without one, the client's own id makes the proxy's retries
+// safe.
+func (s *Server) Purge(ctx context.Context, req *taskstorepb.PurgeRequest) (resp *taskstorepb.PurgeResponse, err error) {
+	defer s.metrics.track("Purge")(&err)
+	bctx, cancel := s.withBudget(ctx, 0)
+	defer cancel()
+	purge := func(ctx context.Context, cc *grpc.ClientConn) (err error) {
+		resp, err = taskstorepb.NewTaskStoreClient(cc).Purge(ctx, req)
+		return err
+	}
+	switch {
+	case req.Queue == "":
+		err = s.c.CallAnyNode(bctx, "Purge", purge)
+	case req.Request != nil:
+		err = s.c.CallGroup(bctx, "Purge", taskstorepb.GroupOf(req.Queue), purge)
+	default:
+		var n uint64
+		n, err = s.c.Purge(bctx, req.Queue)
+		resp = &taskstorepb.PurgeResponse{Deleted: n}
+	}
+	if err != nil {
+		return nil, s.toStatus(ctx, "Purge", err)
+	}
+	return resp, nil
+}
+
+// Status implements Admin.Status: any node's view of the cluster.
+func (s *Server) Status(ctx context.Context, req *taskstorepb.StatusRequest) (resp *taskstorepb.StatusResponse, err error) {
+	defer s.metrics.track("Status")(&err)
+	bctx, cancel := s.withBudget(ctx, 0)
+	defer cancel()
+	resp, err = s.c.Status(bctx, req)
+	return resp, s.toStatus(ctx, "Status", err)
+}
+
+// Routing implements Admin.Routing: the cluster's table, with the nodes'
+// addresses (a Go client given a proxy's address and told to route directly
+// goes to the nodes from then on). The proxy routes by the answer too.
+func (s *Server) Routing(ctx context.Context, req *taskstorepb.RoutingRequest) (resp *taskstorepb.RoutingResponse, err error) {
+	defer s.metrics.track("Routing")(&err)
+	bctx, cancel := s.withBudget(ctx, 0)
+	defer cancel()
+	resp, err = s.c.Routing(bctx)
+	return resp, s.toStatus(ctx, "Routing", err)
+}
+
+// TransferLeader implements Admin.TransferLeader, sent to the shard's
+// current leader.
+func (s *Server) TransferLeader(ctx context.Context, req *taskstorepb.TransferLeaderRequest) (resp *taskstorepb.TransferLeaderResponse, err error) {
+	defer s.metrics.track("TransferLeader")(&err)
+	bctx, cancel := s.withBudget(ctx, 0)
+	defer cancel()
+	if req.Shard == 0 || !s.knownShard(bctx, req.Shard) {
+		resp, err = anyNode(bctx, s, "TransferLeader", func(ctx context.Context, cc *grpc.ClientConn) (*taskstorepb.TransferLeaderResponse, error) {
+			return taskstorepb.NewAdminClient(cc).TransferLeader(ctx, req)
+		})
+	} else {
+		resp, err = s.c.TransferLeader(bctx, req)
+	}
+	return resp, s.toStatus(ctx, "TransferLeader", err)
+}
+
+// AddNode implements Admin.AddNode: any node hands it to the meta leader.
+func (s *Server) AddNode(ctx context.Context, req *taskstorepb.AddNodeRequest) (resp *taskstorepb.AddNodeResponse, err error) {
+	defer s.metrics.track("AddNode")(&err)
+	bctx, cancel := s.withBudget(ctx, 0)
+	defer cancel()
+	resp, err = anyNode(bctx, s, "AddNode", func(ctx context.Context, cc *grpc.ClientConn) (*taskstorepb.AddNodeResponse, error) {
+		return taskstorepb.NewAdminClient(cc).AddNode(ctx, req)
+	})
+	return resp, s.toStatus(ctx, "AddNode", err)
+}
+
+// RemoveNode implements Admin.RemoveNode: any node hands it to the meta
+// leader.
+func (s *Server) RemoveNode(ctx context.Context, req *taskstorepb.RemoveNodeRequest) (resp *taskstorepb.RemoveNodeResponse, err error) {
+	defer s.metrics.track("RemoveNode")(&err)
+	bctx, cancel := s.withBudget(ctx, 0)
+	defer cancel()
+	resp, err = anyNode(bctx, s, "RemoveNode", func(ctx context.Context, cc *grpc.ClientConn) (*taskstorepb.RemoveNodeResponse, error) {
+		return taskstorepb.NewAdminClient(cc).RemoveNode(ctx, req)
+	})
+	return resp, s.toStatus(ctx, "RemoveNode", err)
+}

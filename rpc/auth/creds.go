@@ -1,0 +1,51 @@
+package auth
+
+import (
+	"context"
+	"errors"
+	"net"
+
+	"google.golang.org/grpc/credentials"
+)
+
+// AcceptedTLS returns gRPC server credentials for connections that arrive
+// already TLS-terminated: the node's listener is wrapped in TLS below the
+// connection mux (so Raft and gRPC share the port and the handshake), and
+// gRPC must not handshake again. It exposes the connection's TLS state as
+// credentials.TLSInfo, so peer certificates reach the authorization policy.
+func AcceptedTLS() credentials.TransportCredentials { return acceptedTLS{} }
+
+type acceptedTLS struct{}
+
+func (acceptedTLS) ServerHandshake(c net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	cs := ConnState(c)
+	if cs == nil {
+		return nil, nil, errors.New("auth: connection was not TLS-terminated by the listener")
+	}
+	return c, credentials.TLSInfo{State: *cs, CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.PrivacyAndIntegrity}}, nil
+}
+
+func (acceptedTLS) ClientHandshake(context.Context, string, net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	return nil, nil, errors.New("auth: AcceptedTLS is for servers only")
+}
+
+func (acceptedTLS) Info() credentials.ProtocolInfo {
+	return credentials.ProtocolInfo{SecurityProtocol: "tls", SecurityVersion: "1.2"}
+}
+
+func (a acceptedTLS) Clone() credentials.TransportCredentials { return a }
+
+func (acceptedTLS) OverrideServerName(string) error { return nil }
+
+// BearerToken returns per-RPC credentials that send "authorization: Bearer
+// token" with every call. They require TLS: a token sent in the clear is a
+// token given away.
+func BearerToken(token string) credentials.PerRPCCredentials { return bearer(token) }
+
+type bearer string
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(b)}, nil
+}
+
+func (bearer) RequireTransportSecurity() bool { return true }

@@ -1,0 +1,262 @@
+package auth
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"slices"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
+)
+
+// PrincipalHeader carries the principal a proxy (or node) authenticated to
+// the node it forwards to.
+const PrincipalHeader = "x-taskstore-principal"
+
+// Principal is an authenticated caller.
+type Principal struct {
+	Name string
+	Role string
+	// Prefixes limits a client to queues whose names start with one of
+	// them; nil means every queue.
+	Prefixes []string
+	// Via says how the principal was established: cert, token, proxy, none.
+	Via string
+}
+
+// encode is the PrincipalHeader value.
+func (p Principal) encode() string {
+	v := url.Values{"role": {p.Role}, "name": {p.Name}, "via": {p.Via}}
+	if p.Prefixes != nil {
+		v["prefix"] = p.Prefixes
+	}
+	return v.Encode()
+}
+
+func decodePrincipal(s string) (Principal, error) {
+	v, err := url.ParseQuery(s)
+	if err != nil {
+		return Principal{}, err
+	}
+	p := Principal{Role: v.Get("role"), Name: v.Get("name"), Via: v.Get("via"), Prefixes: v["prefix"]}
+	if !slices.Contains(Roles, p.Role) {
+		return Principal{}, fmt.Errorf("unknown role %q", p.Role)
+	}
+	return p, nil
+}
+
+// String names the principal in logs and errors.
+func (p Principal) String() string {
+	return fmt.Sprintf("%s %q (%s)", p.Role, p.Name, p.Via)
+}
+
+// AllowsQueue reports whether the principal may use a queue.
+func (p Principal) AllowsQueue(q string) bool {
+	if p.Role != RoleClient || p.Prefixes == nil {
+		return true
+	}
+	for _, pre := range p.Prefixes {
+		if strings.HasPrefix(q, pre) {
+			return true
+		}
+	}
+	return false
+}
+
+type principalKey struct{}
+
+// FromContext returns the principal the policy authenticated for a call.
+func FromContext(ctx context.Context) (Principal, bool) {
+	p, ok := ctx.Value(principalKey{}).(Principal)
+	return p, ok
+}
+
+// WithPrincipal returns ctx carrying p, for the call's handler, and with p in
+// the outgoing metadata, so that a proxy forwarding with ctx speaks for its
+// caller.
+func WithPrincipal(ctx context.Context, p Principal) context.Context {
+	ctx = context.WithValue(ctx, principalKey{}, p)
+	return metadata.AppendToOutgoingContext(ctx, PrincipalHeader, p.encode())
+}
+
+// Policy authenticates callers and decides what they may call. The zero
+// Policy (no tokens, no required certificates) allows everything: TLS then
+// only encrypts.
+type Policy struct {
+	// Tokens are the accepted bearer tokens (nil: none).
+	Tokens *Tokens
+	// Required refuses callers that present neither a token nor a client
+	// certificate. Set it when tokens or client certificates are in use.
+	Required bool
+	Log      *slog.Logger
+}
+
+// Enabled reports whether the policy checks anything.
+func (pol *Policy) Enabled() bool { return pol != nil && (pol.Required || pol.Tokens.Len() > 0) }
+
+// Authenticate establishes the caller of an incoming call.
+func (pol *Policy) Authenticate(ctx context.Context) (Principal, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	var cert *Principal
+	if pr, ok := peer.FromContext(ctx); ok {
+		if ti, ok := pr.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.VerifiedChains) > 0 {
+			leaf := ti.State.VerifiedChains[0][0]
+			cert = &Principal{Name: leaf.Subject.CommonName, Role: RoleOf(leaf), Via: "cert"}
+		}
+	}
+	if vals := md.Get(PrincipalHeader); len(vals) > 0 {
+		if cert == nil || (cert.Role != RoleProxy && cert.Role != RoleNode) {
+			return Principal{}, status.Errorf(codes.PermissionDenied, "only a node or proxy certificate may speak for another caller (%s)", PrincipalHeader)
+		}
+		p, err := decodePrincipal(vals[len(vals)-1])
+		if err != nil {
+			return Principal{}, status.Errorf(codes.InvalidArgument, "bad %s: %v", PrincipalHeader, err)
+		}
+		p.Via = "via " + cert.Name + ", " + p.Via
+		return p, nil
+	}
+	if vals := md.Get("authorization"); len(vals) > 0 {
+		tok, ok := strings.CutPrefix(vals[0], "Bearer ")
+		if !ok {
+			return Principal{}, status.Error(codes.Unauthenticated, `authorization metadata must be "Bearer TOKEN"`)
+		}
+		p, ok := pol.Tokens.Lookup(strings.TrimSpace(tok))
+		if !ok {
+			return Principal{}, status.Error(codes.Unauthenticated, "unknown bearer token")
+		}
+		return p, nil
+	}
+	if cert != nil {
+		return *cert, nil
+	}
+	if pol.Enabled() {
+		return Principal{}, status.Error(codes.Unauthenticated, "no client certificate or bearer token: this cluster requires one (see docs/security.md)")
+	}
+	return Principal{Name: "anonymous", Role: RoleAdmin, Via: "none"}, nil
+}
+
+// Method permissions.
+const (
+	permAny    = iota // every authenticated caller
+	permClient        // task operations; queue prefixes apply
+	permAdmin         // admin and node only
+)
+
+var methodPerms = map[string]int{
+	"/taskstore.v1.TaskStore/Modify":     permClient,
+	"/taskstore.v1.TaskStore/Claim":      permClient,
+	"/taskstore.v1.TaskStore/Tasks":      permClient,
+	"/taskstore.v1.TaskStore/Queues":     permClient,
+	"/taskstore.v1.TaskStore/Time":       permClient,
+	"/taskstore.v1.TaskStore/Purge":      permAdmin,
+	"/taskstore.v1.Admin/Status":         permAny,
+	"/taskstore.v1.Admin/Routing":        permAny,
+	"/taskstore.v1.Admin/TransferLeader": permAdmin,
+	"/taskstore.v1.Admin/AddNode":        permAdmin,
+	"/taskstore.v1.Admin/RemoveNode":     permAdmin,
+	"/grpc.health.v1.Health/Check":       permAny,
+	"/grpc.health.v1.Health/Watch":       permAny,
+	"/grpc.health.v1.Health/List":        permAny,
+}
+
+// Authorize decides whether p may call method with req (nil for streams).
+// Unknown methods (reflection, future calls) need the admin role.
+func Authorize(p Principal, method string, req any) error {
+	perm, known := methodPerms[method]
+	if !known {
+		perm = permAdmin
+	}
+	short := method[strings.LastIndex(method, "/")+1:]
+	switch perm {
+	case permAdmin:
+		if p.Role != RoleAdmin && p.Role != RoleNode {
+			return status.Errorf(codes.PermissionDenied, "%s needs the admin role; %s has role %s", short, p.Name, p.Role)
+		}
+	case permClient:
+		for _, q := range queuesOf(req) {
+			if !p.AllowsQueue(q) {
+				return status.Errorf(codes.PermissionDenied, "%s may use queues under %s only, not %q",
+					p.Name, strings.Join(p.Prefixes, ", "), q)
+			}
+		}
+	}
+	return nil
+}
+
+// queuesOf lists the queue names a task request touches. A request that
+// names no queue where a restricted client needs one (a listing by shard,
+// a queue listing without a prefix) yields "" so that it is refused.
+func queuesOf(req any) []string {
+	var qs []string
+	switch r := req.(type) {
+	case *taskstorepb.ModifyRequest:
+		for _, in := range r.GetInserts() {
+			qs = append(qs, in.GetQueue())
+		}
+		for _, ch := range r.GetChanges() {
+			qs = append(qs, ch.GetQueue())
+			if ch.GetNewQueue() != "" {
+				qs = append(qs, ch.GetNewQueue())
+			}
+		}
+		for _, ref := range append(r.GetDeletes(), r.GetDepends()...) {
+			qs = append(qs, ref.GetQueue())
+		}
+	case *taskstorepb.ClaimRequest:
+		qs = r.GetQueues()
+	case *taskstorepb.TasksRequest:
+		qs = append(qs, r.GetQueue())
+	case *taskstorepb.QueuesRequest:
+		qs = append(qs, r.GetPrefix())
+	case *taskstorepb.PurgeRequest:
+		qs = append(qs, r.GetQueue())
+	}
+	return qs
+}
+
+// UnaryServerInterceptor authenticates and authorizes every unary call and
+// puts the principal in the handler's context.
+func (pol *Policy) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		p, err := pol.check(ctx, info.FullMethod, req)
+		if err != nil {
+			return nil, err
+		}
+		return handler(WithPrincipal(ctx, p), req)
+	}
+}
+
+// StreamServerInterceptor authenticates and authorizes streams by method.
+func (pol *Policy) StreamServerInterceptor() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if _, err := pol.check(ss.Context(), info.FullMethod, nil); err != nil {
+			return err
+		}
+		return handler(srv, ss)
+	}
+}
+
+func (pol *Policy) check(ctx context.Context, method string, req any) (Principal, error) {
+	p, err := pol.Authenticate(ctx)
+	if err == nil && pol.Enabled() {
+		err = Authorize(p, method, req)
+	}
+	if err != nil && pol.Log != nil {
+		addr := ""
+		if pr, ok := peer.FromContext(ctx); ok {
+			addr = pr.Addr.String()
+		}
+		pol.Log.Warn("call refused", "method", method, "peer", addr, "principal", p.Name, "role", p.Role,
+			"code", status.Code(err).String(), "err", status.Convert(err).Message())
+	}
+	return p, err
+}

@@ -1,0 +1,36 @@
+package rpc
+
+import (
+	"time"
+
+	"github.com/e1158ecb/taskstore/fsm/fsmpb"
+	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
+)
+
+func timeFromNanos(ns int64) time.Time { return time.Unix(0, ns).UTC() }
+
+func taskToAPI(t *fsmpb.Task) *taskstorepb.Task {
+	return &taskstorepb.Task{
+		Id:       t.Id,
+		Version:  t.Version,
+		Queue:    t.Queue,
+		At:       nanosToTimestamp(t.At),
+		Claimant: t.Claimant,
+		Priority: t.Priority,
+		Key:      t.Key,
+		Value:    t.Value,
+		Created:  nanosToTimestamp(t.Created),
+		Modified: nanosToTimestamp(t.Modified),
+		Claims:   t.Claims,
+		Attempt:  t.Attempt,
+		Err:      t.Err,
+	}
+}
+
+func tasksToAPI(ts []*fsmpb.Task) []*taskstorepb.Task {
+	out := make([]*taskstorepb.Task, len(ts))
+	for i, t := range ts {
+		out[i] = taskToAPI(t)
+	}
+	return out
+}

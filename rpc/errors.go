@@ -1,0 +1,118 @@
+package rpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/e1158ecb/taskstore/cluster"
+	"github.com/e1158ecb/taskstore/fsm"
+	"github.com/e1158ecb/taskstore/fsm/fsmpb"
+	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
+)
+
+// invalidError is bad input found at the API edge: InvalidArgument.
+type invalidError struct{ field, why string }
+
+func (e *invalidError) Error() string { return e.field + ": " + e.why }
+
+func invalid(field, format string, args ...any) error {
+	return &invalidError{field: field, why: fmt.Sprintf(format, args...)}
+}
+
+// refusedError is a transaction or request the state machine refused:
+// FailedPrecondition, with every offending reference as a ModifyError detail.
+type refusedError struct{ failure *fsmpb.Failure }
+
+func (e *refusedError) Error() string {
+	if e.failure.Message != "" {
+		return e.failure.Message
+	}
+	return fmt.Sprintf("transaction refused: %d offending reference(s)", len(e.failure.Errors))
+}
+
+// toStatus maps every error the node returns to a gRPC status. It is the
+// only place where codes are chosen.
+func toStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	var (
+		notLeader *cluster.NotLeaderError
+		inv       *invalidError
+		refused   *refusedError
+		notFound  *cluster.NotFoundError
+	)
+	switch {
+	case errors.As(err, &notLeader):
+		st := status.New(codes.Unavailable, err.Error())
+		if d, derr := st.WithDetails(&taskstorepb.NotLeader{Shard: notLeader.Shard, LeaderId: notLeader.LeaderID, LeaderAddress: notLeader.LeaderAddress}); derr == nil {
+			st = d
+		}
+		return st.Err()
+	case errors.As(err, &refused):
+		st := status.New(codes.FailedPrecondition, err.Error())
+		if len(refused.failure.Errors) > 0 {
+			if d, derr := st.WithDetails(modifyErrorToAPI(refused.failure)); derr == nil {
+				st = d
+			}
+		}
+		return st.Err()
+	case errors.As(err, &inv):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, fsm.ErrTooLarge):
+		return status.Error(codes.ResourceExhausted, err.Error())
+	case errors.Is(err, fsm.ErrInvalid):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, cluster.ErrInvalidRequest):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, cluster.ErrRefused):
+		return status.Error(codes.FailedPrecondition, err.Error())
+	case errors.Is(err, cluster.ErrUnknownOutcome):
+		return status.Error(codes.Unavailable, err.Error()+"; retry with the same request id")
+	case errors.Is(err, cluster.ErrNotReady), errors.Is(err, cluster.ErrShutdown), errors.Is(err, cluster.ErrNotLeader):
+		return status.Error(codes.Unavailable, err.Error())
+	case errors.As(err, &notFound), errors.Is(err, cluster.ErrUnknownShard):
+		return status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	}
+	return status.Error(codes.Internal, err.Error())
+}
+
+func modifyErrorToAPI(f *fsmpb.Failure) *taskstorepb.ModifyError {
+	out := &taskstorepb.ModifyError{}
+	for _, e := range f.Errors {
+		re := &taskstorepb.RefError{
+			Category:       taskstorepb.RefError_Category(e.Category),
+			Id:             e.Id,
+			Version:        e.Version,
+			CurrentVersion: e.CurrentVersion,
+			Queue:          e.Queue,
+			Key:            e.Key,
+			Claimant:       e.Claimant,
+			ExistingId:     e.ExistingId,
+		}
+		if e.LeaseUntil != 0 {
+			re.LeaseUntil = nanosToTimestamp(e.LeaseUntil)
+		}
+		out.Errors = append(out.Errors, re)
+	}
+	return out
+}
+
+func nanosToTimestamp(ns int64) *timestamppb.Timestamp {
+	if ns == 0 {
+		return nil
+	}
+	return timestamppb.New(timeFromNanos(ns))
+}

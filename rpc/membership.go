@@ -1,0 +1,77 @@
+package rpc
+
+import (
+	"context"
+	"errors"
+
+	"google.golang.org/grpc/metadata"
+
+	"github.com/e1158ecb/taskstore/cluster"
+	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
+)
+
+// forwardedKey marks a membership call one node forwarded to the meta
+// leader, so that it is forwarded at most once.
+const forwardedKey = "x-taskstore-forwarded"
+
+// metaLeader returns a client of the meta leader when err says this node is
+// not it and the call was not forwarded already.
+func (srv *Server) metaLeader(ctx context.Context, err error) (taskstorepb.AdminClient, context.Context, bool) {
+	var nl *cluster.NotLeaderError
+	if !errors.As(err, &nl) || nl.Shard != cluster.MetaGroupID || nl.LeaderAddress == "" {
+		return nil, nil, false
+	}
+	if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get(forwardedKey)) > 0 {
+		return nil, nil, false
+	}
+	conn, cerr := srv.node.PeerConn(nl.LeaderAddress)
+	if cerr != nil {
+		return nil, nil, false
+	}
+	return taskstorepb.NewAdminClient(conn), metadata.AppendToOutgoingContext(ctx, forwardedKey, "1"), true
+}
+
+// AddNode implements Admin.AddNode; any node forwards it to the meta leader.
+func (srv *Server) AddNode(ctx context.Context, req *taskstorepb.AddNodeRequest) (*taskstorepb.AddNodeResponse, error) {
+	_, err := srv.node.AddNode(ctx, req.Id, req.Address)
+	if err != nil {
+		if leader, fctx, ok := srv.metaLeader(ctx, err); ok {
+			return leader.AddNode(fctx, req)
+		}
+		return nil, toStatus(err)
+	}
+	return &taskstorepb.AddNodeResponse{Node: srv.node.NodeStatus(req.Id)}, nil
+}
+
+// RemoveNode implements Admin.RemoveNode; any node forwards it to the meta
+// leader.
+func (srv *Server) RemoveNode(ctx context.Context, req *taskstorepb.RemoveNodeRequest) (*taskstorepb.RemoveNodeResponse, error) {
+	_, err := srv.node.RemoveNode(ctx, req.Id, req.Force)
+	if err != nil {
+		if leader, fctx, ok := srv.metaLeader(ctx, err); ok {
+			return leader.RemoveNode(fctx, req)
+		}
+		return nil, toStatus(err)
+	}
+	return &taskstorepb.RemoveNodeResponse{Node: srv.node.NodeStatus(req.Id)}, nil
+}
+
+// askMember returns a member to forward a cluster-wide read to when this
+// node is leaving (and the call was not forwarded already, nor local-only).
+func (srv *Server) askMember(ctx context.Context, localOnly bool) (taskstorepb.AdminClient, context.Context, bool) {
+	if localOnly {
+		return nil, nil, false
+	}
+	leaving, addr := srv.node.Leaving()
+	if !leaving || addr == "" {
+		return nil, nil, false
+	}
+	if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get(forwardedKey)) > 0 {
+		return nil, nil, false
+	}
+	conn, err := srv.node.PeerConn(addr)
+	if err != nil {
+		return nil, nil, false
+	}
+	return taskstorepb.NewAdminClient(conn), metadata.AppendToOutgoingContext(ctx, forwardedKey, "1"), true
+}

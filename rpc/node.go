@@ -1,0 +1,183 @@
+package rpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"time"
+
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/e1158ecb/taskstore/cluster"
+	"github.com/e1158ecb/taskstore/rpc/auth"
+	"github.com/e1158ecb/taskstore/rpc/statuspage"
+)
+
+// NodeServer is a running node: the cluster node, its gRPC server and its
+// HTTP endpoints (/metrics, /healthz, /readyz, /debug/pprof).
+type NodeServer struct {
+	Node *cluster.Node
+	RPC  *Server
+	GRPC *grpc.Server
+	HTTP *http.Server
+	// Registry holds the node's metrics, served on /metrics.
+	Registry *prometheus.Registry
+	// HTTPAddr is the bound HTTP address (empty without one).
+	HTTPAddr string
+	log      *slog.Logger
+}
+
+// NodeOptions are the serving options of a node beyond its cluster.Config.
+type NodeOptions struct {
+	// Policy authenticates and authorizes every call; nil or a disabled
+	// policy lets every caller do everything (TLS, if on, only encrypts).
+	Policy *auth.Policy
+	// Limits bound message sizes, concurrent streams and, optionally, each
+	// client's call rate; zero fields take DefaultLimits'.
+	Limits Limits
+	// GRPC options are added to the server's.
+	GRPC []grpc.ServerOption
+}
+
+// StartNode starts a node without an authorization policy and serves it.
+func StartNode(cfg cluster.Config, opts ...grpc.ServerOption) (*NodeServer, error) {
+	return StartNodeWith(cfg, NodeOptions{GRPC: opts})
+}
+
+// StartNodeWith starts a node and serves it. cfg.HTTPAddr, when set, is
+// listened on for the HTTP endpoints. With cfg.TLS the gRPC server speaks
+// TLS (terminated by the node's listener, shared with Raft).
+func StartNodeWith(cfg cluster.Config, no NodeOptions) (*NodeServer, error) {
+	opts := append(no.Limits.ServerOptions(), no.GRPC...)
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	var httpL net.Listener
+	if cfg.HTTPAddr != "" {
+		var err error
+		if httpL, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+			return nil, fmt.Errorf("listen on --http %s: %w", cfg.HTTPAddr, err)
+		}
+		cfg.HTTPAddr = httpL.Addr().String()
+	}
+	if cfg.Registry == nil {
+		cfg.Registry = prometheus.NewRegistry()
+	}
+	cfg.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	grpcMetrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
+	cfg.Registry.MustRegister(grpcMetrics)
+	opts = append(opts, grpc.ChainUnaryInterceptor(grpcMetrics.UnaryServerInterceptor()), grpc.ChainStreamInterceptor(grpcMetrics.StreamServerInterceptor()))
+	if no.Policy.Enabled() {
+		// After the metrics interceptor, so refusals are counted by code.
+		opts = append(opts, grpc.ChainUnaryInterceptor(no.Policy.UnaryServerInterceptor()), grpc.ChainStreamInterceptor(no.Policy.StreamServerInterceptor()))
+	}
+	if cfg.TLS != nil {
+		opts = append(opts, grpc.Creds(auth.AcceptedTLS()))
+	}
+	opts = append(opts,
+		// Clients ping every 5 s to notice vanished nodes: allow it.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 2 * time.Second, PermitWithoutStream: true}))
+	node, err := cluster.Start(cfg)
+	if err != nil {
+		if httpL != nil {
+			httpL.Close()
+		}
+		return nil, err
+	}
+	ns := &NodeServer{Node: node, RPC: NewServer(node, cfg.Registry, log), GRPC: grpc.NewServer(opts...), Registry: cfg.Registry,
+		log: log.With("component", "server", "node", cfg.ID)}
+	ns.RPC.Register(ns.GRPC)
+	grpcMetrics.InitializeMetrics(ns.GRPC)
+	ns.RPC.SetServing(true)
+	go func() {
+		if err := ns.GRPC.Serve(node.GRPCListener()); err != nil && !errors.Is(err, grpc.ErrServerStopped) && !errors.Is(err, net.ErrClosed) {
+			ns.log.Warn("grpc server stopped", "err", err)
+		}
+	}()
+	if httpL != nil {
+		ns.HTTPAddr = httpL.Addr().String()
+		ns.HTTP = &http.Server{Handler: ns.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
+		go ns.HTTP.Serve(httpL)
+	}
+	return ns, nil
+}
+
+func (ns *NodeServer) httpHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(ns.Registry, promhttp.HandlerOpts{Registry: ns.Registry}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		if err := ns.Ready(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.Handle("/", statuspage.New(ns.Node, ns.RPC, statuspage.Options{Logger: ns.log}))
+	return mux
+}
+
+// Ready reports whether the node is a member of a cluster whose map it knows
+// and every shard it hosts has a leader.
+func (ns *NodeServer) Ready() error {
+	cm := ns.Node.Map()
+	if cm.ClusterId == "" {
+		return errors.New("cluster map not known yet")
+	}
+	for _, s := range ns.Node.LocalShards() {
+		if addr, _ := s.Raft().LeaderWithID(); addr == "" {
+			return fmt.Errorf("shard %d has no leader", s.ID())
+		}
+	}
+	return nil
+}
+
+// Shutdown stops gracefully: health goes NOT_SERVING, leaderships are handed
+// off, in-flight requests finish (bounded by ctx), then the node stops.
+func (ns *NodeServer) Shutdown(ctx context.Context) error {
+	ns.log.Info("shutting down")
+	ns.RPC.SetServing(false)
+	ns.Node.HandOff(ctx)
+	stopped := make(chan struct{})
+	go func() {
+		ns.GRPC.GracefulStop()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-ctx.Done():
+		ns.GRPC.Stop()
+	}
+	if ns.HTTP != nil {
+		ns.HTTP.Shutdown(ctx)
+	}
+	return ns.Node.Close(ctx)
+}
+
+// Kill stops the node at once, without hand-off (tests).
+func (ns *NodeServer) Kill() {
+	ns.GRPC.Stop()
+	if ns.HTTP != nil {
+		ns.HTTP.Close()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	ns.Node.Close(ctx)
+}

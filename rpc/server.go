@@ -1,0 +1,492 @@
+package rpc
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/e1158ecb/taskstore/cluster"
+	"github.com/e1158ecb/taskstore/fsm"
+	"github.com/e1158ecb/taskstore/fsm/fsmpb"
+	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
+)
+
+// Request defaults and bounds that are not state machine limits.
+const (
+	DefaultLease = 30 * time.Second
+	MaxWait      = 5 * time.Minute
+)
+
+// Server implements the TaskStore and Admin services on a node. It is safe
+// for concurrent use.
+type Server struct {
+	taskstorepb.UnimplementedTaskStoreServer
+	taskstorepb.UnimplementedAdminServer
+
+	node    *cluster.Node
+	limits  fsm.Limits
+	health  *health.Server
+	metrics *apiMetrics
+	rates   *introspection
+	log     *slog.Logger
+}
+
+// NewServer returns the services of node; reg (may be nil) receives the
+// API counters.
+func NewServer(node *cluster.Node, reg prometheus.Registerer, log *slog.Logger) *Server {
+	return &Server{node: node, limits: fsm.DefaultLimits, health: health.NewServer(), metrics: newAPIMetrics(reg),
+		rates: newIntrospection(time.Now), log: log.With("component", "rpc")}
+}
+
+// Register adds TaskStore, Admin, grpc.health.v1 and reflection to s.
+func (srv *Server) Register(s *grpc.Server) {
+	taskstorepb.RegisterTaskStoreServer(s, srv)
+	taskstorepb.RegisterAdminServer(s, srv)
+	healthpb.RegisterHealthServer(s, srv.health)
+	reflection.Register(s)
+}
+
+// SetServing flips gRPC health for every service (NOT_SERVING while
+// draining on shutdown).
+func (srv *Server) SetServing(ok bool) {
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if ok {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	for _, name := range []string{"", taskstorepb.TaskStore_ServiceDesc.ServiceName, taskstorepb.Admin_ServiceDesc.ServiceName} {
+		srv.health.SetServingStatus(name, st)
+	}
+}
+
+// newID returns a leader-chosen task id: 128 random bits, hex.
+func newID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// groupOf collects the consistency group of a request from every queue it
+// names; they must agree.
+type groupOf struct{ group, field string }
+
+func (g *groupOf) add(field, queue string) error {
+	if queue == "" {
+		return nil
+	}
+	grp := taskstorepb.GroupOf(queue)
+	if g.group == "" {
+		g.group, g.field = grp, field
+		return nil
+	}
+	if grp != g.group {
+		return invalid(field, "queue %q is in consistency group %q but %s is in %q: a request may touch one group only", queue, grp, g.field, g.group)
+	}
+	return nil
+}
+
+// availability converts an (at, delay) pair to Unix nanoseconds; 0 when
+// neither is set.
+func availability(field string, at *timestamppb.Timestamp, delay *durationpb.Duration, now int64) (int64, error) {
+	switch {
+	case at != nil && delay != nil:
+		return 0, invalid(field, "set at or delay, not both")
+	case at != nil:
+		if err := at.CheckValid(); err != nil {
+			return 0, invalid(field+".at", "%v", err)
+		}
+		// Unix nanoseconds span the years 1678 to 2262; UnixNano wraps
+		// outside them. Earlier is just "now"; later cannot be stored.
+		if at.Seconds >= math.MaxInt64/int64(time.Second) {
+			return 0, invalid(field+".at", "%v is after the year 2262", at.AsTime())
+		}
+		if at.Seconds <= math.MinInt64/int64(time.Second) {
+			return 1, nil
+		}
+		return max(at.AsTime().UnixNano(), 1), nil
+	case delay != nil:
+		if err := delay.CheckValid(); err != nil {
+			return 0, invalid(field+".delay", "%v", err)
+		}
+		d := delay.AsDuration()
+		if d < 0 {
+			return 0, invalid(field+".delay", "must not be negative")
+		}
+		if int64(d) > math.MaxInt64-now {
+			return 0, invalid(field+".delay", "%v ends after the year 2262", d)
+		}
+		return now + int64(d), nil
+	}
+	return 0, nil
+}
+
+func requestID(cmd *fsmpb.Command, r *taskstorepb.RequestID) {
+	if r != nil {
+		cmd.ClientId, cmd.Seq = r.ClientId, r.Seq
+	}
+}
+
+// Modify implements TaskStore.Modify.
+func (srv *Server) Modify(ctx context.Context, req *taskstorepb.ModifyRequest) (*taskstorepb.ModifyResponse, error) {
+	res, err := srv.modify(ctx, req)
+	return res, toStatus(err)
+}
+
+func (srv *Server) modify(ctx context.Context, req *taskstorepb.ModifyRequest) (*taskstorepb.ModifyResponse, error) {
+	// fsm.Validate counts operations too, but only after the command is
+	// built: refuse a huge list before converting it.
+	if n := len(req.Inserts) + len(req.Changes) + len(req.Deletes) + len(req.Depends); srv.limits.MaxOps > 0 && n > srv.limits.MaxOps {
+		return nil, tooMany("request", "operations", n, srv.limits.MaxOps)
+	}
+	var g groupOf
+	for i, in := range req.Inserts {
+		if in.Queue == "" {
+			return nil, invalid(field("inserts", i, "queue"), "required")
+		}
+		if err := g.add(field("inserts", i, "queue"), in.Queue); err != nil {
+			return nil, err
+		}
+	}
+	for i, c := range req.Changes {
+		if err := g.add(field("changes", i, "queue"), c.Queue); err != nil {
+			return nil, err
+		}
+		if err := g.add(field("changes", i, "new_queue"), c.NewQueue); err != nil {
+			return nil, err
+		}
+	}
+	for i, r := range req.Deletes {
+		if err := g.add(field("deletes", i, "queue"), r.Queue); err != nil {
+			return nil, err
+		}
+	}
+	for i, r := range req.Depends {
+		if err := g.add(field("depends", i, "queue"), r.Queue); err != nil {
+			return nil, err
+		}
+	}
+	if g.group == "" {
+		if len(req.Inserts)+len(req.Changes)+len(req.Deletes)+len(req.Depends) == 0 {
+			return nil, invalid("request", "empty transaction")
+		}
+		return nil, invalid("queue", "no queue named: give the queue of at least one referenced task so the request can be routed to its consistency group")
+	}
+	shard, err := srv.node.ShardFor(g.group)
+	if err != nil {
+		return nil, err
+	}
+	now := shard.Now()
+	m := &fsmpb.Modify{Group: g.group, Claimant: req.Claimant}
+	for i, in := range req.Inserts {
+		at, err := availability(field("inserts", i, ""), in.At, in.Delay, now)
+		if err != nil {
+			return nil, err
+		}
+		id := in.Id
+		if id == "" {
+			id = newID()
+		}
+		m.Inserts = append(m.Inserts, &fsmpb.Insert{Id: id, Queue: in.Queue, At: at, Priority: in.Priority, Key: in.Key,
+			Value: in.Value, Attempt: in.Attempt, Err: in.Err, IfAbsent: in.IfAbsent})
+	}
+	for i, c := range req.Changes {
+		at, err := availability(field("changes", i, ""), c.At, c.Delay, now)
+		if err != nil {
+			return nil, err
+		}
+		m.Changes = append(m.Changes, &fsmpb.Change{Id: c.Id, Version: c.Version, Queue: c.NewQueue, At: at, Value: c.Value,
+			Priority: c.Priority, Attempt: c.Attempt, Err: c.Err, KeepClaim: c.KeepClaim})
+	}
+	for _, r := range req.Deletes {
+		m.Deletes = append(m.Deletes, &fsmpb.Ref{Id: r.Id, Version: r.Version})
+	}
+	for _, r := range req.Depends {
+		m.Depends = append(m.Depends, &fsmpb.Ref{Id: r.Id, Version: r.Version})
+	}
+	cmd := &fsmpb.Command{Op: fsmpb.Op_OP_MODIFY, Modify: m}
+	requestID(cmd, req.Request)
+	if err := fsm.Validate(cmd, srv.limits); err != nil {
+		return nil, err
+	}
+	res, err := shard.Propose(ctx, cmd)
+	if err != nil {
+		return nil, err
+	}
+	if res.Failure != nil {
+		srv.metrics.refusal(res.Failure)
+		return nil, &refusedError{failure: res.Failure}
+	}
+	mr := res.GetModify()
+	srv.metrics.modified(g.group, req, mr)
+	srv.rates.modified(req, mr)
+	return &taskstorepb.ModifyResponse{Inserted: tasksToAPI(mr.GetInserted()), Changed: tasksToAPI(mr.GetChanged()), Coalesced: mr.GetCoalesced()}, nil
+}
+
+// Claim implements TaskStore.Claim.
+func (srv *Server) Claim(ctx context.Context, req *taskstorepb.ClaimRequest) (*taskstorepb.ClaimResponse, error) {
+	res, err := srv.claim(ctx, req)
+	return res, toStatus(err)
+}
+
+func (srv *Server) claim(ctx context.Context, req *taskstorepb.ClaimRequest) (*taskstorepb.ClaimResponse, error) {
+	if len(req.Queues) == 0 {
+		return nil, invalid("queues", "name at least one queue")
+	}
+	if len(req.Queues) > MaxClaimQueues {
+		return nil, tooMany("queues", "queues", len(req.Queues), MaxClaimQueues)
+	}
+	var g groupOf
+	for i, q := range req.Queues {
+		if q == "" {
+			return nil, invalid(field("queues", i, ""), "empty queue name")
+		}
+		if err := g.add(field("queues", i, ""), q); err != nil {
+			return nil, err
+		}
+	}
+	if req.Claimant == "" {
+		return nil, invalid("claimant", "required: say who is claiming")
+	}
+	lease := DefaultLease
+	if req.Lease != nil {
+		if err := req.Lease.CheckValid(); err != nil {
+			return nil, invalid("lease", "%v", err)
+		}
+		lease = req.Lease.AsDuration()
+	}
+	var wait time.Duration
+	if req.Wait != nil {
+		if err := req.Wait.CheckValid(); err != nil {
+			return nil, invalid("wait", "%v", err)
+		}
+		if wait = req.Wait.AsDuration(); wait < 0 || wait > MaxWait {
+			return nil, invalid("wait", "%v is outside [0, %v]", wait, MaxWait)
+		}
+	}
+	limit := req.Limit
+	if limit == 0 {
+		limit = 1
+	}
+	cmd := &fsmpb.Command{Op: fsmpb.Op_OP_CLAIM, Claim: &fsmpb.Claim{Claimant: req.Claimant, Queues: req.Queues, Lease: int64(lease), Limit: limit}}
+	requestID(cmd, req.Request)
+	if err := fsm.Validate(cmd, srv.limits); err != nil {
+		return nil, err
+	}
+	shard, err := srv.node.ShardFor(g.group)
+	if err != nil {
+		return nil, err
+	}
+	res, err := shard.Claim(ctx, cmd, wait)
+	if err != nil {
+		return nil, err
+	}
+	if res.Failure != nil {
+		return nil, &refusedError{failure: res.Failure}
+	}
+	tasks := res.GetClaim().GetTasks()
+	if len(tasks) > 0 {
+		label := srv.metrics.groups.label(g.group)
+		srv.metrics.claimed.WithLabelValues(label).Add(float64(len(tasks)))
+		if n := res.GetClaim().GetExpiredLeases(); n > 0 {
+			srv.metrics.leaseExpired.WithLabelValues(label).Add(float64(n))
+		}
+	}
+	out := tasksToAPI(tasks)
+	srv.rates.claimed(out)
+	return &taskstorepb.ClaimResponse{Tasks: out}, nil
+}
+
+// readShard finds the shard a read addresses and, unless stale, makes the
+// read linearizable.
+func (srv *Server) readShard(ctx context.Context, shardID uint32, queue string, stale bool) (*cluster.Shard, error) {
+	var (
+		shard *cluster.Shard
+		err   error
+	)
+	switch {
+	case shardID != 0:
+		shard, err = srv.node.ShardByID(shardID)
+	case queue != "":
+		shard, err = srv.node.ShardFor(taskstorepb.GroupOf(queue))
+	default:
+		return nil, invalid("queue", "give a queue or a shard")
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !stale {
+		if err := shard.ReadBarrier(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return shard, nil
+}
+
+// Tasks implements TaskStore.Tasks.
+func (srv *Server) Tasks(ctx context.Context, req *taskstorepb.TasksRequest) (*taskstorepb.TasksResponse, error) {
+	res, err := srv.tasks(ctx, req)
+	return res, toStatus(err)
+}
+
+func (srv *Server) tasks(ctx context.Context, req *taskstorepb.TasksRequest) (*taskstorepb.TasksResponse, error) {
+	if len(req.Ids) > MaxRequestIDs {
+		return nil, tooMany("ids", "ids", len(req.Ids), MaxRequestIDs)
+	}
+	shard, err := srv.readShard(ctx, req.Shard, req.Queue, req.Stale)
+	if err != nil {
+		return nil, err
+	}
+	m := shard.Machine()
+	if len(req.Ids) > 0 {
+		var out []*taskstorepb.Task
+		for _, t := range m.Get(req.Ids) {
+			if req.Queue != "" && t.Queue != req.Queue {
+				continue
+			}
+			at := taskToAPI(t)
+			if req.OmitValues {
+				at.Value = nil
+			}
+			out = append(out, at)
+		}
+		return &taskstorepb.TasksResponse{Tasks: out}, nil
+	}
+	if req.Queue == "" {
+		return nil, invalid("queue", "required to list tasks (or give ids)")
+	}
+	limit := int(req.Limit)
+	if limit <= 0 || limit > 1000 {
+		limit = 100
+	}
+	ts, next, err := m.List(req.Queue, req.PageToken, limit, req.Claimed, req.OmitValues)
+	if err != nil {
+		return nil, invalid("page_token", "%v", err)
+	}
+	return &taskstorepb.TasksResponse{Tasks: tasksToAPI(ts), NextPageToken: next}, nil
+}
+
+// Queues implements TaskStore.Queues.
+func (srv *Server) Queues(ctx context.Context, req *taskstorepb.QueuesRequest) (*taskstorepb.QueuesResponse, error) {
+	res, err := srv.queues(ctx, req)
+	return res, toStatus(err)
+}
+
+func (srv *Server) queues(ctx context.Context, req *taskstorepb.QueuesRequest) (*taskstorepb.QueuesResponse, error) {
+	var shards []*cluster.Shard
+	if req.Shard != 0 {
+		s, err := srv.readShard(ctx, req.Shard, "", req.Stale)
+		if err != nil {
+			return nil, err
+		}
+		shards = []*cluster.Shard{s}
+	} else {
+		for _, s := range srv.node.LocalShards() {
+			if req.Stale {
+				shards = append(shards, s)
+			} else if s.IsLeader() && s.ReadBarrier(ctx) == nil {
+				shards = append(shards, s)
+			}
+		}
+	}
+	out := &taskstorepb.QueuesResponse{}
+	for _, s := range shards {
+		// Ages are measured against the serving node's time, not the
+		// machine's clock, which only moves when a command is applied.
+		clock := s.Now()
+		for _, q := range s.Machine().Queues(req.Prefix, int(req.Limit)) {
+			qs := &taskstorepb.QueueStats{Name: q.Name, Total: q.Total, Available: q.Available, Claimed: q.Claimed, Delayed: q.Delayed, Shard: s.ID()}
+			if q.OldestAvailableAt != 0 {
+				qs.OldestAvailableAge = durationpb.New(time.Duration(max(clock-q.OldestAvailableAt, 0)))
+			}
+			srv.rates.fill(qs)
+			out.Queues = append(out.Queues, qs)
+		}
+	}
+	return out, nil
+}
+
+// Time implements TaskStore.Time.
+func (srv *Server) Time(ctx context.Context, req *taskstorepb.TimeRequest) (*taskstorepb.TimeResponse, error) {
+	return &taskstorepb.TimeResponse{Now: timestamppb.Now()}, nil
+}
+
+// Status implements Admin.Status. A node that is leaving the cluster asks
+// a member instead: its own map may be stale.
+func (srv *Server) Status(ctx context.Context, req *taskstorepb.StatusRequest) (*taskstorepb.StatusResponse, error) {
+	if member, fctx, ok := srv.askMember(ctx, req.LocalOnly); ok {
+		return member.Status(fctx, req)
+	}
+	return srv.node.Status(ctx, req.LocalOnly), nil
+}
+
+// Routing implements Admin.Routing; a leaving node asks a member.
+func (srv *Server) Routing(ctx context.Context, req *taskstorepb.RoutingRequest) (*taskstorepb.RoutingResponse, error) {
+	if member, fctx, ok := srv.askMember(ctx, false); ok {
+		return member.Routing(fctx, req)
+	}
+	rt := srv.node.Routing()
+	if len(rt.Slots) == 0 {
+		return nil, toStatus(cluster.ErrNotReady)
+	}
+	return rt, nil
+}
+
+// TransferLeader implements Admin.TransferLeader.
+func (srv *Server) TransferLeader(ctx context.Context, req *taskstorepb.TransferLeaderRequest) (*taskstorepb.TransferLeaderResponse, error) {
+	leader, err := srv.node.TransferLeader(ctx, req.Shard, req.To)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &taskstorepb.TransferLeaderResponse{Leader: leader}, nil
+}
+
+func field(list string, i int, name string) string {
+	f := list + "[" + strconv.Itoa(i) + "]"
+	if name != "" {
+		f += "." + name
+	}
+	return f
+}
+
+// Purge implements TaskStore.Purge.
+func (srv *Server) Purge(ctx context.Context, req *taskstorepb.PurgeRequest) (*taskstorepb.PurgeResponse, error) {
+	res, err := srv.purge(ctx, req)
+	return res, toStatus(err)
+}
+
+func (srv *Server) purge(ctx context.Context, req *taskstorepb.PurgeRequest) (*taskstorepb.PurgeResponse, error) {
+	if req.Queue == "" {
+		return nil, invalid("queue", "required")
+	}
+	cmd := &fsmpb.Command{Op: fsmpb.Op_OP_PURGE, Purge: &fsmpb.Purge{Queue: req.Queue}}
+	requestID(cmd, req.Request)
+	if err := fsm.Validate(cmd, srv.limits); err != nil {
+		return nil, err
+	}
+	shard, err := srv.node.ShardFor(taskstorepb.GroupOf(req.Queue))
+	if err != nil {
+		return nil, err
+	}
+	res, err := shard.Propose(ctx, cmd)
+	if err != nil {
+		return nil, err
+	}
+	if res.Failure != nil {
+		return nil, &refusedError{failure: res.Failure}
+	}
+	deleted := res.GetPurge().GetDeleted()
+	srv.metrics.deleted.WithLabelValues(srv.metrics.groups.label(taskstorepb.GroupOf(req.Queue))).Add(float64(deleted))
+	srv.log.Info("queue purged", "queue", req.Queue, "deleted", deleted)
+	return &taskstorepb.PurgeResponse{Deleted: deleted}, nil
+}

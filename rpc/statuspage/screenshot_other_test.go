@@ -1,0 +1,9 @@
+//go:build !unix
+
+package statuspage_test
+
+import "testing"
+
+func screenshotPages(t *testing.T, base string, pages map[string]string) {
+	t.Skip("the Chromium screenshot check runs on unix only")
+}

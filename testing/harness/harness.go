@@ -1,0 +1,432 @@
+// Package harness starts Taskstore clusters for tests: real nodes with real
+// Raft groups, bbolt files in temporary directories and gRPC over loopback,
+// in-process. It can kill, restart and partition nodes.
+//
+//	c := harness.Start(t, 3)
+//	c.WaitReady()
+//	conn := c.Conn(0)
+//
+// A Cluster is safe for use by one test goroutine plus the workload's.
+package harness
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/e1158ecb/taskstore/cluster"
+	"github.com/e1158ecb/taskstore/cluster/metapb"
+	"github.com/e1158ecb/taskstore/rpc"
+	"github.com/e1158ecb/taskstore/rpc/auth"
+	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
+)
+
+// Options shape a test cluster.
+type Options struct {
+	Shards   int     // default 4
+	Replicas int     // default 3
+	Scale    float64 // Raft timeout scale; default 1 (raise under -race)
+	// LogLevel for node logs written to the test log; default warn.
+	LogLevel slog.Level
+	// Secure runs the cluster with TLS between everyone, gossip encryption
+	// and an authorization policy (see Security); Conn then presents the
+	// admin certificate. ClientAuth also makes nodes refuse connections
+	// without a client certificate.
+	Secure, ClientAuth bool
+}
+
+// Cluster is a set of in-process nodes.
+type Cluster struct {
+	t     testing.TB
+	opts  Options
+	Nodes []*Node
+	net   *Network
+
+	// Security is the secured cluster's material (Options.Secure), else nil.
+	Security *Security
+
+	mu    sync.Mutex // guards conns
+	conns map[string]*grpc.ClientConn
+	ids   sync.Map // gRPC address -> node id
+}
+
+// Node is one member of a test cluster.
+type Node struct {
+	ID     string
+	Addr   string
+	Gossip string
+	Dir    string
+	cfg    cluster.Config
+	srv    *rpc.NodeServer
+}
+
+// Server is the running node, nil while stopped.
+func (n *Node) Server() *rpc.NodeServer { return n.srv }
+
+// Start boots an n-node cluster and stops it when the test ends.
+func Start(t testing.TB, n int, opts ...Options) *Cluster {
+	t.Helper()
+	var o Options
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	if o.Shards == 0 {
+		o.Shards = 4
+	}
+	if o.Replicas == 0 {
+		o.Replicas = 3
+	}
+	if o.Scale == 0 {
+		o.Scale = 1
+	}
+	if o.LogLevel == 0 {
+		o.LogLevel = slog.LevelWarn
+	}
+	c := &Cluster{t: t, opts: o, net: NewNetwork(), conns: map[string]*grpc.ClientConn{}}
+	var peers []cluster.Peer
+	listeners := make([]net.Listener, n)
+	base := t.TempDir()
+	for i := 0; i < n; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		listeners[i] = l
+		id := fmt.Sprintf("n%d", i+1)
+		node := &Node{ID: id, Addr: l.Addr().String(), Gossip: freeGossipAddr(t), Dir: filepath.Join(base, id)}
+		c.Nodes = append(c.Nodes, node)
+		c.ids.Store(node.Addr, id)
+		peers = append(peers, cluster.Peer{ID: id, Address: node.Addr})
+	}
+	if o.Secure {
+		var ids []string
+		for _, node := range c.Nodes {
+			ids = append(ids, node.ID)
+		}
+		c.Security = newSecurity(t, ids)
+		c.Security.Policy.Log = c.logger("auth")
+	}
+	for i, node := range c.Nodes {
+		node.cfg = cluster.Config{
+			ID: node.ID, DataDir: node.Dir, ListenAddr: node.Addr, GossipAddr: node.Gossip,
+			InitialCluster: peers, Shards: o.Shards, Replicas: o.Replicas,
+			Tuning: testTuning(o.Scale), Logger: c.logger(node.ID),
+			Dialer: c.net.Dialer(node.ID, c.idOf),
+		}
+		c.secure(&node.cfg)
+		cfg := node.cfg
+		cfg.Listener = listeners[i]
+		srv, err := c.startNode(cfg)
+		if err != nil {
+			t.Fatalf("start %s: %v", node.ID, err)
+		}
+		node.srv = srv
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// secure adds the cluster's TLS and gossip key to a node's configuration.
+func (c *Cluster) secure(cfg *cluster.Config) {
+	if c.Security == nil {
+		return
+	}
+	cfg.TLS, cfg.PeerTLS = c.Security.nodeTLS(c.t, cfg.ID, c.opts.ClientAuth)
+	cfg.GossipKeys = [][]byte{c.Security.GossipKey}
+}
+
+func (c *Cluster) startNode(cfg cluster.Config) (*rpc.NodeServer, error) {
+	var pol *auth.Policy
+	if c.Security != nil {
+		pol = c.Security.Policy
+	}
+	return rpc.StartNodeWith(cfg, rpc.NodeOptions{Policy: pol})
+}
+
+// testTuning is fast but tolerant of a loaded 2-core machine.
+func testTuning(scale float64) cluster.Tuning {
+	t := cluster.DefaultTuning()
+	t.HeartbeatTimeout = 500 * time.Millisecond
+	t.ElectionTimeout = 500 * time.Millisecond
+	// A leader steps down after a lease without hearing from a quorum; as
+	// long as the heartbeat, so a stalled scheduler (-race on 2 cores) does
+	// not depose healthy leaders. Reads do not rely on the lease.
+	t.LeaderLeaseTimeout = 500 * time.Millisecond
+	t.CommitTimeout = 10 * time.Millisecond
+	t.SnapshotInterval = 500 * time.Millisecond
+	return t.Scaled(scale)
+}
+
+func (c *Cluster) logger(id string) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{c.t}, &slog.HandlerOptions{Level: c.opts.LogLevel})).With("node", id)
+}
+
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	defer func() { recover() }() // a log line after the test ended
+	w.t.Log(string(p[:len(p)-1]))
+	return len(p), nil
+}
+
+// freeGossipAddr finds a port free for both TCP and UDP.
+func freeGossipAddr(t testing.TB) string {
+	for i := 0; i < 50; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.Addr().String()
+		u, err := net.ListenPacket("udp", addr)
+		l.Close()
+		if err == nil {
+			u.Close()
+			return addr
+		}
+	}
+	t.Fatal("no free gossip port")
+	return ""
+}
+
+// idOf maps a gRPC address to a node id (for the network's rules). Dialers
+// call it from raft's goroutines, hence the sync.Map rather than c.Nodes.
+func (c *Cluster) idOf(addr string) string {
+	if id, ok := c.ids.Load(addr); ok {
+		return id.(string)
+	}
+	return addr
+}
+
+// Network is the fault layer between nodes.
+func (c *Cluster) Network() *Network { return c.net }
+
+// Close stops every running node.
+func (c *Cluster) Close() {
+	c.mu.Lock()
+	for _, conn := range c.conns {
+		conn.Close()
+	}
+	c.conns = map[string]*grpc.ClientConn{}
+	c.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, n := range c.Nodes {
+		if n.srv != nil {
+			wg.Add(1)
+			go func(n *Node) {
+				defer wg.Done()
+				n.srv.Kill()
+				n.srv = nil
+			}(n)
+		}
+	}
+	wg.Wait()
+}
+
+// Kill stops node i at once, as kill -9 would (no hand-off, no flush beyond
+// what Raft already fsynced).
+func (c *Cluster) Kill(i int) {
+	n := c.Nodes[i]
+	if n.srv != nil {
+		n.srv.Kill()
+		n.srv = nil
+	}
+}
+
+// Stop stops node i gracefully.
+func (c *Cluster) Stop(i int) {
+	n := c.Nodes[i]
+	if n.srv != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		n.srv.Shutdown(ctx)
+		n.srv = nil
+	}
+}
+
+// Restart starts a stopped node again with its data directory.
+func (c *Cluster) Restart(i int) {
+	c.t.Helper()
+	n := c.Nodes[i]
+	if n.srv != nil {
+		c.t.Fatalf("%s is running", n.ID)
+	}
+	var err error
+	for try := 0; try < 50; try++ {
+		if n.srv, err = c.startNode(n.cfg); err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond) // the port may linger briefly
+	}
+	c.t.Fatalf("restart %s: %v", n.ID, err)
+}
+
+// Conn returns a client connection to node i.
+func (c *Cluster) Conn(i int) *grpc.ClientConn {
+	return c.ConnTo(c.Nodes[i].Addr)
+}
+
+// ConnTo returns a pooled client connection to an address.
+func (c *Cluster) ConnTo(addr string) *grpc.ClientConn {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if conn := c.conns[addr]; conn != nil {
+		return conn
+	}
+	creds := insecure.NewCredentials()
+	if c.Security != nil {
+		creds = credentials.NewTLS(c.Security.ClientTLS(c.t, "admin"))
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.conns[addr] = conn
+	return conn
+}
+
+// Endpoints are the gRPC addresses of the running nodes.
+func (c *Cluster) Endpoints() []string {
+	var out []string
+	for _, n := range c.Nodes {
+		if n.srv != nil {
+			out = append(out, n.Addr)
+		}
+	}
+	return out
+}
+
+// WaitReady waits until the map is known and every shard has a ready leader
+// that the running nodes agree on.
+func (c *Cluster) WaitReady() {
+	c.t.Helper()
+	deadline := time.Now().Add(time.Duration(float64(60*time.Second) * c.opts.Scale))
+	var last error
+	for time.Now().Before(deadline) {
+		if last = c.ready(); last == nil {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	c.t.Fatalf("cluster not ready: %v", last)
+}
+
+func (c *Cluster) ready() error {
+	for _, n := range c.Nodes {
+		if n.srv == nil {
+			continue
+		}
+		if err := n.srv.Ready(); err != nil {
+			return fmt.Errorf("%s: %w", n.ID, err)
+		}
+	}
+	// Settled: each shard is led by its preferred replica (the first running
+	// one in the map's list), where the balancer moves leadership; a test
+	// that starts earlier sees leaders move under it.
+	running := map[string]int{}
+	var cm *metapb.ClusterMap
+	for i, n := range c.Nodes {
+		if n.srv != nil {
+			running[n.ID] = i
+			cm = n.srv.Node.Map()
+		}
+	}
+	if cm == nil {
+		return fmt.Errorf("no node running")
+	}
+	for _, sh := range cm.Shards {
+		leader := c.Leader(sh.Id)
+		if leader < 0 {
+			return fmt.Errorf("shard %d has no ready leader", sh.Id)
+		}
+		for _, r := range sh.Replicas {
+			if i, ok := running[r]; ok {
+				if i != leader {
+					return fmt.Errorf("shard %d is led by %s, not yet by its preferred replica %s", sh.Id, c.Nodes[leader].ID, r)
+				}
+				break
+			}
+		}
+	}
+	return nil
+}
+
+// Leader returns the index of the running node that leads shard (ready for
+// reads and writes), or -1.
+func (c *Cluster) Leader(shard uint32) int {
+	for i, n := range c.Nodes {
+		if n.srv == nil {
+			continue
+		}
+		if s := n.srv.Node.Shard(shard); s != nil && s.IsLeader() {
+			return i
+		}
+	}
+	return -1
+}
+
+// ShardOf returns the shard that owns a queue's consistency group.
+func (c *Cluster) ShardOf(queue string) uint32 {
+	for _, n := range c.Nodes {
+		if n.srv != nil {
+			cm := n.srv.Node.Map()
+			if len(cm.Slots) > 0 {
+				return cm.Slots[taskstorepb.SlotOf(taskstorepb.GroupOf(queue), len(cm.Slots))]
+			}
+		}
+	}
+	return 0
+}
+
+// Discard is a logger for tests that want no node output.
+var Discard = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// TaskStore returns a TaskStore client for the current leader of the shard
+// that owns queue, waiting for one to be ready.
+func (c *Cluster) TaskStore(queue string) taskstorepb.TaskStoreClient {
+	c.t.Helper()
+	shard := c.ShardOf(queue)
+	deadline := time.Now().Add(time.Duration(float64(30*time.Second) * c.opts.Scale))
+	for time.Now().Before(deadline) {
+		if i := c.Leader(shard); i >= 0 {
+			return taskstorepb.NewTaskStoreClient(c.Conn(i))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	c.t.Fatalf("shard %d (queue %s) has no leader", shard, queue)
+	return nil
+}
+
+// StartJoining starts a new node that gossips into the cluster through node
+// 0 and waits to be added by an operator. It returns the node's index.
+func (c *Cluster) StartJoining(id string) int {
+	c.t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	node := &Node{ID: id, Addr: l.Addr().String(), Gossip: freeGossipAddr(c.t), Dir: filepath.Join(c.t.TempDir(), id)}
+	node.cfg = cluster.Config{
+		ID: id, DataDir: node.Dir, ListenAddr: node.Addr, GossipAddr: node.Gossip,
+		Join: []string{c.Nodes[0].Gossip}, Shards: c.opts.Shards, Replicas: c.opts.Replicas,
+		Tuning: testTuning(c.opts.Scale), Logger: c.logger(id), Dialer: c.net.Dialer(id, c.idOf),
+	}
+	c.secure(&node.cfg)
+	cfg := node.cfg
+	cfg.Listener = l
+	c.ids.Store(node.Addr, id)
+	if node.srv, err = c.startNode(cfg); err != nil {
+		c.t.Fatalf("start %s: %v", id, err)
+	}
+	c.Nodes = append(c.Nodes, node)
+	return len(c.Nodes) - 1
+}

@@ -1,0 +1,365 @@
+package security_test
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/e1158ecb/taskstore/client"
+	"github.com/e1158ecb/taskstore/proxy"
+	"github.com/e1158ecb/taskstore/rpc/auth"
+	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
+	"github.com/e1158ecb/taskstore/testing/harness"
+)
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// call is one kind of call; admin ones need the admin role.
+type call struct {
+	name  string
+	admin bool
+	do    func(ctx context.Context, cc *grpc.ClientConn) error
+}
+
+// calls covers every TaskStore and Admin method. Task calls name queue.
+func calls(queue string) []call {
+	ts := func(cc *grpc.ClientConn) taskstorepb.TaskStoreClient { return taskstorepb.NewTaskStoreClient(cc) }
+	ad := func(cc *grpc.ClientConn) taskstorepb.AdminClient { return taskstorepb.NewAdminClient(cc) }
+	return []call{
+		{"Modify", false, func(ctx context.Context, cc *grpc.ClientConn) error {
+			_, err := ts(cc).Modify(ctx, &taskstorepb.ModifyRequest{Inserts: []*taskstorepb.TaskInsert{{Queue: queue, Value: []byte("x")}}})
+			return err
+		}},
+		{"Claim", false, func(ctx context.Context, cc *grpc.ClientConn) error {
+			_, err := ts(cc).Claim(ctx, &taskstorepb.ClaimRequest{Claimant: "c", Queues: []string{queue}})
+			return err
+		}},
+		{"Tasks", false, func(ctx context.Context, cc *grpc.ClientConn) error {
+			_, err := ts(cc).Tasks(ctx, &taskstorepb.TasksRequest{Queue: queue})
+			return err
+		}},
+		{"Queues", false, func(ctx context.Context, cc *grpc.ClientConn) error {
+			_, err := ts(cc).Queues(ctx, &taskstorepb.QueuesRequest{Prefix: queue})
+			return err
+		}},
+		{"Time", false, func(ctx context.Context, cc *grpc.ClientConn) error {
+			_, err := ts(cc).Time(ctx, &taskstorepb.TimeRequest{})
+			return err
+		}},
+		{"Status", false, func(ctx context.Context, cc *grpc.ClientConn) error {
+			_, err := ad(cc).Status(ctx, &taskstorepb.StatusRequest{})
+			return err
+		}},
+		{"Routing", false, func(ctx context.Context, cc *grpc.ClientConn) error {
+			_, err := ad(cc).Routing(ctx, &taskstorepb.RoutingRequest{})
+			return err
+		}},
+		{"Purge", true, func(ctx context.Context, cc *grpc.ClientConn) error {
+			_, err := ts(cc).Purge(ctx, &taskstorepb.PurgeRequest{Queue: queue})
+			return err
+		}},
+		{"TransferLeader", true, func(ctx context.Context, cc *grpc.ClientConn) error {
+			_, err := ad(cc).TransferLeader(ctx, &taskstorepb.TransferLeaderRequest{Shard: 1})
+			return err
+		}},
+		{"AddNode", true, func(ctx context.Context, cc *grpc.ClientConn) error {
+			_, err := ad(cc).AddNode(ctx, &taskstorepb.AddNodeRequest{Id: "n9", Address: "127.0.0.1:1"})
+			return err
+		}},
+		{"RemoveNode", true, func(ctx context.Context, cc *grpc.ClientConn) error {
+			_, err := ad(cc).RemoveNode(ctx, &taskstorepb.RemoveNodeRequest{Id: "n3"})
+			return err
+		}},
+	}
+}
+
+// dial connects to addr with cfg and, if token is set, a bearer token.
+func dial(t *testing.T, addr string, cfg *tls.Config, token string) *grpc.ClientConn {
+	t.Helper()
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(cfg))}
+	if token != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(auth.BearerToken(token)))
+	}
+	cc, err := grpc.NewClient(addr, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return cc
+}
+
+// foreignCert makes a certificate of role from a CA the cluster does not
+// know, trusting the cluster's CA for the server side.
+func foreignCert(t *testing.T, sec *harness.Security, role string) *tls.Config {
+	t.Helper()
+	ca, err := auth.NewCA("foreign", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	is, err := ca.Issue(role, "intruder-"+role, []string{"127.0.0.1"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := is.Save(dir, "intruder"); err != nil {
+		t.Fatal(err)
+	}
+	f := auth.TLSFiles{Cert: filepath.Join(dir, "intruder.pem"), Key: filepath.Join(dir, "intruder-key.pem"), CA: filepath.Join(sec.Dir, "ca.pem")}
+	cfg, err := f.ClientConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Present it even though the server asks for certificates of its own
+	// CA (Go's client would otherwise quietly send none).
+	cert := cfg.Certificates[0]
+	cfg.Certificates = nil
+	cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &cert, nil }
+	return cfg
+}
+
+// TestSecuredClusterRefusesWhoItShould: each kind of call, from each kind of
+// wrong caller, is refused with the right code; the rightful callers work;
+// nothing a refused call carried was written.
+func TestSecuredClusterRefusesWhoItShould(t *testing.T) {
+	c := harness.Start(t, 3, harness.Options{Shards: 2, Scale: 2, Secure: true})
+	c.WaitReady()
+	sec := c.Security
+	addr := c.Nodes[0].Addr
+
+	type caller struct {
+		name string
+		cc   *grpc.ClientConn
+		// want returns the code the caller must get for a call (OK: not
+		// refused by the policy).
+		want func(cl call) codes.Code
+		// handshake: refused before any call, at the TLS handshake.
+		handshake bool
+	}
+	spoof := metadata.AppendToOutgoingContext // a client claiming to speak for an admin
+	callers := []caller{
+		{name: "no certificate, no token", cc: dial(t, addr, sec.ClientTLS(t, ""), ""),
+			want: func(call) codes.Code { return codes.Unauthenticated }},
+		{name: "unknown token", cc: dial(t, addr, sec.ClientTLS(t, ""), "not-a-token-of-this-cluster"),
+			want: func(call) codes.Code { return codes.Unauthenticated }},
+		{name: "certificate from another CA", cc: dial(t, addr, foreignCert(t, sec, auth.RoleAdmin), ""), handshake: true},
+		{name: "client certificate", cc: dial(t, addr, sec.ClientTLS(t, "client"), ""),
+			want: func(cl call) codes.Code {
+				if cl.admin {
+					return codes.PermissionDenied
+				}
+				return codes.OK
+			}},
+		{name: "client token limited to demo/", cc: dial(t, addr, sec.ClientTLS(t, ""), sec.ClientToken),
+			want: func(cl call) codes.Code {
+				if cl.admin || cl.name == "Modify" || cl.name == "Claim" || cl.name == "Tasks" || cl.name == "Queues" {
+					return codes.PermissionDenied // other/ is not under demo/
+				}
+				return codes.OK
+			}},
+	}
+	for _, cr := range callers {
+		t.Run(strings.ReplaceAll(cr.name, " ", "_"), func(t *testing.T) {
+			for _, cl := range calls("other/q") {
+				ctx := ctxT(t, 10*time.Second)
+				err := cl.do(ctx, cr.cc)
+				got := status.Code(err)
+				if cr.handshake {
+					// TLS 1.3 reports the server's refusal at the client's
+					// first write or read: "bad certificate", "broken pipe".
+					if got != codes.Unavailable {
+						t.Errorf("%s: %v, want Unavailable from a refused TLS handshake", cl.name, err)
+					}
+					continue
+				}
+				want := cr.want(cl)
+				if want == codes.OK {
+					if got == codes.Unauthenticated || got == codes.PermissionDenied {
+						t.Errorf("%s: refused: %v", cl.name, err)
+					}
+					continue
+				}
+				if got != want {
+					t.Errorf("%s: %v, want %v", cl.name, err, want)
+				}
+			}
+		})
+	}
+	t.Run("client_certificate_speaking_for_an_admin", func(t *testing.T) {
+		cc := dial(t, addr, sec.ClientTLS(t, "client"), "")
+		ctx := spoof(ctxT(t, 10*time.Second), auth.PrincipalHeader, "role=admin&name=mallory")
+		_, err := taskstorepb.NewAdminClient(cc).RemoveNode(ctx, &taskstorepb.RemoveNodeRequest{Id: "n3"})
+		if status.Code(err) != codes.PermissionDenied {
+			t.Fatalf("spoofed principal header: %v, want PermissionDenied", err)
+		}
+	})
+
+	// The rightful callers: a client certificate works a task through
+	// demo/, the restricted token too, and the admin purges.
+	ctx := ctxT(t, 30*time.Second)
+	worker, err := client.Dial(ctx, strings.Join(c.Endpoints(), ","), client.WithTLS(sec.ClientTLS(t, "client")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer worker.Close()
+	if _, err := worker.Insert(ctx, "demo/jobs", []byte("a")); err != nil {
+		t.Fatalf("client certificate insert: %v", err)
+	}
+	tokenClient, err := client.Dial(ctx, strings.Join(c.Endpoints(), ","), client.WithTLS(sec.ClientTLS(t, "")), client.WithBearerToken(sec.ClientToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tokenClient.Close()
+	if _, err := tokenClient.Insert(ctx, "demo/jobs", []byte("b")); err != nil {
+		t.Fatalf("token insert under demo/: %v", err)
+	}
+	res, err := tokenClient.Claim(ctx, &taskstorepb.ClaimRequest{Queues: []string{"demo/jobs"}, Limit: 2})
+	if err != nil || len(res.Tasks) != 2 {
+		t.Fatalf("token claim: %v %v", res, err)
+	}
+	if _, err := tokenClient.Insert(ctx, "other/jobs", []byte("c")); !errors.Is(err, client.ErrPermission) {
+		t.Fatalf("token insert outside demo/: %v, want ErrPermission", err)
+	}
+	if _, err := worker.Purge(ctx, "demo/jobs"); !errors.Is(err, client.ErrPermission) {
+		t.Fatalf("client purge: %v, want ErrPermission", err)
+	}
+	admin, err := client.Dial(ctx, strings.Join(c.Endpoints(), ","), client.WithTLS(sec.ClientTLS(t, "admin")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	// Nothing the refused calls carried reached the store.
+	for _, q := range []string{"other/q", "other/jobs"} {
+		got, err := admin.Tasks(ctx, &taskstorepb.TasksRequest{Queue: q})
+		if err != nil || len(got.Tasks) != 0 {
+			t.Fatalf("%s after refusals: %v %v, want empty", q, got, err)
+		}
+	}
+	if n, err := admin.Purge(ctx, "demo/jobs"); err != nil || n != 2 {
+		t.Fatalf("admin purge: %d %v, want 2 deleted", n, err)
+	}
+	if _, err := admin.TransferLeader(ctx, &taskstorepb.TransferLeaderRequest{Shard: 1}); err != nil {
+		t.Fatalf("admin transfer: %v", err)
+	}
+}
+
+// raftMagic opens a Raft connection on a node's shared port
+// (cluster/transport.go).
+const raftMagic = "TSRAFT1\n"
+
+// TestRaftAdmitsOnlyClusterNodes: on a node's port, a Raft connection is
+// kept only from a node certificate of the cluster's CA.
+func TestRaftAdmitsOnlyClusterNodes(t *testing.T) {
+	c := harness.Start(t, 3, harness.Options{Shards: 1, Scale: 2, Secure: true})
+	c.WaitReady()
+	sec := c.Security
+	sec.Issue(t, auth.RoleNode, "n4")
+	for _, tc := range []struct {
+		name  string
+		cfg   *tls.Config // nil: plain TCP
+		admit bool
+	}{
+		{"node certificate of the cluster", sec.ClientTLS(t, "n4"), true},
+		{"client certificate of the cluster", sec.ClientTLS(t, "client"), false},
+		{"admin certificate of the cluster", sec.ClientTLS(t, "admin"), false},
+		{"no certificate", sec.ClientTLS(t, ""), false},
+		{"node certificate of another CA", foreignCert(t, sec, auth.RoleNode), false},
+		{"plain TCP", nil, false},
+	} {
+		t.Run(strings.ReplaceAll(tc.name, " ", "_"), func(t *testing.T) {
+			raw, err := net.DialTimeout("tcp", c.Nodes[0].Addr, 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer raw.Close()
+			conn := raw
+			if tc.cfg != nil {
+				cfg := tc.cfg.Clone()
+				cfg.ServerName = "127.0.0.1"
+				conn = tls.Client(raw, cfg)
+			}
+			hdr := make([]byte, len(raftMagic)+4)
+			copy(hdr, raftMagic)
+			binary.BigEndian.PutUint32(hdr[len(raftMagic):], 1)
+			conn.SetDeadline(time.Now().Add(5 * time.Second))
+			_, werr := conn.Write(hdr)
+			// Refused: the node closes the connection (or the handshake
+			// fails). Admitted: the node waits for a Raft RPC.
+			conn.SetReadDeadline(time.Now().Add(1500 * time.Millisecond))
+			_, rerr := conn.Read(make([]byte, 1))
+			var ne net.Error
+			admitted := werr == nil && errors.As(rerr, &ne) && ne.Timeout()
+			if admitted != tc.admit {
+				t.Fatalf("admitted %v (write %v, read %v), want %v", admitted, werr, rerr, tc.admit)
+			}
+			if !tc.admit && rerr != nil && !errors.Is(rerr, io.EOF) && werr == nil {
+				t.Logf("refused with %v", rerr)
+			}
+		})
+	}
+}
+
+// TestProxySpeaksForItsCallers: a secured proxy checks callers itself and
+// the nodes apply the caller's rights, not the proxy's.
+func TestProxySpeaksForItsCallers(t *testing.T) {
+	c := harness.Start(t, 3, harness.Options{Shards: 2, Scale: 2, Secure: true})
+	c.WaitReady()
+	sec := c.Security
+	pf := sec.Files("proxy")
+	serverTLS, err := pf.ServerConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := proxy.Start(ctxT(t, 30*time.Second), proxy.Config{
+		Cluster: strings.Join(c.Endpoints(), ","), ListenAddr: "127.0.0.1:0", TLS: serverTLS, Policy: sec.Policy,
+		ClientOptions: []client.Option{client.WithTLS(sec.ClientTLS(t, "proxy"))}, Logger: harness.Discard,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	ctx := ctxT(t, 60*time.Second)
+	through := func(opts ...client.Option) *client.Client {
+		cl, err := client.Dial(ctx, p.Addr(), append([]client.Option{client.WithProxyOnly()}, opts...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cl.Close() })
+		return cl
+	}
+	restricted := through(client.WithTLS(sec.ClientTLS(t, "")), client.WithBearerToken(sec.ClientToken))
+	if _, err := restricted.Insert(ctx, "demo/p", []byte("ok")); err != nil {
+		t.Fatalf("restricted token under demo/: %v", err)
+	}
+	if _, err := restricted.Insert(ctx, "other/p", []byte("no")); !errors.Is(err, client.ErrPermission) {
+		t.Fatalf("restricted token outside demo/: %v, want ErrPermission", err)
+	}
+	anonymous := through(client.WithTLS(sec.ClientTLS(t, "")))
+	if _, err := anonymous.Insert(ctx, "demo/p", []byte("no")); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("no credentials through the proxy: %v, want Unauthenticated", err)
+	}
+	plainClient := through(client.WithTLS(sec.ClientTLS(t, "client")))
+	if _, err := plainClient.Purge(ctx, "demo/p"); !errors.Is(err, client.ErrPermission) {
+		t.Fatalf("client certificate purge through the proxy: %v, want ErrPermission", err)
+	}
+	admin := through(client.WithTLS(sec.ClientTLS(t, "")), client.WithBearerToken(sec.AdminToken))
+	if n, err := admin.Purge(ctx, "demo/p"); err != nil || n != 1 {
+		t.Fatalf("admin token purge through the proxy: %d %v, want 1", n, err)
+	}
+}
