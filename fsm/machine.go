@@ -64,7 +64,8 @@ type QueueStats struct {
 	Available uint64
 	Claimed   uint64
 	Delayed   uint64
-	// OldestAvailableAt is the smallest at among available tasks (0 if none).
+	// OldestAvailableAt is the smallest at among available tasks (0 if
+	// none), looking at the queue's highest 256 priorities only.
 	OldestAvailableAt int64
 }
 

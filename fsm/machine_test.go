@@ -432,3 +432,46 @@ func TestConcurrentReads(t *testing.T) {
 		}
 	}
 }
+
+// TestManyPriorities covers the reads that walk priority runs (queue stats,
+// NextAt) when a queue has more priorities than they look at: stats see the
+// highest maxRuns, and NextAt answers no later than nextAtUnseen ahead, so a
+// waiting claim looks again rather than sleeping past a lease it did not see.
+func TestManyPriorities(t *testing.T) {
+	m := New(Options{})
+	n := maxRuns + 44
+	mod := &fsmpb.Modify{Group: "g"}
+	for i := range n {
+		// Priority i, inserted at i: the lowest priority is the oldest.
+		mod.Inserts = append(mod.Inserts, &fsmpb.Insert{Id: fmt.Sprintf("t%03d", i), Queue: "g/q", Priority: int32(i), At: int64(1000 + i)})
+	}
+	if res := m.ApplyCommand(1, &fsmpb.Command{Op: fsmpb.Op_OP_MODIFY, Now: 10, Modify: mod}); res.Failure != nil {
+		t.Fatal(res.Failure)
+	}
+	// Everything is delayed (at 1000..1299, clock 10): NextAt sees only the
+	// highest priorities (at >= 1044), so it answers 10 + nextAtUnseen.
+	if at, ok := m.NextAt([]string{"g/q"}); !ok || at != min(int64(1000+n-maxRuns), 10+nextAtUnseen) {
+		t.Fatalf("NextAt = %d, %v; want %d", at, ok, min(int64(1000+n-maxRuns), 10+nextAtUnseen))
+	}
+	// At 5000 all are available; the oldest the stats see is the lowest
+	// of the maxRuns highest priorities.
+	m.ApplyCommand(2, &fsmpb.Command{Op: fsmpb.Op_OP_TICK, Now: 5000})
+	st := m.Queues("g/", 0)
+	if len(st) != 1 || st[0].Total != uint64(n) || st[0].Available != uint64(n) {
+		t.Fatalf("stats %+v", st)
+	}
+	if want := int64(1000 + n - maxRuns); st[0].OldestAvailableAt != want {
+		t.Fatalf("oldest available at %d, want %d", st[0].OldestAvailableAt, want)
+	}
+	// With few priorities both are exact.
+	m2 := New(Options{})
+	m2.ApplyCommand(1, &fsmpb.Command{Op: fsmpb.Op_OP_MODIFY, Now: 10, Modify: &fsmpb.Modify{Group: "g", Inserts: []*fsmpb.Insert{
+		{Id: "hi", Queue: "g/q", Priority: 5, At: 300}, {Id: "lo", Queue: "g/q", Priority: 1, At: 200}}}})
+	if at, ok := m2.NextAt([]string{"g/q"}); !ok || at != 200 {
+		t.Fatalf("NextAt = %d, %v; want 200", at, ok)
+	}
+	m2.ApplyCommand(2, &fsmpb.Command{Op: fsmpb.Op_OP_TICK, Now: 250})
+	if st := m2.Queues("g/", 0); st[0].OldestAvailableAt != 200 || st[0].Available != 1 || st[0].Delayed != 1 {
+		t.Fatalf("stats %+v", st[0])
+	}
+}

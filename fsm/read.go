@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -126,16 +127,26 @@ func (m *Machine) Queues(prefix string, limit int) []QueueStats {
 }
 
 // NextAt returns the earliest at of any task in the queues (claimed tasks
-// count by lease end), so a waiting claim knows when to try again.
+// count by lease end), so a waiting claim knows when to try again. In a
+// queue with more than maxRuns priorities it looks at the highest maxRuns
+// and answers no later than nextAtUnseen after the clock, so that a
+// waiting claim looks again soon rather than sleeping past a lease end it
+// did not see.
 func (m *Machine) NextAt(queues []string) (at int64, ok bool) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	at = math.MaxInt64
 	for _, name := range queues {
-		if q := m.st.queues[name]; q != nil {
-			if t, found := q.byAt.Min(); found {
-				at, ok = min(at, t.at), true
-			}
+		q := m.st.queues[name]
+		if q == nil {
+			continue
+		}
+		all := q.runs(func(first *task) bool {
+			at, ok = min(at, first.at), true
+			return true
+		})
+		if !all {
+			at = min(at, addSat(m.st.clock, nextAtUnseen))
 		}
 	}
 	if !ok {
@@ -143,6 +154,10 @@ func (m *Machine) NextAt(queues []string) (at int64, ok bool) {
 	}
 	return at, true
 }
+
+// nextAtUnseen is how soon NextAt tells a waiting claim to look again when
+// a queue has more priorities than it walks.
+const nextAtUnseen = int64(100 * time.Millisecond)
 
 // Digest is a hash of the whole replicated state (tasks, clock, sessions):
 // replicas that applied the same log have the same digest.

@@ -47,7 +47,7 @@ func claimLess(a, b *task) bool {
 	return a.id < b.id
 }
 
-// atLess orders tasks by at, then id.
+// atLess orders tasks by at, then id (the pending index).
 func atLess(a, b *task) bool {
 	if a.at != b.at {
 		return a.at < b.at
@@ -60,9 +60,13 @@ func atLess(a, b *task) bool {
 type queue struct {
 	name    string
 	group   string
-	byClaim *btree.BTreeG[*task] // claim order
-	byAt    *btree.BTreeG[*task] // at order: oldest available, next wake-up
-	keys    map[string]string    // key → id of the task holding it; nil until a key is used
+	// byClaim holds every task of the queue in claim order. It is the
+	// queue's only ordered index: within a priority, claim order is at
+	// order, so the oldest task of each priority is the first of its run
+	// (see runs), and a second, at-ordered tree would double the cost of
+	// every write for the sake of two read-side statistics.
+	byClaim *btree.BTreeG[*task]
+	keys    map[string]string // key → id of the task holding it; nil until a key is used
 	// Tasks with at > clock (they are in state.pending), split by whether
 	// a claimant is set: claimed and delayed counts without a scan.
 	futureClaimed uint64
@@ -135,7 +139,6 @@ func (s *state) queueFor(name string) *queue {
 		name:    name,
 		group:   groupOf(name),
 		byClaim: btree.NewG(btreeDegree, claimLess),
-		byAt:    btree.NewG(btreeDegree, atLess),
 	}
 	s.queues[name] = q
 	s.names.ReplaceOrInsert(q)
@@ -156,7 +159,6 @@ func (s *state) add(t *task) {
 	s.tasks[t.id] = t
 	q := t.q
 	q.byClaim.ReplaceOrInsert(t)
-	q.byAt.ReplaceOrInsert(t)
 	if t.key != "" {
 		if q.keys == nil {
 			q.keys = make(map[string]string)
@@ -183,8 +185,14 @@ func (s *state) remove(t *task) {
 // unindex takes a task out of every index but the id map.
 func (s *state) unindex(t *task) {
 	q := t.q
-	q.byClaim.Delete(t)
-	q.byAt.Delete(t)
+	if first, _ := q.byClaim.Min(); first == t {
+		// A claim takes the front of the queue: DeleteMin walks the
+		// leftmost path without comparing (a comparison reads a task,
+		// which at a million tasks is a cache miss).
+		q.byClaim.DeleteMin()
+	} else {
+		q.byClaim.Delete(t)
+	}
 	if t.key != "" && q.keys[t.key] == t.id {
 		delete(q.keys, t.key)
 	}
@@ -240,10 +248,41 @@ func (q *queue) stats(clock int64) QueueStats {
 		Delayed:   q.futureDelayed,
 		Available: total - q.futureClaimed - q.futureDelayed,
 	}
-	if t, ok := q.byAt.Min(); ok && t.at <= clock {
-		st.OldestAvailableAt = t.at
-	}
+	q.runs(func(first *task) bool {
+		if first.at <= clock && (st.OldestAvailableAt == 0 || first.at < st.OldestAvailableAt) {
+			st.OldestAvailableAt = first.at
+		}
+		return true
+	})
 	return st
+}
+
+// maxRuns bounds how many priority runs a read walks (one descent each):
+// queues rarely use more than a handful of priorities, and a read must not
+// walk a queue whose every task has its own priority.
+const maxRuns = 256
+
+// runs calls visit with the first task of each priority run of q, highest
+// priority first, while visit returns true, for at most maxRuns runs; it
+// reports whether it saw them all. Within a run tasks are in at order, so
+// the first is the run's smallest at: the smallest at of the queue is the
+// smallest of these.
+func (q *queue) runs(visit func(first *task) bool) (all bool) {
+	t, ok := q.byClaim.Min()
+	for n := 0; ok; n++ {
+		if n == maxRuns {
+			return false
+		}
+		if !visit(t) || t.priority == math.MinInt32 {
+			return true
+		}
+		ok = false
+		q.byClaim.AscendGreaterOrEqual(&task{priority: t.priority - 1, at: math.MinInt64}, func(next *task) bool {
+			t, ok = next, true
+			return false
+		})
+	}
+	return true
 }
 
 // toProto converts a task for a result or a read. The value is shared, not
