@@ -58,8 +58,8 @@ func atLess(a, b *task) bool {
 // queue is the index of one queue's tasks. A queue exists while it holds
 // tasks.
 type queue struct {
-	name    string
-	group   string
+	name  string
+	group string
 	// byClaim holds every task of the queue in claim order. It is the
 	// queue's only ordered index: within a priority, claim order is at
 	// order, so the oldest task of each priority is the first of its run
