@@ -32,7 +32,7 @@ func (md *modifier) lookup(id string) *task {
 	if t, ok := md.staged[id]; ok {
 		return t
 	}
-	t := md.st.tasks[id]
+	t := md.st.get(id)
 	if t != nil && t.q.group != md.group {
 		return nil // another group's task is out of reach: missing
 	}
@@ -188,7 +188,7 @@ func (a *applier) modify(m *fsmpb.Modify) *fsmpb.Result {
 			}
 		}
 		// Ids are unique across the shard, whatever the group.
-		if _, ok := md.staged[in.Id]; ok || st.tasks[in.Id] != nil {
+		if _, ok := md.staged[in.Id]; ok || st.get(in.Id) != nil {
 			md.fail(&fsmpb.RefError{Category: fsmpb.RefError_INSERT_DUPLICATE_ID, Id: in.Id,
 				Queue: in.Queue, Key: in.Key, ExistingId: in.Id})
 			continue
@@ -213,7 +213,7 @@ func (a *applier) modify(m *fsmpb.Modify) *fsmpb.Result {
 	// Commit: take every original version out, then put every final one
 	// in, so that keys moving between tasks never collide midway.
 	for _, id := range md.order {
-		if old := st.tasks[id]; old != nil {
+		if old := st.get(id); old != nil {
 			st.remove(old)
 			md.touched = append(md.touched, old.q.name)
 		}

@@ -24,7 +24,7 @@ func (m *Machine) Get(ids []string) []*fsmpb.Task {
 	defer m.mu.RUnlock()
 	var out []*fsmpb.Task
 	for _, id := range ids {
-		if t := m.st.tasks[id]; t != nil {
+		if t := m.st.get(id); t != nil {
 			out = append(out, t.toProto(false))
 		}
 	}

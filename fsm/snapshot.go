@@ -334,7 +334,7 @@ func readSnapshot(r io.Reader) (*state, error) {
 	st := newState()
 	// Size the id map from the header, within reason: the header is not
 	// yet verified.
-	st.tasks = make(map[string]*task, min(h.Tasks, 1<<20))
+	st.tasks = make(map[string]*slot, min(h.Tasks, 1<<20))
 	st.clock = h.Clock
 	st.applied = h.AppliedIndex
 	var tasks, sessions uint64

@@ -17,7 +17,7 @@ const btreeDegree = 32
 // the state: a change builds a new task and swaps it in. That is what makes
 // Snapshot cheap: a copy of the pointers is a consistent picture.
 //
-// The struct is kept small (144-byte size class) because there may be
+// The struct is kept small (160-byte size class) because there may be
 // millions; the queue is a pointer to the shared queue record.
 type task struct {
 	id       string
@@ -26,6 +26,7 @@ type task struct {
 	err      string
 	value    []byte // shared with results and snapshots; never modified
 	q        *queue
+	slot     *slot // the id's entry in state.tasks, shared by every version
 	version  uint64
 	at       int64
 	created  int64
@@ -34,6 +35,12 @@ type task struct {
 	claims   uint32
 	attempt  uint32
 }
+
+// slot is the id map's entry for one task id: it points at the current
+// version. A new version takes the old one's slot, so replacing a task
+// (every claim does) writes one pointer instead of rewriting the map, which
+// at a million tasks costs two cache misses (the map group and the key).
+type slot struct{ t *task }
 
 // claimLess orders a queue's tasks in claim order: priority descending, then
 // at ascending, then id ascending.
@@ -95,7 +102,7 @@ func sessionLess(a, b *session) bool {
 type state struct {
 	clock   int64
 	applied uint64
-	tasks   map[string]*task
+	tasks   map[string]*slot // id → its current version
 	queues  map[string]*queue
 	names   *btree.BTreeG[*queue] // queues by name, for prefix listing
 	// pending holds every task with at > clock, in at order, so that
@@ -107,7 +114,7 @@ type state struct {
 
 func newState() *state {
 	return &state{
-		tasks:        make(map[string]*task),
+		tasks:        make(map[string]*slot),
 		queues:       make(map[string]*queue),
 		names:        btree.NewG(btreeDegree, queueLess),
 		pending:      btree.NewG(btreeDegree, atLess),
@@ -153,10 +160,28 @@ func (s *state) prune(name string) {
 	}
 }
 
+// get returns the current version of the task with id, or nil.
+func (s *state) get(id string) *task {
+	if sl := s.tasks[id]; sl != nil {
+		return sl.t
+	}
+	return nil
+}
+
 // add inserts a task that is not in the state. t.q must be the live queue
-// record for its name.
+// record for its name. A new version of a removed task (t.slot set, copied
+// from the old version) takes its old slot.
 func (s *state) add(t *task) {
-	s.tasks[t.id] = t
+	if t.slot == nil {
+		t.slot = &slot{}
+	}
+	t.slot.t = t
+	s.tasks[t.id] = t.slot
+	s.index(t)
+}
+
+// index puts t into every index but the id map.
+func (s *state) index(t *task) {
 	q := t.q
 	q.byClaim.ReplaceOrInsert(t)
 	if t.key != "" {
@@ -206,10 +231,12 @@ func (s *state) unindex(t *task) {
 	}
 }
 
-// replace swaps a task for its next version, which has the same id.
+// replace swaps a task for its next version, which has the same id and,
+// copied from old, the same slot: the id map is not written.
 func (s *state) replace(old, t *task) {
 	s.unindex(old)
-	s.add(t) // overwrites the id map entry: one map write, not two
+	t.slot.t = t
+	s.index(t)
 }
 
 // advance moves the clock forward to now (never back) and moves tasks whose
