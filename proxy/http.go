@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/http/pprof"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -12,7 +13,8 @@ import (
 	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
 )
 
-// httpHandler serves /metrics, /healthz, /readyz and the HTTP/JSON API.
+// httpHandler serves /metrics, /healthz, /readyz, /debug/pprof (as the
+// nodes do: the proxy's own cost shows in a profile) and the HTTP/JSON API.
 func (s *Server) httpHandler() (http.Handler, error) {
 	gw, err := s.Gateway()
 	if err != nil {
@@ -38,6 +40,11 @@ func (s *Server) httpHandler() (http.Handler, error) {
 		}
 		fmt.Fprintln(w, "ready")
 	})
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	return mux, nil
 }
 

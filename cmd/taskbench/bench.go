@@ -312,13 +312,15 @@ func bench(ctx context.Context, cfg *config, stderr io.Writer, getenv func(strin
 		return benchPostgres(ctx, cfg, stderr, getenv)
 	}
 	endpoints := cfg.endpoints
+	var lc *localCluster
 	var opts []client.Option
 	opts = append(opts, client.WithClaimant("taskbench-"+randomID()))
 	if cfg.local > 0 {
 		if cfg.output == "text" {
 			fmt.Fprintf(stderr, "starting a local cluster of %d nodes...\n", cfg.local)
 		}
-		lc, err := startLocal(ctx, cfg.local, cfg.shards, cfg.via == "proxy", getenv)
+		var err error
+		lc, err = startLocal(ctx, cfg.local, cfg.shards, cfg.via == "proxy", getenv)
 		if err != nil {
 			return nil, err
 		}
@@ -359,9 +361,21 @@ func bench(ctx context.Context, cfg *config, stderr io.Writer, getenv func(strin
 	for i := range workers {
 		workers[i] = newWorker(i, c, cfg, lay, value)
 	}
+	var profiles func() error
+	if cfg.profile != "" {
+		profiles = startProfiles(ctx, cfg.profile, lc.profiled, cfg.duration)
+	}
 	elapsed, err := measure(ctx, cfg, workers)
 	if err != nil {
 		return nil, err
+	}
+	if profiles != nil {
+		if err := profiles(); err != nil {
+			return nil, err
+		}
+		if cfg.output == "text" {
+			fmt.Fprintf(stderr, "profiles written to %s (go tool pprof -top %s/n1-cpu.pprof)\n", cfg.profile, cfg.profile)
+		}
 	}
 
 	after, merr2 := scrapeCluster(context.WithoutCancel(ctx), c)

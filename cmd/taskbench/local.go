@@ -22,7 +22,9 @@ type localCluster struct {
 	procs   []*exec.Cmd
 	nodes   []string // gRPC addresses
 	proxy   string   // gRPC address of the proxy, when started
-	httpAll []string // every process's HTTP address
+	httpAll []string // every node's HTTP address
+	// profiled names every process (n1.., proxy) with its HTTP address.
+	profiled []profileTarget
 }
 
 // findBinary looks for name next to the running executable, then in
@@ -109,6 +111,7 @@ func startLocal(ctx context.Context, n, shards int, withProxy bool, getenv func(
 			return nil, err
 		}
 		lc.httpAll = append(lc.httpAll, addr(ports[3*i+2]))
+		lc.profiled = append(lc.profiled, profileTarget{id, addr(ports[3*i+2])})
 	}
 	if err := lc.waitReady(ctx, lc.httpAll); err != nil {
 		lc.stop()
@@ -126,6 +129,7 @@ func startLocal(ctx context.Context, n, shards int, withProxy bool, getenv func(
 			lc.stop()
 			return nil, err
 		}
+		lc.profiled = append(lc.profiled, profileTarget{"proxy", addr(ports[3*n+1])})
 	}
 	return lc, nil
 }

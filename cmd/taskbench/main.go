@@ -45,6 +45,7 @@ type config struct {
 	prefix    string
 	baseline  string // "" (Taskstore) or "postgres"
 	pgDSN     string
+	profile   string // directory for CPU and allocation profiles (--local only)
 }
 
 func (c *config) validate() error {
@@ -60,6 +61,9 @@ func (c *config) validate() error {
 			return fmt.Errorf("--pg-dsn is for --baseline postgres")
 		}
 	case "postgres":
+		if c.profile != "" {
+			return fmt.Errorf("--profile is for a --local Taskstore cluster, not --baseline postgres")
+		}
 		return c.validateBaseline()
 	default:
 		return fmt.Errorf("--baseline %q: the only baseline is postgres", c.baseline)
@@ -105,6 +109,9 @@ func (c *config) validate() error {
 	}
 	if c.shards < 0 {
 		return fmt.Errorf("--shards %d: must not be negative", c.shards)
+	}
+	if c.profile != "" && c.local == 0 {
+		return fmt.Errorf("--profile needs --local (it knows the HTTP addresses of the processes it starts); for a running cluster fetch http://NODE_HTTP/debug/pprof/profile?seconds=N yourself")
 	}
 	return nil
 }
@@ -273,5 +280,6 @@ func addFlags(cmd *cobra.Command, c *config) {
 	fl.StringVarP(&c.output, "output", "o", "text", "text or json")
 	fl.StringVar(&c.prefix, "prefix", "", "queue name prefix (default: bench-<random>)")
 	fl.StringVar(&c.baseline, "baseline", "", "postgres: run the workload against PostgreSQL instead (FOR UPDATE SKIP LOCKED queue)")
+	fl.StringVar(&c.profile, "profile", "", "with --local: write CPU and allocation profiles of every process over the measured interval to this directory (NAME-cpu.pprof, NAME-allocs.pprof; read with go tool pprof)")
 	fl.StringVar(&c.pgDSN, "pg-dsn", "", "with --baseline postgres: connection string (default $PGDSN), e.g. postgres://user@host:5432/db")
 }

@@ -82,6 +82,7 @@ func TestFlagValidation(t *testing.T) {
 		{[]string{"--workload", "insert"}, "--endpoints"},
 		{[]string{"--endpoints", "x:1", "--local", "3"}, "exclude"},
 		{[]string{"--endpoints", "x:1", "extra-arg"}, "unknown command"},
+		{[]string{"--endpoints", "x:1", "--profile", "/tmp/p"}, "--profile needs --local"},
 	} {
 		_, stderr, code := runCLI(t, nil, c.args...)
 		if code == 0 || !strings.Contains(stderr, c.want) {
@@ -150,8 +151,9 @@ func TestLocalEndToEnd(t *testing.T) {
 		t.Skipf("no taskstored in %s", bin)
 	}
 	env := map[string]string{"TASKSTORE_BIN": bin}
+	profiles := t.TempDir()
 	out, stderr, code := runCLI(t, env, "--local", "3", "--workload", "claim-delete", "--prefill", "200",
-		"--clients", "4", "--duration", "2s", "-o", "json")
+		"--clients", "4", "--duration", "2s", "-o", "json", "--profile", profiles)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
@@ -164,5 +166,15 @@ func TestLocalEndToEnd(t *testing.T) {
 	}
 	if r.FailedOps > 0 {
 		t.Errorf("%d failed ops: %v", r.FailedOps, r.Errors)
+	}
+	// --profile: a CPU and an allocation profile of every node, gzipped
+	// protobuf as go tool pprof reads them.
+	for _, n := range []string{"n1", "n2", "n3"} {
+		for _, kind := range []string{"cpu", "allocs"} {
+			b, err := os.ReadFile(filepath.Join(profiles, n+"-"+kind+".pprof"))
+			if err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+				t.Errorf("%s %s profile: %d bytes, %v", n, kind, len(b), err)
+			}
+		}
 	}
 }
