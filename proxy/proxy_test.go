@@ -888,7 +888,7 @@ func TestHTTPEndpoints(t *testing.T) {
 		b, _ := io.ReadAll(res.Body)
 		return res.StatusCode, string(b)
 	}
-	for _, path := range []string{"/healthz", "/readyz"} {
+	for _, path := range []string{"/healthz", "/readyz", "/debug/pprof/cmdline"} {
 		if code, body := get(path); code != 200 {
 			t.Errorf("%s: %d %s", path, code, body)
 		}
