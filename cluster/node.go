@@ -405,8 +405,7 @@ func (n *Node) LocalShards() []*Shard {
 // group. When this node hosts no replica of it, the error is a
 // *NotLeaderError whose address is one of the shard's replicas.
 func (n *Node) ShardFor(group string) (*Shard, error) {
-	cm := n.meta.Map()
-	id := shardOf(cm, group)
+	id := n.meta.ShardOf(group)
 	if id == 0 {
 		return nil, ErrNotReady
 	}
