@@ -269,6 +269,11 @@ var scenarios = []scenario{
 				for e.c.Nodes[f].Server().Node.Shard(lg.shard).Machine().AppliedIndex() < lg.snapshotAt && time.Now().Before(end) {
 					e.sleep(50 * time.Millisecond)
 				}
+				// Raft restores the state machine first and records the
+				// installed snapshot just after: give it a moment.
+				for settle := time.Now().Add(2 * time.Second); e.c.RaftStat(f, lg.shard, "last_snapshot_index") < lg.snapshotAt && time.Now().Before(settle); {
+					e.sleep(20 * time.Millisecond)
+				}
 				if got := e.c.RaftStat(f, lg.shard, "last_snapshot_index"); got >= lg.snapshotAt {
 					e.h.Count(checker.CountSnapshotInstalls, 1)
 					e.t.Logf("shard %d: %s caught up past the compacted log (snapshot index %d): a snapshot install", lg.shard, e.c.Nodes[f].ID, got)
