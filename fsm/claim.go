@@ -1,7 +1,6 @@
 package fsm
 
 import (
-	"math"
 	"slices"
 
 	"github.com/e1158ecb/taskstore/fsm/fsmpb"
@@ -80,10 +79,9 @@ func (q *queue) available(clock int64, limit int, out []*task) []*task {
 		} else {
 			q.byClaim.AscendGreaterOrEqual(from, visit)
 		}
-		if stop == nil || stop.priority == math.MinInt32 {
+		if from = belowPriority(stop); from == nil {
 			break
 		}
-		from = &task{priority: stop.priority - 1, at: math.MinInt64}
 	}
 	return out
 }

@@ -300,16 +300,26 @@ func (q *queue) runs(visit func(first *task) bool) (all bool) {
 		if n == maxRuns {
 			return false
 		}
-		if !visit(t) || t.priority == math.MinInt32 {
+		from := belowPriority(t)
+		if !visit(t) || from == nil {
 			return true
 		}
 		ok = false
-		q.byClaim.AscendGreaterOrEqual(&task{priority: t.priority - 1, at: math.MinInt64}, func(next *task) bool {
+		q.byClaim.AscendGreaterOrEqual(from, func(next *task) bool {
 			t, ok = next, true
 			return false
 		})
 	}
 	return true
+}
+
+// belowPriority is the search key where the run after t's priority starts
+// in claim order (the next lower priority), or nil after the lowest.
+func belowPriority(t *task) *task {
+	if t == nil || t.priority == math.MinInt32 {
+		return nil
+	}
+	return &task{priority: t.priority - 1, at: math.MinInt64}
 }
 
 // toProto converts a task for a result or a read. The value is shared, not
