@@ -136,12 +136,13 @@ func (w *worker) insert(ctx context.Context, n int) error {
 	return err
 }
 
-// claimThen claims one task and deletes it, or moves it to its next stage.
+// claimThen claims up to --claim-limit tasks and deletes them, or moves
+// them to their next stage, in one Modify.
 func (w *worker) claimThen(ctx context.Context, move bool) error {
 	q := w.queue()
 	var tasks []*taskstorepb.Task
 	err := w.rpc(ctx, "claim", func(ctx context.Context) error {
-		resp, err := w.c.Claim(ctx, &taskstorepb.ClaimRequest{Queues: []string{q}, Limit: 1})
+		resp, err := w.c.Claim(ctx, &taskstorepb.ClaimRequest{Queues: []string{q}, Limit: uint32(w.cfg.claim)})
 		tasks = resp.GetTasks()
 		return err
 	})
@@ -152,20 +153,26 @@ func (w *worker) claimThen(ctx context.Context, move bool) error {
 		w.empty++
 		return nil
 	}
-	t := tasks[0]
-	req := &taskstorepb.ModifyRequest{Deletes: []*taskstorepb.TaskRef{{Id: t.Id, Version: t.Version, Queue: t.Queue}}}
+	req := &taskstorepb.ModifyRequest{}
 	kind := "delete"
 	if move {
 		kind = "move"
-		req = &taskstorepb.ModifyRequest{Changes: []*taskstorepb.TaskChange{{Id: t.Id, Version: t.Version, Queue: t.Queue,
-			NewQueue: w.lay.next[t.Queue]}}}
+		req.Changes = make([]*taskstorepb.TaskChange, len(tasks))
+		for i, t := range tasks {
+			req.Changes[i] = &taskstorepb.TaskChange{Id: t.Id, Version: t.Version, Queue: t.Queue, NewQueue: w.lay.next[t.Queue]}
+		}
+	} else {
+		req.Deletes = make([]*taskstorepb.TaskRef, len(tasks))
+		for i, t := range tasks {
+			req.Deletes[i] = &taskstorepb.TaskRef{Id: t.Id, Version: t.Version, Queue: t.Queue}
+		}
 	}
 	err = w.rpc(ctx, kind, func(ctx context.Context) error {
 		_, err := w.c.Modify(ctx, req)
 		return err
 	})
 	if err == nil {
-		w.tasks++
+		w.tasks += int64(len(tasks))
 	}
 	return err
 }
@@ -268,6 +275,7 @@ type result struct {
 	Queues     int     `json:"queues"`
 	Groups     int     `json:"groups"`
 	Batch      int     `json:"batch,omitempty"`
+	ClaimLimit int     `json:"claim_limit,omitempty"`
 	Prefill    int     `json:"prefill"`
 
 	Ops         int64                     `json:"ops"`
@@ -408,6 +416,9 @@ func newResult(cfg *config, endpoints string, queues int) *result {
 	}
 	if cfg.workload == "insert-batch" {
 		res.Batch = cfg.batch
+	}
+	if cfg.workload != "insert" && cfg.workload != "insert-batch" {
+		res.ClaimLimit = cfg.claim
 	}
 	return res
 }

@@ -40,6 +40,7 @@ type config struct {
 	queues    int
 	groups    int
 	batch     int
+	claim     int // tasks per claim in the claim workloads
 	prefill   int
 	output    string
 	prefix    string
@@ -104,6 +105,9 @@ func (c *config) validate() error {
 	if c.batch < 1 {
 		return fmt.Errorf("--batch %d: must be at least 1", c.batch)
 	}
+	if err := c.validateClaimLimit(); err != nil {
+		return err
+	}
 	if c.prefill < 0 {
 		return fmt.Errorf("--prefill %d: must not be negative", c.prefill)
 	}
@@ -112,6 +116,15 @@ func (c *config) validate() error {
 	}
 	if c.profile != "" && c.local == 0 {
 		return fmt.Errorf("--profile needs --local (it knows the HTTP addresses of the processes it starts); for a running cluster fetch http://NODE_HTTP/debug/pprof/profile?seconds=N yourself")
+	}
+	return nil
+}
+
+// validateClaimLimit checks --claim-limit against the store's bound on one
+// claim (fsm.Limits.MaxClaimLimit).
+func (c *config) validateClaimLimit() error {
+	if c.claim < 1 || c.claim > 1000 {
+		return fmt.Errorf("--claim-limit %d: must be between 1 and 1000", c.claim)
 	}
 	return nil
 }
@@ -200,6 +213,11 @@ Workloads (an "op" is one unit of the workload; its latency covers all of it):
                 group (two RPCs); tasks cycle between two stages; needs --prefill
   mixed         half inserts, half claim-deletes
 
+--claim-limit N makes a claim take up to N tasks of its queue, and the worker
+then deletes or moves all of them in one Modify (one transaction against
+PostgreSQL): a worker that takes its work in batches. An op is still one
+claim and one commit; tasks/s counts the tasks.
+
 Queues: --queues queues spread over --groups consistency groups, named
 <prefix>-g<G>/q<I> (a fresh random prefix per run unless --prefix is given).
 A prefill inserts --prefill tasks in batches before the clock starts.
@@ -232,6 +250,8 @@ removed afterwards.
   taskbench --local 3 --workload insert-batch --batch 100 --clients 8 --duration 10s
   # claim+delete through a proxy, 20k tasks queued first
   taskbench --local 3 --via proxy --workload claim-delete --prefill 20000 --clients 16 --duration 10s
+  # workers that claim 10 tasks at a time and delete them in one request
+  taskbench --local 3 --via proxy --workload claim-delete --claim-limit 10 --prefill 100000 --clients 16 --duration 10s
   # pipeline stage: claim and move to the next queue of the group
   taskbench --local 3 --workload claim-move --prefill 20000 --clients 16 --duration 10s
   # mixed at a fixed 2000 ops/s (open loop), JSON out
@@ -276,6 +296,7 @@ func addFlags(cmd *cobra.Command, c *config) {
 	fl.IntVar(&c.queues, "queues", 8, "number of queues")
 	fl.IntVar(&c.groups, "groups", 8, "number of consistency groups the queues are spread over")
 	fl.IntVar(&c.batch, "batch", 100, "tasks per request for insert-batch (and the prefill)")
+	fl.IntVar(&c.claim, "claim-limit", 1, "claim workloads: tasks per claim (1 to 1000); a worker then deletes or moves all of them in one request")
 	fl.IntVar(&c.prefill, "prefill", 0, "tasks to insert before measuring (claim workloads need them)")
 	fl.StringVarP(&c.output, "output", "o", "text", "text or json")
 	fl.StringVar(&c.prefix, "prefix", "", "queue name prefix (default: bench-<random>)")

@@ -79,6 +79,8 @@ func TestFlagValidation(t *testing.T) {
 		{[]string{"--endpoints", "x:1", "--queues", "2", "--groups", "4"}, "--queues"},
 		{[]string{"--endpoints", "x:1", "--batch", "0"}, "--batch"},
 		{[]string{"--endpoints", "x:1", "--prefill", "-1"}, "--prefill"},
+		{[]string{"--endpoints", "x:1", "--claim-limit", "0"}, "--claim-limit"},
+		{[]string{"--endpoints", "x:1", "--claim-limit", "1001"}, "--claim-limit"},
 		{[]string{"--workload", "insert"}, "--endpoints"},
 		{[]string{"--endpoints", "x:1", "--local", "3"}, "exclude"},
 		{[]string{"--endpoints", "x:1", "extra-arg"}, "unknown command"},
@@ -176,5 +178,20 @@ func TestLocalEndToEnd(t *testing.T) {
 				t.Errorf("%s %s profile: %d bytes, %v", n, kind, len(b), err)
 			}
 		}
+	}
+
+	// Batched claims through a proxy: every claim that found work commits
+	// up to --claim-limit tasks in one Modify.
+	out, stderr, code = runCLI(t, env, "--local", "3", "--via", "proxy", "--workload", "claim-move", "--claim-limit", "5",
+		"--prefill", "200", "--clients", "2", "--duration", "1s", "-o", "json")
+	if code != 0 {
+		t.Fatalf("claim-move --claim-limit 5: exit %d: %s", code, stderr)
+	}
+	r = result{}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	if full := r.Ops - r.EmptyClaims; r.ClaimLimit != 5 || r.FailedOps != 0 || full == 0 || r.Tasks <= full || r.Tasks > 5*full {
+		t.Errorf("claim-move --claim-limit 5: want 1 to 5 tasks per op, more than 1 on average, no failures: %s", out)
 	}
 }

@@ -84,57 +84,59 @@ func TestPostgresBaseline(t *testing.T) {
 	}
 	defer s.close()
 
-	t.Run("claim-delete drains the prefill exactly once", func(t *testing.T) {
-		const n, clients = 600, 6
-		cfg := &config{workload: "claim-delete", queues: 4, groups: 2, prefix: "drain", batch: 100, clients: clients, valueSize: 16}
-		lay := newLayout(cfg)
-		value := make([]byte, cfg.valueSize)
-		if err := prefill(ctx, cfg, lay, n, s.batchInsert(value)); err != nil {
-			t.Fatal(err)
-		}
-		if got, err := s.count(ctx, lay.queues); err != nil || got != n {
-			t.Fatalf("after the prefill: %d tasks, %v; want %d", got, err, n)
-		}
-		var done atomic.Int64
-		workers := make([]*worker, clients)
-		var wg sync.WaitGroup
-		for i := range workers {
-			w := newWorker(i, nil, cfg, lay, value)
-			w.pg = s
-			workers[i] = w
-			wg.Go(func() {
-				for k := 0; done.Load() < n && k < 10*n; k++ {
-					before := w.tasks
-					if err := w.op(ctx); err != nil {
-						w.failed++
+	for _, limit := range []int{1, 7} {
+		t.Run(fmt.Sprintf("claim-delete drains the prefill exactly once, claim limit %d", limit), func(t *testing.T) {
+			const n, clients = 600, 6
+			cfg := &config{workload: "claim-delete", queues: 4, groups: 2, prefix: fmt.Sprintf("drain%d", limit), batch: 100, claim: limit, clients: clients, valueSize: 16}
+			lay := newLayout(cfg)
+			value := make([]byte, cfg.valueSize)
+			if err := prefill(ctx, cfg, lay, n, s.batchInsert(value)); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := s.count(ctx, lay.queues); err != nil || got != n {
+				t.Fatalf("after the prefill: %d tasks, %v; want %d", got, err, n)
+			}
+			var done atomic.Int64
+			workers := make([]*worker, clients)
+			var wg sync.WaitGroup
+			for i := range workers {
+				w := newWorker(i, nil, cfg, lay, value)
+				w.pg = s
+				workers[i] = w
+				wg.Go(func() {
+					for k := 0; done.Load() < n && k < 10*n; k++ {
+						before := w.tasks
+						if err := w.op(ctx); err != nil {
+							w.failed++
+						}
+						done.Add(w.tasks - before)
 					}
-					done.Add(w.tasks - before)
+				})
+			}
+			wg.Wait()
+			var tasks, failed int64
+			for _, w := range workers {
+				tasks += w.tasks
+				failed += w.failed
+				if len(w.errs) > 0 {
+					t.Errorf("worker %d: errors %v", w.id, w.errs)
 				}
-			})
-		}
-		wg.Wait()
-		var tasks, failed int64
-		for _, w := range workers {
-			tasks += w.tasks
-			failed += w.failed
-			if len(w.errs) > 0 {
-				t.Errorf("worker %d: errors %v", w.id, w.errs)
 			}
-		}
-		// A task deleted twice would have been refused (and counted as an
-		// error), one never claimed would still be in the table.
-		if tasks != n || failed != 0 {
-			t.Errorf("deleted %d tasks with %d failed ops; want %d and 0", tasks, failed, n)
-		}
-		if got, err := s.count(ctx, lay.queues); err != nil || got != 0 {
-			t.Errorf("after claim-delete: %d tasks left (%v); want the table empty", got, err)
-		}
-		for _, q := range lay.queues {
-			if _, ok, err := s.claim(ctx, q); ok || err != nil {
-				t.Errorf("claim on the drained %s: ok %v, err %v", q, ok, err)
+			// A task deleted twice would have been refused (and counted as an
+			// error), one never claimed would still be in the table.
+			if tasks != n || failed != 0 {
+				t.Errorf("deleted %d tasks with %d failed ops; want %d and 0", tasks, failed, n)
 			}
-		}
-	})
+			if got, err := s.count(ctx, lay.queues); err != nil || got != 0 {
+				t.Errorf("after claim-delete: %d tasks left (%v); want the table empty", got, err)
+			}
+			for _, q := range lay.queues {
+				if ts, err := s.claim(ctx, q, limit); len(ts) != 0 || err != nil {
+					t.Errorf("claim on the drained %s: %v, err %v", q, ts, err)
+				}
+			}
+		})
+	}
 
 	t.Run("claims by priority then age, once per lease; stale versions are refused", func(t *testing.T) {
 		q := "order-g0/q0"
@@ -147,23 +149,23 @@ func TestPostgresBaseline(t *testing.T) {
 		if err := s.pool.QueryRow(ctx, `SELECT min(id) FROM `+pgTable+` WHERE queue = $1 AND priority = 5`, q).Scan(&first); err != nil {
 			t.Fatal(err)
 		}
-		t1, ok, err := s.claim(ctx, q)
+		t1, ok, err := claimOne(ctx, s, q)
 		if err != nil || !ok || t1.id != first || t1.version != 2 || t1.queue != q {
 			t.Fatalf("first claim = %+v, %v, %v; want the older priority-5 task %d at version 2", t1, ok, err, first)
 		}
-		t2, _, _ := s.claim(ctx, q)
-		t3, _, _ := s.claim(ctx, q)
+		t2, _, _ := claimOne(ctx, s, q)
+		t3, _, _ := claimOne(ctx, s, q)
 		if t2.id == t1.id || t3.id == t1.id || t2.id == t3.id || t2.id < t1.id {
 			t.Errorf("claims %d %d %d: each task once, priority 5 before 1", t1.id, t2.id, t3.id)
 		}
-		if tk, ok, err := s.claim(ctx, q); ok || err != nil {
+		if tk, ok, err := claimOne(ctx, s, q); ok || err != nil {
 			t.Errorf("every task is leased, yet claimed %+v (%v)", tk, err)
 		}
 
 		// The version before the claim is dead: delete and move refuse it.
 		for name, err := range map[string]error{
-			"delete": s.delete(ctx, t1.id, t1.version-1),
-			"move":   s.move(ctx, t1.id, t1.version-1, "order-g0/q1"),
+			"delete": s.delete(ctx, []pgTask{{id: t1.id, version: t1.version - 1}}),
+			"move":   s.move(ctx, []pgTask{{id: t1.id, version: t1.version - 1}}, []string{"order-g0/q1"}),
 		} {
 			if code := codeOf(err); code != "FailedPrecondition" {
 				t.Errorf("%s of a stale version: %v (%s), want FailedPrecondition", name, err, code)
@@ -173,20 +175,65 @@ func TestPostgresBaseline(t *testing.T) {
 			t.Errorf("%d tasks after refused deletes, want 3", got)
 		}
 		// The current version commits, once.
-		if err := s.delete(ctx, t1.id, t1.version); err != nil {
+		if err := s.delete(ctx, []pgTask{t1}); err != nil {
 			t.Errorf("delete of the claimed version: %v", err)
 		}
-		if err := s.delete(ctx, t1.id, t1.version); codeOf(err) != "FailedPrecondition" {
+		if err := s.delete(ctx, []pgTask{t1}); codeOf(err) != "FailedPrecondition" {
 			t.Errorf("second delete of the same version: %v, want FailedPrecondition", err)
 		}
 		// A move ends the claim: the task is available at once in its new queue.
-		if err := s.move(ctx, t2.id, t2.version, "order-g0/q1"); err != nil {
+		if err := s.move(ctx, []pgTask{t2}, []string{"order-g0/q1"}); err != nil {
 			t.Errorf("move: %v", err)
 		}
-		if tk, ok, err := s.claim(ctx, "order-g0/q1"); !ok || err != nil || tk.id != t2.id || tk.version != t2.version+2 {
+		if tk, ok, err := claimOne(ctx, s, "order-g0/q1"); !ok || err != nil || tk.id != t2.id || tk.version != t2.version+2 {
 			t.Errorf("claim after move = %+v, %v, %v; want task %d at version %d", tk, ok, err, t2.id, t2.version+2)
 		}
 		if err := s.purge(ctx, []string{q, "order-g0/q1"}); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("a claim of several takes the best first; a partly stale commit is an error", func(t *testing.T) {
+		q := "many-g0/q0"
+		for _, p := range []int{1, 9, 5, 9} {
+			if _, err := s.pool.Exec(ctx, `INSERT INTO `+pgTable+` (queue, priority, value) VALUES ($1, $2, 'x')`, q, p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ts, err := s.claim(ctx, q, 3)
+		if err != nil || len(ts) != 3 {
+			t.Fatalf("claim of 3: %v, %v", ts, err)
+		}
+		var prios []int
+		for _, tk := range ts {
+			var p int
+			if err := s.pool.QueryRow(ctx, `SELECT priority FROM `+pgTable+` WHERE id = $1`, tk.id).Scan(&p); err != nil {
+				t.Fatal(err)
+			}
+			prios = append(prios, p)
+		}
+		slices.Sort(prios)
+		if !slices.Equal(prios, []int{5, 9, 9}) {
+			t.Errorf("claimed priorities %v, want the three best (5 9 9)", prios)
+		}
+		// A short row count is an error (the statement is not rolled back:
+		// the two current versions are gone, the stale one stays).
+		stale := slices.Clone(ts)
+		stale[1].version--
+		if err := s.delete(ctx, stale); codeOf(err) != "FailedPrecondition" {
+			t.Errorf("delete with one stale version: %v, want FailedPrecondition", err)
+		}
+		if got, _ := s.count(ctx, []string{q}); got != 2 {
+			t.Errorf("%d tasks left, want 2 (the stale one and the unclaimed one)", got)
+		}
+		next := []string{"many-g0/q1", "many-g0/q1"}
+		if err := s.move(ctx, ts[:2], next); codeOf(err) != "FailedPrecondition" {
+			t.Errorf("move of a deleted and a claimed task: %v, want FailedPrecondition", err)
+		}
+		if got, _ := s.count(ctx, []string{"many-g0/q1"}); got != 1 {
+			t.Errorf("%d tasks moved, want 1", got)
+		}
+		if err := s.purge(ctx, []string{q, "many-g0/q1"}); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -195,7 +242,7 @@ func TestPostgresBaseline(t *testing.T) {
 		for _, wl := range workloads {
 			prefix := "cli-" + wl
 			out, stderr, code := runCLI(t, nil, "--baseline", "postgres", "--pg-dsn", srv.dsn, "--workload", wl,
-				"--prefill", "300", "--clients", "3", "--duration", "700ms", "--batch", "20", "--prefix", prefix, "-o", "json")
+				"--prefill", "300", "--clients", "3", "--duration", "700ms", "--batch", "20", "--claim-limit", "4", "--prefix", prefix, "-o", "json")
 			if code != 0 {
 				t.Errorf("%s: exit %d: %s", wl, code, stderr)
 				continue
@@ -216,6 +263,11 @@ func TestPostgresBaseline(t *testing.T) {
 			if wl == "insert-batch" && r.Tasks != 20*r.Ops {
 				t.Errorf("insert-batch: %d tasks in %d ops, want 20 per op", r.Tasks, r.Ops)
 			}
+			// Ops whose claim found tasks committed several each.
+			if full := r.Ops - r.EmptyClaims; strings.HasPrefix(wl, "claim") && (r.ClaimLimit != 4 || r.Tasks <= full || r.Tasks > 4*full) {
+				t.Errorf("%s with --claim-limit 4: claim limit %d, %d tasks in %d non-empty ops; want 1 to 4 per op, more than 1 on average",
+					wl, r.ClaimLimit, r.Tasks, full)
+			}
 			// A --pg-dsn run deletes its rows afterwards.
 			c := &config{workload: wl, queues: 8, groups: 8, prefix: prefix}
 			if n, err := s.count(ctx, newLayout(c).queues); err != nil || n != 0 {
@@ -223,6 +275,15 @@ func TestPostgresBaseline(t *testing.T) {
 			}
 		}
 	})
+}
+
+// claimOne claims one task of queue; ok is false when there is none.
+func claimOne(ctx context.Context, s *pgStore, queue string) (t pgTask, ok bool, err error) {
+	ts, err := s.claim(ctx, queue, 1)
+	if len(ts) == 1 {
+		t, ok = ts[0], true
+	}
+	return t, ok, err
 }
 
 // TestPostgresLocal runs --baseline postgres --local end to end: a server

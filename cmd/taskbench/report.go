@@ -32,6 +32,9 @@ func report(w io.Writer, format string, r *result) error {
 	if r.Batch > 0 {
 		fmt.Fprintf(w, ", batch %d", r.Batch)
 	}
+	if r.ClaimLimit > 1 {
+		fmt.Fprintf(w, ", claim limit %d", r.ClaimLimit)
+	}
 	if r.Prefill > 0 {
 		fmt.Fprintf(w, ", prefill %d", r.Prefill)
 	}
