@@ -262,21 +262,23 @@ func clusterInsert(c *client.Client, value []byte) func(ctx context.Context, que
 
 // result is everything the report shows; -o json prints it as is.
 type result struct {
-	Workload   string  `json:"workload"`
-	Via        string  `json:"via"`
-	Endpoints  string  `json:"endpoints"`
-	Local      int     `json:"local_nodes,omitempty"`
-	Clients    int     `json:"clients"`
-	Loop       string  `json:"loop"`
-	TargetRate float64 `json:"target_rate,omitempty"`
-	Duration   float64 `json:"duration_s"`
-	Elapsed    float64 `json:"elapsed_s"`
-	ValueSize  int     `json:"value_size"`
-	Queues     int     `json:"queues"`
-	Groups     int     `json:"groups"`
-	Batch      int     `json:"batch,omitempty"`
-	ClaimLimit int     `json:"claim_limit,omitempty"`
-	Prefill    int     `json:"prefill"`
+	Workload  string `json:"workload"`
+	Via       string `json:"via"`
+	Endpoints string `json:"endpoints"`
+	Local     int    `json:"local_nodes,omitempty"`
+	// GOMAXPROCS of each process of a --local cluster.
+	LocalGOMAXPROCS string  `json:"local_gomaxprocs,omitempty"`
+	Clients         int     `json:"clients"`
+	Loop            string  `json:"loop"`
+	TargetRate      float64 `json:"target_rate,omitempty"`
+	Duration        float64 `json:"duration_s"`
+	Elapsed         float64 `json:"elapsed_s"`
+	ValueSize       int     `json:"value_size"`
+	Queues          int     `json:"queues"`
+	Groups          int     `json:"groups"`
+	Batch           int     `json:"batch,omitempty"`
+	ClaimLimit      int     `json:"claim_limit,omitempty"`
+	Prefill         int     `json:"prefill"`
 
 	Ops         int64                     `json:"ops"`
 	OpsPerSec   float64                   `json:"ops_per_sec"`
@@ -360,6 +362,9 @@ func bench(ctx context.Context, cfg *config, stderr io.Writer, getenv func(strin
 	}
 
 	res := newResult(cfg, endpoints, len(lay.queues))
+	if lc != nil {
+		res.LocalGOMAXPROCS = lc.gomaxprocs
+	}
 	before, merr := scrapeCluster(ctx, c)
 
 	if cfg.output == "text" {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -126,6 +127,30 @@ taskstore_shard_commit_index{shard="2"} 7
 	}
 }
 
+func TestLocalGOMAXPROCS(t *testing.T) {
+	env := func(v string) func(string) string {
+		return func(k string) string {
+			if k == "GOMAXPROCS" {
+				return v
+			}
+			return ""
+		}
+	}
+	for _, c := range []struct {
+		procs, cpus int
+		env, want   string
+	}{
+		{4, 2, "", "1"},  // 3 nodes and a proxy on 2 cores
+		{3, 16, "", "5"}, // the cores shared out, rounded down
+		{5, 4, "", "1"},  // never below one
+		{4, 2, "2", "2"}, // the environment wins
+	} {
+		if got := localGOMAXPROCS(c.procs, c.cpus, env(c.env)); got != c.want {
+			t.Errorf("localGOMAXPROCS(%d procs, %d cpus, env %q) = %s, want %s", c.procs, c.cpus, c.env, got, c.want)
+		}
+	}
+}
+
 func TestLayout(t *testing.T) {
 	l := newLayout(&config{workload: "claim-move", queues: 4, groups: 2, prefix: "p"})
 	if len(l.queues) != 8 {
@@ -168,6 +193,9 @@ func TestLocalEndToEnd(t *testing.T) {
 	}
 	if r.FailedOps > 0 {
 		t.Errorf("%d failed ops: %v", r.FailedOps, r.Errors)
+	}
+	if want := localGOMAXPROCS(3, runtime.NumCPU(), func(string) string { return "" }); r.LocalGOMAXPROCS != want {
+		t.Errorf("local_gomaxprocs %q, want %q", r.LocalGOMAXPROCS, want)
 	}
 	// --profile: a CPU and an allocation profile of every node, gzipped
 	// protobuf as go tool pprof reads them.

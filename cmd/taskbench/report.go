@@ -39,6 +39,9 @@ func report(w io.Writer, format string, r *result) error {
 		fmt.Fprintf(w, ", prefill %d", r.Prefill)
 	}
 	fmt.Fprintln(w, ")")
+	if r.LocalGOMAXPROCS != "" {
+		fmt.Fprintf(w, "local cluster: %d nodes, GOMAXPROCS %s per process\n", r.Local, r.LocalGOMAXPROCS)
+	}
 	fmt.Fprintf(w, "ops      %10d  %10.1f ops/s   (%d failed)\n", r.Ops, r.OpsPerSec, r.FailedOps)
 	fmt.Fprintf(w, "rpcs     %10d  %10.1f rpcs/s\n", r.RPCs, r.RPCsPerSec)
 	fmt.Fprintf(w, "tasks    %10d  %10.1f tasks/s\n", r.Tasks, r.TasksPerSec)
