@@ -330,6 +330,9 @@ func TestSuite(t *testing.T) {
 		}
 		r := fake(100 * float64(len(ran)))
 		r.Workload = cfg.workload
+		if cfg.claim > 1 {
+			r.ClaimLimit = cfg.claim
+		}
 		if cfg.rate > 0 {
 			r.Loop = "open"
 		}
@@ -341,15 +344,18 @@ func TestSuite(t *testing.T) {
 	var out, errb strings.Builder
 	o := &suiteOpts{benchtime: 5 * time.Second, output: "text"}
 	err := runSuite(context.Background(), o, "", run, &out, &errb)
-	if err == nil || !strings.Contains(err.Error(), "1 of 7 runs failed") {
+	if err == nil || !strings.Contains(err.Error(), "1 of 9 runs failed") {
 		t.Errorf("runSuite: %v, want one failed run", err)
 	}
-	if len(ran) != 7 {
+	if len(ran) != 9 {
 		t.Fatalf("ran %d rows", len(ran))
 	}
 	// #6 is the open loop at half of #4's 400 tasks/s, prefill automatic.
 	if !slices.Contains(ran[5], "--rate") || ran[5][slices.Index(ran[5], "--rate")+1] != "200" {
 		t.Errorf("open loop row %v: want --rate 200", ran[5])
+	}
+	if !slices.Contains(ran[7], "--claim-limit") || !slices.Contains(ran[8], "--claim-limit") || !slices.Contains(ran[8], "postgres") {
+		t.Errorf("batched rows %v / %v", ran[7], ran[8])
 	}
 	if !slices.Contains(ran[3], "50000") || !slices.Contains(ran[6], "postgres") {
 		t.Errorf("rows %v / %v", ran[3], ran[6])
@@ -364,6 +370,8 @@ func TestSuite(t *testing.T) {
 		"`taskbench --baseline postgres --local --workload claim-delete --prefill 50000 --clients 16 --duration 5s`",
 		"| 700 ", "1.50 / 12.3 / 123", "0.71×", // #5 (500 tasks/s) against #7 (700)
 		"via proxy (#5) / PostgreSQL (#7): 0.71× (direct, #4: 0.57×)",
+		// #8 (800 tasks/s, 10 per claim) against #9 (900, 10 per claim)
+		"| 800 ", "0.89×", "claiming 10 at a time, via proxy (#8) / PostgreSQL (#9): 0.89×.",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("table lacks %q:\n%s", want, text)
@@ -376,7 +384,7 @@ func TestSuite(t *testing.T) {
 	if err := runSuite(context.Background(), o, "PostgreSQL not found", run, &out, &errb); err == nil {
 		t.Error("want the failed row reported")
 	}
-	if len(ran) != 6 || !strings.Contains(out.String(), "skipped: PostgreSQL not found") ||
+	if len(ran) != 7 || strings.Count(out.String(), "skipped: PostgreSQL not found") != 2 ||
 		!strings.Contains(out.String(), "not measured") {
 		t.Errorf("ran %d rows; table:\n%s", len(ran), out.String())
 	}
