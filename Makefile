@@ -173,7 +173,8 @@ test-containers: image
 ## bench: `taskbench suite`: inserts (1 and 32 clients, batched), claim+delete direct and via a proxy,
 ##        an open-loop claim+delete at half the direct maximum, each on a fresh `--local 3` cluster,
 ##        and the same claim+delete on a throwaway PostgreSQL (--baseline postgres --local; skipped
-##        with a message unless Debian's postgresql package is installed); prints one table.
+##        with a message unless Debian's postgresql package is installed), then claim+delete 10 tasks
+##        at a time (--claim-limit 10) via a proxy and on PostgreSQL; prints one table.
 ##        BENCHTIME is the measured time of each run (make bench BENCHTIME=5s).
 BENCHTIME ?= 10s
 

@@ -26,8 +26,7 @@ type localCluster struct {
 	httpAll []string // every node's HTTP address
 	// profiled names every process (n1.., proxy) with its HTTP address.
 	profiled []profileTarget
-	// gomaxprocs is the GOMAXPROCS every process was started with ("" for
-	// Go's default, every core).
+	// gomaxprocs is the GOMAXPROCS every process was started with.
 	gomaxprocs string
 }
 
@@ -107,7 +106,10 @@ func startLocal(ctx context.Context, n, shards int, withProxy bool, getenv func(
 	if withProxy {
 		nprocs++
 	}
-	lc.gomaxprocs = localGOMAXPROCS(nprocs, runtime.NumCPU(), getenv)
+	// GOMAXPROCS(0): the cores this process may use (a container's CPU
+	// limit included), unless GOMAXPROCS is set, which localGOMAXPROCS
+	// then passes on.
+	lc.gomaxprocs = localGOMAXPROCS(nprocs, runtime.GOMAXPROCS(0), getenv)
 	ports, err := freePorts(3*n + 2)
 	if err != nil {
 		lc.stop()

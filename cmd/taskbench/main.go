@@ -214,9 +214,10 @@ Workloads (an "op" is one unit of the workload; its latency covers all of it):
   mixed         half inserts, half claim-deletes
 
 --claim-limit N makes a claim take up to N tasks of its queue, and the worker
-then deletes or moves all of them in one Modify (one transaction against
-PostgreSQL): a worker that takes its work in batches. An op is still one
-claim and one commit; tasks/s counts the tasks.
+then deletes or moves all of them in one Modify, all or nothing (one
+statement against PostgreSQL): a worker that takes its work in batches. An
+op is still one claim and one commit; tasks/s counts the tasks. (In mixed,
+an insert still adds one task while a claim removes up to N.)
 
 Queues: --queues queues spread over --groups consistency groups, named
 <prefix>-g<G>/q<I> (a fresh random prefix per run unless --prefix is given).

@@ -194,7 +194,7 @@ func TestLocalEndToEnd(t *testing.T) {
 	if r.FailedOps > 0 {
 		t.Errorf("%d failed ops: %v", r.FailedOps, r.Errors)
 	}
-	if want := localGOMAXPROCS(3, runtime.NumCPU(), func(string) string { return "" }); r.LocalGOMAXPROCS != want {
+	if want := localGOMAXPROCS(3, runtime.GOMAXPROCS(0), func(string) string { return "" }); r.LocalGOMAXPROCS != want {
 		t.Errorf("local_gomaxprocs %q, want %q", r.LocalGOMAXPROCS, want)
 	}
 	// --profile: a CPU and an allocation profile of every node, gzipped

@@ -66,11 +66,14 @@ var (
 		WHERE id = (SELECT id FROM ` + pgTable + ` WHERE queue = $1 AND at <= now()
 			ORDER BY priority DESC, at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
 		RETURNING id, version, queue`
-	// --claim-limit N: the same for up to $3 tasks.
+	// --claim-limit N: the same for up to $3 tasks. The ids are picked
+	// once (an ARRAY subquery is an InitPlan): "WHERE id IN (SELECT ...
+	// SKIP LOCKED)" may be run as a semi-join that evaluates the subquery
+	// more than once and so claims more than $3.
 	pgClaimMany = `UPDATE ` + pgTable + ` SET claimant = $2, at = now() + interval '` +
 		fmt.Sprint(int(pgLease.Seconds())) + ` seconds', version = version + 1
-		WHERE id IN (SELECT id FROM ` + pgTable + ` WHERE queue = $1 AND at <= now()
-			ORDER BY priority DESC, at, id LIMIT $3 FOR UPDATE SKIP LOCKED)
+		WHERE id = ANY(ARRAY(SELECT id FROM ` + pgTable + ` WHERE queue = $1 AND at <= now()
+			ORDER BY priority DESC, at, id LIMIT $3 FOR UPDATE SKIP LOCKED))
 		RETURNING id, version, queue`
 	// Commit at most once: a delete or move names id AND version, so a
 	// holder of an older version (an expired lease, a duplicate) changes
@@ -80,15 +83,17 @@ var (
 	// queue, as a Taskstore change with a new queue does.
 	pgMove = `UPDATE ` + pgTable + ` SET queue = $3, claimant = '', at = now(), version = version + 1
 		WHERE id = $1 AND version = $2`
-	// Several claimed tasks in one statement (--claim-limit). Unlike a
-	// Taskstore Modify, a partly stale set is not rolled back (that would
-	// need an explicit transaction, one more round trip); the benchmark has
-	// no stale claims and counts a short row count as an error.
-	pgDeleteMany = `DELETE FROM ` + pgTable + ` t USING unnest($1::bigint[], $2::bigint[]) AS w(id, version)
-		WHERE t.id = w.id AND t.version = w.version`
-	pgMoveMany = `UPDATE ` + pgTable + ` t SET queue = w.queue, claimant = '', at = now(), version = t.version + 1
+	// Several claimed tasks in one statement (--claim-limit), all or
+	// nothing like a Modify: when fewer rows match than were named, the
+	// final SELECT divides by zero, which fails the statement and so undoes
+	// it (SQLSTATE 22012, reported as FailedPrecondition).
+	pgDeleteMany = `WITH done AS (DELETE FROM ` + pgTable + ` t USING unnest($1::bigint[], $2::bigint[]) AS w(id, version)
+		WHERE t.id = w.id AND t.version = w.version RETURNING 1)
+		SELECT 1 / (count(*) = cardinality($1::bigint[]))::int FROM done`
+	pgMoveMany = `WITH done AS (UPDATE ` + pgTable + ` t SET queue = w.queue, claimant = '', at = now(), version = t.version + 1
 		FROM unnest($1::bigint[], $2::bigint[], $3::text[]) AS w(id, version, queue)
-		WHERE t.id = w.id AND t.version = w.version`
+		WHERE t.id = w.id AND t.version = w.version RETURNING 1)
+		SELECT 1 / (count(*) = cardinality($1::bigint[]))::int FROM done`
 )
 
 // pgStore is one pool of connections to the baseline's database.
@@ -188,13 +193,21 @@ func errStale(op string, id, version int64) error {
 	return status.Errorf(codes.FailedPrecondition, "%s: task %d version %d is missing or stale", op, id, version)
 }
 
-// errStaleMany reports a multi-task delete or move that found fewer tasks
-// than it named.
-func errStaleMany(op string, want, got int64) error {
-	return status.Errorf(codes.FailedPrecondition, "%s: %d of %d tasks were missing or stale", op, want-got, want)
+// pgDivisionByZero is the SQLSTATE pgDeleteMany and pgMoveMany raise on
+// purpose when a task is missing or stale.
+const pgDivisionByZero = "22012"
+
+// errStaleMany reports a multi-task delete or move that named a missing or
+// stale task, and so changed nothing.
+func errStaleMany(op string, n int, err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == pgDivisionByZero {
+		return status.Errorf(codes.FailedPrecondition, "%s of %d tasks: one or more are missing or stale; nothing changed", op, n)
+	}
+	return err
 }
 
-// delete deletes the claimed tasks (one statement).
+// delete deletes the claimed tasks, all or none (one statement).
 func (s *pgStore) delete(ctx context.Context, ts []pgTask) error {
 	if len(ts) == 1 {
 		tag, err := s.pool.Exec(ctx, pgDelete, ts[0].id, ts[0].version)
@@ -203,18 +216,12 @@ func (s *pgStore) delete(ctx context.Context, ts []pgTask) error {
 		}
 		return err
 	}
-	ids, versions := make([]int64, len(ts)), make([]int64, len(ts))
-	for i, t := range ts {
-		ids[i], versions[i] = t.id, t.version
-	}
-	tag, err := s.pool.Exec(ctx, pgDeleteMany, ids, versions)
-	if err == nil && tag.RowsAffected() != int64(len(ts)) {
-		err = errStaleMany("delete", int64(len(ts)), tag.RowsAffected())
-	}
-	return err
+	ids, versions := refs(ts)
+	_, err := s.pool.Exec(ctx, pgDeleteMany, ids, versions)
+	return errStaleMany("delete", len(ts), err)
 }
 
-// move moves each claimed task to queues[i] (one statement).
+// move moves each claimed task to queues[i], all or none (one statement).
 func (s *pgStore) move(ctx context.Context, ts []pgTask, queues []string) error {
 	if len(ts) == 1 {
 		tag, err := s.pool.Exec(ctx, pgMove, ts[0].id, ts[0].version, queues[0])
@@ -223,15 +230,18 @@ func (s *pgStore) move(ctx context.Context, ts []pgTask, queues []string) error 
 		}
 		return err
 	}
-	ids, versions := make([]int64, len(ts)), make([]int64, len(ts))
+	ids, versions := refs(ts)
+	_, err := s.pool.Exec(ctx, pgMoveMany, ids, versions, queues)
+	return errStaleMany("move", len(ts), err)
+}
+
+// refs splits claimed tasks into the id and version arrays the statements take.
+func refs(ts []pgTask) (ids, versions []int64) {
+	ids, versions = make([]int64, len(ts)), make([]int64, len(ts))
 	for i, t := range ts {
 		ids[i], versions[i] = t.id, t.version
 	}
-	tag, err := s.pool.Exec(ctx, pgMoveMany, ids, versions, queues)
-	if err == nil && tag.RowsAffected() != int64(len(ts)) {
-		err = errStaleMany("move", int64(len(ts)), tag.RowsAffected())
-	}
-	return err
+	return ids, versions
 }
 
 // count returns how many tasks the queues hold.
