@@ -179,25 +179,6 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// freeGossipAddr finds a port free for both TCP and UDP.
-func freeGossipAddr(t testing.TB) string {
-	for i := 0; i < 50; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := l.Addr().String()
-		u, err := net.ListenPacket("udp", addr)
-		l.Close()
-		if err == nil {
-			u.Close()
-			return addr
-		}
-	}
-	t.Fatal("no free gossip port")
-	return ""
-}
-
 // idOf maps a gRPC address to a node id (for the network's rules). Dialers
 // call it from raft's goroutines, hence the sync.Map rather than c.Nodes.
 func (c *Cluster) idOf(addr string) string {
