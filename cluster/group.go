@@ -15,11 +15,13 @@ import (
 // group is one Raft instance with its stores: a raft-boltdb log (fsync on),
 // file snapshots, and a network transport over the node's mux.
 type group struct {
-	id    uint32
-	dir   string
-	raft  *raft.Raft
-	store *raftboltdb.BoltStore
-	trans *raft.NetworkTransport
+	id     uint32
+	dir    string
+	raft   *raft.Raft
+	store  *raftboltdb.BoltStore
+	trans  *raft.NetworkTransport
+	stream raft.StreamLayer
+	log    *slog.Logger
 }
 
 // groupDir is where a group keeps its files under the node's data directory.
@@ -83,7 +85,7 @@ func openGroup(id uint32, dataDir, localID string, fsm raft.FSM, mux *Mux, t Tun
 		store.Close()
 		return nil, fmt.Errorf("group %d: start raft: %w", id, err)
 	}
-	return &group{id: id, dir: dir, raft: r, store: store, trans: trans}, nil
+	return &group{id: id, dir: dir, raft: r, store: store, trans: trans, stream: stream, log: log}, nil
 }
 
 // bootstrap sets the group's first configuration unless it has state already.
@@ -95,9 +97,18 @@ func (g *group) bootstrap(servers []raft.Server) error {
 	return err
 }
 
+// drainTimeout bounds how long shutdown waits for the transport's
+// connection handlers before closing the log store.
+const drainTimeout = 5 * time.Second
+
 func (g *group) shutdown() error {
 	err := g.raft.Shutdown().Error()
 	g.trans.Close()
+	// Handlers of accepted connections may still be inside a heartbeat
+	// that writes the store (see streamLayer.drain).
+	if d, ok := g.stream.(interface{ drain(time.Duration) bool }); ok && !d.drain(drainTimeout) {
+		g.log.Warn("raft connection handlers still running after shutdown; closing the log store anyway", "shard", g.id, "waited", drainTimeout)
+	}
 	if cerr := g.store.Close(); err == nil {
 		err = cerr
 	}

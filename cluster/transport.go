@@ -180,7 +180,8 @@ func (m *Mux) StreamLayer(group uint32) (raft.StreamLayer, error) {
 	if m.groups[group] != nil {
 		return nil, fmt.Errorf("raft group %d already has a stream layer", group)
 	}
-	sl := &streamLayer{mux: m, group: group, conns: make(chan net.Conn), done: make(chan struct{})}
+	sl := &streamLayer{mux: m, group: group, conns: make(chan net.Conn), done: make(chan struct{}),
+		served: make(map[*servedConn]struct{})}
 	m.groups[group] = sl
 	return sl, nil
 }
@@ -191,17 +192,80 @@ type streamLayer struct {
 	conns chan net.Conn
 	done  chan struct{}
 	once  sync.Once
+
+	servedMu sync.Mutex
+	served   map[*servedConn]struct{} // accepted and not yet closed
+	draining bool
 }
 
 var _ raft.StreamLayer = (*streamLayer)(nil)
 
+// servedConn is an accepted connection. raft's NetworkTransport serves each
+// in a goroutine of its own that closes the connection when it returns;
+// done tells drain so.
+type servedConn struct {
+	net.Conn
+	layer *streamLayer
+	once  sync.Once
+	done  chan struct{}
+}
+
+func (c *servedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() {
+		c.layer.servedMu.Lock()
+		delete(c.layer.served, c)
+		c.layer.servedMu.Unlock()
+		close(c.done)
+	})
+	return err
+}
+
 func (s *streamLayer) Accept() (net.Conn, error) {
 	select {
 	case c := <-s.conns:
-		return c, nil
+		sc := &servedConn{Conn: c, layer: s, done: make(chan struct{})}
+		s.servedMu.Lock()
+		defer s.servedMu.Unlock()
+		if s.draining {
+			c.Close()
+			return nil, net.ErrClosed
+		}
+		s.served[sc] = struct{}{}
+		return sc, nil
 	case <-s.done:
 		return nil, net.ErrClosed
 	}
+}
+
+// drain closes every accepted connection and waits, up to timeout, until
+// the transport's handlers have returned from them; false if some have not.
+// A group's log store must not close before: raft handles a heartbeat on
+// the transport's goroutine, not its own, so one that arrived just before
+// raft.Shutdown may still save a new term after it, and raft panics when
+// that write fails on a closed store (seen in CI: "failed to save current
+// term: database not open").
+func (s *streamLayer) drain(timeout time.Duration) bool {
+	s.servedMu.Lock()
+	s.draining = true
+	conns := make([]*servedConn, 0, len(s.served))
+	for c := range s.served {
+		conns = append(conns, c)
+	}
+	s.servedMu.Unlock()
+	for _, c := range conns {
+		c.Conn.Close() // unblocks the handler's read; it then calls c.Close
+	}
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for _, c := range conns {
+		select {
+		case <-c.done:
+		case <-deadline.C:
+			return false
+		}
+	}
+	return true
 }
 
 func (s *streamLayer) Close() error {

@@ -4,6 +4,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -71,5 +72,77 @@ func TestMuxRoutesRaftByGroupAndRestToGRPC(t *testing.T) {
 	g1.Close()
 	if _, err := m.StreamLayer(1); err != nil {
 		t.Fatalf("re-register group 1 after close: %v", err)
+	}
+}
+
+// TestDrainWaitsForHandlers checks that a group's shutdown can wait for the
+// transport's connection handlers: drain unblocks their reads, returns once
+// each has closed its connection, and reports handlers that do not.
+func TestDrainWaitsForHandlers(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := NewMux(l, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), nil, nil)
+	go m.Serve()
+	defer m.Close()
+	sl, err := m.StreamLayer(7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := sl.(*streamLayer)
+	addr := raft.ServerAddress(l.Addr().String())
+
+	// A handler like raft's: read until the connection fails, then do
+	// some last work (a heartbeat saving a term) and close it.
+	var lastWork atomic.Bool
+	handled := make(chan struct{})
+	dialed, err := sl.Dial(addr, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dialed.Close()
+	conn, err := sl.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer close(handled)
+		io.Copy(io.Discard, conn)
+		time.Sleep(50 * time.Millisecond)
+		lastWork.Store(true)
+		conn.Close()
+	}()
+	sl.Close()
+	if !s.drain(5 * time.Second) {
+		t.Fatal("drain gave up on a handler that returns")
+	}
+	if !lastWork.Load() {
+		t.Error("drain returned before the handler was done")
+	}
+	<-handled
+
+	// A handler that never returns is reported, not waited for forever.
+	sl2, err := m.StreamLayer(8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dialed2, err := sl2.Dial(addr, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dialed2.Close()
+	stuck, err := sl2.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stuck.Close()
+	sl2.Close()
+	if sl2.(*streamLayer).drain(100 * time.Millisecond) {
+		t.Error("drain reported success while a handler still held its connection")
+	}
+	// After drain, nothing more is accepted.
+	if _, err := sl2.Accept(); err == nil {
+		t.Error("accepted a connection after drain")
 	}
 }
