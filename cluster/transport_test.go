@@ -11,16 +11,39 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// TestMuxRoutesRaftByGroupAndRestToGRPC checks that one listener carries
-// Raft connections of several groups and other traffic side by side.
-func TestMuxRoutesRaftByGroupAndRestToGRPC(t *testing.T) {
+// serveTestMux serves a Mux on a loopback port until the test ends.
+func serveTestMux(t *testing.T) (*Mux, net.Listener) {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := NewMux(l, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), nil, nil)
 	go m.Serve()
-	defer m.Close()
+	t.Cleanup(func() { m.Close() })
+	return m, l
+}
+
+// connectTo dials sl's group at addr and returns the accepted end; the
+// dialled end closes when the test ends.
+func connectTo(t *testing.T, sl raft.StreamLayer, addr raft.ServerAddress) net.Conn {
+	t.Helper()
+	dialed, err := sl.Dial(addr, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dialed.Close() })
+	conn, err := sl.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return conn
+}
+
+// TestMuxRoutesRaftByGroupAndRestToGRPC checks that one listener carries
+// Raft connections of several groups and other traffic side by side.
+func TestMuxRoutesRaftByGroupAndRestToGRPC(t *testing.T) {
+	m, l := serveTestMux(t)
 
 	g1, err := m.StreamLayer(1)
 	if err != nil {
@@ -79,13 +102,7 @@ func TestMuxRoutesRaftByGroupAndRestToGRPC(t *testing.T) {
 // transport's connection handlers: drain unblocks their reads, returns once
 // each has closed its connection, and reports handlers that do not.
 func TestDrainWaitsForHandlers(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := NewMux(l, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), nil, nil)
-	go m.Serve()
-	defer m.Close()
+	m, l := serveTestMux(t)
 	sl, err := m.StreamLayer(7)
 	if err != nil {
 		t.Fatal(err)
@@ -97,15 +114,7 @@ func TestDrainWaitsForHandlers(t *testing.T) {
 	// some last work (a heartbeat saving a term) and close it.
 	var lastWork atomic.Bool
 	handled := make(chan struct{})
-	dialed, err := sl.Dial(addr, time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dialed.Close()
-	conn, err := sl.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := connectTo(t, sl, addr)
 	go func() {
 		defer close(handled)
 		io.Copy(io.Discard, conn)
@@ -127,15 +136,7 @@ func TestDrainWaitsForHandlers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dialed2, err := sl2.Dial(addr, time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dialed2.Close()
-	stuck, err := sl2.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
+	stuck := connectTo(t, sl2, addr)
 	defer stuck.Close()
 	sl2.Close()
 	if sl2.(*streamLayer).drain(100 * time.Millisecond) {
