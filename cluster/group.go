@@ -20,7 +20,7 @@ type group struct {
 	raft   *raft.Raft
 	store  *raftboltdb.BoltStore
 	trans  *raft.NetworkTransport
-	stream raft.StreamLayer
+	stream *streamLayer
 	log    *slog.Logger
 }
 
@@ -56,7 +56,7 @@ func openGroup(id uint32, dataDir, localID string, fsm raft.FSM, mux *Mux, t Tun
 		store.Close()
 		return nil, fmt.Errorf("group %d: open snapshot store: %w", id, err)
 	}
-	stream, err := mux.StreamLayer(id)
+	stream, err := mux.streamLayer(id)
 	if err != nil {
 		store.Close()
 		return nil, err
@@ -106,7 +106,7 @@ func (g *group) shutdown() error {
 	g.trans.Close()
 	// Handlers of accepted connections may still be inside a heartbeat
 	// that writes the store (see streamLayer.drain).
-	if d, ok := g.stream.(interface{ drain(time.Duration) bool }); ok && !d.drain(drainTimeout) {
+	if !g.stream.drain(drainTimeout) {
 		g.log.Warn("raft connection handlers still running after shutdown; closing the log store anyway", "shard", g.id, "waited", drainTimeout)
 	}
 	if cerr := g.store.Close(); err == nil {

@@ -172,6 +172,10 @@ func verifyRaftPeer(conn net.Conn) error {
 // StreamLayer returns the raft.StreamLayer of one group. Closing it
 // unregisters the group.
 func (m *Mux) StreamLayer(group uint32) (raft.StreamLayer, error) {
+	return m.streamLayer(group)
+}
+
+func (m *Mux) streamLayer(group uint32) (*streamLayer, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {

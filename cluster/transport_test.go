@@ -103,11 +103,10 @@ func TestMuxRoutesRaftByGroupAndRestToGRPC(t *testing.T) {
 // each has closed its connection, and reports handlers that do not.
 func TestDrainWaitsForHandlers(t *testing.T) {
 	m, l := serveTestMux(t)
-	sl, err := m.StreamLayer(7)
+	sl, err := m.streamLayer(7)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := sl.(*streamLayer)
 	addr := raft.ServerAddress(l.Addr().String())
 
 	// A handler like raft's: read until the connection fails, then do
@@ -123,7 +122,7 @@ func TestDrainWaitsForHandlers(t *testing.T) {
 		conn.Close()
 	}()
 	sl.Close()
-	if !s.drain(5 * time.Second) {
+	if !sl.drain(5 * time.Second) {
 		t.Fatal("drain gave up on a handler that returns")
 	}
 	if !lastWork.Load() {
@@ -132,14 +131,14 @@ func TestDrainWaitsForHandlers(t *testing.T) {
 	<-handled
 
 	// A handler that never returns is reported, not waited for forever.
-	sl2, err := m.StreamLayer(8)
+	sl2, err := m.streamLayer(8)
 	if err != nil {
 		t.Fatal(err)
 	}
 	stuck := connectTo(t, sl2, addr)
 	defer stuck.Close()
 	sl2.Close()
-	if sl2.(*streamLayer).drain(100 * time.Millisecond) {
+	if sl2.drain(100 * time.Millisecond) {
 		t.Error("drain reported success while a handler still held its connection")
 	}
 	// After drain, nothing more is accepted.

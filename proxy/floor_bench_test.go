@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
@@ -26,11 +25,11 @@ import (
 func BenchmarkRelayFloor(b *testing.B) {
 	backend := serveGRPC(b, func(s *grpc.Server) { healthpb.RegisterHealthServer(s, health.NewServer()) })
 	relay := serveGRPC(b, func(s *grpc.Server) {
-		healthpb.RegisterHealthServer(s, &healthRelay{up: healthpb.NewHealthClient(dialGRPC(b, backend))})
+		healthpb.RegisterHealthServer(s, &healthRelay{up: healthpb.NewHealthClient(grpcConn(b, backend))})
 	})
 	for _, tc := range []struct{ name, addr string }{{"direct", backend}, {"relayed", relay}} {
 		b.Run(tc.name, func(b *testing.B) {
-			c := healthpb.NewHealthClient(dialGRPC(b, tc.addr))
+			c := healthpb.NewHealthClient(grpcConn(b, tc.addr))
 			// RunParallel starts parallelism x GOMAXPROCS callers.
 			b.SetParallelism(max(1, 64/runtime.GOMAXPROCS(0)))
 			b.ResetTimer()
@@ -68,13 +67,4 @@ func serveGRPC(b *testing.B, register func(*grpc.Server)) string {
 	go s.Serve(l)
 	b.Cleanup(s.Stop)
 	return l.Addr().String()
-}
-
-func dialGRPC(b *testing.B, addr string) *grpc.ClientConn {
-	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { c.Close() })
-	return c
 }

@@ -90,7 +90,7 @@ func dial(t *testing.T, addrs string, opts ...client.Option) *client.Client {
 	return cl
 }
 
-func grpcConn(t *testing.T, addr string) *grpc.ClientConn {
+func grpcConn(t testing.TB, addr string) *grpc.ClientConn {
 	t.Helper()
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

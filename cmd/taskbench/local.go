@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -14,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/e1158ecb/taskstore/testing/freeport"
 )
 
 // localCluster is N taskstored processes (and optionally one taskproxy) on
@@ -64,26 +65,6 @@ func findBinary(name string, getenv func(string) string) (string, error) {
 	return "", fmt.Errorf("%s not found next to taskbench, in $TASKSTORE_BIN or on PATH (run `make build`)", name)
 }
 
-// freePorts returns n distinct loopback ports that were free a moment ago.
-func freePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	var ports []int
-	for len(ports) < n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
-
 // startLocal starts n nodes (and a proxy when withProxy) and waits until
 // every one answers /readyz.
 func startLocal(ctx context.Context, n, shards int, withProxy bool, getenv func(string) string) (*localCluster, error) {
@@ -110,21 +91,22 @@ func startLocal(ctx context.Context, n, shards int, withProxy bool, getenv func(
 	// limit included), unless GOMAXPROCS is set, which localGOMAXPROCS
 	// then passes on.
 	lc.gomaxprocs = localGOMAXPROCS(nprocs, runtime.GOMAXPROCS(0), getenv)
-	ports, err := freePorts(3*n + 2)
+	// Picked below the ephemeral range, so that no connection of a node
+	// already running takes the port of one still to start.
+	addrs, err := freeport.Addrs(3*n + 2)
 	if err != nil {
 		lc.stop()
 		return nil, err
 	}
-	addr := func(p int) string { return "127.0.0.1:" + strconv.Itoa(p) }
 	var initial []string
 	for i := range n {
-		lc.nodes = append(lc.nodes, addr(ports[3*i]))
-		initial = append(initial, fmt.Sprintf("n%d=%s", i+1, addr(ports[3*i])))
+		lc.nodes = append(lc.nodes, addrs[3*i])
+		initial = append(initial, fmt.Sprintf("n%d=%s", i+1, addrs[3*i]))
 	}
 	for i := range n {
 		id := fmt.Sprintf("n%d", i+1)
 		args := []string{"--id", id, "--data-dir", filepath.Join(dir, id),
-			"--listen", addr(ports[3*i]), "--gossip", addr(ports[3*i+1]), "--http", addr(ports[3*i+2]),
+			"--listen", addrs[3*i], "--gossip", addrs[3*i+1], "--http", addrs[3*i+2],
 			"--initial-cluster", strings.Join(initial, ","), "--log-level", "warn"}
 		if shards > 0 {
 			args = append(args, "--shards", strconv.Itoa(shards))
@@ -133,26 +115,26 @@ func startLocal(ctx context.Context, n, shards int, withProxy bool, getenv func(
 			lc.stop()
 			return nil, err
 		}
-		lc.httpAll = append(lc.httpAll, addr(ports[3*i+2]))
-		lc.profiled = append(lc.profiled, profileTarget{id, addr(ports[3*i+2])})
+		lc.httpAll = append(lc.httpAll, addrs[3*i+2])
+		lc.profiled = append(lc.profiled, profileTarget{id, addrs[3*i+2]})
 	}
 	if err := lc.waitReady(ctx, lc.httpAll); err != nil {
 		lc.stop()
 		return nil, err
 	}
 	if withProxy {
-		lc.proxy = addr(ports[3*n])
+		lc.proxy = addrs[3*n]
 		args := []string{"--listen", lc.proxy, "--cluster", strings.Join(lc.nodes, ","),
-			"--http", addr(ports[3*n+1]), "--log-level", "warn"}
+			"--http", addrs[3*n+1], "--log-level", "warn"}
 		if err := lc.spawn(proxyBin, "proxy", args); err != nil {
 			lc.stop()
 			return nil, err
 		}
-		if err := lc.waitReady(ctx, []string{addr(ports[3*n+1])}); err != nil {
+		if err := lc.waitReady(ctx, []string{addrs[3*n+1]}); err != nil {
 			lc.stop()
 			return nil, err
 		}
-		lc.profiled = append(lc.profiled, profileTarget{"proxy", addr(ports[3*n+1])})
+		lc.profiled = append(lc.profiled, profileTarget{"proxy", addrs[3*n+1]})
 	}
 	return lc, nil
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/e1158ecb/taskstore/cmd/internal/buildinfo"
+	"github.com/e1158ecb/taskstore/fsm"
 )
 
 var workloads = []string{"insert", "insert-batch", "claim-delete", "claim-move", "mixed"}
@@ -105,8 +106,8 @@ func (c *config) validate() error {
 	if c.batch < 1 {
 		return fmt.Errorf("--batch %d: must be at least 1", c.batch)
 	}
-	if err := c.validateClaimLimit(); err != nil {
-		return err
+	if maxClaim := fsm.DefaultLimits.MaxClaimLimit; c.claim < 1 || c.claim > maxClaim {
+		return fmt.Errorf("--claim-limit %d: must be between 1 and %d", c.claim, maxClaim)
 	}
 	if c.prefill < 0 {
 		return fmt.Errorf("--prefill %d: must not be negative", c.prefill)
@@ -116,15 +117,6 @@ func (c *config) validate() error {
 	}
 	if c.profile != "" && c.local == 0 {
 		return fmt.Errorf("--profile needs --local (it knows the HTTP addresses of the processes it starts); for a running cluster fetch http://NODE_HTTP/debug/pprof/profile?seconds=N yourself")
-	}
-	return nil
-}
-
-// validateClaimLimit checks --claim-limit against the store's bound on one
-// claim (fsm.Limits.MaxClaimLimit).
-func (c *config) validateClaimLimit() error {
-	if c.claim < 1 || c.claim > 1000 {
-		return fmt.Errorf("--claim-limit %d: must be between 1 and 1000", c.claim)
 	}
 	return nil
 }

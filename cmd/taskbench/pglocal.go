@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -12,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/e1158ecb/taskstore/testing/freeport"
 )
 
 // pgServer is a throwaway PostgreSQL server for --baseline postgres
@@ -23,7 +26,7 @@ type pgServer struct {
 	data   string
 	bindir string
 	asUser string // when root: run initdb and pg_ctl as this user (runuser)
-	port   int
+	port   string
 	dsn    string
 }
 
@@ -157,13 +160,14 @@ func startLocalPostgres(ctx context.Context, maxConns int, getenv func(string) s
 		os.RemoveAll(dir)
 		return nil, ctx.Err()
 	}
-	ports, err := freePorts(1)
+	addr, err := freeport.Addr()
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	s.port = ports[0]
-	opts := fmt.Sprintf("-c listen_addresses=127.0.0.1 -p %d -k %s -c max_connections=%d -c fsync=on -c synchronous_commit=on",
+	_, port, _ := net.SplitHostPort(addr)
+	s.port = port
+	opts := fmt.Sprintf("-c listen_addresses=127.0.0.1 -p %s -k %s -c max_connections=%d -c fsync=on -c synchronous_commit=on",
 		s.port, dir, max(maxConns, 20))
 	if err := s.run("pg_ctl", "start", "-D", s.data, "-l", filepath.Join(dir, "postgres.log"), "-w", "-t", "60", "-o", opts); err != nil {
 		log, _ := os.ReadFile(filepath.Join(dir, "postgres.log"))
@@ -171,7 +175,7 @@ func startLocalPostgres(ctx context.Context, maxConns int, getenv func(string) s
 		return nil, fmt.Errorf("%w\npostgres.log:\n%s", err, strings.TrimSpace(string(log)))
 	}
 	// TCP on loopback, like the client's connections to taskstored.
-	s.dsn = fmt.Sprintf("host=127.0.0.1 port=%d user=taskbench dbname=postgres sslmode=disable connect_timeout=10", s.port)
+	s.dsn = fmt.Sprintf("host=127.0.0.1 port=%s user=taskbench dbname=postgres sslmode=disable connect_timeout=10", s.port)
 	return s, nil
 }
 

@@ -29,6 +29,7 @@ import (
 	"github.com/e1158ecb/taskstore/rpc"
 	"github.com/e1158ecb/taskstore/rpc/auth"
 	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
+	"github.com/e1158ecb/taskstore/testing/freeport"
 )
 
 // Options shape a test cluster.
@@ -103,7 +104,7 @@ func Start(t testing.TB, n int, opts ...Options) *Cluster {
 		}
 		listeners[i] = l
 		id := fmt.Sprintf("n%d", i+1)
-		node := &Node{ID: id, Addr: l.Addr().String(), Gossip: freeGossipAddr(t), Dir: filepath.Join(base, id)}
+		node := &Node{ID: id, Addr: l.Addr().String(), Gossip: freeAddr(t), Dir: filepath.Join(base, id)}
 		c.Nodes = append(c.Nodes, node)
 		c.ids.Store(node.Addr, id)
 		peers = append(peers, cluster.Peer{ID: id, Address: node.Addr})
@@ -395,7 +396,7 @@ func (c *Cluster) StartJoining(id string) int {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	node := &Node{ID: id, Addr: l.Addr().String(), Gossip: freeGossipAddr(c.t), Dir: filepath.Join(c.t.TempDir(), id)}
+	node := &Node{ID: id, Addr: l.Addr().String(), Gossip: freeAddr(c.t), Dir: filepath.Join(c.t.TempDir(), id)}
 	node.cfg = cluster.Config{
 		ID: id, DataDir: node.Dir, ListenAddr: node.Addr, GossipAddr: node.Gossip,
 		Join: []string{c.Nodes[0].Gossip}, Shards: c.opts.Shards, Replicas: c.opts.Replicas,
@@ -410,4 +411,14 @@ func (c *Cluster) StartJoining(id string) int {
 	}
 	c.Nodes = append(c.Nodes, node)
 	return len(c.Nodes) - 1
+}
+
+// freeAddr is a loopback address for a node to bind later (freeport).
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	addr, err := freeport.Addr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return addr
 }

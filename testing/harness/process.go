@@ -104,13 +104,13 @@ func StartProcesses(t testing.TB, n int, extra ...string) *ProcessCluster {
 	var initial []string
 	for i := 0; i < n; i++ {
 		id := fmt.Sprintf("n%d", i+1)
-		p := &Process{ID: id, Addr: freeGossipAddr(t), HTTP: freeGossipAddr(t), bin: bin, Log: filepath.Join(base, id+".log")}
+		p := &Process{ID: id, Addr: freeAddr(t), HTTP: freeAddr(t), bin: bin, Log: filepath.Join(base, id+".log")}
 		pc.Nodes = append(pc.Nodes, p)
 		initial = append(initial, id+"="+p.Addr)
 	}
 	for _, p := range pc.Nodes {
 		p.Args = append([]string{"--id", p.ID, "--data-dir", filepath.Join(base, p.ID), "--listen", p.Addr,
-			"--gossip", freeGossipAddr(t), "--http", p.HTTP, "--initial-cluster", strings.Join(initial, ",")}, extra...)
+			"--gossip", freeAddr(t), "--http", p.HTTP, "--initial-cluster", strings.Join(initial, ",")}, extra...)
 		if err := p.Start(); err != nil {
 			t.Fatal(err)
 		}
@@ -248,9 +248,9 @@ func (pc *ProcessCluster) StartJoining(id string, extra ...string) *Process {
 		}
 	}
 	base := filepath.Dir(first.Log)
-	p := &Process{ID: id, Addr: freeGossipAddr(pc.t), HTTP: freeGossipAddr(pc.t), bin: first.bin, Log: filepath.Join(base, id+".log")}
+	p := &Process{ID: id, Addr: freeAddr(pc.t), HTTP: freeAddr(pc.t), bin: first.bin, Log: filepath.Join(base, id+".log")}
 	p.Args = append([]string{"--id", id, "--data-dir", filepath.Join(base, id), "--listen", p.Addr,
-		"--gossip", freeGossipAddr(pc.t), "--http", p.HTTP, "--join", joinGossip}, extra...)
+		"--gossip", freeAddr(pc.t), "--http", p.HTTP, "--join", joinGossip}, extra...)
 	if err := p.Start(); err != nil {
 		pc.t.Fatal(err)
 	}
