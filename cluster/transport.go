@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -209,9 +210,21 @@ var _ raft.StreamLayer = (*streamLayer)(nil)
 // done tells drain so.
 type servedConn struct {
 	net.Conn
-	layer *streamLayer
-	once  sync.Once
-	done  chan struct{}
+	layer   *streamLayer
+	once    sync.Once
+	done    chan struct{}
+	drained atomic.Bool
+}
+
+// Read reports a connection that drain closed as io.EOF, which raft's
+// handler takes as a normal end instead of logging an error for each
+// connection of each group on every shutdown.
+func (c *servedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if err != nil && c.drained.Load() {
+		err = io.EOF
+	}
+	return n, err
 }
 
 func (c *servedConn) Close() error {
@@ -258,6 +271,7 @@ func (s *streamLayer) drain(timeout time.Duration) bool {
 	}
 	s.servedMu.Unlock()
 	for _, c := range conns {
+		c.drained.Store(true)
 		c.Conn.Close() // unblocks the handler's read; it then calls c.Close
 	}
 	deadline := time.NewTimer(timeout)

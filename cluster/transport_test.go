@@ -114,9 +114,10 @@ func TestDrainWaitsForHandlers(t *testing.T) {
 	var lastWork atomic.Bool
 	handled := make(chan struct{})
 	conn := connectTo(t, sl, addr)
+	var readErr error
 	go func() {
 		defer close(handled)
-		io.Copy(io.Discard, conn)
+		_, readErr = conn.Read(make([]byte, 1))
 		time.Sleep(50 * time.Millisecond)
 		lastWork.Store(true)
 		conn.Close()
@@ -129,6 +130,10 @@ func TestDrainWaitsForHandlers(t *testing.T) {
 		t.Error("drain returned before the handler was done")
 	}
 	<-handled
+	// raft's handler logs any read error but io.EOF.
+	if readErr != io.EOF {
+		t.Errorf("read on a drained connection: %v, want io.EOF (a quiet end)", readErr)
+	}
 
 	// A handler that never returns is reported, not waited for forever.
 	sl2, err := m.streamLayer(8)
