@@ -79,7 +79,7 @@ func openGroup(id uint32, dataDir, localID string, fsm raft.FSM, mux *Mux, t Tun
 	}
 	conf := t.raftConfig(localID)
 	conf.Logger = hlog
-	r, err := raft.NewRaft(conf, fsm, logs, store, snaps, trans)
+	r, err := raft.NewRaft(conf, fsm, logs, store, snaps, serialTransport{trans})
 	if err != nil {
 		trans.Close()
 		store.Close()

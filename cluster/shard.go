@@ -55,6 +55,17 @@ func (s *Shard) Machine() *fsm.Machine { return s.machine }
 // Raft is the shard's Raft instance.
 func (s *Shard) Raft() *raft.Raft { return s.g.raft }
 
+// LogReader reads one replica's Raft log. raft.LogStore satisfies it.
+type LogReader interface {
+	FirstIndex() (uint64, error)
+	LastIndex() (uint64, error)
+	GetLog(index uint64, log *raft.Log) error
+}
+
+// Log reads this replica's Raft log as stored on disk, for the checkers
+// that compare replicas entry by entry (testing/checker.LogAgreement).
+func (s *Shard) Log() LogReader { return s.g.store }
+
 func (s *Shard) start(g *group) {
 	s.g = g
 	s.wg.Add(1)

@@ -257,11 +257,11 @@ func (s *streamLayer) Accept() (net.Conn, error) {
 
 // drain closes every accepted connection and waits, up to timeout, until
 // the transport's handlers have returned from them; false if some have not.
-// A group's log store must not close before: raft handles a heartbeat on
-// the transport's goroutine, not its own, so one that arrived just before
-// raft.Shutdown may still save a new term after it, and raft panics when
-// that write fails on a closed store (seen in CI: "failed to save current
-// term: database not open").
+// A group's log store must not close before. raft's heartbeat fast path
+// used to save a new term on the transport's goroutine after raft.Shutdown
+// and panic on the closed store (seen in CI: "failed to save current term:
+// database not open"); serialTransport now declines that path, and drain
+// stays so that no handler of a closed group can touch its store.
 func (s *streamLayer) drain(timeout time.Duration) bool {
 	s.servedMu.Lock()
 	s.draining = true
