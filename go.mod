@@ -50,8 +50,8 @@ require (
 	github.com/sean-/seed v0.0.0-20170313163322-e2103e2c3529 // indirect
 	github.com/soheilhy/cmux v0.1.5
 	github.com/spf13/cobra v1.10.2
-	github.com/spf13/pflag v1.0.9 // indirect
-	go.etcd.io/bbolt v1.3.5 // indirect
+	github.com/spf13/pflag v1.0.9
+	go.etcd.io/bbolt v1.3.5
 	golang.org/x/mod v0.42.0 // indirect
 	golang.org/x/net v0.61.0 // indirect
 	golang.org/x/sync v0.24.0

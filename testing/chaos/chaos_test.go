@@ -414,7 +414,14 @@ func check(t *testing.T, c *harness.Cluster, h *workload.History, prefix string,
 	for _, r := range reps {
 		replicas = append(replicas, checker.Replica{Shard: r.Shard, Node: r.Node, Applied: r.Applied, Digest: r.Digest})
 	}
-	return judge(t, h, final, replicas, prefix, fl, terms, start)
+	logs, err := c.ReplicaLogs(reps)
+	if err != nil {
+		t.Errorf("replica logs: %v", err)
+	}
+	if logs == nil {
+		logs = []checker.ReplicaLog{}
+	}
+	return judge(t, h, final, replicas, logs, prefix, fl, terms, start)
 }
 
 // readFinal lists every task under prefix through linearizable reads.
@@ -436,10 +443,10 @@ func readFinal(t *testing.T, endpoints, prefix string) *workload.Final {
 
 // judge runs every checker through checker.Judge (one SUMMARY line; a
 // violation fails the test and saves the history). replicas nil skips
-// replica agreement.
-func judge(t *testing.T, h *workload.History, final *workload.Final, replicas []checker.Replica, prefix string, fl checker.Floor, terms int, start time.Time) result {
+// replica agreement, logs nil the comparison of Raft logs.
+func judge(t *testing.T, h *workload.History, final *workload.Final, replicas []checker.Replica, logs []checker.ReplicaLog, prefix string, fl checker.Floor, terms int, start time.Time) result {
 	t.Helper()
-	in := checker.Input{History: h, Final: final, Floor: fl, Replicas: replicas,
+	in := checker.Input{History: h, Final: final, Floor: fl, Replicas: replicas, Logs: logs,
 		LinearizeTimeout: 5 * time.Second, LinearizeBudget: 90 * time.Second}
 	report := checker.Judge(t, prefix, in, terms, start)
 	return result{report: report, final: final, elapsed: time.Since(start)}

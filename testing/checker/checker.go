@@ -13,6 +13,8 @@
 //     (before the lease of the previous claim ended), in the shard's time.
 //   - Replicas: voters of a shard with equal applied indexes but different
 //     state digests.
+//   - Logs: replicas of a shard whose Raft logs hold different entries at
+//     an index they all hold (same index and term must mean same entry).
 //   - Linearizable: each task's history is linearizable against a model of
 //     the task's lifecycle (porcupine); a check that times out is a failure.
 //   - Coverage: the run did what it claims (counts above a floor).
@@ -49,12 +51,13 @@ const (
 	NameCommits      = "commits"
 	NameLeases       = "leases"
 	NameReplicas     = "replicas"
+	NameLogs         = "logs"
 	NameLinearizable = "linearizable"
 	NameCoverage     = "coverage"
 )
 
 // Names lists every checker.
-var Names = []string{NameLost, NamePhantom, NameCommits, NameLeases, NameReplicas, NameLinearizable, NameCoverage}
+var Names = []string{NameLost, NamePhantom, NameCommits, NameLeases, NameReplicas, NameLogs, NameLinearizable, NameCoverage}
 
 // Input is everything the checkers look at.
 type Input struct {
@@ -62,6 +65,8 @@ type Input struct {
 	Final   *workload.Final
 	// Replicas, when set, are the shards' voters sampled at a barrier.
 	Replicas []Replica
+	// Logs, when set, are the replicas' Raft logs (ReadLog, ReadLogFile).
+	Logs []ReplicaLog
 	// Floor is the coverage minimum; nil checks nothing.
 	Floor Floor
 	// LinearizeTimeout bounds porcupine for one task (default 2s); the
@@ -139,6 +144,10 @@ func All(in Input) *Report {
 	if in.Replicas != nil {
 		vs, n = ReplicaAgreement(in.Replicas)
 		add(NameReplicas, vs, n)
+	}
+	if in.Logs != nil {
+		vs, n = LogAgreement(in.Logs)
+		add(NameLogs, vs, n)
 	}
 	vs, n = Linearizable(in.History, in.Final, in.LinearizeTimeout, in.LinearizeBudget)
 	add(NameLinearizable, vs, n)

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/e1158ecb/taskstore/testing/checker"
 )
 
 // This file holds the fault and observation helpers the chaos tests use
@@ -296,6 +298,33 @@ func (c *Cluster) sampleReplicas() ([]ReplicaState, error) {
 			applied, first = a, false
 			out = append(out, ReplicaState{Shard: shard, Node: string(srv.ID), Applied: a, Digest: m.Digest()})
 		}
+	}
+	return out, nil
+}
+
+// ReplicaLogs reads, for each sampled replica (ReplicaStates), that replica's
+// Raft log of the shard up to the applied index all voters reached: every
+// entry compared is committed, so any difference is a divergence.
+func (c *Cluster) ReplicaLogs(states []ReplicaState) ([]checker.ReplicaLog, error) {
+	index := map[string]int{}
+	for i, n := range c.Nodes {
+		index[n.ID] = i
+	}
+	var out []checker.ReplicaLog
+	for _, st := range states {
+		i, ok := index[st.Node]
+		if !ok || c.Nodes[i].srv == nil {
+			return nil, fmt.Errorf("shard %d: %s is not running", st.Shard, st.Node)
+		}
+		sh := c.Nodes[i].srv.Node.Shard(st.Shard)
+		if sh == nil {
+			return nil, fmt.Errorf("shard %d: %s does not host it", st.Shard, st.Node)
+		}
+		l, err := checker.ReadLog(st.Shard, st.Node, sh.Log(), st.Applied)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, l)
 	}
 	return out, nil
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/e1158ecb/taskstore/client"
+	"github.com/e1158ecb/taskstore/testing/checker"
 )
 
 // Binaries returns the directory holding taskstored (and the other
@@ -268,4 +270,62 @@ func (pc *ProcessCluster) Dial(ctx context.Context) *client.Client {
 	}
 	pc.t.Cleanup(func() { cl.Close() })
 	return cl
+}
+
+// StartProxy starts a taskproxy process in front of the cluster, stopped
+// when the test ends. It is a Process: Kill, Stop, Start, Pause and Ready
+// work on it.
+func (pc *ProcessCluster) StartProxy(id string, extra ...string) *Process {
+	pc.t.Helper()
+	base := filepath.Dir(pc.Nodes[0].Log)
+	bin := filepath.Join(filepath.Dir(pc.Nodes[0].bin), "taskproxy")
+	p := &Process{ID: id, Addr: freeAddr(pc.t), HTTP: freeAddr(pc.t), bin: bin, Log: filepath.Join(base, id+".log")}
+	p.Args = append([]string{"--listen", p.Addr, "--http", p.HTTP, "--cluster", pc.Endpoints()}, extra...)
+	if err := p.Start(); err != nil {
+		pc.t.Fatal(err)
+	}
+	pc.t.Cleanup(p.Kill)
+	return p
+}
+
+// DataDir is the node's --data-dir ("" when it has none).
+func (p *Process) DataDir() string {
+	for i, a := range p.Args {
+		if a == "--data-dir" && i+1 < len(p.Args) {
+			return p.Args[i+1]
+		}
+	}
+	return ""
+}
+
+// ShardLogs stops every node gracefully and reads each one's Raft log of
+// every shard it holds from its files (bolt locks them while a node runs),
+// for checker.LogAgreement. Nodes stay stopped.
+func (pc *ProcessCluster) ShardLogs() ([]checker.ReplicaLog, error) {
+	for _, p := range pc.Nodes {
+		p.Stop()
+	}
+	var out []checker.ReplicaLog
+	for _, p := range pc.Nodes {
+		dirs, err := os.ReadDir(filepath.Join(p.DataDir(), "shards"))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", p.ID, err)
+		}
+		for _, d := range dirs {
+			shard, err := strconv.ParseUint(d.Name(), 10, 32)
+			if err != nil {
+				continue
+			}
+			path := filepath.Join(p.DataDir(), "shards", d.Name(), "raft.db")
+			if _, err := os.Stat(path); err != nil {
+				continue
+			}
+			l, err := checker.ReadLogFile(uint32(shard), p.ID, path)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", p.ID, err)
+			}
+			out = append(out, l)
+		}
+	}
+	return out, nil
 }
