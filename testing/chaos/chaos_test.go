@@ -475,7 +475,8 @@ func loadScale(t *testing.T) int {
 }
 
 // TestSoak runs the scenarios in a loop for TASKSTORE_SOAK (a duration,
-// e.g. 1h): make soak DURATION=1h.
+// e.g. 1h): make soak DURATION=1h. Each round ends with the process pause
+// scenario.
 func TestSoak(t *testing.T) {
 	gate(t)
 	d, err := time.ParseDuration(os.Getenv("TASKSTORE_SOAK"))
@@ -500,6 +501,18 @@ func TestSoak(t *testing.T) {
 				ops, unknown, faults, leaders = ops+s.Ops, unknown+s.Unknown, faults+s.Counts[checker.CountFaults], leaders+s.Counts[checker.CountLeaderChanges]
 			}
 		}
+		if !time.Now().Before(end) {
+			break
+		}
+		// The process pause scenario (pause_test.go): SIGSTOP of shard
+		// leaders of real processes, where replicas once diverged.
+		var ps pauseStats
+		ok := t.Run(fmt.Sprintf("pause-%d", iter), func(t *testing.T) { ps = runPause(t, 40*time.Second) })
+		runs++
+		if !ok {
+			failed++
+		}
+		faults, leaders = faults+2*ps.pauses, leaders+ps.leaderChanges
 	}
 	t.Logf("SOAK %v: runs=%d failed=%d ops=%d unknown=%d faults=%d leader-changes=%d", d, runs, failed, ops, unknown, faults, leaders)
 }

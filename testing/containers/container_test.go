@@ -86,8 +86,9 @@ func floor(extra checker.Floor) checker.Floor {
 // still hears of a leader refuses its vote), so both are long enough for
 // a new leader, and for gossip to suspect the node.
 const (
-	cut  = 15 * time.Second
-	down = 15 * time.Second
+	cut    = 15 * time.Second
+	down   = 15 * time.Second
+	frozen = 12 * time.Second
 )
 
 // countMoved counts faults after which the shard's leadership was seen to
@@ -106,7 +107,7 @@ func (e *env) hold(d time.Duration, watch map[uint32]*container, terms map[uint3
 	moved := map[uint32]bool{}
 	var up []*container
 	for _, nd := range e.c.Nodes {
-		if !nd.stopped && !nd.disconnected {
+		if !nd.stopped && !nd.disconnected && !nd.paused {
 			up = append(up, nd)
 		}
 	}
@@ -146,8 +147,18 @@ var scenarios = []scenario{
 			e.c.Connect(l)
 			time.Sleep(5 * time.Second)
 			e.killLeader(k)
+			// A frozen leader wakes up believing it still leads, with
+			// requests and the new leader's heartbeats arriving together
+			// (issue 22, hashicorp/raft#695).
+			p, term := e.c.Leader(s)
+			e.fault("docker pause %s (leader of shard %d) for %v", p.ID, s, frozen)
+			e.c.Pause(p)
+			e.hold(frozen, map[uint32]*container{s: p}, map[uint32]uint64{s: term})
+			e.fault("docker unpause %s", p.ID)
+			e.c.Unpause(p)
+			time.Sleep(5 * time.Second)
 		},
-		floor: floor(checker.Floor{checker.CountFaults: 4, checker.CountLeaderChanges: 2, countMoved: 2}),
+		floor: floor(checker.Floor{checker.CountFaults: 6, checker.CountLeaderChanges: 3, countMoved: 3}),
 	},
 	{
 		// Every shard has 5 voters, so the 3 nodes still connected are a
@@ -237,6 +248,13 @@ func runScenario(t *testing.T, sc scenario) {
 		note = "replicas=skipped"
 	} else {
 		in.Replicas = reps
+	}
+	// Last, with the nodes stopped: every replica's Raft log, entry by entry.
+	logs, err := c.ShardLogs()
+	if err != nil {
+		t.Errorf("replica logs: %v", err)
+	} else {
+		in.Logs = logs
 	}
 	report := checker.Judge(t, sc.name, in, e.lt.Terms(), start, fmt.Sprintf("%s=%d", countMoved, h.Counts()[countMoved]), note)
 	if report.OK() {

@@ -9,7 +9,9 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -89,6 +91,7 @@ type container struct {
 
 	disconnected bool
 	stopped      bool
+	paused       bool
 }
 
 // dockerCluster is N taskstored containers and one taskproxy container on
@@ -281,10 +284,66 @@ func (c *dockerCluster) Start(nd *container) {
 	nd.stopped = false
 }
 
-// Restore reconnects and restarts every node.
+// Pause is `docker pause`: the cgroup freezer stops every process of the
+// container, as SIGSTOP does; its sockets stay open.
+func (c *dockerCluster) Pause(nd *container) {
+	c.t.Helper()
+	if _, err := docker("pause", nd.Name); err != nil {
+		c.t.Fatal(err)
+	}
+	nd.paused = true
+}
+
+// Unpause is `docker unpause`.
+func (c *dockerCluster) Unpause(nd *container) {
+	c.t.Helper()
+	if _, err := docker("unpause", nd.Name); err != nil {
+		c.t.Fatal(err)
+	}
+	nd.paused = false
+}
+
+// ShardLogs stops every node (`docker stop`, graceful), copies each one's
+// shard directories out of its container and reads every replica's Raft
+// log, for checker.LogAgreement. The nodes stay stopped.
+func (c *dockerCluster) ShardLogs() ([]checker.ReplicaLog, error) {
+	dir := c.t.TempDir()
+	var out []checker.ReplicaLog
+	for _, nd := range c.Nodes {
+		if _, err := docker("stop", "-t", "20", nd.Name); err != nil {
+			return nil, fmt.Errorf("stop %s: %w", nd.ID, err)
+		}
+		nd.stopped = true
+		dst := filepath.Join(dir, nd.ID)
+		if _, err := docker("cp", nd.Name+":/data/shards", dst); err != nil {
+			return nil, fmt.Errorf("copy %s's shards: %w", nd.ID, err)
+		}
+		shards, err := os.ReadDir(dst)
+		if err != nil {
+			return nil, err
+		}
+		for _, d := range shards {
+			shard, err := strconv.ParseUint(d.Name(), 10, 32)
+			if err != nil {
+				continue
+			}
+			l, err := checker.ReadLogFile(uint32(shard), nd.ID, filepath.Join(dst, d.Name(), "raft.db"))
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", nd.ID, err)
+			}
+			out = append(out, l)
+		}
+	}
+	return out, nil
+}
+
+// Restore reconnects, unpauses and restarts every node.
 func (c *dockerCluster) Restore() {
 	c.t.Helper()
 	for _, nd := range c.Nodes {
+		if nd.paused {
+			c.Unpause(nd)
+		}
 		if nd.disconnected {
 			c.Connect(nd)
 		}
