@@ -88,15 +88,22 @@ func runPause(t *testing.T, faultFor time.Duration) pauseStats {
 		time.Sleep(100 * time.Millisecond)
 	}
 	h := workload.NewHistory()
-	// Clients alternate: one through the proxy, one straight to the nodes,
-	// each attempt bounded at 1 s so that a frozen node's answers go
-	// unknown and are retried elsewhere.
+	// Clients take turns: through the proxy; straight to the nodes with
+	// each attempt bounded at 1 s, so that a frozen node's answers go
+	// unknown and are retried elsewhere; straight to the nodes at the
+	// client's default attempt timeout, so that requests wait in a frozen
+	// leader's sockets and reach it the moment it wakes, together with the
+	// new leader's heartbeats (wrk3's claim in issue 22).
 	var n atomic.Int64
 	dial := func(ctx context.Context) (*client.Client, error) {
-		if n.Add(1)%2 == 0 {
+		switch n.Add(1) % 3 {
+		case 0:
 			return client.Dial(ctx, px.Addr, client.WithProxyOnly(), client.WithAttemptTimeout(time.Second))
+		case 1:
+			return client.Dial(ctx, pc.Endpoints(), client.WithAttemptTimeout(time.Second))
+		default:
+			return client.Dial(ctx, pc.Endpoints())
 		}
-		return client.Dial(ctx, pc.Endpoints(), client.WithAttemptTimeout(time.Second))
 	}
 	admin, err := client.Dial(context.Background(), pc.Endpoints(), client.WithAttemptTimeout(time.Second))
 	if err != nil {
@@ -145,7 +152,7 @@ func runPause(t *testing.T, faultFor time.Duration) pauseStats {
 	}
 	cfg := workload.Defaults
 	cfg.Prefix = "pause"
-	cfg.Workers, cfg.Impatient = 4, 2
+	cfg.Workers, cfg.Impatient = 6, 2
 	poll()
 	wl, err := workload.Start(cfg, h, dial)
 	if err != nil {
