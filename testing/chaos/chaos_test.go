@@ -507,7 +507,7 @@ func TestSoak(t *testing.T) {
 		// The process pause scenario (pause_test.go): SIGSTOP of shard
 		// leaders of real processes, where replicas once diverged.
 		var ps pauseStats
-		ok := t.Run(fmt.Sprintf("pause-%d", iter), func(t *testing.T) { ps = runPause(t, 40*time.Second) })
+		ok := t.Run(fmt.Sprintf("pause-%d", iter), func(t *testing.T) { ps = runPause(t, 40*time.Second, 2) })
 		runs++
 		if !ok {
 			failed++

@@ -32,7 +32,8 @@ import (
 //
 // TASKSTORE_PAUSE_RUNS=n runs it n times (each on a fresh cluster) and
 // prints one PAUSE line with the tally; TASKSTORE_PAUSE_FOR is each run's
-// fault phase (default 40s).
+// fault phase (default 40s), TASKSTORE_PAUSE_SHARDS its shard count
+// (default 2), TASKSTORE_LOAD scales the clients as in the soak.
 func TestChaosProcessPause(t *testing.T) {
 	gate(t)
 	runs := 1
@@ -51,10 +52,18 @@ func TestChaosProcessPause(t *testing.T) {
 		}
 		faultFor = d
 	}
+	shards := 2
+	if v := os.Getenv("TASKSTORE_PAUSE_SHARDS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("TASKSTORE_PAUSE_SHARDS=%q: want a whole number >= 1", v)
+		}
+		shards = n
+	}
 	var failed, divergent, pauses, leaderChanges int
 	for i := 0; i < runs; i++ {
 		var st pauseStats
-		ok := t.Run(fmt.Sprintf("run-%d", i), func(t *testing.T) { st = runPause(t, faultFor) })
+		ok := t.Run(fmt.Sprintf("run-%d", i), func(t *testing.T) { st = runPause(t, faultFor, shards) })
 		if !ok {
 			failed++
 		}
@@ -73,12 +82,12 @@ type pauseStats struct {
 	leaderChanges int
 }
 
-func runPause(t *testing.T, faultFor time.Duration) pauseStats {
+func runPause(t *testing.T, faultFor time.Duration, shards int) pauseStats {
 	start := time.Now()
 	seed := uint64(time.Now().UnixNano())
 	rng := rand.New(rand.NewPCG(seed, 22))
 	t.Logf("seed %d", seed)
-	pc := harness.StartProcesses(t, 3, "--shards", "2", "--raft-timeout-scale", "2")
+	pc := harness.StartProcesses(t, 3, "--shards", strconv.Itoa(shards), "--raft-timeout-scale", "2")
 	pc.WaitReady(90 * time.Second)
 	px := pc.StartProxy("proxy")
 	for end := time.Now().Add(60 * time.Second); !px.Ready(); {
@@ -153,6 +162,8 @@ func runPause(t *testing.T, faultFor time.Duration) pauseStats {
 	cfg := workload.Defaults
 	cfg.Prefix = "pause"
 	cfg.Workers, cfg.Impatient = 6, 2
+	cfg.Groups = 2 * shards // traffic on every shard, whichever a paused node leads
+	cfg = cfg.Scaled(loadScale(t))
 	poll()
 	wl, err := workload.Start(cfg, h, dial)
 	if err != nil {
@@ -162,7 +173,7 @@ func runPause(t *testing.T, faultFor time.Duration) pauseStats {
 	var st pauseStats
 	proxyKilled := false
 	for end := time.Now().Add(faultFor); time.Now().Before(end); {
-		shard := uint32(1 + rng.IntN(2))
+		shard := uint32(1 + rng.IntN(shards))
 		p := leaderOf(shard)
 		d := 3*time.Second + time.Duration(rng.Int64N(int64(5*time.Second)))
 		fault("SIGSTOP %s, leader of shard %d, for %v", p.ID, shard, d.Round(time.Millisecond))
