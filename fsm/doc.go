@@ -91,5 +91,13 @@ users; DESIGN.md §1 is the contract.
     descent per priority in use (at most 256: past that, the oldest
     available age looks at the 256 highest, and NextAt answers no later than
     100 ms ahead); Digest sorts the whole state and is meant for tests.
+
+ 15. Checkpoints. After an entry that moves the clock into a new
+    CheckpointEvery bucket (one minute of log time), the machine takes a
+    pointer snapshot right there (mid-batch if need be) and hashes it like
+    Digest on another goroutine; Checkpoints lists the last 16 completed.
+    Only the log decides where checkpoints fall, so replicas compare them
+    at equal indexes to find one that diverged (issue 22; cluster/DESIGN.md).
+    The pointer snapshot costs O(tasks) under the lock once a minute.
 */
 package fsm

@@ -80,6 +80,8 @@ type Machine struct {
 
 	mu sync.RWMutex // guards st; Apply and Restore write, reads read
 	st *state
+
+	cp checkpoints
 }
 
 var (
@@ -154,8 +156,15 @@ func (m *Machine) setAppliedLocked(index uint64) {
 
 func (m *Machine) applyLocked(index uint64, cmd *fsmpb.Command, n *notifier) *fsmpb.Result {
 	m.setAppliedLocked(index)
+	before := m.st.clock
 	a := applier{st: m.st, opts: &m.opts, n: n}
-	return a.command(cmd)
+	res := a.command(cmd)
+	// Right here, even in the middle of a batch: the checkpoint must be the
+	// state after exactly this entry on every replica.
+	if crossesCheckpoint(before, m.st.clock) {
+		m.checkpointLocked(index)
+	}
+	return res
 }
 
 func (m *Machine) notify(n *notifier) {

@@ -170,6 +170,14 @@ func (m *Machine) Digest() [32]byte {
 	m.mu.RLock()
 	snap := m.st.snapshot()
 	m.mu.RUnlock()
+	return digestOf(snap)
+}
+
+// digestOf hashes a snapshot canonically (see Digest). It sorts the
+// snapshot's slices in place and takes no lock: the snapshot shares only
+// immutable tasks and sessions with the state, so it runs off the apply
+// goroutine (checkpoints) as safely as on it.
+func digestOf(snap *snapshot) [32]byte {
 	slices.SortFunc(snap.tasks, func(a, b *task) int { return strings.Compare(a.id, b.id) })
 	slices.SortFunc(snap.sessions, func(a, b *session) int { return strings.Compare(a.clientID, b.clientID) })
 

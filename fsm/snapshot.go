@@ -174,6 +174,7 @@ func (m *Machine) Restore(rc io.ReadCloser) error {
 	}
 	m.mu.Lock()
 	m.st = st
+	m.cp.reset()
 	names := make([]string, 0, len(st.queues))
 	for name := range st.queues {
 		names = append(names, name)

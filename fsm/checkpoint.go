@@ -1,0 +1,105 @@
+package fsm
+
+import (
+	"slices"
+	"sync"
+	"time"
+)
+
+// CheckpointEvery is how much log time passes between two state
+// checkpoints. Replicas compare checkpoints to find one whose state
+// diverged from the others' (issue 22), so every replica must use the same
+// value: it is a constant of the log's meaning, not a setting.
+const CheckpointEvery = int64(time.Minute)
+
+// checkpointRing is how many completed checkpoints a Machine keeps.
+const checkpointRing = 16
+
+// Checkpoint is the Digest of the state right after the entry at Index was
+// applied. A checkpoint is taken after each entry that moves the clock into
+// a new CheckpointEvery bucket (floor(clock/CheckpointEvery) grows): that
+// depends only on the log, so replicas that applied the same log take
+// checkpoints at the same indexes with the same digests.
+type Checkpoint struct {
+	Index uint64
+	// Clock is the machine clock at Index (log time, nanoseconds).
+	Clock  int64
+	Digest [32]byte
+}
+
+// checkpoints holds a Machine's recent checkpoints. Digests are computed
+// on their own goroutines, so Apply never waits for sorting and hashing the
+// state; only completed checkpoints are listed.
+type checkpoints struct {
+	mu   sync.Mutex // guards ring and gen
+	ring []Checkpoint
+	// gen changes on Restore: digests of the replaced state still being
+	// computed are dropped when they finish.
+	gen uint64
+	wg  sync.WaitGroup // digests being computed (tests wait on it)
+}
+
+// crossesCheckpoint reports whether moving the clock from before to after
+// enters a new checkpoint bucket.
+func crossesCheckpoint(before, after int64) bool {
+	return after/CheckpointEvery > before/CheckpointEvery
+}
+
+// checkpointLocked starts a checkpoint of the state as it is now, at index.
+// The caller holds m.mu for writing; the pointer snapshot is taken here and
+// the digest computed on another goroutine.
+func (m *Machine) checkpointLocked(index uint64) {
+	snap := m.st.snapshot()
+	m.cp.mu.Lock()
+	gen := m.cp.gen
+	m.cp.mu.Unlock()
+	m.cp.wg.Add(1)
+	go func() {
+		defer m.cp.wg.Done()
+		d := digestOf(snap)
+		m.cp.add(gen, Checkpoint{Index: index, Clock: snap.clock, Digest: d})
+	}()
+}
+
+func (c *checkpoints) add(gen uint64, cp Checkpoint) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if gen != c.gen {
+		return
+	}
+	// Digests may finish out of order: keep the ring sorted by index.
+	i, found := slices.BinarySearchFunc(c.ring, cp.Index, func(a Checkpoint, idx uint64) int {
+		switch {
+		case a.Index < idx:
+			return -1
+		case a.Index > idx:
+			return 1
+		}
+		return 0
+	})
+	if found {
+		c.ring[i] = cp
+		return
+	}
+	c.ring = slices.Insert(c.ring, i, cp)
+	if len(c.ring) > checkpointRing {
+		c.ring = slices.Delete(c.ring, 0, len(c.ring)-checkpointRing)
+	}
+}
+
+// reset forgets every checkpoint (the state was replaced).
+func (c *checkpoints) reset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.gen++
+	c.ring = nil
+}
+
+// Checkpoints returns the completed checkpoints, oldest first (at most the
+// last 16). A checkpoint whose digest is still being computed is not listed
+// yet. Restore forgets them all.
+func (m *Machine) Checkpoints() []Checkpoint {
+	m.cp.mu.Lock()
+	defer m.cp.mu.Unlock()
+	return slices.Clone(m.cp.ring)
+}
