@@ -65,3 +65,17 @@ func PlacementSettled(st *taskstorepb.StatusResponse) (bool, string) {
 	}
 	return true, ""
 }
+
+// RebuildReplica replaces node's diverged replica of a shard with a copy of
+// the healthy replicas (Admin.RebuildReplica). It returns once the
+// replica was removed from the shard's group and deleted; it then rejoins,
+// catches up and is promoted in the background (watch Status).
+func (c *Client) RebuildReplica(ctx context.Context, shard uint32, node string) error {
+	if shard == 0 || node == "" {
+		return fmt.Errorf("rebuild replica: shard and node are required: %w", ErrInvalid)
+	}
+	return c.call(ctx, "RebuildReplica", target{anyNode: true}, 0, func(ctx context.Context, cc *grpc.ClientConn) error {
+		_, err := taskstorepb.NewAdminClient(cc).RebuildReplica(ctx, &taskstorepb.RebuildReplicaRequest{Shard: shard, Node: node})
+		return err
+	})
+}

@@ -61,7 +61,9 @@ var (
 	descQueue     = prometheus.NewDesc("taskstore_queue_tasks", "Tasks per queue and state, on shards this node leads.", []string{"queue", "state"}, nil)
 	descQueueAge  = prometheus.NewDesc("taskstore_queue_oldest_available_seconds", "Age of the oldest available task per queue, on shards this node leads.", []string{"queue"}, nil)
 	descGossip    = prometheus.NewDesc("taskstore_gossip_members", "Nodes gossip sees, by health.", []string{"health"}, nil)
-	shardDescList = []*prometheus.Desc{descLeader, descTerm, descCommit, descApplied, descLogBytes, descTasks, descQueue, descQueueAge, descGossip}
+	descDiverged  = prometheus.NewDesc("taskstore_shard_diverged", "1 while this node's replica of the shard is stopped because its state diverged from the majority's (rebuild it with taskctl shard rebuild), else 0.", []string{"shard"}, nil)
+	descDisagree  = prometheus.NewDesc("taskstore_shard_replicas_disagree", "1 while the shard's voters' state checkpoints disagree with no majority for one digest, as this node sees them, else 0.", []string{"shard"}, nil)
+	shardDescList = []*prometheus.Desc{descLeader, descTerm, descCommit, descApplied, descLogBytes, descTasks, descQueue, descQueueAge, descGossip, descDiverged, descDisagree}
 )
 
 // shardCollector reads per-shard state when Prometheus scrapes.
@@ -82,8 +84,29 @@ func (c *shardCollector) Collect(ch chan<- prometheus.Metric) {
 		oldest                      int64
 	}
 	queues := map[string]*queueAgg{}
-	for _, s := range c.n.LocalShards() {
+	// One look under the lock: a shard is either local or diverged, and a
+	// series collected twice fails the scrape.
+	c.n.mu.RLock()
+	for id := range c.n.diverged {
+		gauge(descDiverged, 1, shardLabel(id))
+	}
+	disagree := map[uint32]bool{}
+	for id := range c.n.disagree {
+		disagree[id] = true
+	}
+	local := make([]*Shard, 0, len(c.n.shards))
+	for _, s := range c.n.shards {
+		local = append(local, s)
+	}
+	c.n.mu.RUnlock()
+	for _, s := range local {
 		label := shardLabel(s.id)
+		gauge(descDiverged, 0, label)
+		v := 0.0
+		if disagree[s.id] {
+			v = 1
+		}
+		gauge(descDisagree, v, label)
 		stats := s.g.raft.Stats()
 		num := func(k string) float64 { v, _ := strconv.ParseUint(stats[k], 10, 64); return float64(v) }
 		leader := 0.0

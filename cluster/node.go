@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -92,8 +93,13 @@ type Node struct {
 	gossip    *gossip
 	peers     *connPool
 
-	mu     sync.RWMutex // guards shards, unplacedSince and closed
+	mu     sync.RWMutex // guards shards, unplacedSince, diverged, disagree and closed
 	shards map[uint32]*Shard
+	// diverged: local replicas stopped because their state differs from
+	// their group's majority (diverge.go); they are not in shards.
+	diverged map[uint32]*divergenceRecord
+	// disagree: shards whose voters' checkpoints disagree with no majority.
+	disagree map[uint32]string
 	// unplacedSince: when the map stopped placing a local replica here.
 	unplacedSince map[uint32]time.Time
 	closed        bool
@@ -162,6 +168,9 @@ func Start(cfg Config) (*Node, error) {
 		meta:   newMetaFSM(),
 		shards: make(map[uint32]*Shard),
 		stop:   make(chan struct{}),
+
+		diverged: make(map[uint32]*divergenceRecord),
+		disagree: make(map[uint32]string),
 		peers:  newConnPool(cfg.DialOptions),
 	}
 	var reg prometheus.Registerer
@@ -188,6 +197,8 @@ func Start(cfg Config) (*Node, error) {
 	n.loop(n.balanceLeaders)
 	n.loop(n.runController)
 	n.loop(n.reconcileConfigs)
+	n.loop(n.checkReplicasLoop)
+	n.loop(n.tickLoop)
 	log.Info("node started", "addr", n.addr, "gossip", cfg.GossipAddr, "data", cfg.DataDir)
 	return n, nil
 }
@@ -281,6 +292,9 @@ func (n *Node) startGroups() error {
 				servers = append(servers, raft.Server{ID: raft.ServerID(r), Address: raft.ServerAddress(findNode(init, r).Address)})
 			}
 			sh, err := n.openShard(s.Id)
+			if errors.Is(err, ErrDiverged) {
+				continue
+			}
 			if err != nil {
 				return err
 			}
@@ -296,7 +310,7 @@ func (n *Node) startGroups() error {
 		if err != nil || !e.IsDir() {
 			continue
 		}
-		if _, err := n.openShard(uint32(id)); err != nil {
+		if _, err := n.openShard(uint32(id)); err != nil && !errors.Is(err, ErrDiverged) {
 			return err
 		}
 	}
@@ -312,6 +326,18 @@ func (n *Node) openShard(id uint32) (*Shard, error) {
 	}
 	if s := n.shards[id]; s != nil {
 		return s, nil
+	}
+	if n.diverged[id] != nil {
+		return nil, fmt.Errorf("shard %d: %w", id, ErrDiverged)
+	}
+	// A replica that diverged before a restart stays stopped.
+	if rec, err := readDivergedMarker(groupDir(n.cfg.DataDir, id), id); rec != nil {
+		n.diverged[id] = rec
+		n.log.Error("not starting a replica that diverged from its shard's majority: it serves nothing until rebuilt with `taskctl shard rebuild`",
+			"shard", id, "index", rec.Index, "digest", rec.Digest, "majority_digest", rec.MajorityDigest,
+			"majority", strings.Join(rec.Majority, ","), "detected", rec.Detected, "marker_err", err,
+			"marker", filepath.Join(groupDir(n.cfg.DataDir, id), divergedMarker))
+		return nil, fmt.Errorf("shard %d: %w", id, ErrDiverged)
 	}
 	s := newShard(id, n.cfg.Clock, n.cfg.Tuning, n.log)
 	s.leaderHint = n.leaderHint
@@ -414,8 +440,14 @@ func (n *Node) ShardFor(group string) (*Shard, error) {
 
 // ShardByID is ShardFor by shard id.
 func (n *Node) ShardByID(id uint32) (*Shard, error) {
-	if s := n.Shard(id); s != nil {
+	n.mu.RLock()
+	s, diverged := n.shards[id], n.diverged[id] != nil
+	n.mu.RUnlock()
+	if s != nil {
 		return s, nil
+	}
+	if diverged {
+		return nil, n.divergedError(id)
 	}
 	cm := n.meta.Map()
 	if len(cm.Shards) == 0 {
@@ -581,7 +613,7 @@ func (n *Node) reconcileShards() {
 		}
 		for _, s := range cm.Shards {
 			if slices.Contains(s.Replicas, n.cfg.ID) && n.Shard(s.Id) == nil {
-				if _, err := n.openShard(s.Id); err != nil && !errors.Is(err, ErrShutdown) {
+				if _, err := n.openShard(s.Id); err != nil && !errors.Is(err, ErrShutdown) && !errors.Is(err, ErrDiverged) {
 					n.log.Error("start shard replica", "shard", s.Id, "err", err)
 				}
 			}

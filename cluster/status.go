@@ -117,6 +117,12 @@ func (n *Node) localStatus(cm *metapb.ClusterMap) *taskstorepb.StatusResponse {
 		var ss *taskstorepb.ShardStatus
 		if local := n.Shard(s.Id); local != nil {
 			ss = groupStatus(s.Id, local.g.raft, n.cfg.ID, local)
+			n.mu.RLock()
+			ss.ReplicaStatus[0].Disagreement = n.disagree[s.Id]
+			n.mu.RUnlock()
+		} else if d := n.Diverged(s.Id); d != nil {
+			// Stopped: no Raft state to report, only why.
+			ss = &taskstorepb.ShardStatus{Id: s.Id, ReplicaStatus: []*taskstorepb.ReplicaStatus{{Node: n.cfg.ID, Role: RoleDiverged, Divergence: d}}}
 		} else {
 			ss = &taskstorepb.ShardStatus{Id: s.Id}
 		}
@@ -132,6 +138,10 @@ func (n *Node) localStatus(cm *metapb.ClusterMap) *taskstorepb.StatusResponse {
 	}
 	return st
 }
+
+// RoleDiverged is the role Status reports for a replica stopped because its
+// state diverged from its shard's majority.
+const RoleDiverged = "diverged"
 
 // groupStatus reads one local Raft group's state.
 func groupStatus(id uint32, r *raft.Raft, self string, s *Shard) *taskstorepb.ShardStatus {
@@ -158,9 +168,13 @@ func groupStatus(id uint32, r *raft.Raft, self string, s *Shard) *taskstorepb.Sh
 			}
 		}
 	}
-	ss.ReplicaStatus = append(ss.ReplicaStatus, &taskstorepb.ReplicaStatus{
+	rs := &taskstorepb.ReplicaStatus{
 		Node: self, Role: role, CommitIndex: num("commit_index"), AppliedIndex: num("applied_index"), LastIndex: num("last_log_index"),
-	})
+	}
+	if s != nil {
+		rs.Checkpoints = checkpointsOf(s.machine)
+	}
+	ss.ReplicaStatus = append(ss.ReplicaStatus, rs)
 	return ss
 }
 
@@ -200,6 +214,9 @@ func computeLag(s *taskstorepb.ShardStatus) {
 		top = max(top, r.AppliedIndex)
 	}
 	for _, r := range s.ReplicaStatus {
+		if r.Role == RoleDiverged {
+			continue // stopped: it reports no progress, and lags by design
+		}
 		r.Lag = top - r.AppliedIndex
 	}
 	slices.SortFunc(s.ReplicaStatus, func(a, b *taskstorepb.ReplicaStatus) int { return cmp.Compare(a.Node, b.Node) })

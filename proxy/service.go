@@ -288,3 +288,15 @@ func (s *Server) RemoveNode(ctx context.Context, req *taskstorepb.RemoveNodeRequ
 	})
 	return resp, s.toStatus(ctx, "RemoveNode", err)
 }
+
+// RebuildReplica implements Admin.RebuildReplica: any node hands it to the
+// shard's leader.
+func (s *Server) RebuildReplica(ctx context.Context, req *taskstorepb.RebuildReplicaRequest) (resp *taskstorepb.RebuildReplicaResponse, err error) {
+	defer s.metrics.track("RebuildReplica")(&err)
+	bctx, cancel := s.withBudget(ctx, 0)
+	defer cancel()
+	resp, err = anyNode(bctx, s, "RebuildReplica", func(ctx context.Context, cc *grpc.ClientConn) (*taskstorepb.RebuildReplicaResponse, error) {
+		return taskstorepb.NewAdminClient(cc).RebuildReplica(ctx, req)
+	})
+	return resp, s.toStatus(ctx, "RebuildReplica", err)
+}

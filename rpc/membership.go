@@ -75,3 +75,43 @@ func (srv *Server) askMember(ctx context.Context, localOnly bool) (taskstorepb.A
 	}
 	return taskstorepb.NewAdminClient(conn), metadata.AppendToOutgoingContext(ctx, forwardedKey, "1"), true
 }
+
+// RebuildReplica implements Admin.RebuildReplica. Any node forwards it to
+// the shard's leader, which removes the diverged replica from the group and
+// then sends the same request with wipe to the replica's node.
+func (srv *Server) RebuildReplica(ctx context.Context, req *taskstorepb.RebuildReplicaRequest) (*taskstorepb.RebuildReplicaResponse, error) {
+	if req.Wipe {
+		if md, ok := metadata.FromIncomingContext(ctx); !ok || len(md.Get(forwardedKey)) == 0 {
+			return nil, toStatus(invalid("wipe", "set only by the shard's leader, after it removed the replica from the group: use taskctl shard rebuild"))
+		}
+		if err := srv.node.WipeReplica(req.Shard); err != nil {
+			return nil, toStatus(err)
+		}
+		return &taskstorepb.RebuildReplicaResponse{}, nil
+	}
+	err := srv.node.RebuildReplica(metadata.AppendToOutgoingContext(ctx, forwardedKey, "1"), req.Shard, req.Node)
+	if err != nil {
+		if leader, fctx, ok := srv.shardLeader(ctx, err); ok {
+			return leader.RebuildReplica(fctx, req)
+		}
+		return nil, toStatus(err)
+	}
+	return &taskstorepb.RebuildReplicaResponse{}, nil
+}
+
+// shardLeader returns a client of a shard's leader when err names it and
+// the call was not forwarded already.
+func (srv *Server) shardLeader(ctx context.Context, err error) (taskstorepb.AdminClient, context.Context, bool) {
+	var nl *cluster.NotLeaderError
+	if !errors.As(err, &nl) || nl.LeaderAddress == "" || nl.LeaderAddress == srv.node.Addr() {
+		return nil, nil, false
+	}
+	if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get(forwardedKey)) > 0 {
+		return nil, nil, false
+	}
+	conn, cerr := srv.node.PeerConn(nl.LeaderAddress)
+	if cerr != nil {
+		return nil, nil, false
+	}
+	return taskstorepb.NewAdminClient(conn), metadata.AppendToOutgoingContext(ctx, forwardedKey, "1"), true
+}

@@ -35,7 +35,11 @@ dead), the shards it replicates and those it leads.
 SHARDS: each shard's leader, Raft term, replicas (node ids), hash slots owned,
 the leader's commit and applied index, and the largest lag (entries applied
 on the leader but not yet on a replica) of any replica. The meta group, which
-holds the cluster map, is the row "meta".
+holds the cluster map, is the row "meta". STATE is "ok", or
+DIVERGED:NODES for replicas that stopped because their state differs from
+the majority's (repair with taskctl shard rebuild), or REPLICAS-DISAGREE when
+the replicas' state digests differ with no majority (nothing is stopped; find
+the wrong replica from the nodes' logs and rebuild it).
 
 With -o json it prints the StatusResponse message.`,
 		Example: `  taskctl status
@@ -157,10 +161,11 @@ With -o json it prints a StatusResponse holding only "nodes".`,
 func (a *app) shardCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "shard",
-		Short: "Inspect shards and move their leadership",
+		Short: "Inspect shards, move their leadership, rebuild diverged replicas",
 		Long:  `shard groups the commands about shards, the Raft groups that hold the tasks.`,
 		Example: `  taskctl shard list
-  taskctl shard transfer 3 --to n2`,
+  taskctl shard transfer 3 --to n2
+  taskctl shard rebuild 3 --node n2`,
 	}
 	cmd.AddCommand(&cobra.Command{
 		Use:   "list",
@@ -218,8 +223,98 @@ With -o json it prints the TransferLeaderResponse.`,
 		},
 	}
 	transfer.Flags().StringVar(&to, "to", "", "node id of the new leader (a replica of the shard); empty lets the leader pick")
-	cmd.AddCommand(transfer)
+	cmd.AddCommand(transfer, a.rebuildCmd())
 	return cmd
+}
+
+func (a *app) rebuildCmd() *cobra.Command {
+	var node string
+	var noWait bool
+	cmd := &cobra.Command{
+		Use:   "rebuild SHARD --node NODE",
+		Short: "Replace a diverged replica with a copy of the healthy ones",
+		Long: `shard rebuild repairs a replica that stopped because its state diverged from
+the other replicas' (status shows it as "diverged"; the node logged an ERROR
+and exports taskstore_shard_diverged{shard} = 1). Replicas compare digests of
+their state at the same log index every 30 s; a replica whose digest differs
+from the one a majority of the shard's voters agree on stops serving and
+voting for that shard, and stays stopped across restarts, so that it can be
+examined: its files stay in <data-dir>/shards/SHARD until this command.
+
+The rebuild goes through Raft membership, never by deleting files under a
+live voter (a voter that loses its log can vote twice in one term):
+  1. the shard's leader removes NODE's replica from the shard's Raft group;
+  2. NODE deletes its copy of the shard (the marker that kept it stopped
+     included) and starts an empty replica;
+  3. the leader adds it back as a non-voter, it catches up (by snapshot, then
+     the log), and is promoted to voter once it trails by little.
+Copy <data-dir>/shards/SHARD away first if you want to keep the evidence.
+
+It refuses a replica that is not diverged. The command waits until the
+replica votes again and has caught up; --no-wait returns after step 2.`,
+		Example: `  taskctl status                      # shard 3 on n2 shows "diverged"
+  taskctl shard rebuild 3 --node n2`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			shard, err := strconv.ParseUint(args[0], 10, 32)
+			if err != nil || shard == 0 {
+				return fmt.Errorf("shard %q: want a shard id (a positive number, see shard list)", args[0])
+			}
+			if node == "" {
+				return fmt.Errorf("--node is required: the node whose replica diverged (see taskctl status)")
+			}
+			return a.withClient(0, func(ctx context.Context, c *client.Client) error {
+				if err := c.RebuildReplica(ctx, uint32(shard), node); err != nil {
+					return err
+				}
+				fmt.Fprintf(a.stdout, "shard %d: %s's replica was removed and deleted; it rejoins from the leader\n", shard, node)
+				if noWait {
+					return nil
+				}
+				return a.waitRebuilt(c, uint32(shard), node)
+			})
+		},
+	}
+	cmd.Flags().StringVar(&node, "node", "", "node id of the diverged replica")
+	cmd.Flags().BoolVar(&noWait, "no-wait", false, "return once the replica was deleted, without waiting for it to catch up")
+	return cmd
+}
+
+// waitRebuilt prints progress until a rebuilt replica votes and has caught
+// up with the shard.
+func (a *app) waitRebuilt(c *client.Client, shard uint32, node string) error {
+	last := ""
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), a.timeout)
+		st, err := c.Status(ctx, &taskstorepb.StatusRequest{})
+		cancel()
+		if err != nil {
+			return err
+		}
+		msg := fmt.Sprintf("shard %d: %s has not rejoined yet", shard, node)
+		done := false
+		for _, s := range st.Shards {
+			if s.Id != shard {
+				continue
+			}
+			for _, rs := range s.ReplicaStatus {
+				if rs.Node != node {
+					continue
+				}
+				msg = fmt.Sprintf("shard %d: %s is %s, %d entries behind", shard, node, rs.Role, rs.Lag)
+				done = (rs.Role == "follower" || rs.Role == "leader") && rs.Lag < 1000
+			}
+		}
+		if msg != last {
+			fmt.Fprintln(a.stdout, msg)
+			last = msg
+		}
+		if done {
+			fmt.Fprintf(a.stdout, "shard %d: %s's replica is rebuilt\n", shard, node)
+			return nil
+		}
+		time.Sleep(time.Second)
+	}
 }
 
 // waitPlacement prints progress until placement has settled (and, when

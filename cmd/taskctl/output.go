@@ -156,10 +156,36 @@ func printNodes(w io.Writer, nodes []*taskstorepb.NodeStatus) error {
 	return t.flush()
 }
 
+// shardState is "ok", or what is wrong with the shard's replicas: those
+// stopped because their state diverged, and replicas that found the
+// voters disagreeing with no majority.
+func shardState(s *taskstorepb.ShardStatus) string {
+	var diverged, disagree []string
+	for _, r := range s.ReplicaStatus {
+		if r.Role == "diverged" {
+			diverged = append(diverged, r.Node)
+		}
+		if r.Disagreement != "" {
+			disagree = append(disagree, r.Node)
+		}
+	}
+	var out []string
+	if len(diverged) > 0 {
+		out = append(out, "DIVERGED:"+strings.Join(diverged, ","))
+	}
+	if len(disagree) > 0 {
+		out = append(out, "REPLICAS-DISAGREE(seen by "+strings.Join(disagree, ",")+")")
+	}
+	if len(out) == 0 {
+		return "ok"
+	}
+	return strings.Join(out, " ")
+}
+
 // printShards writes one row per shard: the leader's commit and applied
 // index, and the largest lag of any replica.
 func printShards(w io.Writer, shards []*taskstorepb.ShardStatus) error {
-	t := newTable(w, "SHARD", "LEADER", "TERM", "REPLICAS", "SLOTS", "COMMIT", "APPLIED", "LAG")
+	t := newTable(w, "SHARD", "LEADER", "TERM", "REPLICAS", "SLOTS", "COMMIT", "APPLIED", "LAG", "STATE")
 	for _, s := range shards {
 		if s == nil {
 			continue
@@ -183,7 +209,7 @@ func printShards(w io.Writer, shards []*taskstorepb.ShardStatus) error {
 		if s.Id != 0 {
 			slots = u64(uint64(s.Slots))
 		}
-		t.row(id, orDash(s.Leader), u64(s.Term), orDash(strings.Join(s.Replicas, ",")), slots, commit, applied, lag)
+		t.row(id, orDash(s.Leader), u64(s.Term), orDash(strings.Join(s.Replicas, ",")), slots, commit, applied, lag, shardState(s))
 	}
 	return t.flush()
 }

@@ -163,6 +163,7 @@ var methodPerms = map[string]int{
 	"/taskstore.v1.Admin/TransferLeader": permAdmin,
 	"/taskstore.v1.Admin/AddNode":        permAdmin,
 	"/taskstore.v1.Admin/RemoveNode":     permAdmin,
+	"/taskstore.v1.Admin/RebuildReplica": permAdmin,
 	"/grpc.health.v1.Health/Check":       permAny,
 	"/grpc.health.v1.Health/Watch":       permAny,
 	"/grpc.health.v1.Health/List":        permAny,
@@ -180,6 +181,11 @@ func Authorize(p Principal, method string, req any) error {
 	case permAdmin:
 		if p.Role != RoleAdmin && p.Role != RoleNode {
 			return status.Errorf(codes.PermissionDenied, "%s needs the admin role; %s has role %s", short, p.Name, p.Role)
+		}
+		// Deleting a replica's files is safe only after its shard's leader
+		// removed it from the group: only a node (that leader) asks for it.
+		if r, ok := req.(*taskstorepb.RebuildReplicaRequest); ok && r.GetWipe() && p.Role != RoleNode {
+			return status.Errorf(codes.PermissionDenied, "%s with wipe is sent by the shard's leader only; %s has role %s", short, p.Name, p.Role)
 		}
 	case permClient:
 		for _, q := range queuesOf(req) {

@@ -1857,13 +1857,22 @@ func (x *NodeStatus) GetLeads() []uint32 {
 type ReplicaStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Node  string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
-	// leader, follower, candidate, nonvoter, or unknown.
+	// leader, follower, candidate, nonvoter, shutdown, or diverged (stopped
+	// because its state differs from a majority's; see divergence).
 	Role         string `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
 	CommitIndex  uint64 `protobuf:"varint,3,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
 	AppliedIndex uint64 `protobuf:"varint,4,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
 	LastIndex    uint64 `protobuf:"varint,5,opt,name=last_index,json=lastIndex,proto3" json:"last_index,omitempty"`
 	// How far this replica's applied index is behind the leader's.
-	Lag           uint64 `protobuf:"varint,6,opt,name=lag,proto3" json:"lag,omitempty"`
+	Lag uint64 `protobuf:"varint,6,opt,name=lag,proto3" json:"lag,omitempty"`
+	// The replica's recent state checkpoints, oldest first; replicas compare
+	// them to find one whose state diverged.
+	Checkpoints []*Checkpoint `protobuf:"bytes,7,rep,name=checkpoints,proto3" json:"checkpoints,omitempty"`
+	// Set while the replica is stopped because its state diverged.
+	Divergence *Divergence `protobuf:"bytes,8,opt,name=divergence,proto3" json:"divergence,omitempty"`
+	// Set when this replica found that the voters' checkpoints disagree with
+	// no majority for any digest: which replica is wrong is unknown.
+	Disagreement  string `protobuf:"bytes,9,opt,name=disagreement,proto3" json:"disagreement,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1940,6 +1949,161 @@ func (x *ReplicaStatus) GetLag() uint64 {
 	return 0
 }
 
+func (x *ReplicaStatus) GetCheckpoints() []*Checkpoint {
+	if x != nil {
+		return x.Checkpoints
+	}
+	return nil
+}
+
+func (x *ReplicaStatus) GetDivergence() *Divergence {
+	if x != nil {
+		return x.Divergence
+	}
+	return nil
+}
+
+func (x *ReplicaStatus) GetDisagreement() string {
+	if x != nil {
+		return x.Disagreement
+	}
+	return ""
+}
+
+// Checkpoint is the digest of a shard's state right after the entry at
+// index; every replica checkpoints at the same indexes.
+type Checkpoint struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Index uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	// SHA-256 of the canonical state.
+	Digest        []byte `protobuf:"bytes,2,opt,name=digest,proto3" json:"digest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Checkpoint) Reset() {
+	*x = Checkpoint{}
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Checkpoint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Checkpoint) ProtoMessage() {}
+
+func (x *Checkpoint) ProtoReflect() protoreflect.Message {
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Checkpoint.ProtoReflect.Descriptor instead.
+func (*Checkpoint) Descriptor() ([]byte, []int) {
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *Checkpoint) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *Checkpoint) GetDigest() []byte {
+	if x != nil {
+		return x.Digest
+	}
+	return nil
+}
+
+// Divergence is what a replica found when it stopped.
+type Divergence struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The checkpoint index where its digest differs.
+	Index          uint64 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Digest         []byte `protobuf:"bytes,2,opt,name=digest,proto3" json:"digest,omitempty"`
+	MajorityDigest []byte `protobuf:"bytes,3,opt,name=majority_digest,json=majorityDigest,proto3" json:"majority_digest,omitempty"`
+	// The voters that agree on majority_digest.
+	Majority      []string               `protobuf:"bytes,4,rep,name=majority,proto3" json:"majority,omitempty"`
+	Detected      *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=detected,proto3" json:"detected,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Divergence) Reset() {
+	*x = Divergence{}
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Divergence) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Divergence) ProtoMessage() {}
+
+func (x *Divergence) ProtoReflect() protoreflect.Message {
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Divergence.ProtoReflect.Descriptor instead.
+func (*Divergence) Descriptor() ([]byte, []int) {
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *Divergence) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *Divergence) GetDigest() []byte {
+	if x != nil {
+		return x.Digest
+	}
+	return nil
+}
+
+func (x *Divergence) GetMajorityDigest() []byte {
+	if x != nil {
+		return x.MajorityDigest
+	}
+	return nil
+}
+
+func (x *Divergence) GetMajority() []string {
+	if x != nil {
+		return x.Majority
+	}
+	return nil
+}
+
+func (x *Divergence) GetDetected() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Detected
+	}
+	return nil
+}
+
 type ShardStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// 0 is the meta group.
@@ -1955,7 +2119,7 @@ type ShardStatus struct {
 
 func (x *ShardStatus) Reset() {
 	*x = ShardStatus{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[24]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1967,7 +2131,7 @@ func (x *ShardStatus) String() string {
 func (*ShardStatus) ProtoMessage() {}
 
 func (x *ShardStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[24]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1980,7 +2144,7 @@ func (x *ShardStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardStatus.ProtoReflect.Descriptor instead.
 func (*ShardStatus) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{24}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ShardStatus) GetId() uint32 {
@@ -2038,7 +2202,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[25]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2050,7 +2214,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[25]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2063,7 +2227,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{25}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *StatusResponse) GetNodes() []*NodeStatus {
@@ -2102,7 +2266,7 @@ type RoutingRequest struct {
 
 func (x *RoutingRequest) Reset() {
 	*x = RoutingRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[26]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2114,7 +2278,7 @@ func (x *RoutingRequest) String() string {
 func (*RoutingRequest) ProtoMessage() {}
 
 func (x *RoutingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[26]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2127,7 +2291,7 @@ func (x *RoutingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoutingRequest.ProtoReflect.Descriptor instead.
 func (*RoutingRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{26}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{28}
 }
 
 type Replica struct {
@@ -2140,7 +2304,7 @@ type Replica struct {
 
 func (x *Replica) Reset() {
 	*x = Replica{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[27]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2152,7 +2316,7 @@ func (x *Replica) String() string {
 func (*Replica) ProtoMessage() {}
 
 func (x *Replica) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[27]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2165,7 +2329,7 @@ func (x *Replica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Replica.ProtoReflect.Descriptor instead.
 func (*Replica) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{27}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Replica) GetId() string {
@@ -2195,7 +2359,7 @@ type ShardRoute struct {
 
 func (x *ShardRoute) Reset() {
 	*x = ShardRoute{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[28]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2207,7 +2371,7 @@ func (x *ShardRoute) String() string {
 func (*ShardRoute) ProtoMessage() {}
 
 func (x *ShardRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[28]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2220,7 +2384,7 @@ func (x *ShardRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardRoute.ProtoReflect.Descriptor instead.
 func (*ShardRoute) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{28}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ShardRoute) GetId() uint32 {
@@ -2265,7 +2429,7 @@ type RoutingResponse struct {
 
 func (x *RoutingResponse) Reset() {
 	*x = RoutingResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[29]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2277,7 +2441,7 @@ func (x *RoutingResponse) String() string {
 func (*RoutingResponse) ProtoMessage() {}
 
 func (x *RoutingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[29]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2290,7 +2454,7 @@ func (x *RoutingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoutingResponse.ProtoReflect.Descriptor instead.
 func (*RoutingResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{29}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RoutingResponse) GetSlots() []uint32 {
@@ -2325,7 +2489,7 @@ type TransferLeaderRequest struct {
 
 func (x *TransferLeaderRequest) Reset() {
 	*x = TransferLeaderRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[30]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2337,7 +2501,7 @@ func (x *TransferLeaderRequest) String() string {
 func (*TransferLeaderRequest) ProtoMessage() {}
 
 func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[30]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2350,7 +2514,7 @@ func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{30}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *TransferLeaderRequest) GetShard() uint32 {
@@ -2376,7 +2540,7 @@ type TransferLeaderResponse struct {
 
 func (x *TransferLeaderResponse) Reset() {
 	*x = TransferLeaderResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[31]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2388,7 +2552,7 @@ func (x *TransferLeaderResponse) String() string {
 func (*TransferLeaderResponse) ProtoMessage() {}
 
 func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[31]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2401,7 +2565,7 @@ func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{31}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *TransferLeaderResponse) GetLeader() string {
@@ -2422,7 +2586,7 @@ type AddNodeRequest struct {
 
 func (x *AddNodeRequest) Reset() {
 	*x = AddNodeRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[32]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2434,7 +2598,7 @@ func (x *AddNodeRequest) String() string {
 func (*AddNodeRequest) ProtoMessage() {}
 
 func (x *AddNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[32]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2447,7 +2611,7 @@ func (x *AddNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodeRequest.ProtoReflect.Descriptor instead.
 func (*AddNodeRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{32}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *AddNodeRequest) GetId() string {
@@ -2473,7 +2637,7 @@ type AddNodeResponse struct {
 
 func (x *AddNodeResponse) Reset() {
 	*x = AddNodeResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[33]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2485,7 +2649,7 @@ func (x *AddNodeResponse) String() string {
 func (*AddNodeResponse) ProtoMessage() {}
 
 func (x *AddNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[33]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2498,7 +2662,7 @@ func (x *AddNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodeResponse.ProtoReflect.Descriptor instead.
 func (*AddNodeResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{33}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *AddNodeResponse) GetNode() *NodeStatus {
@@ -2520,7 +2684,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[34]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2532,7 +2696,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[34]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2545,7 +2709,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{34}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *RemoveNodeRequest) GetId() string {
@@ -2571,7 +2735,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[35]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2583,7 +2747,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[35]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2596,7 +2760,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{35}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RemoveNodeResponse) GetNode() *NodeStatus {
@@ -2604,6 +2768,107 @@ func (x *RemoveNodeResponse) GetNode() *NodeStatus {
 		return x.Node
 	}
 	return nil
+}
+
+type RebuildReplicaRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Shard uint32                 `protobuf:"varint,1,opt,name=shard,proto3" json:"shard,omitempty"`
+	// The node whose replica is rebuilt; it must be diverged.
+	Node string `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	// Set only by the shard's leader once it has removed the replica from
+	// the shard's Raft group: the node then deletes its copy and starts an
+	// empty one. Never set it by hand: a voter that loses its files can vote
+	// twice in one term.
+	Wipe          bool `protobuf:"varint,3,opt,name=wipe,proto3" json:"wipe,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RebuildReplicaRequest) Reset() {
+	*x = RebuildReplicaRequest{}
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RebuildReplicaRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RebuildReplicaRequest) ProtoMessage() {}
+
+func (x *RebuildReplicaRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RebuildReplicaRequest.ProtoReflect.Descriptor instead.
+func (*RebuildReplicaRequest) Descriptor() ([]byte, []int) {
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *RebuildReplicaRequest) GetShard() uint32 {
+	if x != nil {
+		return x.Shard
+	}
+	return 0
+}
+
+func (x *RebuildReplicaRequest) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *RebuildReplicaRequest) GetWipe() bool {
+	if x != nil {
+		return x.Wipe
+	}
+	return false
+}
+
+type RebuildReplicaResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RebuildReplicaResponse) Reset() {
+	*x = RebuildReplicaResponse{}
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RebuildReplicaResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RebuildReplicaResponse) ProtoMessage() {}
+
+func (x *RebuildReplicaResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RebuildReplicaResponse.ProtoReflect.Descriptor instead.
+func (*RebuildReplicaResponse) Descriptor() ([]byte, []int) {
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{39}
 }
 
 var File_taskstore_v1_taskstore_proto protoreflect.FileDescriptor
@@ -2776,7 +3041,7 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\x05state\x18\x05 \x01(\tR\x05state\x12\x16\n" +
 	"\x06health\x18\x06 \x01(\tR\x06health\x12\x16\n" +
 	"\x06shards\x18\a \x03(\rR\x06shards\x12\x14\n" +
-	"\x05leads\x18\b \x03(\rR\x05leads\"\xb0\x01\n" +
+	"\x05leads\x18\b \x03(\rR\x05leads\"\xca\x02\n" +
 	"\rReplicaStatus\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12!\n" +
@@ -2784,7 +3049,23 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\rapplied_index\x18\x04 \x01(\x04R\fappliedIndex\x12\x1d\n" +
 	"\n" +
 	"last_index\x18\x05 \x01(\x04R\tlastIndex\x12\x10\n" +
-	"\x03lag\x18\x06 \x01(\x04R\x03lag\"\xbf\x01\n" +
+	"\x03lag\x18\x06 \x01(\x04R\x03lag\x12:\n" +
+	"\vcheckpoints\x18\a \x03(\v2\x18.taskstore.v1.CheckpointR\vcheckpoints\x128\n" +
+	"\n" +
+	"divergence\x18\b \x01(\v2\x18.taskstore.v1.DivergenceR\n" +
+	"divergence\x12\"\n" +
+	"\fdisagreement\x18\t \x01(\tR\fdisagreement\":\n" +
+	"\n" +
+	"Checkpoint\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x16\n" +
+	"\x06digest\x18\x02 \x01(\fR\x06digest\"\xb7\x01\n" +
+	"\n" +
+	"Divergence\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x16\n" +
+	"\x06digest\x18\x02 \x01(\fR\x06digest\x12'\n" +
+	"\x0fmajority_digest\x18\x03 \x01(\fR\x0emajorityDigest\x12\x1a\n" +
+	"\bmajority\x18\x04 \x03(\tR\bmajority\x126\n" +
+	"\bdetected\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\bdetected\"\xbf\x01\n" +
 	"\vShardStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x16\n" +
 	"\x06leader\x18\x02 \x01(\tR\x06leader\x12\x12\n" +
@@ -2825,21 +3106,27 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05force\x18\x02 \x01(\bR\x05force\"B\n" +
 	"\x12RemoveNodeResponse\x12,\n" +
-	"\x04node\x18\x01 \x01(\v2\x18.taskstore.v1.NodeStatusR\x04node2\x9a\x03\n" +
+	"\x04node\x18\x01 \x01(\v2\x18.taskstore.v1.NodeStatusR\x04node\"U\n" +
+	"\x15RebuildReplicaRequest\x12\x14\n" +
+	"\x05shard\x18\x01 \x01(\rR\x05shard\x12\x12\n" +
+	"\x04node\x18\x02 \x01(\tR\x04node\x12\x12\n" +
+	"\x04wipe\x18\x03 \x01(\bR\x04wipe\"\x18\n" +
+	"\x16RebuildReplicaResponse2\x9a\x03\n" +
 	"\tTaskStore\x12C\n" +
 	"\x06Modify\x12\x1b.taskstore.v1.ModifyRequest\x1a\x1c.taskstore.v1.ModifyResponse\x12@\n" +
 	"\x05Claim\x12\x1a.taskstore.v1.ClaimRequest\x1a\x1b.taskstore.v1.ClaimResponse\x12@\n" +
 	"\x05Tasks\x12\x1a.taskstore.v1.TasksRequest\x1a\x1b.taskstore.v1.TasksResponse\x12C\n" +
 	"\x06Queues\x12\x1b.taskstore.v1.QueuesRequest\x1a\x1c.taskstore.v1.QueuesResponse\x12=\n" +
 	"\x04Time\x12\x19.taskstore.v1.TimeRequest\x1a\x1a.taskstore.v1.TimeResponse\x12@\n" +
-	"\x05Purge\x12\x1a.taskstore.v1.PurgeRequest\x1a\x1b.taskstore.v1.PurgeResponse2\x8a\x03\n" +
+	"\x05Purge\x12\x1a.taskstore.v1.PurgeRequest\x1a\x1b.taskstore.v1.PurgeResponse2\xe7\x03\n" +
 	"\x05Admin\x12C\n" +
 	"\x06Status\x12\x1b.taskstore.v1.StatusRequest\x1a\x1c.taskstore.v1.StatusResponse\x12F\n" +
 	"\aRouting\x12\x1c.taskstore.v1.RoutingRequest\x1a\x1d.taskstore.v1.RoutingResponse\x12[\n" +
 	"\x0eTransferLeader\x12#.taskstore.v1.TransferLeaderRequest\x1a$.taskstore.v1.TransferLeaderResponse\x12F\n" +
 	"\aAddNode\x12\x1c.taskstore.v1.AddNodeRequest\x1a\x1d.taskstore.v1.AddNodeResponse\x12O\n" +
 	"\n" +
-	"RemoveNode\x12\x1f.taskstore.v1.RemoveNodeRequest\x1a .taskstore.v1.RemoveNodeResponseB;Z9github.com/e1158ecb/taskstore/rpc/taskstorepb;taskstorepbb\x06proto3"
+	"RemoveNode\x12\x1f.taskstore.v1.RemoveNodeRequest\x1a .taskstore.v1.RemoveNodeResponse\x12[\n" +
+	"\x0eRebuildReplica\x12#.taskstore.v1.RebuildReplicaRequest\x1a$.taskstore.v1.RebuildReplicaResponseB;Z9github.com/e1158ecb/taskstore/rpc/taskstorepb;taskstorepbb\x06proto3"
 
 var (
 	file_taskstore_v1_taskstore_proto_rawDescOnce sync.Once
@@ -2854,7 +3141,7 @@ func file_taskstore_v1_taskstore_proto_rawDescGZIP() []byte {
 }
 
 var file_taskstore_v1_taskstore_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_taskstore_v1_taskstore_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_taskstore_v1_taskstore_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_taskstore_v1_taskstore_proto_goTypes = []any{
 	(RefError_Category)(0),         // 0: taskstore.v1.RefError.Category
 	(*Task)(nil),                   // 1: taskstore.v1.Task
@@ -2881,29 +3168,33 @@ var file_taskstore_v1_taskstore_proto_goTypes = []any{
 	(*StatusRequest)(nil),          // 22: taskstore.v1.StatusRequest
 	(*NodeStatus)(nil),             // 23: taskstore.v1.NodeStatus
 	(*ReplicaStatus)(nil),          // 24: taskstore.v1.ReplicaStatus
-	(*ShardStatus)(nil),            // 25: taskstore.v1.ShardStatus
-	(*StatusResponse)(nil),         // 26: taskstore.v1.StatusResponse
-	(*RoutingRequest)(nil),         // 27: taskstore.v1.RoutingRequest
-	(*Replica)(nil),                // 28: taskstore.v1.Replica
-	(*ShardRoute)(nil),             // 29: taskstore.v1.ShardRoute
-	(*RoutingResponse)(nil),        // 30: taskstore.v1.RoutingResponse
-	(*TransferLeaderRequest)(nil),  // 31: taskstore.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil), // 32: taskstore.v1.TransferLeaderResponse
-	(*AddNodeRequest)(nil),         // 33: taskstore.v1.AddNodeRequest
-	(*AddNodeResponse)(nil),        // 34: taskstore.v1.AddNodeResponse
-	(*RemoveNodeRequest)(nil),      // 35: taskstore.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),     // 36: taskstore.v1.RemoveNodeResponse
-	(*timestamppb.Timestamp)(nil),  // 37: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 38: google.protobuf.Duration
+	(*Checkpoint)(nil),             // 25: taskstore.v1.Checkpoint
+	(*Divergence)(nil),             // 26: taskstore.v1.Divergence
+	(*ShardStatus)(nil),            // 27: taskstore.v1.ShardStatus
+	(*StatusResponse)(nil),         // 28: taskstore.v1.StatusResponse
+	(*RoutingRequest)(nil),         // 29: taskstore.v1.RoutingRequest
+	(*Replica)(nil),                // 30: taskstore.v1.Replica
+	(*ShardRoute)(nil),             // 31: taskstore.v1.ShardRoute
+	(*RoutingResponse)(nil),        // 32: taskstore.v1.RoutingResponse
+	(*TransferLeaderRequest)(nil),  // 33: taskstore.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil), // 34: taskstore.v1.TransferLeaderResponse
+	(*AddNodeRequest)(nil),         // 35: taskstore.v1.AddNodeRequest
+	(*AddNodeResponse)(nil),        // 36: taskstore.v1.AddNodeResponse
+	(*RemoveNodeRequest)(nil),      // 37: taskstore.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),     // 38: taskstore.v1.RemoveNodeResponse
+	(*RebuildReplicaRequest)(nil),  // 39: taskstore.v1.RebuildReplicaRequest
+	(*RebuildReplicaResponse)(nil), // 40: taskstore.v1.RebuildReplicaResponse
+	(*timestamppb.Timestamp)(nil),  // 41: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 42: google.protobuf.Duration
 }
 var file_taskstore_v1_taskstore_proto_depIdxs = []int32{
-	37, // 0: taskstore.v1.Task.at:type_name -> google.protobuf.Timestamp
-	37, // 1: taskstore.v1.Task.created:type_name -> google.protobuf.Timestamp
-	37, // 2: taskstore.v1.Task.modified:type_name -> google.protobuf.Timestamp
-	37, // 3: taskstore.v1.TaskInsert.at:type_name -> google.protobuf.Timestamp
-	38, // 4: taskstore.v1.TaskInsert.delay:type_name -> google.protobuf.Duration
-	37, // 5: taskstore.v1.TaskChange.at:type_name -> google.protobuf.Timestamp
-	38, // 6: taskstore.v1.TaskChange.delay:type_name -> google.protobuf.Duration
+	41, // 0: taskstore.v1.Task.at:type_name -> google.protobuf.Timestamp
+	41, // 1: taskstore.v1.Task.created:type_name -> google.protobuf.Timestamp
+	41, // 2: taskstore.v1.Task.modified:type_name -> google.protobuf.Timestamp
+	41, // 3: taskstore.v1.TaskInsert.at:type_name -> google.protobuf.Timestamp
+	42, // 4: taskstore.v1.TaskInsert.delay:type_name -> google.protobuf.Duration
+	41, // 5: taskstore.v1.TaskChange.at:type_name -> google.protobuf.Timestamp
+	42, // 6: taskstore.v1.TaskChange.delay:type_name -> google.protobuf.Duration
 	4,  // 7: taskstore.v1.ModifyRequest.inserts:type_name -> taskstore.v1.TaskInsert
 	5,  // 8: taskstore.v1.ModifyRequest.changes:type_name -> taskstore.v1.TaskChange
 	2,  // 9: taskstore.v1.ModifyRequest.deletes:type_name -> taskstore.v1.TaskRef
@@ -2913,53 +3204,58 @@ var file_taskstore_v1_taskstore_proto_depIdxs = []int32{
 	1,  // 13: taskstore.v1.ModifyResponse.changed:type_name -> taskstore.v1.Task
 	9,  // 14: taskstore.v1.ModifyError.errors:type_name -> taskstore.v1.RefError
 	0,  // 15: taskstore.v1.RefError.category:type_name -> taskstore.v1.RefError.Category
-	37, // 16: taskstore.v1.RefError.lease_until:type_name -> google.protobuf.Timestamp
-	38, // 17: taskstore.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
-	38, // 18: taskstore.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	41, // 16: taskstore.v1.RefError.lease_until:type_name -> google.protobuf.Timestamp
+	42, // 17: taskstore.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
+	42, // 18: taskstore.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
 	3,  // 19: taskstore.v1.ClaimRequest.request:type_name -> taskstore.v1.RequestID
 	1,  // 20: taskstore.v1.ClaimResponse.tasks:type_name -> taskstore.v1.Task
 	1,  // 21: taskstore.v1.TasksResponse.tasks:type_name -> taskstore.v1.Task
-	38, // 22: taskstore.v1.QueueStats.oldest_available_age:type_name -> google.protobuf.Duration
-	38, // 23: taskstore.v1.QueueStats.avg_claim_to_commit:type_name -> google.protobuf.Duration
-	38, // 24: taskstore.v1.QueueStats.rate_window:type_name -> google.protobuf.Duration
+	42, // 22: taskstore.v1.QueueStats.oldest_available_age:type_name -> google.protobuf.Duration
+	42, // 23: taskstore.v1.QueueStats.avg_claim_to_commit:type_name -> google.protobuf.Duration
+	42, // 24: taskstore.v1.QueueStats.rate_window:type_name -> google.protobuf.Duration
 	15, // 25: taskstore.v1.QueuesResponse.queues:type_name -> taskstore.v1.QueueStats
 	3,  // 26: taskstore.v1.PurgeRequest.request:type_name -> taskstore.v1.RequestID
-	37, // 27: taskstore.v1.TimeResponse.now:type_name -> google.protobuf.Timestamp
-	24, // 28: taskstore.v1.ShardStatus.replica_status:type_name -> taskstore.v1.ReplicaStatus
-	23, // 29: taskstore.v1.StatusResponse.nodes:type_name -> taskstore.v1.NodeStatus
-	25, // 30: taskstore.v1.StatusResponse.shards:type_name -> taskstore.v1.ShardStatus
-	25, // 31: taskstore.v1.StatusResponse.meta:type_name -> taskstore.v1.ShardStatus
-	28, // 32: taskstore.v1.ShardRoute.replicas:type_name -> taskstore.v1.Replica
-	29, // 33: taskstore.v1.RoutingResponse.shards:type_name -> taskstore.v1.ShardRoute
-	23, // 34: taskstore.v1.AddNodeResponse.node:type_name -> taskstore.v1.NodeStatus
-	23, // 35: taskstore.v1.RemoveNodeResponse.node:type_name -> taskstore.v1.NodeStatus
-	6,  // 36: taskstore.v1.TaskStore.Modify:input_type -> taskstore.v1.ModifyRequest
-	10, // 37: taskstore.v1.TaskStore.Claim:input_type -> taskstore.v1.ClaimRequest
-	12, // 38: taskstore.v1.TaskStore.Tasks:input_type -> taskstore.v1.TasksRequest
-	14, // 39: taskstore.v1.TaskStore.Queues:input_type -> taskstore.v1.QueuesRequest
-	19, // 40: taskstore.v1.TaskStore.Time:input_type -> taskstore.v1.TimeRequest
-	17, // 41: taskstore.v1.TaskStore.Purge:input_type -> taskstore.v1.PurgeRequest
-	22, // 42: taskstore.v1.Admin.Status:input_type -> taskstore.v1.StatusRequest
-	27, // 43: taskstore.v1.Admin.Routing:input_type -> taskstore.v1.RoutingRequest
-	31, // 44: taskstore.v1.Admin.TransferLeader:input_type -> taskstore.v1.TransferLeaderRequest
-	33, // 45: taskstore.v1.Admin.AddNode:input_type -> taskstore.v1.AddNodeRequest
-	35, // 46: taskstore.v1.Admin.RemoveNode:input_type -> taskstore.v1.RemoveNodeRequest
-	7,  // 47: taskstore.v1.TaskStore.Modify:output_type -> taskstore.v1.ModifyResponse
-	11, // 48: taskstore.v1.TaskStore.Claim:output_type -> taskstore.v1.ClaimResponse
-	13, // 49: taskstore.v1.TaskStore.Tasks:output_type -> taskstore.v1.TasksResponse
-	16, // 50: taskstore.v1.TaskStore.Queues:output_type -> taskstore.v1.QueuesResponse
-	20, // 51: taskstore.v1.TaskStore.Time:output_type -> taskstore.v1.TimeResponse
-	18, // 52: taskstore.v1.TaskStore.Purge:output_type -> taskstore.v1.PurgeResponse
-	26, // 53: taskstore.v1.Admin.Status:output_type -> taskstore.v1.StatusResponse
-	30, // 54: taskstore.v1.Admin.Routing:output_type -> taskstore.v1.RoutingResponse
-	32, // 55: taskstore.v1.Admin.TransferLeader:output_type -> taskstore.v1.TransferLeaderResponse
-	34, // 56: taskstore.v1.Admin.AddNode:output_type -> taskstore.v1.AddNodeResponse
-	36, // 57: taskstore.v1.Admin.RemoveNode:output_type -> taskstore.v1.RemoveNodeResponse
-	47, // [47:58] is the sub-list for method output_type
-	36, // [36:47] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	41, // 27: taskstore.v1.TimeResponse.now:type_name -> google.protobuf.Timestamp
+	25, // 28: taskstore.v1.ReplicaStatus.checkpoints:type_name -> taskstore.v1.Checkpoint
+	26, // 29: taskstore.v1.ReplicaStatus.divergence:type_name -> taskstore.v1.Divergence
+	41, // 30: taskstore.v1.Divergence.detected:type_name -> google.protobuf.Timestamp
+	24, // 31: taskstore.v1.ShardStatus.replica_status:type_name -> taskstore.v1.ReplicaStatus
+	23, // 32: taskstore.v1.StatusResponse.nodes:type_name -> taskstore.v1.NodeStatus
+	27, // 33: taskstore.v1.StatusResponse.shards:type_name -> taskstore.v1.ShardStatus
+	27, // 34: taskstore.v1.StatusResponse.meta:type_name -> taskstore.v1.ShardStatus
+	30, // 35: taskstore.v1.ShardRoute.replicas:type_name -> taskstore.v1.Replica
+	31, // 36: taskstore.v1.RoutingResponse.shards:type_name -> taskstore.v1.ShardRoute
+	23, // 37: taskstore.v1.AddNodeResponse.node:type_name -> taskstore.v1.NodeStatus
+	23, // 38: taskstore.v1.RemoveNodeResponse.node:type_name -> taskstore.v1.NodeStatus
+	6,  // 39: taskstore.v1.TaskStore.Modify:input_type -> taskstore.v1.ModifyRequest
+	10, // 40: taskstore.v1.TaskStore.Claim:input_type -> taskstore.v1.ClaimRequest
+	12, // 41: taskstore.v1.TaskStore.Tasks:input_type -> taskstore.v1.TasksRequest
+	14, // 42: taskstore.v1.TaskStore.Queues:input_type -> taskstore.v1.QueuesRequest
+	19, // 43: taskstore.v1.TaskStore.Time:input_type -> taskstore.v1.TimeRequest
+	17, // 44: taskstore.v1.TaskStore.Purge:input_type -> taskstore.v1.PurgeRequest
+	22, // 45: taskstore.v1.Admin.Status:input_type -> taskstore.v1.StatusRequest
+	29, // 46: taskstore.v1.Admin.Routing:input_type -> taskstore.v1.RoutingRequest
+	33, // 47: taskstore.v1.Admin.TransferLeader:input_type -> taskstore.v1.TransferLeaderRequest
+	35, // 48: taskstore.v1.Admin.AddNode:input_type -> taskstore.v1.AddNodeRequest
+	37, // 49: taskstore.v1.Admin.RemoveNode:input_type -> taskstore.v1.RemoveNodeRequest
+	39, // 50: taskstore.v1.Admin.RebuildReplica:input_type -> taskstore.v1.RebuildReplicaRequest
+	7,  // 51: taskstore.v1.TaskStore.Modify:output_type -> taskstore.v1.ModifyResponse
+	11, // 52: taskstore.v1.TaskStore.Claim:output_type -> taskstore.v1.ClaimResponse
+	13, // 53: taskstore.v1.TaskStore.Tasks:output_type -> taskstore.v1.TasksResponse
+	16, // 54: taskstore.v1.TaskStore.Queues:output_type -> taskstore.v1.QueuesResponse
+	20, // 55: taskstore.v1.TaskStore.Time:output_type -> taskstore.v1.TimeResponse
+	18, // 56: taskstore.v1.TaskStore.Purge:output_type -> taskstore.v1.PurgeResponse
+	28, // 57: taskstore.v1.Admin.Status:output_type -> taskstore.v1.StatusResponse
+	32, // 58: taskstore.v1.Admin.Routing:output_type -> taskstore.v1.RoutingResponse
+	34, // 59: taskstore.v1.Admin.TransferLeader:output_type -> taskstore.v1.TransferLeaderResponse
+	36, // 60: taskstore.v1.Admin.AddNode:output_type -> taskstore.v1.AddNodeResponse
+	38, // 61: taskstore.v1.Admin.RemoveNode:output_type -> taskstore.v1.RemoveNodeResponse
+	40, // 62: taskstore.v1.Admin.RebuildReplica:output_type -> taskstore.v1.RebuildReplicaResponse
+	51, // [51:63] is the sub-list for method output_type
+	39, // [39:51] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_taskstore_v1_taskstore_proto_init() }
@@ -2975,7 +3271,7 @@ func file_taskstore_v1_taskstore_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_taskstore_v1_taskstore_proto_rawDesc), len(file_taskstore_v1_taskstore_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   36,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -343,6 +343,7 @@ const (
 	Admin_TransferLeader_FullMethodName = "/taskstore.v1.Admin/TransferLeader"
 	Admin_AddNode_FullMethodName        = "/taskstore.v1.Admin/AddNode"
 	Admin_RemoveNode_FullMethodName     = "/taskstore.v1.Admin/RemoveNode"
+	Admin_RebuildReplica_FullMethodName = "/taskstore.v1.Admin/RebuildReplica"
 )
 
 // AdminClient is the client API for Admin service.
@@ -365,6 +366,11 @@ type AdminClient interface {
 	// RemoveNode drains a node (its replicas move elsewhere first, its
 	// leaderships are handed off), then removes it from every group.
 	RemoveNode(ctx context.Context, in *RemoveNodeRequest, opts ...grpc.CallOption) (*RemoveNodeResponse, error)
+	// RebuildReplica replaces a diverged replica of a shard with a copy of
+	// the healthy ones: the shard's leader removes it from the Raft group, the
+	// node deletes its copy, and placement adds it back as a non-voter that
+	// catches up by snapshot and is then promoted. Any node forwards it.
+	RebuildReplica(ctx context.Context, in *RebuildReplicaRequest, opts ...grpc.CallOption) (*RebuildReplicaResponse, error)
 }
 
 type adminClient struct {
@@ -425,6 +431,16 @@ func (c *adminClient) RemoveNode(ctx context.Context, in *RemoveNodeRequest, opt
 	return out, nil
 }
 
+func (c *adminClient) RebuildReplica(ctx context.Context, in *RebuildReplicaRequest, opts ...grpc.CallOption) (*RebuildReplicaResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RebuildReplicaResponse)
+	err := c.cc.Invoke(ctx, Admin_RebuildReplica_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -445,6 +461,11 @@ type AdminServer interface {
 	// RemoveNode drains a node (its replicas move elsewhere first, its
 	// leaderships are handed off), then removes it from every group.
 	RemoveNode(context.Context, *RemoveNodeRequest) (*RemoveNodeResponse, error)
+	// RebuildReplica replaces a diverged replica of a shard with a copy of
+	// the healthy ones: the shard's leader removes it from the Raft group, the
+	// node deletes its copy, and placement adds it back as a non-voter that
+	// catches up by snapshot and is then promoted. Any node forwards it.
+	RebuildReplica(context.Context, *RebuildReplicaRequest) (*RebuildReplicaResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -469,6 +490,9 @@ func (UnimplementedAdminServer) AddNode(context.Context, *AddNodeRequest) (*AddN
 }
 func (UnimplementedAdminServer) RemoveNode(context.Context, *RemoveNodeRequest) (*RemoveNodeResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method RemoveNode not implemented")
+}
+func (UnimplementedAdminServer) RebuildReplica(context.Context, *RebuildReplicaRequest) (*RebuildReplicaResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method RebuildReplica not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -581,6 +605,24 @@ func _Admin_RemoveNode_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_RebuildReplica_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RebuildReplicaRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).RebuildReplica(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_RebuildReplica_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).RebuildReplica(ctx, req.(*RebuildReplicaRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -607,6 +649,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RemoveNode",
 			Handler:    _Admin_RemoveNode_Handler,
+		},
+		{
+			MethodName: "RebuildReplica",
+			Handler:    _Admin_RebuildReplica_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

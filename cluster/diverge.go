@@ -1,0 +1,515 @@
+package cluster
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/e1158ecb/taskstore/fsm"
+	"github.com/e1158ecb/taskstore/fsm/fsmpb"
+	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
+)
+
+// Run-time divergence detection (issue 22; cluster/DESIGN.md "Replicas
+// compare state digests"). Every replica's machine checkpoints its state at
+// indexes the log alone decides (fsm.Checkpoint). Every node periodically
+// fetches the checkpoints of the voters of each shard it hosts and judges
+// only itself: where a strict majority of the voters agree on a digest and
+// its own differs, its replica diverged, and it stops serving that shard for
+// good (a marker file keeps it stopped across restarts) until an operator
+// rebuilds it from the healthy replicas (RebuildReplica).
+
+// ErrDiverged: the local replica of a shard stopped because its state
+// differs from the majority's.
+var ErrDiverged = errors.New("replica diverged")
+
+// replicaCheckInterval is how often a node compares its replicas'
+// checkpoints with the other voters'.
+const replicaCheckInterval = 30 * time.Second
+
+// divergedMarker is the file in a shard's directory that keeps a diverged
+// replica stopped across restarts. Its content is a divergenceRecord.
+const divergedMarker = "DIVERGED"
+
+// divergenceRecord is what a replica found when it stopped; it is the
+// marker's JSON and what Status reports.
+type divergenceRecord struct {
+	Shard          uint32    `json:"shard"`
+	Index          uint64    `json:"index"`
+	Digest         string    `json:"digest"`
+	MajorityDigest string    `json:"majority_digest"`
+	Majority       []string  `json:"majority"`
+	Detected       time.Time `json:"detected"`
+}
+
+func (d *divergenceRecord) toProto() *taskstorepb.Divergence {
+	own, _ := hex.DecodeString(d.Digest)
+	maj, _ := hex.DecodeString(d.MajorityDigest)
+	return &taskstorepb.Divergence{Index: d.Index, Digest: own, MajorityDigest: maj,
+		Majority: slices.Clone(d.Majority), Detected: timestamppb.New(d.Detected)}
+}
+
+// readDivergedMarker returns the marker of a shard directory, nil if there
+// is none. An unreadable marker still counts: the replica stays stopped.
+func readDivergedMarker(dir string, id uint32) (*divergenceRecord, error) {
+	data, err := os.ReadFile(filepath.Join(dir, divergedMarker))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	rec := &divergenceRecord{Shard: id}
+	if err != nil {
+		return rec, err
+	}
+	if err := json.Unmarshal(data, rec); err != nil {
+		return &divergenceRecord{Shard: id}, fmt.Errorf("%s: %w", filepath.Join(dir, divergedMarker), err)
+	}
+	return rec, nil
+}
+
+// writeDivergedMarker writes the marker durably (file and directory
+// fsynced): a crash right after must not bring the replica back.
+func writeDivergedMarker(dir string, rec *divergenceRecord) error {
+	data, err := json.MarshalIndent(rec, "", "  ")
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(dir, divergedMarker)
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(append(data, '\n')); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// Diverged returns what the local replica of a shard found when it stopped
+// because its state diverged, or nil.
+func (n *Node) Diverged(shard uint32) *taskstorepb.Divergence {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	if d := n.diverged[shard]; d != nil {
+		return d.toProto()
+	}
+	return nil
+}
+
+// divergedError points a request for a diverged shard at another replica,
+// never at this node.
+func (n *Node) divergedError(id uint32) error {
+	e := &NotLeaderError{Shard: id}
+	cm := n.meta.Map()
+	if sh := findShard(cm, id); sh != nil {
+		for _, r := range sh.Replicas {
+			if node := findNode(cm, r); node != nil && r != n.cfg.ID {
+				e.LeaderAddress = node.Address
+				break
+			}
+		}
+	}
+	return e
+}
+
+// checkpointsOf lists a replica's checkpoints for Status.
+func checkpointsOf(m *fsm.Machine) []*taskstorepb.Checkpoint {
+	cps := m.Checkpoints()
+	out := make([]*taskstorepb.Checkpoint, len(cps))
+	for i, cp := range cps {
+		out[i] = &taskstorepb.Checkpoint{Index: cp.Index, Digest: cp.Digest[:]}
+	}
+	return out
+}
+
+// checkReplicasLoop compares checkpoints every replicaCheckInterval.
+func (n *Node) checkReplicasLoop() {
+	for n.sleep(replicaCheckInterval) {
+		ctx, cancel := context.WithTimeout(context.Background(), replicaCheckInterval/2)
+		n.CheckReplicas(ctx)
+		cancel()
+	}
+}
+
+// CheckReplicas compares the checkpoints of every local replica with the
+// other voters' once (it runs every 30 s; tests call it directly). A local
+// replica found diverged is stopped (see stopDiverged).
+func (n *Node) CheckReplicas(ctx context.Context) {
+	shards := n.LocalShards()
+	if len(shards) == 0 {
+		return
+	}
+	// One local-only Status per peer covers all its shards.
+	reports := map[string]*taskstorepb.StatusResponse{}
+	addrs := map[string]string{}
+	for _, s := range shards {
+		for _, srv := range s.voters() {
+			if string(srv.ID) != n.cfg.ID {
+				addrs[string(srv.ID)] = string(srv.Address)
+			}
+		}
+	}
+	type answer struct {
+		id string
+		st *taskstorepb.StatusResponse
+	}
+	ch := make(chan answer, len(addrs))
+	for id, addr := range addrs {
+		go func() {
+			ch <- answer{id, n.peerStatus(ctx, addr)}
+		}()
+	}
+	for range addrs {
+		a := <-ch
+		if a.st != nil {
+			reports[a.id] = a.st
+		}
+	}
+	for _, s := range shards {
+		voters := s.voters()
+		if !slices.ContainsFunc(voters, func(srv raft.Server) bool { return string(srv.ID) == n.cfg.ID }) {
+			continue // a non-voter catching up judges nothing
+		}
+		var ids []string
+		seen := map[string][]*taskstorepb.Checkpoint{n.cfg.ID: checkpointsOf(s.machine)}
+		for _, srv := range voters {
+			id := string(srv.ID)
+			ids = append(ids, id)
+			if id == n.cfg.ID || reports[id] == nil {
+				continue
+			}
+			for _, ss := range reports[id].Shards {
+				if ss.Id != s.id {
+					continue
+				}
+				for _, rs := range ss.ReplicaStatus {
+					if rs.Node == id && rs.Divergence == nil {
+						seen[id] = rs.Checkpoints
+					}
+				}
+			}
+		}
+		v := judge(n.cfg.ID, ids, seen)
+		n.act(s, v)
+	}
+}
+
+// peerStatus asks a node for its local status, nil on failure.
+func (n *Node) peerStatus(ctx context.Context, addr string) *taskstorepb.StatusResponse {
+	conn, err := n.peers.get(addr)
+	if err != nil {
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	st, err := taskstorepb.NewAdminClient(conn).Status(cctx, &taskstorepb.StatusRequest{LocalOnly: true})
+	if err != nil {
+		n.log.Debug("replica check: peer status", "addr", addr, "err", err)
+		return nil
+	}
+	return st
+}
+
+// voters is the shard's current Raft voters (nil if unknown).
+func (s *Shard) voters() []raft.Server {
+	f := s.g.raft.GetConfiguration()
+	if f.Error() != nil {
+		return nil
+	}
+	var out []raft.Server
+	for _, srv := range f.Configuration().Servers {
+		if srv.Suffrage == raft.Voter {
+			out = append(out, srv)
+		}
+	}
+	return out
+}
+
+// verdict is one judgement of a replica against its group's voters.
+type verdict struct {
+	index uint64 // the checkpoint judged; 0: nothing to compare yet
+	// diverged: a strict majority of the voters agree on majority and this
+	// replica's digest differs.
+	diverged bool
+	own      []byte
+	majority []byte
+	agree    []string // the voters that hold majority
+	// disagree describes a checkpoint where no digest has a strict
+	// majority: which replica is wrong is unknown, so nothing stops.
+	disagree string
+}
+
+// judge compares self's checkpoints with the other voters'. It looks at the
+// newest index that self and a majority of the voters (counting self) have
+// checkpointed: a strict majority of all voters agreeing on a digest other
+// than self's means self diverged; no digest with a strict majority means
+// the replicas disagree. Only self is ever judged: each node stops only its
+// own replica, so a wrong verdict elsewhere cannot take a healthy one down.
+func judge(self string, voters []string, seen map[string][]*taskstorepb.Checkpoint) verdict {
+	quorum := len(voters)/2 + 1
+	digests := map[uint64]map[string][]byte{} // index -> voter -> digest
+	for _, id := range voters {
+		for _, cp := range seen[id] {
+			if digests[cp.Index] == nil {
+				digests[cp.Index] = map[string][]byte{}
+			}
+			digests[cp.Index][id] = cp.Digest
+		}
+	}
+	var indexes []uint64
+	for idx, by := range digests {
+		if _, ok := by[self]; ok && len(by) >= quorum {
+			indexes = append(indexes, idx)
+		}
+	}
+	if len(indexes) == 0 {
+		return verdict{}
+	}
+	idx := slices.Max(indexes)
+	by := digests[idx]
+	counts := map[string][]string{} // digest -> voters holding it
+	for id, d := range by {
+		counts[string(d)] = append(counts[string(d)], id)
+	}
+	v := verdict{index: idx, own: by[self]}
+	for d, ids := range counts {
+		if len(ids) >= quorum {
+			slices.Sort(ids)
+			v.majority, v.agree = []byte(d), ids
+			v.diverged = d != string(by[self])
+			return v
+		}
+	}
+	var parts []string
+	for _, id := range slices.Sorted(maps.Keys(by)) {
+		parts = append(parts, fmt.Sprintf("%s=%x", id, by[id][:min(8, len(by[id]))]))
+	}
+	v.disagree = fmt.Sprintf("at index %d no digest is held by a majority of %d voters: %s", idx, len(voters), strings.Join(parts, " "))
+	return v
+}
+
+// act applies a verdict to a local replica.
+func (n *Node) act(s *Shard, v verdict) {
+	if v.index == 0 {
+		return
+	}
+	n.mu.Lock()
+	if v.disagree != "" {
+		if n.disagree[s.id] != v.disagree {
+			n.log.Error("replicas of a shard disagree and no majority holds one state: a replica may have diverged; compare them (taskctl status) and rebuild the wrong one",
+				"shard", s.id, "detail", v.disagree)
+		}
+		n.disagree[s.id] = v.disagree
+	} else {
+		delete(n.disagree, s.id)
+	}
+	n.mu.Unlock()
+	if v.diverged {
+		n.stopDiverged(s, &divergenceRecord{Shard: s.id, Index: v.index, Digest: hex.EncodeToString(v.own),
+			MajorityDigest: hex.EncodeToString(v.majority), Majority: v.agree, Detected: time.Now().UTC()})
+	}
+}
+
+// stopDiverged takes a diverged replica out of service for good: it
+// records the marker, stops answering for the shard (reads, stale reads and
+// writes are pointed at another replica), hands off leadership and shuts
+// the shard's Raft group down, so it neither votes nor replicates. Its files
+// stay on disk for forensics until RebuildReplica replaces them.
+func (n *Node) stopDiverged(s *Shard, rec *divergenceRecord) {
+	n.mu.Lock()
+	if n.shards[s.id] != s {
+		n.mu.Unlock()
+		return // closed meanwhile
+	}
+	delete(n.shards, s.id)
+	n.diverged[s.id] = rec
+	delete(n.disagree, s.id)
+	n.mu.Unlock()
+	n.log.Error("replica diverged from the majority of its shard: it stops serving the shard and stays stopped (restarts included) until rebuilt with `taskctl shard rebuild`",
+		"shard", s.id, "index", rec.Index, "digest", rec.Digest, "majority_digest", rec.MajorityDigest,
+		"majority", strings.Join(rec.Majority, ","), "dir", s.g.dir)
+	if err := writeDivergedMarker(s.g.dir, rec); err != nil {
+		n.log.Error("write divergence marker: a restart would serve the diverged replica again", "shard", s.id, "err", err)
+	}
+	if s.g.raft.State() == raft.Leader {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*n.cfg.Tuning.ElectionTimeout+time.Second)
+		if err := waitFuture(ctx, s.g.raft.LeadershipTransfer()); err != nil {
+			n.log.Warn("hand off leadership of the diverged replica", "shard", s.id, "err", err)
+		}
+		cancel()
+	}
+	if err := s.close(); err != nil {
+		n.log.Warn("close diverged replica", "shard", s.id, "err", err)
+	}
+}
+
+// tickLoop proposes an OP_TICK on each shard this node leads whose clock
+// stood still for half a checkpoint period, so that idle shards still
+// checkpoint (at most about two entries per minute per idle shard).
+func (n *Node) tickLoop() {
+	for n.sleep(time.Duration(fsm.CheckpointEvery / 8)) {
+		for _, s := range n.LocalShards() {
+			ctx, cancel := context.WithTimeout(context.Background(), n.cfg.Tuning.ApplyTimeout)
+			if _, err := s.TickIfIdle(ctx, time.Duration(fsm.CheckpointEvery/2)); err != nil {
+				n.log.Debug("tick idle shard", "shard", s.id, "err", err)
+			}
+			cancel()
+		}
+	}
+}
+
+// TickIfIdle proposes an OP_TICK when this replica leads and the machine's
+// clock is at least idle behind the leader's time; it reports whether it
+// did. A tick only moves the clock, so it is safe to repeat.
+func (s *Shard) TickIfIdle(ctx context.Context, idle time.Duration) (bool, error) {
+	if !s.IsLeader() || s.clock().UnixNano()-s.machine.Clock() < int64(idle) {
+		return false, nil
+	}
+	if _, err := s.Propose(ctx, &fsmpb.Command{Op: fsmpb.Op_OP_TICK}); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// RebuildReplica replaces node's diverged replica of a shard with a copy of
+// the healthy replicas. It runs on the shard's leader (elsewhere it returns
+// a *NotLeaderError naming the leader when known): remove the replica from
+// the Raft group, then tell its node to delete its copy and start empty.
+// Placement then adds it back as a non-voter, which catches up (by snapshot
+// when the log was compacted) and is promoted. Membership first, files
+// second: a voter that lost its files could vote twice in one term.
+func (n *Node) RebuildReplica(ctx context.Context, shard uint32, node string) error {
+	cm := n.meta.Map()
+	sh := findShard(cm, shard)
+	if sh == nil {
+		return fmt.Errorf("%w: %d", ErrUnknownShard, shard)
+	}
+	if !slices.Contains(sh.Replicas, node) {
+		return fmt.Errorf("%w: node %s holds no replica of shard %d", ErrInvalidRequest, node, shard)
+	}
+	target := findNode(cm, node)
+	if target == nil || target.Address == "" {
+		return fmt.Errorf("%w: node %s has no address in the map", ErrInvalidRequest, node)
+	}
+	s := n.Shard(shard)
+	if s == nil || !s.IsLeader() {
+		return n.shardLeaderError(ctx, shard, s)
+	}
+	if node == n.cfg.ID {
+		return fmt.Errorf("%w: the leader of shard %d is %s itself, so it is not diverged", ErrRefused, shard, node)
+	}
+	conn, err := n.peers.get(target.Address)
+	if err != nil {
+		return err
+	}
+	admin := taskstorepb.NewAdminClient(conn)
+	// Refuse a healthy replica: rebuilding one costs a copy of the shard
+	// and, while it catches up, a vote.
+	st := n.peerStatus(ctx, target.Address)
+	if st == nil {
+		return fmt.Errorf("%w: node %s does not answer; rebuild it when it is up", ErrRefused, node)
+	}
+	diverged := false
+	for _, ss := range st.Shards {
+		for _, rs := range ss.ReplicaStatus {
+			diverged = diverged || ss.Id == shard && rs.Node == node && rs.Divergence != nil
+		}
+	}
+	if !diverged {
+		return fmt.Errorf("%w: %s's replica of shard %d is not diverged", ErrRefused, node, shard)
+	}
+	f := s.g.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return err
+	}
+	for _, srv := range f.Configuration().Servers {
+		if string(srv.ID) != node {
+			continue
+		}
+		n.log.Warn("rebuild: removing diverged replica from the shard's group", "shard", shard, "peer", node)
+		if err := n.changeConfig(ctx, s.g.raft, func(prev uint64) raft.IndexFuture {
+			return s.g.raft.RemoveServer(srv.ID, prev, 0)
+		}); err != nil {
+			return fmt.Errorf("remove %s from shard %d: %w", node, shard, err)
+		}
+	}
+	if _, err := admin.RebuildReplica(ctx, &taskstorepb.RebuildReplicaRequest{Shard: shard, Node: node, Wipe: true}); err != nil {
+		return fmt.Errorf("tell %s to delete its copy of shard %d: %w", node, shard, err)
+	}
+	n.log.Warn("rebuild: diverged replica deleted; it rejoins as a non-voter and is promoted once caught up", "shard", shard, "peer", node)
+	return nil
+}
+
+// shardLeaderError names the shard's leader for a request only it can do.
+func (n *Node) shardLeaderError(ctx context.Context, shard uint32, s *Shard) error {
+	if s != nil {
+		return s.notLeader()
+	}
+	// Not hosted here (or diverged): ask the replicas who leads.
+	cm := n.meta.Map()
+	if sh := findShard(cm, shard); sh != nil {
+		for _, r := range sh.Replicas {
+			node := findNode(cm, r)
+			if r == n.cfg.ID || node == nil {
+				continue
+			}
+			st := n.peerStatus(ctx, node.Address)
+			for _, ss := range st.GetShards() {
+				if ss.Id == shard && ss.Leader != "" {
+					if l := findNode(cm, ss.Leader); l != nil && l.Id != n.cfg.ID {
+						return &NotLeaderError{Shard: shard, LeaderID: l.Id, LeaderAddress: l.Address}
+					}
+				}
+			}
+		}
+	}
+	return &NotLeaderError{Shard: shard}
+}
+
+// WipeReplica deletes this node's diverged replica of a shard and starts
+// an empty one in its place, which waits for the leader to add it. Only the
+// shard's leader calls it, after removing the replica from the group
+// (RebuildReplica).
+func (n *Node) WipeReplica(shard uint32) error {
+	n.mu.Lock()
+	rec := n.diverged[shard]
+	n.mu.Unlock()
+	if rec == nil {
+		return fmt.Errorf("%w: this node's replica of shard %d is not diverged", ErrRefused, shard)
+	}
+	dir := groupDir(n.cfg.DataDir, shard)
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("delete %s: %w", dir, err)
+	}
+	n.mu.Lock()
+	delete(n.diverged, shard)
+	n.mu.Unlock()
+	n.log.Warn("diverged replica deleted; starting an empty one to be filled from the leader", "shard", shard, "dir", dir)
+	if _, err := n.openShard(shard); err != nil {
+		return fmt.Errorf("start empty replica of shard %d: %w", shard, err)
+	}
+	return nil
+}
