@@ -317,3 +317,30 @@ func TestIdleShardTicks(t *testing.T) {
 		t.Fatalf("a follower ticked: %v %v", ticked, err)
 	}
 }
+
+// TestDivergedLeaderStepsDown: in issue 22 the replica that diverged was
+// the shard's leader. It judges itself like any replica: it hands off
+// leadership and stops, and the other two go on serving.
+func TestDivergedLeaderStepsDown(t *testing.T) {
+	c := harness.Start(t, 3, harness.Options{Shards: 1, Scale: raceScale})
+	c.WaitReady()
+	queue := "divl/q"
+	shard := c.ShardOf(queue)
+	insert(t, c, queue, "a", "x")
+	bad := c.Leader(shard)
+	c.Diverge(bad, shard, &fsmpb.Command{Op: fsmpb.Op_OP_MODIFY, Modify: &fsmpb.Modify{Group: "divl",
+		Inserts: []*fsmpb.Insert{{Id: "intruder", Queue: queue}}}})
+	c.ForceCheckpoint(shard)
+	c.CheckReplicas()
+	if c.Nodes[bad].Server().Node.Diverged(shard) == nil {
+		t.Fatalf("diverged leader %s did not stop", c.Nodes[bad].ID)
+	}
+	refuses(t, c, bad, shard, queue)
+	insert(t, c, queue, "b", "x")
+	if l := c.Leader(shard); l == bad || l < 0 {
+		t.Fatalf("shard led by %d after its diverged leader %d stopped", l, bad)
+	}
+	if got := get(t, c, queue, "intruder"); got != nil {
+		t.Fatalf("the healthy replicas serve the diverged leader's task: %v", got)
+	}
+}

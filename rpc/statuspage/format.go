@@ -189,7 +189,7 @@ func healthClass(h string) string {
 		return "ok"
 	case "suspect", "waiting", "draining", "candidate", "nonvoter":
 		return "warn"
-	case "dead", "left", "removed", "shutdown":
+	case "dead", "left", "removed", "shutdown", "diverged":
 		return "bad"
 	}
 	return "muted"

@@ -239,6 +239,10 @@ type overviewData struct {
 	MaxLag      uint64
 	LagAlert    uint64
 	ReplicaRows int
+	// Problems found by the replicas' state checkpoints (issue 22):
+	// "shard 3 on n2" for each diverged replica, and shards whose voters
+	// disagree with no majority.
+	Diverged, Disagree []string
 }
 
 type nodeRow struct {
@@ -278,6 +282,12 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 		seen := map[string]bool{}
 		for _, rs := range s.GetReplicaStatus() {
 			seen[rs.GetNode()] = true
+			if rs.GetDivergence() != nil {
+				d.Diverged = append(d.Diverged, fmt.Sprintf("shard %d on %s", s.GetId(), rs.GetNode()))
+			}
+			if rs.GetDisagreement() != "" {
+				d.Disagree = append(d.Disagree, fmt.Sprintf("shard %d (seen by %s)", s.GetId(), rs.GetNode()))
+			}
 			row.Replicas = append(row.Replicas, replicaRow{Node: rs.GetNode(), Status: rs, IsLeader: rs.GetNode() == s.GetLeader()})
 			d.MaxLag = max(d.MaxLag, rs.GetLag())
 			d.ReplicaRows++

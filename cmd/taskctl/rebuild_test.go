@@ -1,0 +1,49 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
+)
+
+// status shows a diverged replica, and replicas that disagree, in the
+// shard's STATE column; a healthy shard says ok.
+func TestShardTableShowsDivergence(t *testing.T) {
+	var out bytes.Buffer
+	err := printShards(&out, []*taskstorepb.ShardStatus{
+		{Id: 1, Leader: "n1", Term: 3, Replicas: []string{"n1", "n2", "n3"}, ReplicaStatus: []*taskstorepb.ReplicaStatus{
+			{Node: "n1", Role: "leader", CommitIndex: 50, AppliedIndex: 50},
+			{Node: "n2", Role: "diverged", Divergence: &taskstorepb.Divergence{Index: 42}},
+			{Node: "n3", Role: "follower", CommitIndex: 50, AppliedIndex: 50},
+		}},
+		{Id: 2, Leader: "n2", Term: 3, ReplicaStatus: []*taskstorepb.ReplicaStatus{
+			{Node: "n2", Role: "leader", Disagreement: "at index 7 ..."},
+		}},
+		{Id: 3, Leader: "n3", Term: 3, ReplicaStatus: []*taskstorepb.ReplicaStatus{{Node: "n3", Role: "leader"}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(out.String(), "\n")
+	if !strings.Contains(lines[0], "STATE") || !strings.HasSuffix(strings.TrimSpace(lines[1]), "DIVERGED:n2") ||
+		!strings.HasSuffix(strings.TrimSpace(lines[2]), "REPLICAS-DISAGREE(seen by n2)") || !strings.HasSuffix(strings.TrimSpace(lines[3]), "ok") {
+		t.Fatalf("shard table:\n%s", out.String())
+	}
+}
+
+func TestShardRebuildNeedsANodeAndTeaches(t *testing.T) {
+	if r := runOffline(t, "shard", "rebuild", "3"); r.code == 0 || !strings.Contains(r.stderr, "--node is required") {
+		t.Fatalf("rebuild without --node: %+v", r)
+	}
+	if r := runOffline(t, "shard", "rebuild", "x", "--node", "n2"); r.code == 0 || !strings.Contains(r.stderr, "want a shard id") {
+		t.Fatalf("rebuild of shard x: %+v", r)
+	}
+	r := runOffline(t, "shard", "rebuild", "--help")
+	for _, want := range []string{"diverged", "removes NODE's replica", "non-voter", "vote twice", "taskctl shard rebuild 3 --node n2"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("rebuild --help lacks %q:\n%s", want, r.stdout)
+		}
+	}
+}

@@ -1,0 +1,54 @@
+package statuspage
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
+)
+
+// divergedFake reports shard 1's replica on b as diverged and shard 2's
+// replicas as disagreeing.
+type divergedFake struct{ fake }
+
+func (divergedFake) Status(ctx context.Context, localOnly bool) *taskstorepb.StatusResponse {
+	return &taskstorepb.StatusResponse{
+		Node:  "a",
+		Nodes: []*taskstorepb.NodeStatus{{Id: "a", State: "member", Health: "alive"}, {Id: "b", State: "member", Health: "alive"}, {Id: "c", State: "member", Health: "alive"}},
+		Shards: []*taskstorepb.ShardStatus{
+			{Id: 1, Leader: "a", Term: 3, Replicas: []string{"a", "b", "c"}, ReplicaStatus: []*taskstorepb.ReplicaStatus{
+				{Node: "a", Role: "leader", AppliedIndex: 50},
+				{Node: "b", Role: "diverged", Divergence: &taskstorepb.Divergence{Index: 42, Majority: []string{"a", "c"}}},
+				{Node: "c", Role: "follower", AppliedIndex: 50},
+			}},
+			{Id: 2, Leader: "a", Term: 3, Replicas: []string{"a", "b"}, ReplicaStatus: []*taskstorepb.ReplicaStatus{
+				{Node: "a", Role: "leader", AppliedIndex: 9, Disagreement: "at index 7 no digest is held by a majority"},
+				{Node: "b", Role: "follower", AppliedIndex: 9},
+			}},
+		},
+	}
+}
+
+// The overview says loudly which replica diverged and how to repair it.
+func TestOverviewShowsDivergedReplicas(t *testing.T) {
+	h := New(divergedFake{}, fake{})
+	code, body := fetch(t, h, "/")
+	for _, want := range []string{
+		`<b>Diverged replicas:</b> shard 1 on b.`, `taskctl shard rebuild SHARD --node NODE`,
+		`<span class="badge bad">diverged</span> <small class="muted">at index 42; majority a,c</small>`,
+		`<b>Replicas disagree</b> with no majority: shard 2 (seen by a).`,
+		`<span class="badge bad" title="at index 7 no digest is held by a majority">replicas disagree</span>`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("overview lacks %s", want)
+		}
+	}
+	if code != 200 || t.Failed() {
+		t.Fatalf("overview %d:\n%s", code, body)
+	}
+	// A healthy cluster shows no alert.
+	if _, body := fetch(t, New(fake{}, fake{}), "/"); strings.Contains(body, "Diverged replicas") || strings.Contains(body, "Replicas disagree") {
+		t.Fatal("healthy overview shows a divergence alert")
+	}
+}
