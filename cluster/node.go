@@ -168,10 +168,10 @@ func Start(cfg Config) (*Node, error) {
 		meta:   newMetaFSM(),
 		shards: make(map[uint32]*Shard),
 		stop:   make(chan struct{}),
+		peers:  newConnPool(cfg.DialOptions),
 
 		diverged: make(map[uint32]*divergenceRecord),
 		disagree: make(map[uint32]string),
-		peers:  newConnPool(cfg.DialOptions),
 	}
 	var reg prometheus.Registerer
 	if cfg.Registry != nil {
