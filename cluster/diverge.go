@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/e1158ecb/taskstore/fsm"
@@ -33,6 +34,11 @@ import (
 // ErrDiverged: the local replica of a shard stopped because its state
 // differs from the majority's.
 var ErrDiverged = errors.New("replica diverged")
+
+// ForwardedKey is the gRPC metadata key that marks an admin call one node
+// sent to another on a caller's behalf: it is forwarded at most once, and a
+// RebuildReplica with wipe is accepted only with it.
+const ForwardedKey = "x-taskstore-forwarded"
 
 // replicaCheckInterval is how often a node compares its replicas'
 // checkpoints with the other voters'.
@@ -340,9 +346,9 @@ func (n *Node) act(s *Shard, v verdict) {
 // stay on disk for forensics until RebuildReplica replaces them.
 func (n *Node) stopDiverged(s *Shard, rec *divergenceRecord) {
 	n.mu.Lock()
-	if n.shards[s.id] != s {
+	if n.closed || n.shards[s.id] != s {
 		n.mu.Unlock()
-		return // closed meanwhile
+		return // closed meanwhile (node stopping, replica retired)
 	}
 	delete(n.shards, s.id)
 	n.diverged[s.id] = rec
@@ -456,7 +462,8 @@ func (n *Node) RebuildReplica(ctx context.Context, shard uint32, node string) er
 			return fmt.Errorf("remove %s from shard %d: %w", node, shard, err)
 		}
 	}
-	if _, err := admin.RebuildReplica(ctx, &taskstorepb.RebuildReplicaRequest{Shard: shard, Node: node, Wipe: true}); err != nil {
+	wctx := metadata.AppendToOutgoingContext(ctx, ForwardedKey, "1")
+	if _, err := admin.RebuildReplica(wctx, &taskstorepb.RebuildReplicaRequest{Shard: shard, Node: node, Wipe: true}); err != nil {
 		return fmt.Errorf("tell %s to delete its copy of shard %d: %w", node, shard, err)
 	}
 	n.log.Warn("rebuild: diverged replica deleted; it rejoins as a non-voter and is promoted once caught up", "shard", shard, "peer", node)
@@ -494,19 +501,21 @@ func (n *Node) shardLeaderError(ctx context.Context, shard uint32, s *Shard) err
 // shard's leader calls it, after removing the replica from the group
 // (RebuildReplica).
 func (n *Node) WipeReplica(shard uint32) error {
+	// Claim the record under the lock, so two wipes cannot both run.
 	n.mu.Lock()
 	rec := n.diverged[shard]
+	delete(n.diverged, shard)
 	n.mu.Unlock()
 	if rec == nil {
 		return fmt.Errorf("%w: this node's replica of shard %d is not diverged", ErrRefused, shard)
 	}
 	dir := groupDir(n.cfg.DataDir, shard)
 	if err := os.RemoveAll(dir); err != nil {
+		n.mu.Lock()
+		n.diverged[shard] = rec // still stopped: the marker may be left
+		n.mu.Unlock()
 		return fmt.Errorf("delete %s: %w", dir, err)
 	}
-	n.mu.Lock()
-	delete(n.diverged, shard)
-	n.mu.Unlock()
 	n.log.Warn("diverged replica deleted; starting an empty one to be filled from the leader", "shard", shard, "dir", dir)
 	if _, err := n.openShard(shard); err != nil {
 		return fmt.Errorf("start empty replica of shard %d: %w", shard, err)

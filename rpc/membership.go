@@ -12,7 +12,7 @@ import (
 
 // forwardedKey marks a membership call one node forwarded to the meta
 // leader, so that it is forwarded at most once.
-const forwardedKey = "x-taskstore-forwarded"
+const forwardedKey = cluster.ForwardedKey
 
 // metaLeader returns a client of the meta leader when err says this node is
 // not it and the call was not forwarded already.
@@ -89,7 +89,7 @@ func (srv *Server) RebuildReplica(ctx context.Context, req *taskstorepb.RebuildR
 		}
 		return &taskstorepb.RebuildReplicaResponse{}, nil
 	}
-	err := srv.node.RebuildReplica(metadata.AppendToOutgoingContext(ctx, forwardedKey, "1"), req.Shard, req.Node)
+	err := srv.node.RebuildReplica(ctx, req.Shard, req.Node)
 	if err != nil {
 		if leader, fctx, ok := srv.shardLeader(ctx, err); ok {
 			return leader.RebuildReplica(fctx, req)
