@@ -80,6 +80,11 @@ func TestAuthorize(t *testing.T) {
 		{admin, ad + "RemoveNode", nil, codes.OK},
 		{node, ad + "AddNode", nil, codes.OK},
 		{proxy, ad + "TransferLeader", nil, codes.PermissionDenied},
+		{admin, ad + "RebuildReplica", &taskstorepb.RebuildReplicaRequest{Shard: 1, Node: "n2"}, codes.OK},
+		{anyClient, ad + "RebuildReplica", &taskstorepb.RebuildReplicaRequest{Shard: 1, Node: "n2"}, codes.PermissionDenied},
+		// Deleting a replica's files: only the shard's leader, a node.
+		{admin, ad + "RebuildReplica", &taskstorepb.RebuildReplicaRequest{Shard: 1, Node: "n2", Wipe: true}, codes.PermissionDenied},
+		{node, ad + "RebuildReplica", &taskstorepb.RebuildReplicaRequest{Shard: 1, Node: "n2", Wipe: true}, codes.OK},
 		{anyClient, ts + "Purge", &taskstorepb.PurgeRequest{Queue: "x/y"}, codes.PermissionDenied},
 		{anyClient, ts + "Modify", modify("x/y"), codes.OK},
 		{anyClient, ad + "Routing", nil, codes.OK},
