@@ -199,9 +199,10 @@ func (c *Client) Tasks(ctx context.Context, req *taskstorepb.TasksRequest) (*tas
 	return resp, err
 }
 
-// tasksEverywhere asks every shard for req.Ids. A task found is returned even
-// when another shard failed to answer (ids are unique); when nothing is found
-// and some shard failed, that error is returned.
+// tasksEverywhere asks every shard for req.Ids. When some shard failed to
+// answer, the others' answer stands only if it found every id asked for:
+// otherwise a missing id may be on the shard that failed, and reporting it
+// absent would be a wrong answer, so the shards' errors are returned.
 func (c *Client) tasksEverywhere(ctx context.Context, req *taskstorepb.TasksRequest) (*taskstorepb.TasksResponse, error) {
 	out := &taskstorepb.TasksResponse{}
 	var mu sync.Mutex
@@ -217,8 +218,16 @@ func (c *Client) tasksEverywhere(ctx context.Context, req *taskstorepb.TasksRequ
 			out.Tasks = append(out.Tasks, resp.Tasks...)
 		}
 	}, &errs)
-	if len(out.Tasks) == 0 && len(errs) > 0 {
-		return nil, errors.Join(errs...)
+	if len(errs) > 0 {
+		found := make(map[string]bool, len(out.Tasks))
+		for _, t := range out.Tasks {
+			found[t.Id] = true
+		}
+		for _, id := range req.Ids {
+			if !found[id] {
+				return nil, errors.Join(errs...)
+			}
+		}
 	}
 	order := make(map[string]int, len(req.Ids))
 	for i, id := range req.Ids {

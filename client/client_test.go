@@ -543,3 +543,44 @@ func TestClosedClient(t *testing.T) {
 		t.Fatalf("err = %v, want ErrClosed", err)
 	}
 }
+
+// TestTasksByIDsDoesNotReportAbsentWhatAFailedShardHolds: a lookup of ids on
+// every shard must not answer as if a task were absent when the shard that
+// holds it did not answer (seen in the pause chaos scenario: a reader was
+// told a committed task did not exist while its shard's leader was frozen).
+// A partial answer is only right when every id asked for was found.
+func TestTasksByIDsDoesNotReportAbsentWhatAFailedShardHolds(t *testing.T) {
+	fc := clienttest.New(t, 3, 2)
+	c := mustDial(t, fc.Addrs(), client.WithAttemptTimeout(200*time.Millisecond))
+	ctx := ctxFor(t, 20*time.Second)
+	queues := queuesOnDistinctShards(t, fc, 2)
+	a, err := c.Insert(ctx, queues[0], nil, client.WithID("on-a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.Insert(ctx, queues[1], nil, client.WithID("on-b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := fc.ShardOf(queues[1])
+	fc.SetHook(func(node, method string, req proto.Message, phase clienttest.Phase) error {
+		if r, ok := req.(*taskstorepb.TasksRequest); ok && method == "Tasks" && r.Shard == down {
+			return status.Error(codes.Unavailable, "shard leader frozen")
+		}
+		return nil
+	})
+	shortCtx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	resp, err := c.Tasks(shortCtx, &taskstorepb.TasksRequest{Ids: []string{a.Id, b.Id}})
+	if err == nil {
+		t.Fatalf("Tasks(%s, %s) with shard %d failing = %v and no error: %s reported absent", a.Id, b.Id, down, resp.Tasks, b.Id)
+	}
+	// Every id found: the failed shard cannot hold another copy (ids are
+	// unique), so the answer stands.
+	shortCtx2, cancel2 := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel2()
+	resp, err = c.Tasks(shortCtx2, &taskstorepb.TasksRequest{Ids: []string{a.Id}})
+	if err != nil || len(resp.Tasks) != 1 || resp.Tasks[0].Id != a.Id {
+		t.Fatalf("Tasks(%s) with another shard failing = %v, %v; want the task", a.Id, resp, err)
+	}
+}
