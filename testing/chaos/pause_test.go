@@ -210,6 +210,11 @@ func runPause(t *testing.T, faultFor time.Duration, shards int) pauseStats {
 	}
 	if vs, _ := checker.LogAgreement(logs); len(vs) > 0 {
 		st.divergent = true
+		// Named first: a divergence brings many other violations, and
+		// Judge prints only the first 50.
+		for _, v := range vs {
+			t.Errorf("replica divergence: %s", v)
+		}
 		// Keep the evidence: each node's log files and logs.
 		dir := t.ArtifactDir()
 		for _, p := range pc.Nodes {
