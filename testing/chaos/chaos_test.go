@@ -406,6 +406,7 @@ func check(t *testing.T, c *harness.Cluster, h *workload.History, prefix string,
 		addrs = append(addrs, n.Addr)
 	}
 	final := readFinal(t, strings.Join(addrs, ","), prefix)
+	noDivergedReplicas(t, strings.Join(addrs, ","))
 	reps, err := c.ReplicaStates(30 * time.Second)
 	if err != nil {
 		t.Errorf("replica agreement: %v", err)
@@ -422,6 +423,33 @@ func check(t *testing.T, c *harness.Cluster, h *workload.History, prefix string,
 		logs = []checker.ReplicaLog{}
 	}
 	return judge(t, h, final, replicas, logs, prefix, fl, terms, start)
+}
+
+// noDivergedReplicas fails the test when any replica of any shard stopped
+// as diverged or found the voters' checkpoints in disagreement: in a healthy
+// run the run-time comparison (cluster.Node's checkpoint check) must never
+// fire.
+func noDivergedReplicas(t *testing.T, endpoints string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := client.Dial(ctx, endpoints)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	st, err := cl.Status(ctx, &taskstorepb.StatusRequest{})
+	if err != nil {
+		t.Errorf("status: %v", err)
+		return
+	}
+	for _, sh := range st.Shards {
+		for _, r := range sh.ReplicaStatus {
+			if r.Role == "diverged" || r.Divergence != nil || r.Disagreement != "" {
+				t.Errorf("shard %d: replica on %s reports role %q, divergence %v, disagreement %q", sh.Id, r.Node, r.Role, r.Divergence, r.Disagreement)
+			}
+		}
+	}
 }
 
 // readFinal lists every task under prefix through linearizable reads.

@@ -203,6 +203,7 @@ func runPause(t *testing.T, faultFor time.Duration, shards int) pauseStats {
 	h.Count(checker.CountLeaderChanges, changes)
 	pc.WaitReady(60 * time.Second)
 	final := readFinal(t, pc.Endpoints(), cfg.Prefix)
+	noDivergedReplicas(t, pc.Endpoints())
 	px.Kill()
 	logs, err := pc.ShardLogs()
 	if err != nil {
