@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/e1158ecb/taskstore/client"
-	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
 	"github.com/e1158ecb/taskstore/testing/checker"
 	"github.com/e1158ecb/taskstore/testing/harness"
 	"github.com/e1158ecb/taskstore/testing/workload"
@@ -36,14 +35,7 @@ import (
 // (default 2), TASKSTORE_LOAD scales the clients as in the soak.
 func TestChaosProcessPause(t *testing.T) {
 	gate(t)
-	runs := 1
-	if v := os.Getenv("TASKSTORE_PAUSE_RUNS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			t.Fatalf("TASKSTORE_PAUSE_RUNS=%q: want a whole number >= 1", v)
-		}
-		runs = n
-	}
+	runs := envInt(t, "TASKSTORE_PAUSE_RUNS", 1)
 	faultFor := 40 * time.Second
 	if v := os.Getenv("TASKSTORE_PAUSE_FOR"); v != "" {
 		d, err := time.ParseDuration(v)
@@ -52,14 +44,7 @@ func TestChaosProcessPause(t *testing.T) {
 		}
 		faultFor = d
 	}
-	shards := 2
-	if v := os.Getenv("TASKSTORE_PAUSE_SHARDS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			t.Fatalf("TASKSTORE_PAUSE_SHARDS=%q: want a whole number >= 1", v)
-		}
-		shards = n
-	}
+	shards := envInt(t, "TASKSTORE_PAUSE_SHARDS", 2)
 	var failed, divergent, pauses, leaderChanges int
 	for i := 0; i < runs; i++ {
 		var st pauseStats
@@ -74,6 +59,21 @@ func TestChaosProcessPause(t *testing.T) {
 		leaderChanges += st.leaderChanges
 	}
 	t.Logf("PAUSE runs=%d failed=%d log-divergences=%d pauses=%d leader-changes=%d", runs, failed, divergent, pauses, leaderChanges)
+}
+
+// envInt is the whole number >= 1 in the environment variable name, def
+// when it is unset.
+func envInt(t *testing.T, name string, def int) int {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		t.Fatalf("%s=%q: want a whole number >= 1", name, v)
+	}
+	return n
 }
 
 type pauseStats struct {
@@ -119,25 +119,8 @@ func runPause(t *testing.T, faultFor time.Duration, shards int) pauseStats {
 		t.Fatal(err)
 	}
 	defer admin.Close()
-	leaders := map[uint32]string{}
-	changes := 0
-	poll := func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		st, err := admin.Status(ctx, &taskstorepb.StatusRequest{})
-		if err != nil {
-			return
-		}
-		for _, s := range st.Shards {
-			if s.Leader == "" {
-				continue
-			}
-			if prev, ok := leaders[s.Id]; ok && prev != s.Leader {
-				changes++
-			}
-			leaders[s.Id] = s.Leader
-		}
-	}
+	tr := harness.NewStatusTracker(admin)
+	poll := tr.Poll
 	sleep := func(d time.Duration) {
 		for end := time.Now().Add(d); time.Now().Before(end); {
 			poll()
@@ -147,7 +130,7 @@ func runPause(t *testing.T, faultFor time.Duration, shards int) pauseStats {
 	leaderOf := func(shard uint32) *harness.Process {
 		for end := time.Now().Add(60 * time.Second); time.Now().Before(end); {
 			poll()
-			if p := pc.Node(leaders[shard]); p != nil && p.Running() {
+			if p := pc.Node(tr.Leader(shard)); p != nil && p.Running() {
 				return p
 			}
 			time.Sleep(100 * time.Millisecond)
@@ -199,8 +182,8 @@ func runPause(t *testing.T, faultFor time.Duration, shards int) pauseStats {
 	sleep(2 * time.Second)
 	wl.Stop()
 	poll()
-	st.leaderChanges = changes
-	h.Count(checker.CountLeaderChanges, changes)
+	st.leaderChanges = tr.Changes()
+	h.Count(checker.CountLeaderChanges, tr.Changes())
 	pc.WaitReady(60 * time.Second)
 	final := readFinal(t, pc.Endpoints(), cfg.Prefix)
 	noDivergedReplicas(t, pc.Endpoints())

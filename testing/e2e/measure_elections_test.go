@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/e1158ecb/taskstore/client"
-	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
 	"github.com/e1158ecb/taskstore/testing/harness"
 	"github.com/e1158ecb/taskstore/testing/workload"
 )
@@ -38,31 +37,13 @@ func TestMeasureElectionsUnderLoad(t *testing.T) {
 	pc := harness.StartProcesses(t, 3, "--shards", "8")
 	pc.WaitReady(90 * time.Second)
 	admin := pc.Dial(context.Background())
-	leaders := map[uint32]string{}
-	changes := 0
-	poll := func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		st, err := admin.Status(ctx, &taskstorepb.StatusRequest{})
-		if err != nil {
-			return
-		}
-		for _, s := range st.Shards {
-			if s.Leader == "" {
-				continue
-			}
-			if prev, ok := leaders[s.Id]; ok && prev != s.Leader {
-				changes++
-			}
-			leaders[s.Id] = s.Leader
-		}
-	}
+	tr := harness.NewStatusTracker(admin)
 	// Let bootstrap's elections and leadership balancing settle first.
 	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); {
-		poll()
+		tr.Poll()
 		time.Sleep(200 * time.Millisecond)
 	}
-	changes = 0
+	tr.Reset()
 	h := workload.NewHistory()
 	cfg := workload.Defaults.Scaled(4)
 	cfg.Prefix = "elect"
@@ -74,12 +55,12 @@ func TestMeasureElectionsUnderLoad(t *testing.T) {
 	}
 	start := time.Now()
 	for time.Since(start) < d {
-		poll()
+		tr.Poll()
 		time.Sleep(100 * time.Millisecond)
 	}
 	wl.Stop()
 	elapsed := time.Since(start)
 	ops := len(h.Ops())
 	t.Logf("MEASURE elections bin=%s shards=8 loaded=%v ops=%d ops/s=%.0f leader-changes=%d per-minute=%.2f",
-		strings.TrimSuffix(os.Getenv("TASKSTORE_BIN"), "/"), elapsed.Round(time.Second), ops, float64(ops)/elapsed.Seconds(), changes, float64(changes)/elapsed.Minutes())
+		strings.TrimSuffix(os.Getenv("TASKSTORE_BIN"), "/"), elapsed.Round(time.Second), ops, float64(ops)/elapsed.Seconds(), tr.Changes(), float64(tr.Changes())/elapsed.Minutes())
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/e1158ecb/taskstore/client"
+	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
 	"github.com/e1158ecb/taskstore/testing/checker"
 )
 
@@ -329,3 +330,47 @@ func (pc *ProcessCluster) ShardLogs() ([]checker.ReplicaLog, error) {
 	}
 	return out, nil
 }
+
+// StatusTracker counts the leader changes a client sees through
+// Admin.Status polls (a process cluster's nodes are out of reach of
+// LeaderTracker). A poll that fails counts nothing; a frozen or killed node
+// can make a change be missed.
+type StatusTracker struct {
+	admin   *client.Client
+	leaders map[uint32]string
+	changes int
+}
+
+// NewStatusTracker polls through admin.
+func NewStatusTracker(admin *client.Client) *StatusTracker {
+	return &StatusTracker{admin: admin, leaders: map[uint32]string{}}
+}
+
+// Poll asks for the cluster's status once and counts shards whose leader
+// changed since the last poll.
+func (st *StatusTracker) Poll() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	resp, err := st.admin.Status(ctx, &taskstorepb.StatusRequest{})
+	if err != nil {
+		return
+	}
+	for _, s := range resp.Shards {
+		if s.Leader == "" {
+			continue
+		}
+		if prev, ok := st.leaders[s.Id]; ok && prev != s.Leader {
+			st.changes++
+		}
+		st.leaders[s.Id] = s.Leader
+	}
+}
+
+// Leader is the last leader seen for shard ("" for none yet).
+func (st *StatusTracker) Leader(shard uint32) string { return st.leaders[shard] }
+
+// Changes is how many leader changes the polls saw.
+func (st *StatusTracker) Changes() int { return st.changes }
+
+// Reset forgets the changes counted so far.
+func (st *StatusTracker) Reset() { st.changes = 0 }
