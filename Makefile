@@ -34,7 +34,7 @@ race: build
 
 # Each fuzz target (decoders, validators, snapshot and gossip readers) runs
 # briefly; `make fuzz FUZZTIME=5m` runs longer.
-FUZZPKGS := ./fsm/ ./cluster/ ./rpc/auth/
+FUZZPKGS := ./fsm/ ./cluster/ ./cluster/nodelog/ ./rpc/auth/
 fuzz-short:
 	@for p in $(FUZZPKGS); do for t in $$($(GO) test -list '^Fuzz' $$p | grep ^Fuzz); do \
 		echo "fuzz $$p $$t"; $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $$p || exit 1; \

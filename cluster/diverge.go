@@ -516,6 +516,9 @@ func (n *Node) WipeReplica(shard uint32) error {
 		n.mu.Unlock()
 		return fmt.Errorf("delete %s: %w", dir, err)
 	}
+	if err := n.raftLog.Group(shard).Reset(); err != nil {
+		return fmt.Errorf("drop the deleted replica's Raft log entries of shard %d: %w", shard, err)
+	}
 	n.log.Warn("diverged replica deleted; starting an empty one to be filled from the leader", "shard", shard, "dir", dir)
 	if _, err := n.openShard(shard); err != nil {
 		return fmt.Errorf("start empty replica of shard %d: %w", shard, err)

@@ -10,15 +10,20 @@ import (
 
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+
+	"github.com/e1158ecb/taskstore/cluster/nodelog"
 )
 
-// group is one Raft instance with its stores: a raft-boltdb log (fsync on),
-// file snapshots, and a network transport over the node's mux.
+// group is one Raft instance with its stores: its entries in the node's
+// shared log (data shards) or in its raft-boltdb file (the meta group), its
+// term and vote in that raft-boltdb file (fsync on), file snapshots, and a
+// network transport over the node's mux.
 type group struct {
 	id     uint32
 	dir    string
 	raft   *raft.Raft
 	store  *raftboltdb.BoltStore
+	logs   raft.LogStore // store, or the group's part of the node log
 	trans  *raft.NetworkTransport
 	stream *streamLayer
 	log    *slog.Logger
@@ -41,14 +46,27 @@ const logCacheEntries = 128
 // A test guards it.
 const noSync = false
 
-func openGroup(id uint32, dataDir, localID string, fsm raft.FSM, mux *Mux, t Tuning, log *slog.Logger) (*group, error) {
+// openGroup starts a group. shared is the group's part of the node log, or
+// nil to keep its entries in its own raft-boltdb file (the meta group).
+func openGroup(id uint32, dataDir, localID string, fsm raft.FSM, mux *Mux, t Tuning, shared *nodelog.Group, log *slog.Logger) (*group, error) {
 	dir := groupDir(dataDir, id)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, "raft.db"), NoSync: noSync})
+	path := filepath.Join(dir, "raft.db")
+	_, statErr := os.Stat(path)
+	fresh := errors.Is(statErr, os.ErrNotExist)
+	store, err := raftboltdb.New(raftboltdb.Options{Path: path, NoSync: noSync})
 	if err != nil {
 		return nil, fmt.Errorf("group %d: open log store: %w", id, err)
+	}
+	var logStore raft.LogStore = store
+	if shared != nil {
+		if err := adoptLog(store, shared, fresh, log); err != nil {
+			store.Close()
+			return nil, fmt.Errorf("group %d: %w", id, err)
+		}
+		logStore = shared
 	}
 	hlog := newHCLog(log, slog.LevelWarn)
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, 2, hlog)
@@ -71,7 +89,7 @@ func openGroup(id uint32, dataDir, localID string, fsm raft.FSM, mux *Mux, t Tun
 	// them to followers and applying them does not read them back from
 	// bolt (msgpack decoding included): ~15% of a loaded node's CPU in a
 	// profile of 32 concurrent inserters (docs/performance.md).
-	logs, err := raft.NewLogCache(logCacheEntries, store)
+	logs, err := raft.NewLogCache(logCacheEntries, logStore)
 	if err != nil {
 		trans.Close()
 		store.Close()
@@ -85,7 +103,66 @@ func openGroup(id uint32, dataDir, localID string, fsm raft.FSM, mux *Mux, t Tun
 		store.Close()
 		return nil, fmt.Errorf("group %d: start raft: %w", id, err)
 	}
-	return &group{id: id, dir: dir, raft: r, store: store, trans: trans, stream: stream, log: log}, nil
+	return &group{id: id, dir: dir, raft: r, store: store, logs: logStore, trans: trans, stream: stream, log: log}, nil
+}
+
+// adoptLog readies shared to hold the group's entries. The group's
+// directory decides whether the replica exists: when its raft-boltdb file
+// is new (fresh), entries the node log still holds for the group belong to
+// a replica deleted before a crash let the node log hear of it, and go.
+// Entries in the raft-boltdb file are from before the node log (a data
+// directory of an earlier version): they move into the node log (synced)
+// before they leave the file, so a crash in between leaves them in one
+// place or both, never neither.
+func adoptLog(store *raftboltdb.BoltStore, shared *nodelog.Group, fresh bool, log *slog.Logger) error {
+	if fresh {
+		if first, _ := shared.FirstIndex(); first != 0 {
+			log.Info("dropping Raft log entries of a replica deleted earlier", "first", first)
+			if err := shared.Reset(); err != nil {
+				return fmt.Errorf("drop entries of a deleted replica: %w", err)
+			}
+		}
+		return nil
+	}
+	first, err := store.FirstIndex()
+	if err != nil {
+		return fmt.Errorf("read old log store: %w", err)
+	}
+	last, err := store.LastIndex()
+	if err != nil {
+		return fmt.Errorf("read old log store: %w", err)
+	}
+	if last == 0 {
+		return nil
+	}
+	// A crash may have cut an earlier migration short: go on after what
+	// the node log has.
+	from := first
+	if have, _ := shared.LastIndex(); have != 0 {
+		from = have + 1
+	}
+	if from <= last {
+		const chunk = 512
+		for lo := from; lo <= last; lo += chunk {
+			hi := min(last, lo+chunk-1)
+			batch := make([]*raft.Log, 0, hi-lo+1)
+			for i := lo; i <= hi; i++ {
+				e := new(raft.Log)
+				if err := store.GetLog(i, e); err != nil {
+					return fmt.Errorf("migrate entry %d of [%d, %d] to the node log: %w", i, first, last, err)
+				}
+				batch = append(batch, e)
+			}
+			if err := shared.StoreLogs(batch); err != nil {
+				return fmt.Errorf("migrate entries [%d, %d] to the node log: %w", lo, hi, err)
+			}
+		}
+		log.Info("moved the group's Raft log into the node log", "first", from, "last", last)
+	}
+	if err := store.DeleteRange(first, last); err != nil {
+		return fmt.Errorf("remove migrated entries from the old log store: %w", err)
+	}
+	return nil
 }
 
 // bootstrap sets the group's first configuration unless it has state already.

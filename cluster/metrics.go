@@ -1,8 +1,6 @@
 package cluster
 
 import (
-	"os"
-	"path/filepath"
 	"strconv"
 	"time"
 
@@ -24,6 +22,9 @@ type nodeMetrics struct {
 	applySeconds    *prometheus.HistogramVec
 	snapshotSeconds *prometheus.HistogramVec
 	leaderChanges   *prometheus.CounterVec
+	logSyncs        prometheus.Counter
+	logSyncEntries  prometheus.Histogram
+	logBytes        prometheus.Counter
 }
 
 func newNodeMetrics(reg prometheus.Registerer, n *Node) *nodeMetrics {
@@ -42,11 +43,33 @@ func newNodeMetrics(reg prometheus.Registerer, n *Node) *nodeMetrics {
 			Name: "taskstore_shard_leader_changes_total",
 			Help: "Times this node became leader of the shard.",
 		}, []string{"shard"}),
+		logSyncs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "taskstore_log_syncs_total",
+			Help: "fdatasync and fsync calls the node made for its shared Raft log (nodelog): one per write batch, plus directory syncs. The meta group's and the groups' term/vote files (raft-boltdb) are not counted.",
+		}),
+		logSyncEntries: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "taskstore_log_append_entries",
+			Help:    "Raft entries made durable by one fdatasync of the shared Raft log, from all the node's shards together (group commit).",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 12),
+		}),
+		logBytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "taskstore_log_bytes_written_total",
+			Help: "Bytes the node wrote to its shared Raft log.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.applySeconds, m.snapshotSeconds, m.leaderChanges, &shardCollector{n: n})
+		reg.MustRegister(m.applySeconds, m.snapshotSeconds, m.leaderChanges, m.logSyncs, m.logSyncEntries, m.logBytes, &shardCollector{n: n})
 	}
 	return m
+}
+
+// observeSync counts one fdatasync of the node log (nodelog.Options.OnSync).
+func (m *nodeMetrics) observeSync(entries, bytes int) {
+	m.logSyncs.Inc()
+	m.logBytes.Add(float64(bytes))
+	if entries > 0 {
+		m.logSyncEntries.Observe(float64(entries))
+	}
 }
 
 func shardLabel(id uint32) string { return strconv.FormatUint(uint64(id), 10) }
@@ -56,7 +79,7 @@ var (
 	descTerm      = prometheus.NewDesc("taskstore_shard_term", "Current Raft term of the shard on this node.", []string{"shard"}, nil)
 	descCommit    = prometheus.NewDesc("taskstore_shard_commit_index", "Raft commit index of the shard on this node.", []string{"shard"}, nil)
 	descApplied   = prometheus.NewDesc("taskstore_shard_applied_index", "Raft applied index of the shard on this node.", []string{"shard"}, nil)
-	descLogBytes  = prometheus.NewDesc("taskstore_shard_log_bytes", "Size of the shard's Raft log store on disk.", []string{"shard"}, nil)
+	descLogBytes  = prometheus.NewDesc("taskstore_shard_log_bytes", "Bytes of the shard's live Raft log entries in the node log.", []string{"shard"}, nil)
 	descTasks     = prometheus.NewDesc("taskstore_shard_tasks", "Tasks held by the shard's replica on this node.", []string{"shard"}, nil)
 	descQueue     = prometheus.NewDesc("taskstore_queue_tasks", "Tasks per queue and state, on shards this node leads.", []string{"queue", "state"}, nil)
 	descQueueAge  = prometheus.NewDesc("taskstore_queue_oldest_available_seconds", "Age of the oldest available task per queue, on shards this node leads.", []string{"queue"}, nil)
@@ -118,8 +141,8 @@ func (c *shardCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descCommit, num("commit_index"), label)
 		gauge(descApplied, num("applied_index"), label)
 		gauge(descTasks, float64(s.machine.TaskCount()), label)
-		if fi, err := os.Stat(filepath.Join(s.g.dir, "raft.db")); err == nil {
-			gauge(descLogBytes, float64(fi.Size()), label)
+		if g, ok := s.g.logs.(interface{ Bytes() int64 }); ok {
+			gauge(descLogBytes, float64(g.Bytes()), label)
 		}
 		if leader == 0 {
 			continue

@@ -27,6 +27,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/e1158ecb/taskstore/cluster/metapb"
+	"github.com/e1158ecb/taskstore/cluster/nodelog"
 	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
 )
 
@@ -89,6 +90,8 @@ type Node struct {
 	metrics   *nodeMetrics
 	meta      *metaFSM
 	metaGroup *group
+	// raftLog holds the entries of every data shard hosted here (nodelog).
+	raftLog   *nodelog.Log
 	metaReady atomic.Bool
 	gossip    *gossip
 	peers     *connPool
@@ -265,7 +268,13 @@ func (n *Node) initialMap() *metapb.ClusterMap {
 // bootstraps a new cluster from InitialCluster.
 func (n *Node) startGroups() error {
 	var err error
-	if n.metaGroup, err = openGroup(MetaGroupID, n.cfg.DataDir, n.cfg.ID, n.meta, n.mux, n.cfg.Tuning, n.log.With("group", "meta")); err != nil {
+	if n.raftLog, err = nodelog.Open(filepath.Join(n.cfg.DataDir, "raftlog"), nodelog.Options{
+		Logger: n.log.With("component", "raftlog"),
+		OnSync: n.metrics.observeSync,
+	}); err != nil {
+		return fmt.Errorf("open the node's Raft log: %w", err)
+	}
+	if n.metaGroup, err = openGroup(MetaGroupID, n.cfg.DataDir, n.cfg.ID, n.meta, n.mux, n.cfg.Tuning, nil, n.log.With("group", "meta")); err != nil {
 		return err
 	}
 	n.wg.Add(1)
@@ -346,7 +355,7 @@ func (n *Node) openShard(id uint32) (*Shard, error) {
 	s.leaderChanges = n.metrics.leaderChanges.WithLabelValues(label)
 	snapshotSeconds := n.metrics.snapshotSeconds.WithLabelValues(label)
 	timed := timedFSM{Machine: s.machine, observe: func(d time.Duration) { snapshotSeconds.Observe(d.Seconds()) }}
-	g, err := openGroup(id, n.cfg.DataDir, n.cfg.ID, timed, n.mux, n.cfg.Tuning, n.log.With("shard", id))
+	g, err := openGroup(id, n.cfg.DataDir, n.cfg.ID, timed, n.mux, n.cfg.Tuning, n.raftLog.Group(id), n.log.With("shard", id))
 	if err != nil {
 		return nil, err
 	}
@@ -366,6 +375,9 @@ func (n *Node) abort() {
 	}
 	if n.metaGroup != nil {
 		n.metaGroup.shutdown()
+	}
+	if n.raftLog != nil {
+		n.raftLog.Close()
 	}
 	if n.gossip != nil {
 		n.gossip.leave(false)
@@ -495,6 +507,7 @@ func (n *Node) Close(ctx context.Context) error {
 		errs = append(errs, s.close())
 	}
 	errs = append(errs, n.metaGroup.shutdown())
+	errs = append(errs, n.raftLog.Close())
 	n.mux.Close()
 	n.wg.Wait()
 	n.peers.close()

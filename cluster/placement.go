@@ -466,6 +466,12 @@ func (n *Node) retireReplicas(cm *metapb.ClusterMap) {
 		}
 		if err := os.RemoveAll(s.g.dir); err != nil {
 			n.log.Warn("delete retired replica", "shard", s.id, "err", err)
+			continue
+		}
+		// Were this lost to a crash, the replica's next start would drop
+		// the entries itself (adoptLog).
+		if err := n.raftLog.Group(s.id).Reset(); err != nil {
+			n.log.Warn("drop retired replica's Raft log entries", "shard", s.id, "err", err)
 		}
 	}
 }

@@ -64,7 +64,7 @@ type LogReader interface {
 
 // Log reads this replica's Raft log as stored on disk, for the checkers
 // that compare replicas entry by entry (testing/checker.LogAgreement).
-func (s *Shard) Log() LogReader { return s.g.store }
+func (s *Shard) Log() LogReader { return s.g.logs }
 
 func (s *Shard) start(g *group) {
 	s.g = g

@@ -4,13 +4,18 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"go.etcd.io/bbolt"
+
+	"github.com/e1158ecb/taskstore/cluster/nodelog"
 )
 
 // LogReader reads a replica's Raft log; raft.LogStore and
@@ -83,6 +88,46 @@ func ReadLogFile(shard uint32, node, path string) (ReplicaLog, error) {
 	}
 	defer s.Close()
 	return ReadLog(shard, node, s, 0)
+}
+
+// ReadDataDir reads the Raft log of every shard replica in a stopped node's
+// data directory: the shards with a directory under shards/, their entries
+// from the node log (raftlog/, opened read-only) or, for a directory from
+// before the node log, from the shard's raft.db.
+func ReadDataDir(node, dataDir string) ([]ReplicaLog, error) {
+	dirs, err := os.ReadDir(filepath.Join(dataDir, "shards"))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", node, err)
+	}
+	var nl *nodelog.Log
+	if _, err := os.Stat(filepath.Join(dataDir, "raftlog")); err == nil {
+		if nl, err = nodelog.Open(filepath.Join(dataDir, "raftlog"), nodelog.Options{ReadOnly: true}); err != nil {
+			return nil, fmt.Errorf("%s: %w", node, err)
+		}
+		defer nl.Close()
+	}
+	var out []ReplicaLog
+	for _, d := range dirs {
+		shard, err := strconv.ParseUint(d.Name(), 10, 32)
+		if err != nil || !d.IsDir() {
+			continue
+		}
+		var l ReplicaLog
+		if nl != nil {
+			l, err = ReadLog(uint32(shard), node, nl.Group(uint32(shard)), 0)
+		} else {
+			path := filepath.Join(dataDir, "shards", d.Name(), "raft.db")
+			if _, serr := os.Stat(path); serr != nil {
+				continue
+			}
+			l, err = ReadLogFile(uint32(shard), node, path)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", node, err)
+		}
+		out = append(out, l)
+	}
+	return out, nil
 }
 
 // LogAgreement compares the replicas' logs of each shard entry by entry over

@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -315,24 +314,14 @@ func (c *dockerCluster) ShardLogs() ([]checker.ReplicaLog, error) {
 		}
 		nd.stopped = true
 		dst := filepath.Join(dir, nd.ID)
-		if _, err := docker("cp", nd.Name+":/data/shards", dst); err != nil {
-			return nil, fmt.Errorf("copy %s's shards: %w", nd.ID, err)
+		if _, err := docker("cp", nd.Name+":/data", dst); err != nil {
+			return nil, fmt.Errorf("copy %s's data directory: %w", nd.ID, err)
 		}
-		shards, err := os.ReadDir(dst)
+		logs, err := checker.ReadDataDir(nd.ID, dst)
 		if err != nil {
 			return nil, err
 		}
-		for _, d := range shards {
-			shard, err := strconv.ParseUint(d.Name(), 10, 32)
-			if err != nil {
-				continue
-			}
-			l, err := checker.ReadLogFile(uint32(shard), nd.ID, filepath.Join(dst, d.Name(), "raft.db"))
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", nd.ID, err)
-			}
-			out = append(out, l)
-		}
+		out = append(out, logs...)
 	}
 	return out, nil
 }

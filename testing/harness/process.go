@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -308,25 +307,11 @@ func (pc *ProcessCluster) ShardLogs() ([]checker.ReplicaLog, error) {
 	}
 	var out []checker.ReplicaLog
 	for _, p := range pc.Nodes {
-		dirs, err := os.ReadDir(filepath.Join(p.DataDir(), "shards"))
+		logs, err := checker.ReadDataDir(p.ID, p.DataDir())
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", p.ID, err)
+			return nil, err
 		}
-		for _, d := range dirs {
-			shard, err := strconv.ParseUint(d.Name(), 10, 32)
-			if err != nil {
-				continue
-			}
-			path := filepath.Join(p.DataDir(), "shards", d.Name(), "raft.db")
-			if _, err := os.Stat(path); err != nil {
-				continue
-			}
-			l, err := checker.ReadLogFile(uint32(shard), p.ID, path)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", p.ID, err)
-			}
-			out = append(out, l)
-		}
+		out = append(out, logs...)
 	}
 	return out, nil
 }

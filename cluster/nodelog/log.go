@@ -1,0 +1,670 @@
+package nodelog
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/hashicorp/raft"
+)
+
+// DefaultSegmentSize is when the writer starts a new segment file.
+const DefaultSegmentSize = 64 << 20
+
+// ErrClosed is returned by writes after Close.
+var ErrClosed = errors.New("nodelog: closed")
+
+// ErrDamaged wraps what Open found wrong with a segment that is not the
+// newest one: the node must not start on it.
+var ErrDamaged = errors.New("nodelog: damaged segment")
+
+// Options configure Open.
+type Options struct {
+	// SegmentSize is the size after which a new segment starts; default
+	// DefaultSegmentSize.
+	SegmentSize int64
+	// ReadOnly opens for reading only (a stopped or killed node's log, for
+	// checkers): nothing is written, cut or deleted, and a torn tail is
+	// simply not read.
+	ReadOnly bool
+	// Logger gets a warning when a torn tail is cut; default slog.Default().
+	Logger *slog.Logger
+	// OnSync, when set, is called after every fsync or fdatasync the log
+	// makes, with the entries and bytes it made durable (0 and 0 for a
+	// directory sync). It runs on the writer goroutine: keep it cheap.
+	OnSync func(entries, bytes int)
+}
+
+// Log is a node's shared Raft log. Its methods are safe for concurrent use;
+// each group's mutations must come one at a time (hashicorp/raft makes them
+// from the group's main loop).
+type Log struct {
+	dir  string
+	opts Options
+
+	mu     sync.RWMutex
+	groups map[uint32]*index
+	segs   map[uint32]*segment
+	order  []uint32 // segment seqs, oldest first
+	active *segment
+	gen    uint64
+
+	qmu     sync.Mutex
+	queue   []*request
+	closed  bool
+	wake    chan struct{}
+	stopped chan struct{}
+	werr    error // a failed fdatasync: no write succeeds after it
+	wbuf    []byte
+}
+
+// index is what memory holds of one group: where its live entries are.
+type index struct {
+	first uint64 // index of locs[0]
+	locs  []loc
+	gen   uint64 // changes on reset, so old segments' refs go stale
+	bytes int64
+}
+
+func (x *index) empty() bool  { return len(x.locs) == 0 }
+func (x *index) last() uint64 { return x.first + uint64(len(x.locs)) - 1 }
+
+type loc struct {
+	seg uint32
+	off uint32
+	n   uint32
+}
+
+type segment struct {
+	seq  uint32
+	f    *os.File
+	size int64
+	// refs: per group, the generation and highest index of the entries
+	// written here, to tell when none of them is live.
+	refs map[uint32]segRef
+}
+
+type segRef struct{ gen, max uint64 }
+
+type request struct {
+	group uint32
+	ops   []op
+	buf   []byte
+	done  chan error
+}
+
+// op is one record of a request: its kind and index, and where its bytes
+// are in the request's buf.
+type op struct {
+	kind  byte
+	index uint64
+	off   int
+	n     int
+}
+
+func segName(seq uint32) string { return fmt.Sprintf("%08x.wal", seq) }
+
+// Open opens (or, unless read-only, creates) the log in dir and replays it.
+func Open(dir string, opts Options) (*Log, error) {
+	if opts.SegmentSize <= 0 {
+		opts.SegmentSize = DefaultSegmentSize
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	l := &Log{dir: dir, opts: opts, groups: map[uint32]*index{}, segs: map[uint32]*segment{},
+		wake: make(chan struct{}, 1), stopped: make(chan struct{})}
+	if !opts.ReadOnly {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	names, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var seqs []uint32
+	for _, e := range names {
+		name, ok := strings.CutSuffix(e.Name(), ".wal")
+		if !ok || e.IsDir() {
+			continue
+		}
+		seq, err := strconv.ParseUint(name, 16, 32)
+		if err != nil || segName(uint32(seq)) != e.Name() {
+			continue
+		}
+		seqs = append(seqs, uint32(seq))
+	}
+	slices.Sort(seqs)
+	for i, seq := range seqs {
+		if err := l.replay(seq, i == len(seqs)-1); err != nil {
+			l.closeFiles()
+			return nil, err
+		}
+	}
+	if opts.ReadOnly {
+		close(l.stopped)
+		l.closed = true
+		return l, nil
+	}
+	if len(seqs) == 0 {
+		if err := l.rotate(); err != nil {
+			l.closeFiles()
+			return nil, err
+		}
+	}
+	l.collect()
+	go l.run()
+	return l, nil
+}
+
+// replay reads one segment and applies its records. A torn record ends the
+// newest segment (cut there unless read-only); anywhere else it is damage.
+func (l *Log) replay(seq uint32, newest bool) error {
+	path := filepath.Join(l.dir, segName(seq))
+	flag := os.O_RDWR
+	if l.opts.ReadOnly {
+		flag = os.O_RDONLY
+	}
+	f, err := os.OpenFile(path, flag, 0)
+	if err != nil {
+		return err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return err
+	}
+	s := &segment{seq: seq, f: f, refs: map[uint32]segRef{}}
+	l.segs[seq] = s
+	l.order = append(l.order, seq)
+	l.active = s
+	size := fi.Size()
+	r := bufio.NewReaderSize(io.NewSectionReader(f, 0, size), 1<<20)
+	var off int64
+	var torn error
+	h := make([]byte, headerSize)
+	var body []byte
+	for off < size {
+		if _, err := io.ReadFull(r, h); err != nil {
+			torn = fmt.Errorf("%w: short header", errTorn)
+			break
+		}
+		crc, n, err := readHeader(h, size-off-headerSize)
+		if err != nil {
+			torn = err
+			break
+		}
+		if cap(body) < n {
+			body = make([]byte, n)
+		}
+		body = body[:n]
+		if _, err := io.ReadFull(r, body); err != nil {
+			torn = fmt.Errorf("%w: short body", errTorn)
+			break
+		}
+		rec, err := decodeBody(body, crc)
+		if err != nil {
+			torn = err
+			break
+		}
+		if err := l.apply(s, rec.kind, rec.group, rec.index, uint32(off), uint32(headerSize+n)); err != nil {
+			return fmt.Errorf("%w: %s at offset %d: %v", ErrDamaged, path, off, err)
+		}
+		off += int64(headerSize + n)
+	}
+	s.size = off
+	if torn == nil {
+		return nil
+	}
+	if !newest {
+		return fmt.Errorf("%w: %s at offset %d of %d: %v", ErrDamaged, path, off, size, torn)
+	}
+	if l.opts.ReadOnly {
+		return nil
+	}
+	// A write that a crash interrupted: it was never acknowledged (an
+	// append returns after its fdatasync), so cutting it loses nothing.
+	l.opts.Logger.Warn("cutting a torn write at the end of the Raft log", "segment", path, "offset", off, "bytes_cut", size-off, "reason", torn)
+	if err := f.Truncate(off); err != nil {
+		return fmt.Errorf("cut torn tail of %s: %w", path, err)
+	}
+	if err := l.sync(f, 0, 0); err != nil {
+		return fmt.Errorf("cut torn tail of %s: %w", path, err)
+	}
+	return nil
+}
+
+// apply makes one record's effect on the indexes. Callers hold mu (or are
+// Open, before anything else runs).
+func (l *Log) apply(s *segment, kind byte, group uint32, idx uint64, off, n uint32) error {
+	x := l.groups[group]
+	if x == nil {
+		l.gen++
+		x = &index{gen: l.gen}
+		l.groups[group] = x
+	}
+	switch kind {
+	case kindEntry:
+		if x.empty() {
+			x.first = idx
+		} else if idx != x.last()+1 {
+			return fmt.Errorf("group %d: entry %d follows %d", group, idx, x.last())
+		}
+		x.locs = append(x.locs, loc{seg: s.seq, off: off, n: n})
+		x.bytes += int64(n)
+		s.refs[group] = segRef{gen: x.gen, max: idx}
+	case kindCompact:
+		if x.empty() || idx <= x.first {
+			return nil
+		}
+		k := min(idx-x.first, uint64(len(x.locs)))
+		x.bytes -= sumBytes(x.locs[:k])
+		x.locs = x.locs[k:]
+		x.first += k
+	case kindTruncate:
+		if x.empty() || idx > x.last() {
+			return nil
+		}
+		keep := uint64(0)
+		if idx > x.first {
+			keep = idx - x.first
+		}
+		x.bytes -= sumBytes(x.locs[keep:])
+		x.locs = x.locs[:keep:keep]
+	case kindReset:
+		l.gen++
+		*x = index{gen: l.gen}
+	default:
+		return fmt.Errorf("unknown record kind %d", kind)
+	}
+	return nil
+}
+
+func sumBytes(ls []loc) int64 {
+	var n int64
+	for _, l := range ls {
+		n += int64(l.n)
+	}
+	return n
+}
+
+// rotate starts a new segment. Callers hold mu or are Open.
+func (l *Log) rotate() error {
+	var seq uint32 = 1
+	if l.active != nil {
+		seq = l.active.seq + 1
+	}
+	f, err := os.OpenFile(filepath.Join(l.dir, segName(seq)), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	if err := l.syncDir(); err != nil {
+		f.Close()
+		return err
+	}
+	s := &segment{seq: seq, f: f, refs: map[uint32]segRef{}}
+	l.segs[seq] = s
+	l.order = append(l.order, seq)
+	l.active = s
+	return nil
+}
+
+func (l *Log) syncDir() error {
+	d, err := os.Open(l.dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return l.sync(d, 0, 0)
+}
+
+// sync makes f durable and counts it.
+func (l *Log) sync(f *os.File, entries, bytes int) error {
+	err := fdatasync(f)
+	if l.opts.OnSync != nil {
+		l.opts.OnSync(entries, bytes)
+	}
+	return err
+}
+
+// collect deletes the oldest segments while none of their entries is live.
+// Only a prefix is ever deleted, so every removal instruction stays on disk
+// as long as an entry it removes does. Callers hold mu or are Open.
+func (l *Log) collect() {
+	for len(l.order) > 1 {
+		s := l.segs[l.order[0]]
+		if s == l.active || l.holdsLive(s) {
+			return
+		}
+		s.f.Close()
+		if err := os.Remove(s.f.Name()); err != nil {
+			l.opts.Logger.Warn("delete a Raft log segment no longer needed", "segment", s.f.Name(), "err", err)
+			return
+		}
+		delete(l.segs, s.seq)
+		l.order = l.order[1:]
+	}
+}
+
+func (l *Log) holdsLive(s *segment) bool {
+	for g, ref := range s.refs {
+		x := l.groups[g]
+		if x != nil && x.gen == ref.gen && !x.empty() && x.first <= ref.max {
+			return true
+		}
+	}
+	return false
+}
+
+// submit queues r for the writer and waits for its fdatasync.
+func (l *Log) submit(r *request) error {
+	r.done = make(chan error, 1)
+	l.qmu.Lock()
+	if l.closed {
+		l.qmu.Unlock()
+		return ErrClosed
+	}
+	l.queue = append(l.queue, r)
+	l.qmu.Unlock()
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+	return <-r.done
+}
+
+// run is the writer: it writes whatever is queued, from every group, with
+// one write and one fdatasync, then lets the callers go.
+func (l *Log) run() {
+	defer close(l.stopped)
+	var batch []*request
+	for {
+		<-l.wake
+		l.qmu.Lock()
+		batch, l.queue = l.queue, batch[:0]
+		closed := l.closed
+		l.qmu.Unlock()
+		if len(batch) > 0 {
+			l.commit(batch)
+			clear(batch)
+		}
+		if closed {
+			return
+		}
+	}
+}
+
+func (l *Log) commit(batch []*request) {
+	fail := func(err error) {
+		for _, r := range batch {
+			r.done <- err
+		}
+	}
+	if l.werr != nil {
+		fail(l.werr)
+		return
+	}
+	l.wbuf = l.wbuf[:0]
+	entries := 0
+	for _, r := range batch {
+		l.wbuf = append(l.wbuf, r.buf...)
+		for _, o := range r.ops {
+			if o.kind == kindEntry {
+				entries++
+			}
+		}
+	}
+	if l.active.size > 0 && l.active.size+int64(len(l.wbuf)) > l.opts.SegmentSize {
+		l.mu.Lock()
+		err := l.rotate()
+		l.mu.Unlock()
+		if err != nil {
+			fail(fmt.Errorf("nodelog: start a segment: %w", err))
+			return
+		}
+	}
+	s := l.active
+	base := s.size
+	if _, err := s.f.WriteAt(l.wbuf, base); err != nil {
+		// Nothing was acknowledged from these bytes; drop them so a later
+		// batch (after space is freed, say) does not follow garbage.
+		if terr := s.f.Truncate(base); terr != nil {
+			l.werr = fmt.Errorf("nodelog: write failed (%v) and could not be undone: %w", err, terr)
+		}
+		fail(fmt.Errorf("nodelog: write: %w", err))
+		return
+	}
+	if err := l.sync(s.f, entries, len(l.wbuf)); err != nil {
+		// After a failed fdatasync the kernel may have dropped the dirty
+		// pages: what is on disk is unknown, so nothing more is written.
+		l.werr = fmt.Errorf("nodelog: fdatasync failed, refusing further writes until restart: %w", err)
+		fail(l.werr)
+		return
+	}
+	s.size = base + int64(len(l.wbuf))
+	l.mu.Lock()
+	off := base
+	var errs []error
+	removed := false
+	for _, r := range batch {
+		var err error
+		for _, o := range r.ops {
+			if e := l.apply(s, o.kind, r.group, o.index, uint32(off+int64(o.off)), uint32(o.n)); e != nil && err == nil {
+				err = e
+			}
+			removed = removed || o.kind != kindEntry
+		}
+		off += int64(len(r.buf))
+		errs = append(errs, err)
+	}
+	if removed {
+		l.collect()
+	}
+	l.mu.Unlock()
+	for i, r := range batch {
+		r.done <- errs[i]
+	}
+}
+
+// Close stops the writer after it has written what is queued, and closes
+// the files.
+func (l *Log) Close() error {
+	l.qmu.Lock()
+	already := l.closed
+	l.closed = true
+	l.qmu.Unlock()
+	if !already {
+		select {
+		case l.wake <- struct{}{}:
+		default:
+		}
+	}
+	<-l.stopped
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.closeFiles()
+}
+
+func (l *Log) closeFiles() error {
+	var errs []error
+	for _, s := range l.segs {
+		if s.f != nil {
+			errs = append(errs, s.f.Close())
+			s.f = nil
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Groups lists the groups that have entries.
+func (l *Log) Groups() []uint32 {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	var out []uint32
+	for g, x := range l.groups {
+		if !x.empty() {
+			out = append(out, g)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Segments is how many segment files the log has.
+func (l *Log) Segments() int {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return len(l.order)
+}
+
+// Group is the raft.LogStore of one group.
+func (l *Log) Group(id uint32) *Group { return &Group{l: l, id: id} }
+
+// Group is one group's view of the node's log: a raft.LogStore.
+type Group struct {
+	l  *Log
+	id uint32
+}
+
+var (
+	_ raft.LogStore          = (*Group)(nil)
+	_ raft.MonotonicLogStore = (*Group)(nil)
+)
+
+// span is the group's first and last index (0, 0 when empty).
+func (g *Group) span() (first, last uint64) {
+	g.l.mu.RLock()
+	defer g.l.mu.RUnlock()
+	x := g.l.groups[g.id]
+	if x == nil || x.empty() {
+		return 0, 0
+	}
+	return x.first, x.last()
+}
+
+// FirstIndex implements raft.LogStore.
+func (g *Group) FirstIndex() (uint64, error) {
+	first, _ := g.span()
+	return first, nil
+}
+
+// LastIndex implements raft.LogStore.
+func (g *Group) LastIndex() (uint64, error) {
+	_, last := g.span()
+	return last, nil
+}
+
+// Bytes is the size of the group's live entries on disk.
+func (g *Group) Bytes() int64 {
+	g.l.mu.RLock()
+	defer g.l.mu.RUnlock()
+	if x := g.l.groups[g.id]; x != nil {
+		return x.bytes
+	}
+	return 0
+}
+
+// GetLog implements raft.LogStore.
+func (g *Group) GetLog(idx uint64, out *raft.Log) error {
+	buf, err := g.read(idx)
+	if err != nil {
+		return err
+	}
+	crc, n, err := readHeader(buf, int64(len(buf)-headerSize))
+	if err != nil || n != len(buf)-headerSize {
+		return fmt.Errorf("nodelog: group %d entry %d: %w", g.id, idx, errTorn)
+	}
+	rec, err := decodeBody(buf[headerSize:], crc)
+	if err != nil {
+		return fmt.Errorf("nodelog: group %d entry %d: %w", g.id, idx, err)
+	}
+	if rec.kind != kindEntry || rec.group != g.id || rec.index != idx {
+		return fmt.Errorf("nodelog: group %d entry %d: found group %d index %d kind %d there", g.id, idx, rec.group, rec.index, rec.kind)
+	}
+	rec.toLog(out)
+	return nil
+}
+
+func (g *Group) read(idx uint64) ([]byte, error) {
+	g.l.mu.RLock()
+	defer g.l.mu.RUnlock()
+	x := g.l.groups[g.id]
+	if x == nil || x.empty() || idx < x.first || idx > x.last() {
+		return nil, raft.ErrLogNotFound
+	}
+	lc := x.locs[idx-x.first]
+	s := g.l.segs[lc.seg]
+	if s == nil || s.f == nil {
+		return nil, ErrClosed
+	}
+	buf := make([]byte, lc.n)
+	if _, err := s.f.ReadAt(buf, int64(lc.off)); err != nil {
+		return nil, fmt.Errorf("nodelog: read group %d entry %d: %w", g.id, idx, err)
+	}
+	return buf, nil
+}
+
+// StoreLog implements raft.LogStore.
+func (g *Group) StoreLog(l *raft.Log) error { return g.StoreLogs([]*raft.Log{l}) }
+
+// StoreLogs implements raft.LogStore. The entries must continue the group's
+// log without a gap (hashicorp/raft removes every entry before it stores
+// past a gap, because Group is a raft.MonotonicLogStore).
+func (g *Group) StoreLogs(logs []*raft.Log) error {
+	if len(logs) == 0 {
+		return nil
+	}
+	first, last := g.span()
+	want := logs[0].Index
+	if first != 0 && want != last+1 {
+		return fmt.Errorf("nodelog: group %d: entry %d does not follow the last one, %d", g.id, want, last)
+	}
+	r := &request{group: g.id, ops: make([]op, 0, len(logs))}
+	for i, e := range logs {
+		if e.Index != want+uint64(i) {
+			return fmt.Errorf("nodelog: group %d: entries %d and %d are not consecutive", g.id, logs[i-1].Index, e.Index)
+		}
+		start := len(r.buf)
+		r.buf = appendEntry(r.buf, g.id, e)
+		r.ops = append(r.ops, op{kind: kindEntry, index: e.Index, off: start, n: len(r.buf) - start})
+	}
+	return g.l.submit(r)
+}
+
+// DeleteRange implements raft.LogStore. Raft removes a prefix (after a
+// snapshot), a suffix (entries that conflict with a new leader's) or all.
+func (g *Group) DeleteRange(lo, hi uint64) error {
+	first, last := g.span()
+	if first == 0 || hi < first || lo > last {
+		return nil
+	}
+	switch {
+	case lo <= first && hi >= last:
+		return g.instr(kindReset, 0)
+	case lo <= first:
+		return g.instr(kindCompact, hi+1)
+	case hi >= last:
+		return g.instr(kindTruncate, lo)
+	}
+	return fmt.Errorf("nodelog: group %d: cannot delete [%d, %d] from the middle of [%d, %d]", g.id, lo, hi, first, last)
+}
+
+// Reset removes all the group's entries (its replica was deleted).
+func (g *Group) Reset() error { return g.instr(kindReset, 0) }
+
+func (g *Group) instr(kind byte, idx uint64) error {
+	buf := appendInstr(nil, kind, g.id, idx)
+	return g.l.submit(&request{group: g.id, buf: buf, ops: []op{{kind: kind, index: idx, n: len(buf)}}})
+}
+
+// IsMonotonic implements raft.MonotonicLogStore.
+func (g *Group) IsMonotonic() bool { return true }
