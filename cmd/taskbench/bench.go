@@ -305,6 +305,8 @@ type result struct {
 	Baseline  string  `json:"baseline,omitempty"`   // "postgres" when --baseline postgres
 	PGVersion string  `json:"pg_version,omitempty"` // server_version
 	PGCommits float64 `json:"pg_commits,omitempty"` // pg_stat_database.xact_commit delta
+
+	Costs *costs `json:"costs,omitempty"` // per task, over the measured interval (cost.go)
 }
 
 func run(ctx context.Context, cfg *config, stdout, stderr io.Writer, getenv func(string) string) error {
@@ -378,7 +380,9 @@ func bench(ctx context.Context, cfg *config, stderr io.Writer, getenv func(strin
 	if cfg.profile != "" {
 		profiles = startProfiles(ctx, cfg.profile, lc.profiled, cfg.duration)
 	}
+	meter := startCosts(lc.metered())
 	elapsed, err := measure(ctx, cfg, workers)
+	meter.stop()
 	if err != nil {
 		return nil, err
 	}
@@ -400,6 +404,7 @@ func bench(ctx context.Context, cfg *config, stderr io.Writer, getenv func(strin
 		res.setLogEntries(after.applies-before.applies, secs)
 		res.CommitIndexDelta = after.commitIndex - before.commitIndex
 	}
+	res.setClusterCosts(cfg, meter, before, after, errors.Join(merr, merr2))
 	return res, nil
 }
 

@@ -22,6 +22,7 @@ import (
 type localCluster struct {
 	dir     string
 	procs   []*exec.Cmd
+	names   []string // of procs: n1, n2, ..., proxy
 	nodes   []string // gRPC addresses
 	proxy   string   // gRPC address of the proxy, when started
 	httpAll []string // every node's HTTP address
@@ -153,6 +154,7 @@ func (lc *localCluster) spawn(bin, name string, args []string) error {
 	}
 	logf.Close() // the child holds its own descriptor
 	lc.procs = append(lc.procs, cmd)
+	lc.names = append(lc.names, name)
 	return nil
 }
 

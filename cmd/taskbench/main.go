@@ -235,6 +235,16 @@ initdb and pg_ctl from /usr/lib/postgresql/*/bin (Debian's postgresql
 package; as root they run as the user postgres via runuser), on 127.0.0.1,
 removed afterwards.
 
+After the counts comes a "costs" block, per task over the measured interval
+(not the prefill), each process's share in parentheses: log entries,
+fsync+fdatasync calls of the nodes' logs (taskstore_log_syncs_total) and
+entries per sync, log bytes, CPU milliseconds of every process (the nodes and
+proxy of a --local cluster, a --local PostgreSQL's whole process tree, from
+/proc/<pid>/stat; taskbench itself from getrusage; a remote node's from its
+process_cpu_seconds_total), CPU% of one core, and bytes written to storage
+(/proc/<pid>/io). "-" is a figure that could not be measured; -o json has it
+all under "costs". docs/performance.md, "Cost columns", has the details.
+
 "taskbench suite" runs the standard suite (make bench) and prints one table.`,
 		Example: `  # single inserts, one client, then 32, on a fresh local 3-node cluster
   taskbench --local 3 --workload insert --clients 1 --duration 10s

@@ -197,6 +197,7 @@ func TestLocalEndToEnd(t *testing.T) {
 	if want := localGOMAXPROCS(3, runtime.GOMAXPROCS(0), func(string) string { return "" }); r.LocalGOMAXPROCS != want {
 		t.Errorf("local_gomaxprocs %q, want %q", r.LocalGOMAXPROCS, want)
 	}
+	checkLocalCosts(t, &r, "n1", "n2", "n3", "bench")
 	// --profile: a CPU and an allocation profile of every node, gzipped
 	// protobuf as go tool pprof reads them.
 	for _, n := range []string{"n1", "n2", "n3"} {
@@ -221,5 +222,42 @@ func TestLocalEndToEnd(t *testing.T) {
 	}
 	if full := r.Ops - r.EmptyClaims; r.ClaimLimit != 5 || r.FailedOps != 0 || full == 0 || r.Tasks <= full || r.Tasks > 5*full {
 		t.Errorf("claim-move --claim-limit 5: want 1 to 5 tasks per op, more than 1 on average, no failures: %s", out)
+	}
+	checkLocalCosts(t, &r, "n1", "n2", "n3", "proxy", "bench")
+}
+
+// checkLocalCosts checks the cost accounting of a --local run: every
+// process named, with CPU read from /proc (getrusage for taskbench), and
+// the nodes' bytes written.
+func checkLocalCosts(t *testing.T, r *result, names ...string) {
+	t.Helper()
+	c := r.Costs
+	if c == nil {
+		t.Fatal("no costs")
+	}
+	if c.EntriesPerTask == nil || *c.EntriesPerTask < 0.1 || c.CPUMsPerTask == nil || *c.CPUMsPerTask <= 0 || !c.CPUComplete {
+		t.Errorf("costs %+v", c)
+	}
+	if len(c.Processes) != len(names) {
+		t.Fatalf("processes %+v, want %v", c.Processes, names)
+	}
+	for i, p := range c.Processes {
+		src := "proc"
+		if p.Name == "bench" {
+			src = "rusage"
+		}
+		if p.Name != names[i] || p.CPUSource != src || p.CPUSeconds == nil || *p.CPUSeconds <= 0 ||
+			p.CPUPercent == nil || *p.CPUPercent <= 0 || *p.CPUPercent > 100*float64(c.Cores)+10 {
+			t.Errorf("process %d: %+v, want %s with CPU from %s", i, p, names[i], src)
+		}
+		// A node writes its log; /proc/<pid>/io of our own children is
+		// readable.
+		if strings.HasPrefix(p.Name, "n") && (p.WriteBytes == nil || *p.WriteBytes <= 0) {
+			t.Errorf("%s: no bytes written", p.Name)
+		}
+		// taskstore_log_syncs_total, where the nodes export it.
+		if p.SyncsPerTask != nil && *p.SyncsPerTask <= 0 {
+			t.Errorf("%s: %v syncs per task", p.Name, *p.SyncsPerTask)
+		}
 	}
 }

@@ -25,6 +25,9 @@ type logCounters struct {
 	// taskstore_shard_commit_index any node reports: the number of log
 	// entries, including Raft's own (no-op on election, configuration).
 	commitIndex float64
+	// nodes is every scraped node's counters by node id, for the cost
+	// accounting's per-node figures (cost.go).
+	nodes map[string]nodeCounters
 }
 
 // scrapeCluster reads the http addresses from Admin.Status and sums the
@@ -36,7 +39,7 @@ func scrapeCluster(ctx context.Context, c *client.Client) (logCounters, error) {
 	if err != nil {
 		return logCounters{}, fmt.Errorf("status: %w", err)
 	}
-	var total logCounters
+	total := logCounters{nodes: map[string]nodeCounters{}}
 	commit := map[string]float64{}
 	for _, n := range st.Nodes {
 		if n.HttpAddress == "" {
@@ -47,6 +50,7 @@ func scrapeCluster(ctx context.Context, c *client.Client) (logCounters, error) {
 			return logCounters{}, fmt.Errorf("node %s: %w", n.Id, err)
 		}
 		total.applies += m.applies
+		total.nodes[n.Id] = m
 		for shard, v := range m.commit {
 			commit[shard] = max(commit[shard], v)
 		}
@@ -57,9 +61,28 @@ func scrapeCluster(ctx context.Context, c *client.Client) (logCounters, error) {
 	return total, nil
 }
 
+// nodeCounters is what one node's /metrics says. A counter of the cost
+// accounting is absent (has* false) on a node that does not export it, an
+// older build: the report then prints "-" for it.
 type nodeCounters struct {
 	applies float64
 	commit  map[string]float64
+
+	// taskstore_log_syncs_total: fsync and fdatasync calls for the node's
+	// Raft logs.
+	syncs    float64
+	hasSyncs bool
+	// taskstore_log_append_entries histogram: entries written per log
+	// append (one sync batch); _sum over _count is entries per sync.
+	appendEntries, appendBatches float64
+	hasAppend                    bool
+	// taskstore_log_bytes_written_total.
+	logBytes    float64
+	hasLogBytes bool
+	// process_cpu_seconds_total (Prometheus's process collector): the
+	// node's CPU when taskbench does not know its pid.
+	cpuSeconds float64
+	hasCPU     bool
 }
 
 func scrapeNode(ctx context.Context, httpAddr string) (nodeCounters, error) {
@@ -82,31 +105,54 @@ func scrapeNode(ctx context.Context, httpAddr string) (nodeCounters, error) {
 	return parseMetrics(resp.Body)
 }
 
-// parseMetrics reads the two series we need from the Prometheus text format.
+// parseMetrics reads the series we need from the Prometheus text format.
+// The per-node counters are summed over their label sets, if they have any.
 func parseMetrics(r io.Reader) (nodeCounters, error) {
 	out := nodeCounters{commit: map[string]float64{}}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 4<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		var isApply bool
-		switch {
-		case strings.HasPrefix(line, "taskstore_shard_apply_seconds_count{"):
-			isApply = true
-		case strings.HasPrefix(line, "taskstore_shard_commit_index{"):
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		name, _, _ := strings.Cut(line, " ")
+		name, _, _ = strings.Cut(name, "{")
+		var node *float64
+		var has *bool
+		switch name {
+		case "taskstore_shard_apply_seconds_count", "taskstore_shard_commit_index":
+		case "taskstore_log_syncs_total":
+			node, has = &out.syncs, &out.hasSyncs
+		case "taskstore_log_append_entries_sum":
+			node, has = &out.appendEntries, &out.hasAppend
+		case "taskstore_log_append_entries_count":
+			node, has = &out.appendBatches, &out.hasAppend
+		case "taskstore_log_bytes_written_total":
+			node, has = &out.logBytes, &out.hasLogBytes
+		case "process_cpu_seconds_total":
+			node, has = &out.cpuSeconds, &out.hasCPU
 		default:
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(line[i+1:]), 64)
+		if err != nil {
+			continue
+		}
+		if node != nil {
+			*node += v
+			*has = true
 			continue
 		}
 		shard := labelValue(line, "shard")
 		if shard == "" || shard == "0" {
 			continue
 		}
-		i := strings.LastIndexByte(line, ' ')
-		v, err := strconv.ParseFloat(strings.TrimSpace(line[i+1:]), 64)
-		if i < 0 || err != nil {
-			continue
-		}
-		if isApply {
+		if name == "taskstore_shard_apply_seconds_count" {
 			out.applies += v
 		} else {
 			out.commit[shard] = v

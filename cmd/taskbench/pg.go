@@ -100,6 +100,7 @@ var (
 type pgStore struct {
 	pool     *pgxpool.Pool
 	claimant string
+	metered  []meteredProc // a --local server's processes (cost.go)
 }
 
 // openPG connects with a pool of exactly conns connections, opens them all
@@ -360,6 +361,7 @@ func pgEndpoint(dsn string) string {
 func benchPostgres(ctx context.Context, cfg *config, stderr io.Writer, getenv func(string) string) (*result, error) {
 	dsn := cfg.pgDSN
 	text := cfg.output == "text"
+	var metered []meteredProc
 	if cfg.local != 0 {
 		if text {
 			fmt.Fprintf(stderr, "starting a local PostgreSQL...\n")
@@ -370,11 +372,13 @@ func benchPostgres(ctx context.Context, cfg *config, stderr io.Writer, getenv fu
 		}
 		defer srv.stop()
 		dsn = srv.dsn
+		metered = srv.metered()
 	}
 	s, err := openPG(ctx, dsn, cfg.clients)
 	if err != nil {
 		return nil, err
 	}
+	s.metered = metered
 	defer s.close()
 	lay := newLayout(cfg)
 	if cfg.local == 0 {
@@ -417,7 +421,10 @@ func runPG(ctx context.Context, cfg *config, s *pgStore, lay layout, endpoint st
 		workers[i] = newWorker(i, nil, cfg, lay, value)
 		workers[i].pg = s
 	}
+	walBefore := s.walBytes(ctx)
+	meter := startCosts(s.metered)
 	elapsed, err := measure(ctx, cfg, workers)
+	meter.stop()
 	if err != nil {
 		return nil, err
 	}
@@ -430,5 +437,6 @@ func runPG(ctx context.Context, cfg *config, s *pgStore, lay layout, endpoint st
 		res.setLogEntries(after.walSyncs-before.walSyncs, secs)
 		res.PGCommits = after.commits - before.commits
 	}
+	res.setPGCosts(meter, errors.Join(merr, merr2) == nil, walBefore, s.walBytes(context.WithoutCancel(ctx)))
 	return res, nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -312,10 +313,17 @@ func TestPostgresLocal(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
-	for _, want := range []string{"PostgreSQL ", "workload claim-delete via postgres, 4 clients", "tasks per fsync", "(0 failed)"} {
+	for _, want := range []string{"PostgreSQL ", "workload claim-delete via postgres, 4 clients", "tasks per fsync", "(0 failed)",
+		"(of one core;"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
 		}
+	}
+	// The server's processes (the postmaster's tree) were read from /proc.
+	if !regexp.MustCompile(`costs +xacts/task [0-9.]+  wal-fsyncs/task [0-9.]+  entries/sync [0-9.]+  wal-bytes/task [0-9]+`).MatchString(out) ||
+		!regexp.MustCompile(`cpu-ms/task [0-9.]+ \(postgres [0-9.]+ bench [0-9.]+\)`).MatchString(out) ||
+		!regexp.MustCompile(`bytes-written/task [0-9]+ \(postgres [0-9]+\)`).MatchString(out) {
+		t.Errorf("PostgreSQL's CPU or bytes written not measured:\n%s", out)
 	}
 	after, _ := filepath.Glob(filepath.Join(os.TempDir(), "taskbench-pg-*"))
 	for _, d := range after {
@@ -341,6 +349,12 @@ func TestSuite(t *testing.T) {
 		}
 		r := fake(100 * float64(len(ran)))
 		r.Workload = cfg.workload
+		if len(ran) == 5 { // the proxy's claim-delete, one process unreadable
+			r.Costs = &costs{EntriesPerTask: ptr(2), SyncsPerTask: ptr(3.1), CPUMsPerTask: ptr(1.234), WriteBytesPerTask: ptr(61234.4)}
+		}
+		if len(ran) == 7 { // PostgreSQL: no log sync counter of its own
+			r.Costs = &costs{EntriesPerTask: ptr(2.01), SyncsPerTask: ptr(0.49), CPUMsPerTask: ptr(0.5), CPUComplete: true}
+		}
 		if cfg.claim > 1 {
 			r.ClaimLimit = cfg.claim
 		}
@@ -373,7 +387,7 @@ func TestSuite(t *testing.T) {
 	}
 	text := out.String()
 	lines := strings.Split(strings.TrimSpace(text), "\n")
-	if len(lines) < 9 || strings.Count(lines[0], "|") != 10 {
+	if len(lines) < 9 || strings.Count(lines[0], "|") != 13 {
 		t.Fatalf("not one table:\n%s", text)
 	}
 	// "vs PG" compares each claim-delete row with PostgreSQL at the same
@@ -392,6 +406,18 @@ func TestSuite(t *testing.T) {
 		"| 800 ", "0.89×", "claiming 10 at a time, via proxy (#8) / PostgreSQL (#9): 0.89×.",
 	} {
 		if !strings.Contains(text, want) {
+			t.Errorf("table lacks %q:\n%s", want, text)
+		}
+	}
+	// Cost columns: entries/task, syncs/task, cpu-ms/task (≥: a process
+	// unread), bytes written/task; "-" where a run has no costs.
+	squeezed := regexp.MustCompile(` +`).ReplaceAllString(text, " ")
+	for _, want := range []string{
+		"| 500 | 500 | 1000 | 2.00 | 3.10 | ≥1.23 | 61234 | 1.50 / 12.3 / 123 |",
+		"| 700 | 700 | 1400 | 2.01 | 0.49 | 0.50 | - | 1.50 / 12.3 / 123 |",
+		"| 100 | 100 | 200 | - | - | - | - | 1.50 / 12.3 / 123 |",
+	} {
+		if !strings.Contains(squeezed, want) {
 			t.Errorf("table lacks %q:\n%s", want, text)
 		}
 	}

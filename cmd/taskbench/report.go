@@ -54,6 +54,7 @@ func report(w io.Writer, format string, r *result) error {
 		fmt.Fprintf(w, "log      %10.0f  %10.1f entries/s  %.2f tasks per entry (an entry is one fsync on the shard leader)\n",
 			r.LogEntries, r.LogEntriesPerSec, r.TasksPerEntry)
 	}
+	printCosts(w, r.Costs, r.Baseline == "postgres")
 	if r.EmptyClaims > 0 {
 		fmt.Fprintf(w, "empty claims %d (the queues ran dry: raise --prefill)\n", r.EmptyClaims)
 	}
