@@ -5,8 +5,11 @@
 //     cluster map: nodes and their addresses, shards and their replicas, and
 //     the hash-slot table (consistency group -> slot -> shard). It is the
 //     single source of truth for routing.
-//   - Each shard is a Raft group (hashicorp/raft, one raft-boltdb/v2 store
-//     with fsync on, file snapshots) running an fsm.Machine.
+//   - Each shard is a Raft group (hashicorp/raft) running an fsm.Machine,
+//     with file snapshots. Its entries live in the node's one shared log
+//     (nodelog: group commit, one fdatasync for every shard's queued
+//     appends); its term and vote, and the meta group's log, in
+//     raft-boltdb/v2 files with fsync on.
 //   - All groups share the node's one listener with gRPC (see Mux).
 //   - Gossip (memberlist) carries addresses and health, never Raft
 //     membership.
