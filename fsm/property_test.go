@@ -103,7 +103,14 @@ func (r *refModel) modify(m *fsmpb.Modify) *fsmpb.Result {
 		}
 		return nil
 	}
+	// insertedKey is the last insert of this request to name each key. A
+	// refused insert (its key taken) is still staged, so two staged tasks
+	// may share a key; like the machine, the later insert is the owner.
+	insertedKey := map[[2]string]string{}
 	keyOwner := func(queue, key string) string {
+		if id, ok := insertedKey[[2]string{queue, key}]; ok {
+			return id
+		}
 		for id, t := range work {
 			if t.Queue == queue && t.Key == key {
 				return id
@@ -212,6 +219,9 @@ func (r *refModel) modify(m *fsmpb.Modify) *fsmpb.Result {
 			Created: r.clock, Modified: r.clock, Attempt: in.Attempt, Err: in.Err}
 		work[nt.Id] = nt
 		touched[nt.Id] = true
+		if nt.Key != "" {
+			insertedKey[[2]string{nt.Queue, nt.Key}] = nt.Id
+		}
 		inserted = append(inserted, nt)
 	}
 	if len(errs) > 0 {
