@@ -123,6 +123,37 @@ func (c *Client) Delete(ctx context.Context, id string, version uint64, opts ...
 	return err
 }
 
+// ClaimNext is the claim part of a commit (see Modify): up to limit tasks of
+// queues, which must be in the committed task's consistency group, under a
+// lease (0 means the cluster's default of 30s).
+func ClaimNext(lease time.Duration, limit uint32, queues ...string) *taskstorepb.ModifyClaim {
+	cl := &taskstorepb.ModifyClaim{Queues: queues, Limit: limit}
+	if lease > 0 {
+		cl.Lease = durationpb.New(lease)
+	}
+	return cl
+}
+
+// DeleteAndClaim deletes version of task id and, in the same request and
+// log entry, claims up to next.Limit tasks of next.Queues (see ClaimNext).
+// It returns the claimed tasks, none when nothing was available; a refused
+// delete claims nothing and returns a *DependencyError.
+func (c *Client) DeleteAndClaim(ctx context.Context, id string, version uint64, next *taskstorepb.ModifyClaim, opts ...RefOption) ([]*Task, error) {
+	var o refOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	if err := c.refQueue(ctx, id, &o); err != nil {
+		return nil, err
+	}
+	resp, err := c.Modify(ctx, &taskstorepb.ModifyRequest{Claimant: o.claimant,
+		Deletes: []*taskstorepb.TaskRef{{Id: id, Version: version, Queue: o.queue}}, Claim: next})
+	if err != nil {
+		return nil, err
+	}
+	return resp.Claimed, nil
+}
+
 // Release ends the claim on version of task id and makes it available at
 // once: a change with a zero delay, so "now" is the shard leader's clock,
 // not this machine's. It returns the new version.

@@ -183,7 +183,11 @@ var workerSeq atomic.Uint64
 //     nothing is committed.
 //  3. When the handler returns a Result, the Worker commits it in one Modify
 //     naming the held version: delete the task (or move it), with the
-//     Result's inserts, deletes and depends. If the task was lost meanwhile
+//     Result's inserts, deletes and depends. The same request claims the
+//     next task for the freed handler (one round trip and one log entry per
+//     task while work is queued) when the Worker's queues are all in the
+//     task's consistency group; when it finds none, the Worker goes back to
+//     a waiting claim. If the task was lost meanwhile
 //     (a paused process, a partition), the version is gone and the cluster
 //     refuses the commit: a task version is committed at most once.
 //  4. When the handler returns an error (or panics), the task is changed to
@@ -327,7 +331,10 @@ func (w *Worker) Run(ctx context.Context) error {
 			w.stats.claimed.Add(1)
 			wg.Go(func() {
 				defer func() { <-slots }()
-				w.handle(ctx, t, claimed)
+				// A commit may bring this slot's next task with it.
+				for next, at := t, claimed; next != nil; {
+					next, at = w.handle(ctx, next, at)
+				}
 			})
 		}
 		for range n - len(tasks) {
@@ -367,8 +374,10 @@ func (h *held) get() (*Task, time.Time) {
 }
 
 // handle runs the handler on one claimed task, renewing its lease meanwhile,
-// then commits the outcome.
-func (w *Worker) handle(ctx context.Context, t *Task, claimed time.Time) {
+// then commits the outcome. A successful commit may carry the claim of the
+// slot's next task (see commit); handle returns it, with the time the claim
+// was sent, or nil.
+func (w *Worker) handle(ctx context.Context, t *Task, claimed time.Time) (next *Task, nextClaimed time.Time) {
 	log := w.log.With("task", t.Id, "queue", t.Queue)
 	h := &held{task: t, leaseEnd: claimed.Add(w.o.lease)}
 	hctx, cancel := context.WithCancelCause(ctx)
@@ -390,7 +399,7 @@ func (w *Worker) handle(ctx context.Context, t *Task, claimed time.Time) {
 	if cause := context.Cause(hctx); errors.Is(cause, ErrTaskLost) {
 		w.stats.lost.Add(1)
 		log.Warn("task lost while running; result dropped", "err", cause)
-		return
+		return nil, time.Time{}
 	}
 	cur, _ := h.get()
 	// Commits outlive Run's context: a finished result is worth keeping.
@@ -398,16 +407,23 @@ func (w *Worker) handle(ctx context.Context, t *Task, claimed time.Time) {
 	defer ccancel()
 	if herr != nil {
 		w.fail(cctx, ctx.Err() != nil, cur, herr, log)
-		return
+		return nil, time.Time{}
 	}
-	err := w.commit(cctx, cur, res)
+	// While running, the commit claims the slot's next task too.
+	claimNext := w.nextClaim(ctx, cur)
+	sent := time.Now() // the lease of a claimed task starts after this
+	claimedNext, err := w.commit(cctx, cur, res, claimNext)
 	if err == nil {
 		w.stats.committed.Add(1)
-		log.Debug("committed", "version", cur.Version, "move_to", res.MoveTo, "inserts", len(res.Inserts))
-		return
+		log.Debug("committed", "version", cur.Version, "move_to", res.MoveTo, "inserts", len(res.Inserts), "claimed", len(claimedNext))
+		if len(claimedNext) == 0 {
+			return nil, time.Time{}
+		}
+		w.stats.claimed.Add(uint64(len(claimedNext)))
+		return claimedNext[0], sent
 	}
 	if w.lostBy(err, cur, log) {
-		return
+		return nil, time.Time{}
 	}
 	var dep *DependencyError
 	if errors.As(err, &dep) || errors.Is(err, ErrInvalid) || errors.Is(err, ErrTooLarge) {
@@ -417,6 +433,25 @@ func (w *Worker) handle(ctx context.Context, t *Task, claimed time.Time) {
 	}
 	w.stats.errors.Add(1)
 	log.Error("commit failed, outcome unknown; the lease will run out if it did not apply", "version", cur.Version, "err", err)
+	return nil, time.Time{}
+}
+
+// nextClaim is the claim a commit of t carries for the slot t frees: one
+// task of the Worker's queues, when they are all in t's consistency group
+// (a transaction stays in one group) and the Worker is still running. Nil
+// otherwise: the slot goes back to Run, which claims with a wait (and
+// spreads claims over several groups).
+func (w *Worker) nextClaim(ctx context.Context, t *Task) *taskstorepb.ModifyClaim {
+	if ctx.Err() != nil {
+		return nil
+	}
+	group := taskstorepb.GroupOf(t.Queue)
+	for _, q := range w.queues {
+		if taskstorepb.GroupOf(q) != group {
+			return nil
+		}
+	}
+	return &taskstorepb.ModifyClaim{Queues: w.queues, Limit: 1, Lease: durationpb.New(w.o.lease)}
 }
 
 // run calls the handler, turning a panic into an error.
@@ -477,10 +512,11 @@ func (w *Worker) renew(ctx context.Context, h *held, stop <-chan struct{}, cance
 	}
 }
 
-// commit applies res to t in one transaction.
-func (w *Worker) commit(ctx context.Context, t *Task, res Result) error {
+// commit applies res to t in one transaction that, with next, also claims
+// (returning what it claimed).
+func (w *Worker) commit(ctx context.Context, t *Task, res Result, next *taskstorepb.ModifyClaim) ([]*Task, error) {
 	req := &taskstorepb.ModifyRequest{Claimant: w.o.claimant, Inserts: res.Inserts,
-		Deletes: res.Deletes, Depends: res.Depends}
+		Deletes: res.Deletes, Depends: res.Depends, Claim: next}
 	if res.MoveTo == "" {
 		req.Deletes = append(slices.Clone(res.Deletes), Ref(t))
 	} else {
@@ -492,8 +528,8 @@ func (w *Worker) commit(ctx context.Context, t *Task, res Result) error {
 		}
 		req.Changes = []*taskstorepb.TaskChange{ch}
 	}
-	_, err := w.c.Modify(ctx, req)
-	return err
+	resp, err := w.c.Modify(ctx, req)
+	return resp.GetClaimed(), err
 }
 
 // fail records a failed attempt of t: a retry after a backoff, the

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/e1158ecb/taskstore/client"
@@ -30,6 +31,7 @@ func TestWorker(t *testing.T) {
 		run  func(t *testing.T, addrs string)
 	}{
 		{"ClaimHandleDelete", testWorkerClaimHandleDelete},
+		{"CommitCarriesNextClaim", testWorkerCommitCarriesNextClaim},
 		{"RenewalKeepsSlowTask", testWorkerRenewalKeepsSlowTask},
 		{"RetryThenDeadLetter", testWorkerRetryThenDeadLetter},
 		{"MoveWithInsertsIsAtomic", testWorkerMoveWithInsertsIsAtomic},
@@ -172,6 +174,57 @@ func testWorkerClaimHandleDelete(t *testing.T, addrs string) {
 		assertGone(t, c, id)
 	}
 	checkStats(t, w, client.WorkerStats{Claimed: 3, Committed: 3})
+}
+
+// testWorkerCommitCarriesNextClaim: with work queued, each commit claims
+// the next task in the same request, so the steady loop makes one Modify
+// and no Claim per task; only the first claim and the one that waits once
+// the queue is empty are Claims.
+func testWorkerCommitCarriesNextClaim(t *testing.T, addrs string) {
+	var calls sync.Map // method -> *atomic.Int64
+	count := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		n, _ := calls.LoadOrStore(method[strings.LastIndex(method, "/")+1:], new(atomic.Int64))
+		n.(*atomic.Int64).Add(1)
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	calls0 := func(method string) int64 {
+		if n, ok := calls.Load(method); ok {
+			return n.(*atomic.Int64).Load()
+		}
+		return 0
+	}
+	setup := mustDial(t, addrs)
+	const q, n = "steady/in", 20
+	for i := range n {
+		mustInsert(t, setup, q, fmt.Sprintf("s%02d", i), "job")
+	}
+	c := mustDial(t, addrs, client.WithDialOptions(grpc.WithChainUnaryInterceptor(count)))
+	var order []string
+	w := newWorker(t, c, []string{q}, func(ctx context.Context, task *client.Task) (client.Result, error) {
+		order = append(order, task.Id) // concurrency 1: one handler at a time
+		if task.Id == "s05" {
+			return client.Result{MoveTo: "steady/done"}, nil // a move carries the claim too
+		}
+		return client.Result{}, nil
+	}, client.WithWorkerClaimant("steady-w"))
+	runWorker(t, w)
+	waitFor(t, 30*time.Second, "every task committed", func() bool { return w.Stats().Committed == n })
+	// The worker then waits in a Claim for more work.
+	waitFor(t, 10*time.Second, "the waiting claim", func() bool { return calls0("Claim") >= 2 })
+	if got := calls0("Modify"); got != n {
+		t.Errorf("%d Modify calls for %d tasks, want %d (one per commit)", got, n, n)
+	}
+	if got := calls0("Claim"); got != 2 {
+		t.Errorf("%d Claim calls, want 2: the first and the one that waits once the queue is empty", got)
+	}
+	for i, id := range order {
+		if want := fmt.Sprintf("s%02d", i); id != want {
+			t.Fatalf("handled %v, want s00..s%02d in order", order, n-1)
+		}
+	}
+	checkStats(t, w, client.WorkerStats{Claimed: n, Committed: n})
+	moved := mustGet(t, setup, "s05")
+	checkTask(t, moved, taskWant{Queue: "steady/done", Version: 3, Value: "job", Claims: 1})
 }
 
 func testWorkerRenewalKeepsSlowTask(t *testing.T, addrs string) {

@@ -87,9 +87,11 @@ func emptyClaim(res *fsmpb.Result) bool {
 
 func (a *applier) dispatch(cmd *fsmpb.Command) *fsmpb.Result {
 	switch cmd.Op {
-	case fsmpb.Op_OP_MODIFY:
+	case fsmpb.Op_OP_MODIFY, fsmpb.Op_OP_MODIFY_CLAIM:
+		// The ops differ only for older binaries (which refuse the second):
+		// here the claim part applies whenever it is present.
 		if cmd.Modify == nil {
-			return failuref("OP_MODIFY without a modify body")
+			return failuref("%v without a modify body", cmd.Op)
 		}
 		return a.modify(cmd.Modify)
 	case fsmpb.Op_OP_CLAIM:

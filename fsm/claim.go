@@ -7,16 +7,33 @@ import (
 )
 
 func (a *applier) claim(c *fsmpb.Claim) *fsmpb.Result {
-	st := a.st
 	if len(c.Queues) == 0 {
 		return failuref("claim.queues: required")
 	}
-	group := groupOf(c.Queues[0])
-	queues := make([]*queue, 0, len(c.Queues))
+	if f := checkClaimQueues(c, groupOf(c.Queues[0]), "claim"); f != nil {
+		return f
+	}
+	return &fsmpb.Result{Claim: a.take(c)}
+}
+
+// checkClaimQueues refuses a claim whose queues are not all (non-empty and)
+// in group; path names the claim in the message.
+func checkClaimQueues(c *fsmpb.Claim, group, path string) *fsmpb.Result {
 	for i, name := range c.Queues {
 		if name == "" || groupOf(name) != group {
-			return failuref("claim.queues[%d]: %q is not in group %q", i, name, group)
+			return failuref("%s.queues[%d]: %q is not in group %q", path, i, name, group)
 		}
+	}
+	return nil
+}
+
+// take claims up to c.Limit available tasks of c's queues (checked by
+// checkClaimQueues), best first across them. A Claim and the claim part of
+// a Modify both claim here, so they cannot drift apart.
+func (a *applier) take(c *fsmpb.Claim) *fsmpb.ClaimResult {
+	st := a.st
+	queues := make([]*queue, 0, len(c.Queues))
+	for _, name := range c.Queues {
 		if q := st.queues[name]; q != nil && !slices.Contains(queues, q) {
 			queues = append(queues, q)
 		}
@@ -53,7 +70,7 @@ func (a *applier) claim(c *fsmpb.Claim) *fsmpb.Result {
 		st.replace(t, &nt)
 		res.Tasks[i] = nt.toProto(false)
 	}
-	return &fsmpb.Result{Claim: res}
+	return res
 }
 
 // available appends to out up to limit available tasks of q (at <= clock) in

@@ -45,7 +45,12 @@ users; DESIGN.md §1 is the contract.
  7. Claims. A Claim takes up to limit available tasks of its queues, best
     first across them (priority descending, at ascending, id ascending),
     and sets claimant, at = now + lease, claims+1, version+1. Claiming
-    nothing is a success with no tasks.
+    nothing is a success with no tasks. OP_MODIFY_CLAIM is a Modify whose
+    claim part (Modify.claim, queues of the modify's group, the modify's
+    claimant) claims exactly so right after the transaction commits, in
+    the same entry (ModifyResult.claim); a failed transaction claims
+    nothing. It has its own op so that an older binary refuses the entry
+    instead of applying the transaction without the claim.
 
  8. Keys. A key is unique within its queue. An if_absent insert whose key
     is taken returns the holder (in ModifyResult.inserted, its index in
@@ -55,8 +60,8 @@ users; DESIGN.md §1 is the contract.
 
  10. Exactly once. A command with a client_id is answered once per
     (client_id, seq): the same seq again returns the stored result without
-    applying; a lower seq fails with StaleSequenceMessage. A claim that
-    claimed nothing is not stored, so a waiting claim may re-propose its
+    applying (a Modify's claimed tasks included); a lower seq fails with
+    StaleSequenceMessage. A claim that claimed nothing is not stored, so a waiting claim may re-propose its
     seq. Sessions are bounded (MaxSessions, least recently seen evicted,
     ties by client id) and expire SessionTTL of log time after they were
     last seen; they are part of snapshots and the Digest. Each command of an

@@ -24,6 +24,9 @@ func seedCommands() []*fsmpb.Command {
 		{Op: fsmpb.Op_OP_PURGE, Now: 13, Purge: &fsmpb.Purge{Queue: "g/q"}},
 		{Op: fsmpb.Op_OP_TICK, Now: 14},
 		{Op: fsmpb.Op_OP_BATCH, Now: 15, Batch: []*fsmpb.Command{{Op: fsmpb.Op_OP_TICK}, insertCmd(16, "z")}},
+		{Op: fsmpb.Op_OP_MODIFY_CLAIM, Now: 17, ClientId: "c", Seq: 3, Modify: &fsmpb.Modify{Group: "g", Claimant: "w",
+			Deletes: []*fsmpb.Ref{{Id: "z", Version: 1}},
+			Claim:   &fsmpb.Claim{Claimant: "w", Queues: []string{"g/q", "g/r"}, Lease: 1e9, Limit: 2}}},
 	}
 }
 

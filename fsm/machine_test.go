@@ -125,6 +125,7 @@ func TestValidate(t *testing.T) {
 	modify := func(m *fsmpb.Modify) *fsmpb.Command { return &fsmpb.Command{Op: fsmpb.Op_OP_MODIFY, Modify: m} }
 	ins := func(id, queue string) *fsmpb.Insert { return &fsmpb.Insert{Id: id, Queue: queue} }
 	claim := func(c *fsmpb.Claim) *fsmpb.Command { return &fsmpb.Command{Op: fsmpb.Op_OP_CLAIM, Claim: c} }
+	modifyClaim := func(m *fsmpb.Modify) *fsmpb.Command { return &fsmpb.Command{Op: fsmpb.Op_OP_MODIFY_CLAIM, Modify: m} }
 	okClaim := func() *fsmpb.Claim {
 		return &fsmpb.Claim{Claimant: "w", Queues: []string{"g/a", "g"}, Lease: 1e9, Limit: 1}
 	}
@@ -160,6 +161,23 @@ func TestValidate(t *testing.T) {
 		{"too many ops", modify(&fsmpb.Modify{Group: "g", Depends: make([]*fsmpb.Ref, 1001)}), "modify: 1001 operations exceeds the limit of 1000", ErrTooLarge},
 		{"if_absent without key", modify(&fsmpb.Modify{Group: "g", Inserts: []*fsmpb.Insert{{Id: "a", Queue: "g", IfAbsent: true}}}),
 			"inserts[0].if_absent: needs a key", ErrInvalid},
+		{"modify and claim", modifyClaim(&fsmpb.Modify{Group: "g", Claimant: "w", Deletes: []*fsmpb.Ref{{Id: "a", Version: 2}}, Claim: okClaim()}), "", nil},
+		{"claim only", modifyClaim(&fsmpb.Modify{Group: "g", Claimant: "w", Claim: okClaim()}), "", nil},
+		{"claim without its op", modify(&fsmpb.Modify{Group: "g", Claimant: "w", Claim: okClaim()}), "modify.claim: needs OP_MODIFY_CLAIM", ErrInvalid},
+		{"op without its claim", modifyClaim(&fsmpb.Modify{Group: "g", Claimant: "w", Inserts: []*fsmpb.Insert{ins("a", "g")}}),
+			"modify.claim: required for OP_MODIFY_CLAIM", ErrInvalid},
+		{"claim in another group", modifyClaim(&fsmpb.Modify{Group: "h", Claimant: "w", Inserts: []*fsmpb.Insert{ins("a", "h")}, Claim: okClaim()}),
+			`claim.queues[0]: queue "g/a" is not in consistency group "h"`, ErrInvalid},
+		{"claim for someone else", modifyClaim(&fsmpb.Modify{Group: "g", Claimant: "v", Claim: okClaim()}),
+			`claim.claimant: "w" differs from the modify's claimant "v"`, ErrInvalid},
+		{"claim without a claimant", modifyClaim(&fsmpb.Modify{Group: "g", Claim: &fsmpb.Claim{Queues: []string{"g"}, Lease: 1, Limit: 1}}),
+			"claim.claimant: required", ErrInvalid},
+		{"claim lease bounds", modifyClaim(&fsmpb.Modify{Group: "g", Claimant: "w", Claim: &fsmpb.Claim{Claimant: "w", Queues: []string{"g"}, Limit: 1}}),
+			"claim.lease: 0ns is outside (0, 86400000000000ns]", ErrInvalid},
+		{"claim limit bounds", modifyClaim(&fsmpb.Modify{Group: "g", Claimant: "w", Claim: &fsmpb.Claim{Claimant: "w", Queues: []string{"g"}, Lease: 1, Limit: 1001}}),
+			"claim.limit: 1001 is outside [1, 1000]", ErrInvalid},
+		{"claim bad queue", modifyClaim(&fsmpb.Modify{Group: "g", Claimant: "w", Claim: &fsmpb.Claim{Claimant: "w", Queues: []string{"/g"}, Lease: 1, Limit: 1}}),
+			`claim.queues[0]: "/g": a queue name must not start with '/' (its group would be empty)`, ErrInvalid},
 		{"claim", claim(okClaim()), "", nil},
 		{"claim two groups", claim(&fsmpb.Claim{Claimant: "w", Queues: []string{"g/a", "h/a"}, Lease: 1, Limit: 1}),
 			`queues[1]: queue "h/a" is not in consistency group "g"`, ErrInvalid},

@@ -105,6 +105,11 @@ func (a *applier) modify(m *fsmpb.Modify) *fsmpb.Result {
 			return failuref("changes[%d].queue: %q is not in group %q", i, c.Queue, m.Group)
 		}
 	}
+	if m.Claim != nil {
+		if f := checkClaimQueues(m.Claim, m.Group, "claim"); f != nil {
+			return f
+		}
+	}
 
 	md := &modifier{st: st, group: m.Group, claimant: m.Claimant, now: st.clock,
 		staged: make(map[string]*task), keys: make(map[queueKey]string)}
@@ -236,6 +241,12 @@ func (a *applier) modify(m *fsmpb.Modify) *fsmpb.Result {
 		for i, t := range changed {
 			res.Changed[i] = t.toProto(false)
 		}
+	}
+	if m.Claim != nil {
+		// After the commit, against the state it left: a task the
+		// transaction released or moved into a claimed queue is claimable
+		// at once, as by a Claim in the next entry.
+		res.Claim = a.take(m.Claim)
 	}
 	return &fsmpb.Result{Modify: res}
 }

@@ -58,7 +58,7 @@ func (r *refModel) apply(cmd *fsmpb.Command) *fsmpb.Result {
 	}
 	var res *fsmpb.Result
 	switch cmd.Op {
-	case fsmpb.Op_OP_MODIFY:
+	case fsmpb.Op_OP_MODIFY, fsmpb.Op_OP_MODIFY_CLAIM:
 		res = r.modify(cmd.Modify)
 	case fsmpb.Op_OP_CLAIM:
 		res = r.claim(cmd.Claim)
@@ -91,6 +91,13 @@ func (r *refModel) apply(cmd *fsmpb.Command) *fsmpb.Result {
 func refGroup(queue string) string { g, _, _ := strings.Cut(queue, "/"); return g }
 
 func (r *refModel) modify(m *fsmpb.Modify) *fsmpb.Result {
+	if m.Claim != nil {
+		for i, q := range m.Claim.Queues {
+			if refGroup(q) != m.Group {
+				return &fsmpb.Result{Failure: &fsmpb.Failure{Message: fmt.Sprintf("claim.queues[%d]: %q is not in group %q", i, q, m.Group)}}
+			}
+		}
+	}
 	work := make(map[string]*fsmpb.Task, len(r.tasks))
 	for id, t := range r.tasks {
 		work[id] = t
@@ -103,7 +110,14 @@ func (r *refModel) modify(m *fsmpb.Modify) *fsmpb.Result {
 		}
 		return nil
 	}
+	// insertedKey is the last insert of this request to name each key. A
+	// refused insert (its key taken) is still staged, so two staged tasks
+	// may share a key; like the machine, the later insert is the owner.
+	insertedKey := map[[2]string]string{}
 	keyOwner := func(queue, key string) string {
+		if id, ok := insertedKey[[2]string{queue, key}]; ok {
+			return id
+		}
 		for id, t := range work {
 			if t.Queue == queue && t.Key == key {
 				return id
@@ -212,13 +226,21 @@ func (r *refModel) modify(m *fsmpb.Modify) *fsmpb.Result {
 			Created: r.clock, Modified: r.clock, Attempt: in.Attempt, Err: in.Err}
 		work[nt.Id] = nt
 		touched[nt.Id] = true
+		if nt.Key != "" {
+			insertedKey[[2]string{nt.Queue, nt.Key}] = nt.Id
+		}
 		inserted = append(inserted, nt)
 	}
 	if len(errs) > 0 {
 		return &fsmpb.Result{Failure: &fsmpb.Failure{Errors: errs}}
 	}
 	r.tasks = work
-	return &fsmpb.Result{Modify: &fsmpb.ModifyResult{Inserted: inserted, Changed: changed, Coalesced: coalesced}}
+	res := &fsmpb.ModifyResult{Inserted: inserted, Changed: changed, Coalesced: coalesced}
+	if m.Claim != nil {
+		// The claim sees the committed transaction, like a Claim right after.
+		res.Claim = r.claim(m.Claim).Claim
+	}
+	return &fsmpb.Result{Modify: res}
 }
 
 func refClaimLess(a, b *fsmpb.Task) int {
@@ -433,6 +455,20 @@ func (g *gen) command(allowBatch bool) *fsmpb.Command {
 			m.Depends = append(m.Depends, &fsmpb.Ref{Id: id, Version: v})
 		}
 		cmd.Op, cmd.Modify = fsmpb.Op_OP_MODIFY, m
+		if r.IntN(3) == 0 {
+			// A commit that carries the next claim; now and then one that
+			// names another group's queue (Validate refuses it; the
+			// machine must too, claiming nothing and changing nothing).
+			if m.Claimant == "" {
+				m.Claimant = g.pick(claimants[:2])
+			}
+			qgroup := group
+			if r.IntN(10) == 0 {
+				qgroup = map[string]string{"g": "h", "h": "g"}[group]
+			}
+			m.Claim = &fsmpb.Claim{Claimant: m.Claimant, Queues: []string{g.queueIn(qgroup)}, Lease: int64(5 + r.IntN(40)), Limit: uint32(1 + r.IntN(3))}
+			cmd.Op = fsmpb.Op_OP_MODIFY_CLAIM
+		}
 	case n < 16:
 		qs := []string{g.queueIn(group)}
 		if r.IntN(2) == 0 {
@@ -470,7 +506,8 @@ func TestProperty(t *testing.T) {
 	}
 	// The generator must reach every outcome, or the comparison proves
 	// little.
-	want := []string{"modify", "claim", "claim-empty", "purge", "batch", "stale-seq", "coalesced", "moved"}
+	want := []string{"modify", "claim", "claim-empty", "purge", "batch", "stale-seq", "coalesced", "moved",
+		"modify-claim", "modify-claim-empty", "modify-claim-group", "modify-claim-refused"}
 	for c := range fsmpb.RefError_Category_value {
 		if c != "CATEGORY_UNSPECIFIED" {
 			want = append(want, c)
@@ -488,6 +525,8 @@ func countOutcomes(seen map[string]int, res *fsmpb.Result) {
 	switch {
 	case res.Failure != nil && res.Failure.Message == StaleSequenceMessage:
 		seen["stale-seq"]++
+	case res.Failure != nil && strings.HasPrefix(res.Failure.Message, "claim.queues"):
+		seen["modify-claim-group"]++
 	case res.Failure != nil:
 		for _, e := range res.Failure.Errors {
 			seen[e.Category.String()]++
@@ -496,6 +535,13 @@ func countOutcomes(seen map[string]int, res *fsmpb.Result) {
 		seen["modify"]++
 		if len(res.Modify.Coalesced) > 0 {
 			seen["coalesced"]++
+		}
+		switch c := res.Modify.Claim; {
+		case c == nil:
+		case len(c.Tasks) > 0:
+			seen["modify-claim"]++
+		default:
+			seen["modify-claim-empty"]++
 		}
 	case res.Claim != nil && len(res.Claim.Tasks) == 0:
 		seen["claim-empty"]++
@@ -531,6 +577,9 @@ func propertyRun(t *testing.T, seed uint64, steps int, seen map[string]int) {
 			t.Fatalf("step %d: %v\ngot  %v\nwant %v", i, cmd, got, want)
 		}
 		countOutcomes(seen, got)
+		if cmd.GetModify().GetClaim() != nil && len(got.GetFailure().GetErrors()) > 0 {
+			seen["modify-claim-refused"]++ // the transaction failed: nothing claimed
+		}
 		if got.Modify != nil {
 			for _, ch := range cmd.GetModify().GetChanges() {
 				if ch.Queue != "" {

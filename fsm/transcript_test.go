@@ -30,6 +30,7 @@ var update = flag.Bool("update", false, "rewrite the golden transcripts in testd
 //	  change id=I v=N [queue=Q] [at=N] [value=V] [prio=N] [attempt=N] [err=E] [keep_claim]
 //	  delete id=I v=N
 //	  depend id=I v=N
+//	  claimnext queues=Q1,Q2 lease=N [limit=N]   (the claim part: OP_MODIFY_CLAIM)
 //	claim [now=N] claimant=C queues=Q1,Q2 lease=N [limit=N] [client=ID seq=N]
 //	purge [now=N] queue=Q [client=ID seq=N]
 //	batch [now=N] [client=ID seq=N]   (body: one of the commands above per line, modify ops after their modify)
@@ -257,6 +258,11 @@ func parseCommand(line string, body []string) (*fsmpb.Command, int, error) {
 				m.Deletes = append(m.Deletes, &fsmpb.Ref{Id: o.str("id"), Version: uint64(o.int("v"))})
 			case "depend":
 				m.Depends = append(m.Depends, &fsmpb.Ref{Id: o.str("id"), Version: uint64(o.int("v"))})
+			case "claimnext":
+				// The claim part: the modify's claimant, OP_MODIFY_CLAIM.
+				m.Claim = &fsmpb.Claim{Claimant: m.Claimant, Queues: strings.Split(o.str("queues"), ","),
+					Lease: o.int("lease"), Limit: max(uint32(o.int("limit")), 1)}
+				cmd.Op = fsmpb.Op_OP_MODIFY_CLAIM
 			default:
 				break ops // not a modify op: the end of this modify
 			}
@@ -267,6 +273,9 @@ func parseCommand(line string, body []string) (*fsmpb.Command, int, error) {
 		}
 		if m.Group == "" && len(m.Inserts) > 0 {
 			m.Group = GroupOf(m.Inserts[0].Queue)
+		}
+		if m.Group == "" && m.Claim != nil {
+			m.Group = GroupOf(m.Claim.Queues[0])
 		}
 	case "batch":
 		cmd.Op = fsmpb.Op_OP_BATCH
@@ -504,6 +513,12 @@ func formatResult(r *fsmpb.Result, indent string) []string {
 		}
 		if len(r.Modify.Coalesced) > 0 {
 			add("  coalesced %v", r.Modify.Coalesced)
+		}
+		if c := r.Modify.Claim; c != nil {
+			add("  claimed %d (expired leases %d)", len(c.Tasks), c.ExpiredLeases)
+			for _, t := range c.Tasks {
+				add("    %s", formatTask(t))
+			}
 		}
 	case r.Claim != nil:
 		add("claimed %d", len(r.Claim.Tasks))

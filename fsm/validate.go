@@ -123,7 +123,7 @@ func (v *validator) id(field, s string) error {
 
 func (v *validator) bodies(cmd *fsmpb.Command, path string) error {
 	set := map[string]bool{"modify": cmd.Modify != nil, "claim": cmd.Claim != nil, "purge": cmd.Purge != nil, "batch": len(cmd.Batch) > 0}
-	want := map[fsmpb.Op]string{fsmpb.Op_OP_MODIFY: "modify", fsmpb.Op_OP_CLAIM: "claim", fsmpb.Op_OP_PURGE: "purge", fsmpb.Op_OP_BATCH: "batch"}[cmd.Op]
+	want := map[fsmpb.Op]string{fsmpb.Op_OP_MODIFY: "modify", fsmpb.Op_OP_MODIFY_CLAIM: "modify", fsmpb.Op_OP_CLAIM: "claim", fsmpb.Op_OP_PURGE: "purge", fsmpb.Op_OP_BATCH: "batch"}[cmd.Op]
 	for _, body := range []string{"modify", "claim", "purge", "batch"} {
 		if body == want && !set[body] {
 			return invalidf(path+body, "required for %v", cmd.Op)
@@ -140,7 +140,7 @@ func (v *validator) command(cmd *fsmpb.Command, path string, top bool) error {
 		return err
 	}
 	switch cmd.Op {
-	case fsmpb.Op_OP_MODIFY, fsmpb.Op_OP_CLAIM, fsmpb.Op_OP_PURGE, fsmpb.Op_OP_TICK:
+	case fsmpb.Op_OP_MODIFY, fsmpb.Op_OP_MODIFY_CLAIM, fsmpb.Op_OP_CLAIM, fsmpb.Op_OP_PURGE, fsmpb.Op_OP_TICK:
 	case fsmpb.Op_OP_BATCH:
 		if !top {
 			return invalidf(path+"op", "a batch may not contain a batch")
@@ -152,7 +152,15 @@ func (v *validator) command(cmd *fsmpb.Command, path string, top bool) error {
 		return err
 	}
 	switch cmd.Op {
-	case fsmpb.Op_OP_MODIFY:
+	case fsmpb.Op_OP_MODIFY, fsmpb.Op_OP_MODIFY_CLAIM:
+		// The op tells older binaries that a claim rides along: it and the
+		// claim part go together.
+		switch withClaim := cmd.Op == fsmpb.Op_OP_MODIFY_CLAIM; {
+		case withClaim && cmd.Modify.Claim == nil:
+			return invalidf(path+"modify.claim", "required for %v", cmd.Op)
+		case !withClaim && cmd.Modify.Claim != nil:
+			return invalidf(path+"modify.claim", "needs %v", fsmpb.Op_OP_MODIFY_CLAIM)
+		}
 		return v.modify(cmd.Modify, path)
 	case fsmpb.Op_OP_CLAIM:
 		return v.claim(cmd.Claim, path)
@@ -185,8 +193,24 @@ func (v *validator) modify(m *fsmpb.Modify, path string) error {
 		return err
 	}
 	ops := len(m.Inserts) + len(m.Changes) + len(m.Deletes) + len(m.Depends)
-	if ops == 0 {
+	if ops == 0 && m.Claim == nil {
 		return invalidf(path+"modify", "empty transaction")
+	}
+	if c := m.Claim; c != nil {
+		// The same rules as a Claim's, and the claim stays in the
+		// transaction's group and is the modifier's.
+		f := path + "claim."
+		if err := v.claim(c, f); err != nil {
+			return err
+		}
+		if c.Claimant != m.Claimant {
+			return invalidf(f+"claimant", "%q differs from the modify's claimant %q", c.Claimant, m.Claimant)
+		}
+		for i, q := range c.Queues {
+			if groupOf(q) != m.Group {
+				return invalidf(fmt.Sprintf("%squeues[%d]", f, i), "queue %q is not in consistency group %q", q, m.Group)
+			}
+		}
 	}
 	if ops > v.l.MaxOps {
 		return &ValidationError{Field: path + "modify", Rule: fmt.Sprintf("%d operations exceeds the limit of %d", ops, v.l.MaxOps), Kind: ErrTooLarge}

@@ -356,6 +356,32 @@ func scenario(t *testing.T, a api, group string) []string {
 	rec("purge", pr, err)
 	qs, err = a.Queues(ctx, &taskstorepb.QueuesRequest{Prefix: group + "/"})
 	rec("queues after purge", qs, err)
+	// A commit that claims the next task: claim only, then delete and
+	// claim, then one that finds nothing (w2 still holds G-1).
+	ins, err = a.Modify(ctx, &taskstorepb.ModifyRequest{Inserts: []*taskstorepb.TaskInsert{
+		{Id: id(6), Queue: in, Value: []byte("six")}, {Id: id(7), Queue: in, Priority: 2, Value: []byte("seven")}}})
+	rec("insert more", ins, err)
+	next := &taskstorepb.ModifyClaim{Queues: []string{in}, Lease: durationpb.New(time.Minute)}
+	first, err := a.Modify(ctx, &taskstorepb.ModifyRequest{Claimant: "w1", Claim: next})
+	rec("claim by modify", first, err)
+	if len(first.GetClaimed()) != 1 {
+		return out
+	}
+	t7 := first.Claimed[0]
+	second, err := a.Modify(ctx, &taskstorepb.ModifyRequest{Claimant: "w1", Claim: next,
+		Deletes: []*taskstorepb.TaskRef{{Id: t7.Id, Version: t7.Version, Queue: in}}})
+	rec("delete and claim", second, err)
+	if len(second.GetClaimed()) != 1 {
+		return out
+	}
+	t6 := second.Claimed[0]
+	last, err := a.Modify(ctx, &taskstorepb.ModifyRequest{Claimant: "w1", Claim: next,
+		Deletes: []*taskstorepb.TaskRef{{Id: t6.Id, Version: t6.Version, Queue: in}}})
+	rec("delete and claim none", last, err)
+	_, err = a.Modify(ctx, &taskstorepb.ModifyRequest{Claimant: "w1",
+		Inserts: []*taskstorepb.TaskInsert{{Queue: in}},
+		Claim:   &taskstorepb.ModifyClaim{Queues: []string{"other" + group + "/x"}}})
+	rec("claim cross-group", nil, err)
 	return out
 }
 
@@ -391,6 +417,11 @@ func TestSameResultsEverywhere(t *testing.T) {
 		`claim empty: {}`,
 		`purge: {"deleted":"2"}`,
 		`queues after purge: {"queues":[{"name":"G/in","total":"1","claimed":"1"}]}`,
+		`insert more: {"inserted":[{"id":"G-6","version":"1","queue":"G/in","value":"c2l4"},{"id":"G-7","version":"1","queue":"G/in","priority":2,"value":"c2V2ZW4="}]}`,
+		`claim by modify: {"claimed":[{"id":"G-7","version":"2","queue":"G/in","claimant":"w1","priority":2,"value":"c2V2ZW4=","claims":1}]}`,
+		`delete and claim: {"claimed":[{"id":"G-6","version":"2","queue":"G/in","claimant":"w1","value":"c2l4","claims":1}]}`,
+		`delete and claim none: {}`,
+		`claim cross-group error: InvalidArgument claim.queues[0]: queue "otherG/x" is in consistency group "otherG" but inserts[0].queue is in "G": a request may touch one group only`,
 	}
 	var mu sync.Mutex
 	got := map[string][]string{}

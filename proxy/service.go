@@ -70,7 +70,7 @@ func namesQueue(req *taskstorepb.ModifyRequest) bool {
 			}
 		}
 	}
-	return false
+	return slices.ContainsFunc(req.GetClaim().GetQueues(), func(q string) bool { return q != "" })
 }
 
 // knownShard reports whether the routing table has shard id, reading the

@@ -90,6 +90,25 @@ func TestBadRequestsNeverReachTheLog(t *testing.T) {
 			_, err := ts.Claim(ctx(), &taskstorepb.ClaimRequest{Queues: []string{q, "other/q"}, Claimant: "w", Lease: durationpb.New(time.Second)})
 			return err
 		}, []codes.Code{codes.InvalidArgument}},
+		{"modify's claim in another group", func() error {
+			_, err := ts.Modify(ctx(), &taskstorepb.ModifyRequest{Claimant: "w", Inserts: []*taskstorepb.TaskInsert{{Queue: q}},
+				Claim: &taskstorepb.ModifyClaim{Queues: []string{"other/q"}}})
+			return err
+		}, []codes.Code{codes.InvalidArgument}},
+		{"modify's claim without a claimant", func() error {
+			_, err := ts.Modify(ctx(), &taskstorepb.ModifyRequest{Claim: &taskstorepb.ModifyClaim{Queues: []string{q}}})
+			return err
+		}, []codes.Code{codes.InvalidArgument}},
+		{"modify's claim with a negative lease", func() error {
+			_, err := ts.Modify(ctx(), &taskstorepb.ModifyRequest{Claimant: "w",
+				Claim: &taskstorepb.ModifyClaim{Queues: []string{q}, Lease: durationpb.New(-time.Second)}})
+			return err
+		}, []codes.Code{codes.InvalidArgument}},
+		{"modify's claim over the claim limit", func() error {
+			_, err := ts.Modify(ctx(), &taskstorepb.ModifyRequest{Claimant: "w",
+				Claim: &taskstorepb.ModifyClaim{Queues: []string{q}, Limit: uint32(lim.MaxClaimLimit + 1)}})
+			return err
+		}, []codes.Code{codes.InvalidArgument}},
 	}
 
 	before := settledIndexes(t, c)

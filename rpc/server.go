@@ -176,8 +176,12 @@ func (srv *Server) modify(ctx context.Context, req *taskstorepb.ModifyRequest) (
 			return nil, err
 		}
 	}
+	claim, err := modifyClaim(&g, req)
+	if err != nil {
+		return nil, err
+	}
 	if g.group == "" {
-		if len(req.Inserts)+len(req.Changes)+len(req.Deletes)+len(req.Depends) == 0 {
+		if len(req.Inserts)+len(req.Changes)+len(req.Deletes)+len(req.Depends) == 0 && claim == nil {
 			return nil, invalid("request", "empty transaction")
 		}
 		return nil, invalid("queue", "no queue named: give the queue of at least one referenced task so the request can be routed to its consistency group")
@@ -215,6 +219,9 @@ func (srv *Server) modify(ctx context.Context, req *taskstorepb.ModifyRequest) (
 		m.Depends = append(m.Depends, &fsmpb.Ref{Id: r.Id, Version: r.Version})
 	}
 	cmd := &fsmpb.Command{Op: fsmpb.Op_OP_MODIFY, Modify: m}
+	if claim != nil {
+		cmd.Op, m.Claim = fsmpb.Op_OP_MODIFY_CLAIM, claim
+	}
 	requestID(cmd, req.Request)
 	if err := fsm.Validate(cmd, srv.limits); err != nil {
 		return nil, err
@@ -230,7 +237,61 @@ func (srv *Server) modify(ctx context.Context, req *taskstorepb.ModifyRequest) (
 	mr := res.GetModify()
 	srv.metrics.modified(g.group, req, mr)
 	srv.rates.modified(req, mr)
-	return &taskstorepb.ModifyResponse{Inserted: tasksToAPI(mr.GetInserted()), Changed: tasksToAPI(mr.GetChanged()), Coalesced: mr.GetCoalesced()}, nil
+	resp := &taskstorepb.ModifyResponse{Inserted: tasksToAPI(mr.GetInserted()), Changed: tasksToAPI(mr.GetChanged()), Coalesced: mr.GetCoalesced()}
+	if claim != nil {
+		resp.Claimed = srv.claimed(g.group, mr.GetClaim())
+	}
+	return resp, nil
+}
+
+// modifyClaim checks the claim part of a Modify by a Claim's rules (and adds
+// its queues to the request's group) and converts it; nil without one.
+func modifyClaim(g *groupOf, req *taskstorepb.ModifyRequest) (*fsmpb.Claim, error) {
+	c := req.Claim
+	if c == nil {
+		return nil, nil
+	}
+	if len(c.Queues) == 0 {
+		return nil, invalid("claim.queues", "name at least one queue")
+	}
+	if len(c.Queues) > MaxClaimQueues {
+		return nil, tooMany("claim.queues", "queues", len(c.Queues), MaxClaimQueues)
+	}
+	for i, q := range c.Queues {
+		if q == "" {
+			return nil, invalid(field("claim.queues", i, ""), "empty queue name")
+		}
+		if err := g.add(field("claim.queues", i, ""), q); err != nil {
+			return nil, err
+		}
+	}
+	if req.Claimant == "" {
+		return nil, invalid("claimant", "required with a claim: say who is claiming")
+	}
+	lease := DefaultLease
+	if c.Lease != nil {
+		if err := c.Lease.CheckValid(); err != nil {
+			return nil, invalid("claim.lease", "%v", err)
+		}
+		lease = c.Lease.AsDuration()
+	}
+	return &fsmpb.Claim{Claimant: req.Claimant, Queues: c.Queues, Lease: int64(lease), Limit: max(c.Limit, 1)}, nil
+}
+
+// claimed counts what a claim (of a Claim, or of a Modify's claim part)
+// took and converts it for the answer.
+func (srv *Server) claimed(group string, res *fsmpb.ClaimResult) []*taskstorepb.Task {
+	tasks := res.GetTasks()
+	if len(tasks) > 0 {
+		label := srv.metrics.groups.label(group)
+		srv.metrics.claimed.WithLabelValues(label).Add(float64(len(tasks)))
+		if n := res.GetExpiredLeases(); n > 0 {
+			srv.metrics.leaseExpired.WithLabelValues(label).Add(float64(n))
+		}
+	}
+	out := tasksToAPI(tasks)
+	srv.rates.claimed(out)
+	return out
 }
 
 // Claim implements TaskStore.Claim.
@@ -294,17 +355,7 @@ func (srv *Server) claim(ctx context.Context, req *taskstorepb.ClaimRequest) (*t
 	if res.Failure != nil {
 		return nil, &refusedError{failure: res.Failure}
 	}
-	tasks := res.GetClaim().GetTasks()
-	if len(tasks) > 0 {
-		label := srv.metrics.groups.label(g.group)
-		srv.metrics.claimed.WithLabelValues(label).Add(float64(len(tasks)))
-		if n := res.GetClaim().GetExpiredLeases(); n > 0 {
-			srv.metrics.leaseExpired.WithLabelValues(label).Add(float64(n))
-		}
-	}
-	out := tasksToAPI(tasks)
-	srv.rates.claimed(out)
-	return &taskstorepb.ClaimResponse{Tasks: out}, nil
+	return &taskstorepb.ClaimResponse{Tasks: srv.claimed(g.group, res.GetClaim())}, nil
 }
 
 // readShard finds the shard a read addresses and, unless stale, makes the

@@ -7,7 +7,8 @@
 //
 // The fake keeps the API's contract where clients can observe it (versions,
 // every offending reference of a refused transaction, exactly-once request
-// ids, claim order, leases, waiting claims) but not durability or Raft.
+// ids, claim order, leases, waiting claims, a Modify's claim) but not
+// durability or Raft.
 // Hooks inject failures before or after a request is applied.
 package clienttest
 
@@ -346,6 +347,12 @@ func (s *server) Modify(ctx context.Context, req *taskstorepb.ModifyRequest) (*t
 		for _, r := range append(slices.Clone(req.Deletes), req.Depends...) {
 			queues = append(queues, r.Queue)
 		}
+		if cl := req.Claim; cl != nil {
+			if len(cl.Queues) == 0 || req.Claimant == "" {
+				return nil, status.Error(codes.InvalidArgument, "claim: queues and claimant required")
+			}
+			queues = append(queues, cl.Queues...)
+		}
 		group, err := groupCheck(queues...)
 		if err != nil {
 			return nil, err
@@ -476,7 +483,35 @@ func (c *Cluster) modifyLocked(sh *shard, req *taskstorepb.ModifyRequest) (*task
 	for _, r := range req.Deletes {
 		delete(sh.tasks, r.Id)
 	}
+	if cl := req.Claim; cl != nil {
+		lease := 30 * time.Second
+		if cl.Lease != nil {
+			lease = cl.Lease.AsDuration()
+		}
+		resp.Claimed = claimLocked(sh, req.Claimant, cl.Queues, max(int(cl.Limit), 1), lease)
+	}
 	return resp, nil
+}
+
+// claimLocked claims up to limit available tasks of queues, best first.
+func claimLocked(sh *shard, claimant string, queues []string, limit int, lease time.Duration) []*taskstorepb.Task {
+	now := time.Now()
+	var out []*taskstorepb.Task
+	for _, t := range sortedLocked(sh, queues...) {
+		if len(out) == limit {
+			break
+		}
+		if t.At.AsTime().After(now) {
+			continue
+		}
+		t.Version++
+		t.Claimant = claimant
+		t.At = timestamppb.New(now.Add(lease))
+		t.Claims++
+		t.Modified = timestamppb.New(now)
+		out = append(out, proto.Clone(t).(*taskstorepb.Task))
+	}
+	return out
 }
 
 func keyHolder(sh *shard, queue, key string) *taskstorepb.Task {
@@ -543,27 +578,11 @@ func (s *server) claimOnce(group string, req *taskstorepb.ClaimRequest) (*taskst
 			return ss.resp.(*taskstorepb.ClaimResponse), nil
 		}
 	}
-	now := time.Now()
-	limit := max(int(req.Limit), 1)
 	lease := 30 * time.Second
 	if req.Lease != nil {
 		lease = req.Lease.AsDuration()
 	}
-	resp := &taskstorepb.ClaimResponse{}
-	for _, t := range sortedLocked(sh, req.Queues...) {
-		if len(resp.Tasks) == limit {
-			break
-		}
-		if t.At.AsTime().After(now) {
-			continue
-		}
-		t.Version++
-		t.Claimant = req.Claimant
-		t.At = timestamppb.New(now.Add(lease))
-		t.Claims++
-		t.Modified = timestamppb.New(now)
-		resp.Tasks = append(resp.Tasks, proto.Clone(t).(*taskstorepb.Task))
-	}
+	resp := &taskstorepb.ClaimResponse{Tasks: claimLocked(sh, req.Claimant, req.Queues, max(int(req.Limit), 1), lease)}
 	if len(resp.Tasks) > 0 {
 		if ss, _, err := sessionLocked(sh, req.Request); err != nil {
 			return nil, err

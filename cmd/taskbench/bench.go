@@ -72,6 +72,10 @@ type worker struct {
 	empty  int64            // claims that found nothing
 	nrpcs  int64
 	failed int64 // ops with an error
+	// held: tasks the last commit claimed with it, which the next op
+	// commits (claim workloads without --two-calls).
+	held   []*taskstorepb.Task
+	pgHeld []pgTask // the same against PostgreSQL
 }
 
 func newWorker(id int, c *client.Client, cfg *config, lay layout, value []byte) *worker {
@@ -137,21 +141,29 @@ func (w *worker) insert(ctx context.Context, n int) error {
 }
 
 // claimThen claims up to --claim-limit tasks and deletes them, or moves
-// them to their next stage, in one Modify.
+// them to their next stage, in one Modify. By default that Modify also
+// claims the next tasks of the same queue (one request and one log entry
+// per task, as a Worker does), which the next op commits: a plain Claim is
+// made only when the worker holds nothing (its first op, or after a commit
+// found the queue empty or failed). --two-calls claims and commits in two
+// requests every op.
 func (w *worker) claimThen(ctx context.Context, move bool) error {
-	q := w.queue()
-	var tasks []*taskstorepb.Task
-	err := w.rpc(ctx, "claim", func(ctx context.Context) error {
-		resp, err := w.c.Claim(ctx, &taskstorepb.ClaimRequest{Queues: []string{q}, Limit: uint32(w.cfg.claim)})
-		tasks = resp.GetTasks()
-		return err
-	})
-	if err != nil {
-		return err
-	}
+	tasks := w.held
+	w.held = nil
 	if len(tasks) == 0 {
-		w.empty++
-		return nil
+		q := w.queue()
+		err := w.rpc(ctx, "claim", func(ctx context.Context) error {
+			resp, err := w.c.Claim(ctx, &taskstorepb.ClaimRequest{Queues: []string{q}, Limit: uint32(w.cfg.claim)})
+			tasks = resp.GetTasks()
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		if len(tasks) == 0 {
+			w.empty++
+			return nil
+		}
 	}
 	req := &taskstorepb.ModifyRequest{}
 	kind := "delete"
@@ -167,8 +179,14 @@ func (w *worker) claimThen(ctx context.Context, move bool) error {
 			req.Deletes[i] = &taskstorepb.TaskRef{Id: t.Id, Version: t.Version, Queue: t.Queue}
 		}
 	}
-	err = w.rpc(ctx, kind, func(ctx context.Context) error {
-		_, err := w.c.Modify(ctx, req)
+	if !w.cfg.twoCalls {
+		// Claimed from one queue, so all in its group.
+		req.Claim = &taskstorepb.ModifyClaim{Queues: []string{tasks[0].Queue}, Limit: uint32(w.cfg.claim)}
+		kind += "+claim"
+	}
+	err := w.rpc(ctx, kind, func(ctx context.Context) error {
+		resp, err := w.c.Modify(ctx, req)
+		w.held = resp.GetClaimed()
 		return err
 	})
 	if err == nil {
@@ -278,7 +296,10 @@ type result struct {
 	Groups          int     `json:"groups"`
 	Batch           int     `json:"batch,omitempty"`
 	ClaimLimit      int     `json:"claim_limit,omitempty"`
-	Prefill         int     `json:"prefill"`
+	// Claim workloads: claim and commit in two requests (--two-calls)
+	// instead of a commit that carries the next claim.
+	TwoCalls bool `json:"two_calls,omitempty"`
+	Prefill  int  `json:"prefill"`
 
 	Ops         int64                     `json:"ops"`
 	OpsPerSec   float64                   `json:"ops_per_sec"`
@@ -429,6 +450,7 @@ func newResult(cfg *config, endpoints string, queues int) *result {
 	}
 	if cfg.workload != "insert" && cfg.workload != "insert-batch" {
 		res.ClaimLimit = cfg.claim
+		res.TwoCalls = cfg.twoCalls
 	}
 	return res
 }

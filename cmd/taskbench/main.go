@@ -41,7 +41,8 @@ type config struct {
 	queues    int
 	groups    int
 	batch     int
-	claim     int // tasks per claim in the claim workloads
+	claim     int  // tasks per claim in the claim workloads
+	twoCalls  bool // claim workloads: claim, then commit, in two requests
 	prefill   int
 	output    string
 	prefix    string
@@ -200,10 +201,19 @@ committed meanwhile: each entry is one fsync of the leader's log, so
 Workloads (an "op" is one unit of the workload; its latency covers all of it):
   insert        one task per Modify
   insert-batch  --batch tasks of one queue (one consistency group) per Modify
-  claim-delete  claim one task, then delete it (two RPCs); needs --prefill
-  claim-move    claim one task, then move it to the next stage queue of its
-                group (two RPCs); tasks cycle between two stages; needs --prefill
+  claim-delete  delete the task claimed last and claim the next of its queue in
+                one request (a Modify that carries a claim: one RPC, one log
+                entry); needs --prefill
+  claim-move    the same, moving the task to the next stage queue of its group;
+                tasks cycle between two stages; needs --prefill
   mixed         half inserts, half claim-deletes
+
+A worker's first claim, and any after a commit found its queue empty, is a
+plain Claim in the same op. --two-calls gives the claim workloads their older
+shape: claim, then delete or move, two requests (and two log entries) per op.
+Against PostgreSQL the default is one transaction that deletes or moves and
+claims the next (one round trip, pipelined), and --two-calls two
+transactions.
 
 --claim-limit N makes a claim take up to N tasks of its queue, and the worker
 then deletes or moves all of them in one Modify, all or nothing (one
@@ -300,6 +310,7 @@ func addFlags(cmd *cobra.Command, c *config) {
 	fl.IntVar(&c.groups, "groups", 8, "number of consistency groups the queues are spread over")
 	fl.IntVar(&c.batch, "batch", 100, "tasks per request for insert-batch (and the prefill)")
 	fl.IntVar(&c.claim, "claim-limit", 1, "claim workloads: tasks per claim (1 to 1000); a worker then deletes or moves all of them in one request")
+	fl.BoolVar(&c.twoCalls, "two-calls", false, "claim workloads: claim, then commit, in two requests, instead of a commit that claims the next task")
 	fl.IntVar(&c.prefill, "prefill", 0, "tasks to insert before measuring (claim workloads need them)")
 	fl.StringVarP(&c.output, "output", "o", "text", "text or json")
 	fl.StringVar(&c.prefix, "prefix", "", "queue name prefix (default: bench-<random>)")

@@ -236,6 +236,49 @@ func (s *pgStore) move(ctx context.Context, ts []pgTask, queues []string) error 
 	return errStaleMany("move", len(ts), err)
 }
 
+// commitAndClaim deletes ts (or, with queues, moves ts[i] to queues[i]),
+// all or none, then claims up to n tasks of queue, in one transaction and
+// one round trip: pgx sends the two statements as one pipelined batch,
+// which PostgreSQL runs in one implicit transaction. A stale or missing
+// task fails the first statement, which aborts the transaction: nothing is
+// claimed, as when a Modify is refused.
+func (s *pgStore) commitAndClaim(ctx context.Context, ts []pgTask, queues []string, queue string, n int) ([]pgTask, error) {
+	op := "delete"
+	ids, versions := refs(ts)
+	b := &pgx.Batch{}
+	if queues != nil {
+		op = "move"
+		b.Queue(pgMoveMany, ids, versions, queues)
+	} else {
+		b.Queue(pgDeleteMany, ids, versions)
+	}
+	b.Queue(pgClaimMany, queue, s.claimant, n)
+	br := s.pool.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		br.Close()
+		return nil, errStaleMany(op, len(ts), err)
+	}
+	rows, err := br.Query()
+	if err != nil {
+		br.Close()
+		return nil, err
+	}
+	var t pgTask
+	claimed := make([]pgTask, 0, n)
+	if _, err := pgx.ForEachRow(rows, []any{&t.id, &t.version, &t.queue}, func() error {
+		claimed = append(claimed, t)
+		return nil
+	}); err != nil {
+		br.Close()
+		return nil, err
+	}
+	// Close reports the commit's outcome.
+	if err := br.Close(); err != nil {
+		return nil, err
+	}
+	return claimed, nil
+}
+
 // refs splits claimed tasks into the id and version arrays the statements take.
 func refs(ts []pgTask) (ids, versions []int64) {
 	ids, versions = make([]int64, len(ts)), make([]int64, len(ts))
@@ -306,21 +349,40 @@ func (w *worker) pgInsert(ctx context.Context, n int) error {
 // pgClaimThen is claimThen against PostgreSQL: two transactions, as
 // against Taskstore two RPCs.
 func (w *worker) pgClaimThen(ctx context.Context, move bool) error {
-	q := w.queue()
-	var ts []pgTask
-	err := w.rpc(ctx, "claim", func(ctx context.Context) error {
-		var err error
-		ts, err = w.pg.claim(ctx, q, w.cfg.claim)
-		return err
-	})
-	if err != nil {
-		return err
-	}
+	ts := w.pgHeld
+	w.pgHeld = nil
 	if len(ts) == 0 {
-		w.empty++
-		return nil
+		q := w.queue()
+		err := w.rpc(ctx, "claim", func(ctx context.Context) error {
+			var err error
+			ts, err = w.pg.claim(ctx, q, w.cfg.claim)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		if len(ts) == 0 {
+			w.empty++
+			return nil
+		}
 	}
-	if move {
+	var err error
+	if !w.cfg.twoCalls {
+		// The shape of a Modify with a claim: one transaction.
+		var queues []string
+		kind := "delete+claim"
+		if move {
+			kind, queues = "move+claim", make([]string, len(ts))
+			for i, t := range ts {
+				queues[i] = w.lay.next[t.queue]
+			}
+		}
+		err = w.rpc(ctx, kind, func(ctx context.Context) error {
+			var err error
+			w.pgHeld, err = w.pg.commitAndClaim(ctx, ts, queues, ts[0].queue, w.cfg.claim)
+			return err
+		})
+	} else if move {
 		queues := make([]string, len(ts))
 		for i, t := range ts {
 			queues[i] = w.lay.next[t.queue]

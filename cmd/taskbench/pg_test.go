@@ -85,10 +85,15 @@ func TestPostgresBaseline(t *testing.T) {
 	}
 	defer s.close()
 
-	for _, limit := range []int{1, 7} {
-		t.Run(fmt.Sprintf("claim-delete drains the prefill exactly once, claim limit %d", limit), func(t *testing.T) {
+	for _, tc := range []struct {
+		limit    int
+		twoCalls bool
+	}{{1, false}, {7, false}, {1, true}, {7, true}} {
+		limit := tc.limit
+		t.Run(fmt.Sprintf("claim-delete drains the prefill exactly once, claim limit %d, two calls %v", limit, tc.twoCalls), func(t *testing.T) {
 			const n, clients = 600, 6
-			cfg := &config{workload: "claim-delete", queues: 4, groups: 2, prefix: fmt.Sprintf("drain%d", limit), batch: 100, claim: limit, clients: clients, valueSize: 16}
+			cfg := &config{workload: "claim-delete", queues: 4, groups: 2, prefix: fmt.Sprintf("drain%d%v", limit, tc.twoCalls), batch: 100, claim: limit,
+				clients: clients, valueSize: 16, twoCalls: tc.twoCalls}
 			lay := newLayout(cfg)
 			value := make([]byte, cfg.valueSize)
 			if err := prefill(ctx, cfg, lay, n, s.batchInsert(value)); err != nil {
@@ -246,6 +251,51 @@ func TestPostgresBaseline(t *testing.T) {
 			t.Errorf("%d tasks left in %s, want the unclaimed one", left, q)
 		}
 		if err := s.purge(ctx, []string{q, "many-g0/q1"}); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("a commit that claims: one transaction, nothing claimed when the commit is refused", func(t *testing.T) {
+		q, next := "cc-g0/q0", "cc-g0/q1"
+		for range 4 {
+			if _, err := s.pool.Exec(ctx, `INSERT INTO `+pgTable+` (queue, value) VALUES ($1, 'x')`, q); err != nil {
+				t.Fatal(err)
+			}
+		}
+		held, err := s.claim(ctx, q, 1)
+		if err != nil || len(held) != 1 {
+			t.Fatalf("claim: %v, %v", held, err)
+		}
+		stale := []pgTask{{id: held[0].id, version: held[0].version - 1, queue: q}}
+		for name, queues := range map[string][]string{"delete": nil, "move": {next}} {
+			if ts, err := s.commitAndClaim(ctx, stale, queues, q, 2); codeOf(err) != "FailedPrecondition" || len(ts) != 0 {
+				t.Errorf("%s of a stale version and claim: %v, %v; want FailedPrecondition and nothing", name, ts, err)
+			}
+		}
+		var claimed int64
+		if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM `+pgTable+` WHERE queue = $1 AND claimant <> ''`, q).Scan(&claimed); err != nil || claimed != 1 {
+			t.Fatalf("%d claimed tasks after the refused commits (%v), want 1", claimed, err)
+		}
+		// Move the held task and claim two more of its queue.
+		ts, err := s.commitAndClaim(ctx, held, []string{next}, q, 2)
+		if err != nil || len(ts) != 2 || ts[0].id == held[0].id || ts[1].id == held[0].id || ts[0].version != 2 {
+			t.Fatalf("move and claim: %+v, %v; want two other tasks at version 2", ts, err)
+		}
+		if moved, _ := s.count(ctx, []string{next}); moved != 1 {
+			t.Errorf("%d tasks in %s, want the moved one", moved, next)
+		}
+		// Delete them and claim the last; then delete it, finding nothing.
+		last, err := s.commitAndClaim(ctx, ts, nil, q, 2)
+		if err != nil || len(last) != 1 {
+			t.Fatalf("delete two and claim: %+v, %v; want the last task", last, err)
+		}
+		if none, err := s.commitAndClaim(ctx, last, nil, q, 2); err != nil || len(none) != 0 {
+			t.Errorf("delete the last and claim: %+v, %v; want nothing claimed", none, err)
+		}
+		if left, _ := s.count(ctx, []string{q}); left != 0 {
+			t.Errorf("%d tasks left in %s, want 0", left, q)
+		}
+		if err := s.purge(ctx, []string{q, next}); err != nil {
 			t.Fatal(err)
 		}
 	})

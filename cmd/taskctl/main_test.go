@@ -187,6 +187,43 @@ func TestTaskClaimReleaseDelete(t *testing.T) {
 	}
 }
 
+// TestTaskDeleteClaimNext: a delete that claims the next task in the same
+// request, for the deleted task's claimant.
+func TestTaskDeleteClaimNext(t *testing.T) {
+	fc := clienttest.New(t, 3, 2)
+	for _, id := range []string{"n1", "n2"} {
+		mustRun(t, fc, "task", "insert", "next/a", "--value", "x", "--id", id)
+	}
+	tasks := tasksJSON(t, mustRun(t, fc, "-o", "json", "task", "claim", "next/a", "--claimant", "w1"))
+	if len(tasks) != 1 || tasks[0].Id != "n1" {
+		t.Fatalf("claimed %v", tasks)
+	}
+	out := mustRun(t, fc, "-o", "json", "task", "delete", "n1", "--version", "2", "--claim-next", "next/a", "--lease", "1m")
+	var resp taskstorepb.ModifyResponse
+	if err := protojson.Unmarshal([]byte(out), &resp); err != nil {
+		t.Fatalf("not a modify response: %v\n%s", err, out)
+	}
+	if len(resp.Claimed) != 1 || resp.Claimed[0].Id != "n2" || resp.Claimed[0].Claimant != "w1" || resp.Claimed[0].Version != 2 {
+		t.Fatalf("claimed with the delete: %v", resp.Claimed)
+	}
+	if fc.Task("n1") != nil {
+		t.Error("n1 still exists")
+	}
+	if n := len(fc.CallsTo("Modify")); n != 3 { // two inserts, one delete with its claim
+		t.Errorf("%d Modify calls, want 3", n)
+	}
+	// Nothing left: the delete goes through and says so.
+	r := run(t, fc, "task", "delete", "n2", "--version", "2", "--claim-next", "next/a")
+	if r.code != 0 || r.stdout != "" || !strings.Contains(r.stderr, "deleted n2 version 2") || !strings.Contains(r.stderr, "no task available") {
+		t.Errorf("delete and claim nothing: %+v", r)
+	}
+	// Another group's queue is refused, and nothing is deleted.
+	mustRun(t, fc, "task", "insert", "next/a", "--id", "n3")
+	if r := run(t, fc, "task", "delete", "n3", "--version", "1", "--claim-next", "other/a"); r.code == 0 || fc.Task("n3") == nil {
+		t.Errorf("claim in another group: %+v", r)
+	}
+}
+
 func TestQueueCommands(t *testing.T) {
 	fc := clienttest.New(t, 3, 4)
 	for _, q := range []string{"a/x", "a/x", "b/y", "c/z"} {

@@ -269,11 +269,17 @@ func (r *refFlags) add(cmd *cobra.Command) {
 // delete or release a task a worker holds; the version check still makes
 // sure only the named version is touched.
 func (r *refFlags) resolve(ctx context.Context, c *client.Client, cmd *cobra.Command, id string) ([]client.RefOption, error) {
+	opts, _, err := r.resolveClaimant(ctx, c, cmd, id)
+	return opts, err
+}
+
+// resolveClaimant is resolve that also returns the claimant acted as.
+func (r *refFlags) resolveClaimant(ctx context.Context, c *client.Client, cmd *cobra.Command, id string) ([]client.RefOption, string, error) {
 	queue, claimant := r.queue, r.claimant
 	if queue == "" || !cmd.Flags().Changed("claimant") {
 		task, err := c.Get(ctx, id)
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
 		if queue == "" {
 			queue = task.Queue
@@ -282,13 +288,18 @@ func (r *refFlags) resolve(ctx context.Context, c *client.Client, cmd *cobra.Com
 			claimant = task.Claimant
 		}
 	}
-	return []client.RefOption{client.InQueue(queue), client.AsClaimant(claimant)}, nil
+	return []client.RefOption{client.InQueue(queue), client.AsClaimant(claimant)}, claimant, nil
 }
 
 func (a *app) taskDeleteCmd() *cobra.Command {
-	var ref refFlags
+	var (
+		ref        refFlags
+		claimNext  []string
+		claimLease time.Duration
+		claimLimit uint32
+	)
 	cmd := &cobra.Command{
-		Use:   "delete ID --version V",
+		Use:   "delete ID --version V [--claim-next QUEUE]...",
 		Short: "Delete one version of a task",
 		Long: `task delete deletes the task ID if its current version is V; otherwise
 nothing changes and the error says what the current version is.
@@ -298,29 +309,64 @@ claimant: by default the command acts as the task's current claimant, so a
 task a worker holds can be deleted; that worker's version then no longer
 exists. Give --claimant to act as someone else.
 
-With -o json it prints the ModifyResponse ({}).`,
+--claim-next QUEUE (repeatable; queues of the task's consistency group) also
+claims up to --limit tasks of those queues, in the same request and log entry,
+for the same claimant (the task's, --claimant, or when neither, the default
+claimant): a shell worker's commit and next claim in one call. The claim does
+not wait; nothing is claimed when the delete is refused. The claimed tasks are
+printed as by task claim ("no task available" on standard error when none).
+
+With -o json it prints the ModifyResponse ({}, or {"claimed":[...]}).`,
 		Example: `  taskctl task delete 3f2a9c0e --version 4
-  taskctl task delete 3f2a9c0e --version 4 --queue crawl/fetch`,
+  taskctl task delete 3f2a9c0e --version 4 --queue crawl/fetch
+  taskctl task delete 3f2a9c0e --version 4 --claim-next crawl/fetch --lease 5m`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := args[0]
+			if len(claimNext) > 0 && claimLease <= 0 {
+				return fmt.Errorf("--lease must be positive")
+			}
 			return a.withClient(0, func(ctx context.Context, c *client.Client) error {
-				opts, err := ref.resolve(ctx, c, cmd, id)
+				opts, claimant, err := ref.resolveClaimant(ctx, c, cmd, id)
 				if err != nil {
 					return err
 				}
-				if err := c.Delete(ctx, id, ref.version, opts...); err != nil {
+				if len(claimNext) == 0 {
+					if err := c.Delete(ctx, id, ref.version, opts...); err != nil {
+						return err
+					}
+					if a.output == "json" {
+						return printJSON(a.stdout, &taskstorepb.ModifyResponse{})
+					}
+					fmt.Fprintf(a.stdout, "deleted %s version %s\n", id, strconv.FormatUint(ref.version, 10))
+					return nil
+				}
+				if claimant == "" {
+					// An unclaimed task: anyone may delete it, but the
+					// claim needs a name.
+					opts = append(opts, client.AsClaimant(defaultClaimant()))
+				}
+				claimed, err := c.DeleteAndClaim(ctx, id, ref.version, client.ClaimNext(claimLease, claimLimit, claimNext...), opts...)
+				if err != nil {
 					return err
 				}
 				if a.output == "json" {
-					return printJSON(a.stdout, &taskstorepb.ModifyResponse{})
+					return printJSON(a.stdout, &taskstorepb.ModifyResponse{Claimed: claimed})
 				}
-				fmt.Fprintf(a.stdout, "deleted %s version %s\n", id, strconv.FormatUint(ref.version, 10))
-				return nil
+				fmt.Fprintf(a.stderr, "deleted %s version %s\n", id, strconv.FormatUint(ref.version, 10))
+				if len(claimed) == 0 {
+					fmt.Fprintln(a.stderr, "no task available")
+					return nil
+				}
+				return printTasks(a.stdout, claimed)
 			})
 		},
 	}
 	ref.add(cmd)
+	f := cmd.Flags()
+	f.StringArrayVar(&claimNext, "claim-next", nil, "also claim from this queue in the same request (repeatable)")
+	f.DurationVar(&claimLease, "lease", 30*time.Second, "with --claim-next: how long the claim holds")
+	f.Uint32Var(&claimLimit, "limit", 1, "with --claim-next: claim at most this many tasks")
 	return cmd
 }
 

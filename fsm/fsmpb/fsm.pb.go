@@ -38,6 +38,10 @@ const (
 	Op_OP_TICK Op = 4
 	// Several commands coalesced into one log entry; each keeps its own result.
 	Op_OP_BATCH Op = 5
+	// A Modify that carries a claim (Modify.claim): the transaction, then, in
+	// the same entry, the claim. Its own op so that a binary older than the
+	// claim part refuses the entry instead of applying the transaction alone.
+	Op_OP_MODIFY_CLAIM Op = 6
 )
 
 // Enum value maps for Op.
@@ -49,14 +53,16 @@ var (
 		3: "OP_PURGE",
 		4: "OP_TICK",
 		5: "OP_BATCH",
+		6: "OP_MODIFY_CLAIM",
 	}
 	Op_value = map[string]int32{
-		"OP_UNSPECIFIED": 0,
-		"OP_MODIFY":      1,
-		"OP_CLAIM":       2,
-		"OP_PURGE":       3,
-		"OP_TICK":        4,
-		"OP_BATCH":       5,
+		"OP_UNSPECIFIED":  0,
+		"OP_MODIFY":       1,
+		"OP_CLAIM":        2,
+		"OP_PURGE":        3,
+		"OP_TICK":         4,
+		"OP_BATCH":        5,
+		"OP_MODIFY_CLAIM": 6,
 	}
 )
 
@@ -265,12 +271,16 @@ func (x *Command) GetBatch() []*Command {
 type Modify struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The consistency group every task touched must belong to.
-	Group         string    `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
-	Claimant      string    `protobuf:"bytes,2,opt,name=claimant,proto3" json:"claimant,omitempty"`
-	Inserts       []*Insert `protobuf:"bytes,3,rep,name=inserts,proto3" json:"inserts,omitempty"`
-	Changes       []*Change `protobuf:"bytes,4,rep,name=changes,proto3" json:"changes,omitempty"`
-	Deletes       []*Ref    `protobuf:"bytes,5,rep,name=deletes,proto3" json:"deletes,omitempty"`
-	Depends       []*Ref    `protobuf:"bytes,6,rep,name=depends,proto3" json:"depends,omitempty"`
+	Group    string    `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	Claimant string    `protobuf:"bytes,2,opt,name=claimant,proto3" json:"claimant,omitempty"`
+	Inserts  []*Insert `protobuf:"bytes,3,rep,name=inserts,proto3" json:"inserts,omitempty"`
+	Changes  []*Change `protobuf:"bytes,4,rep,name=changes,proto3" json:"changes,omitempty"`
+	Deletes  []*Ref    `protobuf:"bytes,5,rep,name=deletes,proto3" json:"deletes,omitempty"`
+	Depends  []*Ref    `protobuf:"bytes,6,rep,name=depends,proto3" json:"depends,omitempty"`
+	// Set with OP_MODIFY_CLAIM only: after the transaction applies, claim as
+	// a Claim command would (claimant = the modify's claimant; queues in
+	// group). Nothing is claimed when the transaction fails.
+	Claim         *Claim `protobuf:"bytes,7,opt,name=claim,proto3" json:"claim,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -343,6 +353,13 @@ func (x *Modify) GetDeletes() []*Ref {
 func (x *Modify) GetDepends() []*Ref {
 	if x != nil {
 		return x.Depends
+	}
+	return nil
+}
+
+func (x *Modify) GetClaim() *Claim {
+	if x != nil {
+		return x.Claim
 	}
 	return nil
 }
@@ -952,10 +969,12 @@ func (x *Result) GetBatch() []*Result {
 }
 
 type ModifyResult struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Inserted      []*Task                `protobuf:"bytes,1,rep,name=inserted,proto3" json:"inserted,omitempty"`
-	Changed       []*Task                `protobuf:"bytes,2,rep,name=changed,proto3" json:"changed,omitempty"`
-	Coalesced     []uint32               `protobuf:"varint,3,rep,packed,name=coalesced,proto3" json:"coalesced,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Inserted  []*Task                `protobuf:"bytes,1,rep,name=inserted,proto3" json:"inserted,omitempty"`
+	Changed   []*Task                `protobuf:"bytes,2,rep,name=changed,proto3" json:"changed,omitempty"`
+	Coalesced []uint32               `protobuf:"varint,3,rep,packed,name=coalesced,proto3" json:"coalesced,omitempty"`
+	// The claim part's result (OP_MODIFY_CLAIM), possibly with no tasks.
+	Claim         *ClaimResult `protobuf:"bytes,4,opt,name=claim,proto3" json:"claim,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1007,6 +1026,13 @@ func (x *ModifyResult) GetChanged() []*Task {
 func (x *ModifyResult) GetCoalesced() []uint32 {
 	if x != nil {
 		return x.Coalesced
+	}
+	return nil
+}
+
+func (x *ModifyResult) GetClaim() *ClaimResult {
+	if x != nil {
+		return x.Claim
 	}
 	return nil
 }
@@ -1546,14 +1572,15 @@ const file_fsm_proto_rawDesc = "" +
 	" \x01(\v2\x18.taskstore.fsm.v1.ModifyR\x06modify\x12-\n" +
 	"\x05claim\x18\v \x01(\v2\x17.taskstore.fsm.v1.ClaimR\x05claim\x12-\n" +
 	"\x05purge\x18\f \x01(\v2\x17.taskstore.fsm.v1.PurgeR\x05purge\x12/\n" +
-	"\x05batch\x18\r \x03(\v2\x19.taskstore.fsm.v1.CommandR\x05batch\"\x84\x02\n" +
+	"\x05batch\x18\r \x03(\v2\x19.taskstore.fsm.v1.CommandR\x05batch\"\xb3\x02\n" +
 	"\x06Modify\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x1a\n" +
 	"\bclaimant\x18\x02 \x01(\tR\bclaimant\x122\n" +
 	"\ainserts\x18\x03 \x03(\v2\x18.taskstore.fsm.v1.InsertR\ainserts\x122\n" +
 	"\achanges\x18\x04 \x03(\v2\x18.taskstore.fsm.v1.ChangeR\achanges\x12/\n" +
 	"\adeletes\x18\x05 \x03(\v2\x15.taskstore.fsm.v1.RefR\adeletes\x12/\n" +
-	"\adepends\x18\x06 \x03(\v2\x15.taskstore.fsm.v1.RefR\adepends\"\xcb\x01\n" +
+	"\adepends\x18\x06 \x03(\v2\x15.taskstore.fsm.v1.RefR\adepends\x12-\n" +
+	"\x05claim\x18\a \x01(\v2\x17.taskstore.fsm.v1.ClaimR\x05claim\"\xcb\x01\n" +
 	"\x06Insert\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x0e\n" +
@@ -1610,11 +1637,12 @@ const file_fsm_proto_rawDesc = "" +
 	"\x05claim\x18\x02 \x01(\v2\x1d.taskstore.fsm.v1.ClaimResultR\x05claim\x123\n" +
 	"\x05purge\x18\x03 \x01(\v2\x1d.taskstore.fsm.v1.PurgeResultR\x05purge\x123\n" +
 	"\afailure\x18\x04 \x01(\v2\x19.taskstore.fsm.v1.FailureR\afailure\x12.\n" +
-	"\x05batch\x18\x05 \x03(\v2\x18.taskstore.fsm.v1.ResultR\x05batch\"\x92\x01\n" +
+	"\x05batch\x18\x05 \x03(\v2\x18.taskstore.fsm.v1.ResultR\x05batch\"\xc7\x01\n" +
 	"\fModifyResult\x122\n" +
 	"\binserted\x18\x01 \x03(\v2\x16.taskstore.fsm.v1.TaskR\binserted\x120\n" +
 	"\achanged\x18\x02 \x03(\v2\x16.taskstore.fsm.v1.TaskR\achanged\x12\x1c\n" +
-	"\tcoalesced\x18\x03 \x03(\rR\tcoalesced\"b\n" +
+	"\tcoalesced\x18\x03 \x03(\rR\tcoalesced\x123\n" +
+	"\x05claim\x18\x04 \x01(\v2\x1d.taskstore.fsm.v1.ClaimResultR\x05claim\"b\n" +
 	"\vClaimResult\x12,\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x16.taskstore.fsm.v1.TaskR\x05tasks\x12%\n" +
 	"\x0eexpired_leases\x18\x02 \x01(\rR\rexpiredLeases\"'\n" +
@@ -1663,14 +1691,15 @@ const file_fsm_proto_rawDesc = "" +
 	"\tlast_seen\x18\x03 \x01(\x03R\blastSeen\x120\n" +
 	"\x06result\x18\x04 \x01(\v2\x18.taskstore.fsm.v1.ResultR\x06result\")\n" +
 	"\x0fSnapshotTrailer\x12\x16\n" +
-	"\x06crc32c\x18\x01 \x01(\rR\x06crc32c*^\n" +
+	"\x06crc32c\x18\x01 \x01(\rR\x06crc32c*s\n" +
 	"\x02Op\x12\x12\n" +
 	"\x0eOP_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tOP_MODIFY\x10\x01\x12\f\n" +
 	"\bOP_CLAIM\x10\x02\x12\f\n" +
 	"\bOP_PURGE\x10\x03\x12\v\n" +
 	"\aOP_TICK\x10\x04\x12\f\n" +
-	"\bOP_BATCH\x10\x05B/Z-github.com/e1158ecb/taskstore/fsm/fsmpb;fsmpbb\x06proto3"
+	"\bOP_BATCH\x10\x05\x12\x13\n" +
+	"\x0fOP_MODIFY_CLAIM\x10\x06B/Z-github.com/e1158ecb/taskstore/fsm/fsmpb;fsmpbb\x06proto3"
 
 var (
 	file_fsm_proto_rawDescOnce sync.Once
@@ -1718,26 +1747,28 @@ var file_fsm_proto_depIdxs = []int32{
 	5,  // 6: taskstore.fsm.v1.Modify.changes:type_name -> taskstore.fsm.v1.Change
 	6,  // 7: taskstore.fsm.v1.Modify.deletes:type_name -> taskstore.fsm.v1.Ref
 	6,  // 8: taskstore.fsm.v1.Modify.depends:type_name -> taskstore.fsm.v1.Ref
-	11, // 9: taskstore.fsm.v1.Result.modify:type_name -> taskstore.fsm.v1.ModifyResult
-	12, // 10: taskstore.fsm.v1.Result.claim:type_name -> taskstore.fsm.v1.ClaimResult
-	13, // 11: taskstore.fsm.v1.Result.purge:type_name -> taskstore.fsm.v1.PurgeResult
-	14, // 12: taskstore.fsm.v1.Result.failure:type_name -> taskstore.fsm.v1.Failure
-	10, // 13: taskstore.fsm.v1.Result.batch:type_name -> taskstore.fsm.v1.Result
-	9,  // 14: taskstore.fsm.v1.ModifyResult.inserted:type_name -> taskstore.fsm.v1.Task
-	9,  // 15: taskstore.fsm.v1.ModifyResult.changed:type_name -> taskstore.fsm.v1.Task
-	9,  // 16: taskstore.fsm.v1.ClaimResult.tasks:type_name -> taskstore.fsm.v1.Task
-	15, // 17: taskstore.fsm.v1.Failure.errors:type_name -> taskstore.fsm.v1.RefError
-	1,  // 18: taskstore.fsm.v1.RefError.category:type_name -> taskstore.fsm.v1.RefError.Category
-	17, // 19: taskstore.fsm.v1.SnapshotRecord.header:type_name -> taskstore.fsm.v1.SnapshotHeader
-	9,  // 20: taskstore.fsm.v1.SnapshotRecord.task:type_name -> taskstore.fsm.v1.Task
-	18, // 21: taskstore.fsm.v1.SnapshotRecord.session:type_name -> taskstore.fsm.v1.Session
-	19, // 22: taskstore.fsm.v1.SnapshotRecord.trailer:type_name -> taskstore.fsm.v1.SnapshotTrailer
-	10, // 23: taskstore.fsm.v1.Session.result:type_name -> taskstore.fsm.v1.Result
-	24, // [24:24] is the sub-list for method output_type
-	24, // [24:24] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	7,  // 9: taskstore.fsm.v1.Modify.claim:type_name -> taskstore.fsm.v1.Claim
+	11, // 10: taskstore.fsm.v1.Result.modify:type_name -> taskstore.fsm.v1.ModifyResult
+	12, // 11: taskstore.fsm.v1.Result.claim:type_name -> taskstore.fsm.v1.ClaimResult
+	13, // 12: taskstore.fsm.v1.Result.purge:type_name -> taskstore.fsm.v1.PurgeResult
+	14, // 13: taskstore.fsm.v1.Result.failure:type_name -> taskstore.fsm.v1.Failure
+	10, // 14: taskstore.fsm.v1.Result.batch:type_name -> taskstore.fsm.v1.Result
+	9,  // 15: taskstore.fsm.v1.ModifyResult.inserted:type_name -> taskstore.fsm.v1.Task
+	9,  // 16: taskstore.fsm.v1.ModifyResult.changed:type_name -> taskstore.fsm.v1.Task
+	12, // 17: taskstore.fsm.v1.ModifyResult.claim:type_name -> taskstore.fsm.v1.ClaimResult
+	9,  // 18: taskstore.fsm.v1.ClaimResult.tasks:type_name -> taskstore.fsm.v1.Task
+	15, // 19: taskstore.fsm.v1.Failure.errors:type_name -> taskstore.fsm.v1.RefError
+	1,  // 20: taskstore.fsm.v1.RefError.category:type_name -> taskstore.fsm.v1.RefError.Category
+	17, // 21: taskstore.fsm.v1.SnapshotRecord.header:type_name -> taskstore.fsm.v1.SnapshotHeader
+	9,  // 22: taskstore.fsm.v1.SnapshotRecord.task:type_name -> taskstore.fsm.v1.Task
+	18, // 23: taskstore.fsm.v1.SnapshotRecord.session:type_name -> taskstore.fsm.v1.Session
+	19, // 24: taskstore.fsm.v1.SnapshotRecord.trailer:type_name -> taskstore.fsm.v1.SnapshotTrailer
+	10, // 25: taskstore.fsm.v1.Session.result:type_name -> taskstore.fsm.v1.Result
+	26, // [26:26] is the sub-list for method output_type
+	26, // [26:26] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_fsm_proto_init() }

@@ -94,6 +94,10 @@ func TestAuthorize(t *testing.T) {
 		{jobs, ts + "Modify", &taskstorepb.ModifyRequest{Changes: []*taskstorepb.TaskChange{{Queue: "jobs/a", NewQueue: "mail/a"}}}, codes.PermissionDenied},
 		{jobs, ts + "Modify", &taskstorepb.ModifyRequest{Deletes: []*taskstorepb.TaskRef{{Queue: "mail/a"}}}, codes.PermissionDenied},
 		{jobs, ts + "Modify", &taskstorepb.ModifyRequest{Depends: []*taskstorepb.TaskRef{{Queue: "jobs/a"}}}, codes.OK},
+		// A commit's claim is a claim: its queues count.
+		{jobs, ts + "Modify", &taskstorepb.ModifyRequest{Deletes: []*taskstorepb.TaskRef{{Queue: "jobs/a"}},
+			Claim: &taskstorepb.ModifyClaim{Queues: []string{"jobs/a", "mail/a"}}}, codes.PermissionDenied},
+		{jobs, ts + "Modify", &taskstorepb.ModifyRequest{Claim: &taskstorepb.ModifyClaim{Queues: []string{"jobs/a"}}}, codes.OK},
 		{jobs, ts + "Claim", &taskstorepb.ClaimRequest{Queues: []string{"jobs/a", "mail/a"}}, codes.PermissionDenied},
 		{jobs, ts + "Tasks", &taskstorepb.TasksRequest{Shard: 1}, codes.PermissionDenied}, // a shard listing names no queue
 		{jobs, ts + "Queues", &taskstorepb.QueuesRequest{}, codes.PermissionDenied},

@@ -217,6 +217,7 @@ func queuesOf(req any) []string {
 		for _, ref := range append(r.GetDeletes(), r.GetDepends()...) {
 			qs = append(qs, ref.GetQueue())
 		}
+		qs = append(qs, r.GetClaim().GetQueues()...)
 	case *taskstorepb.ClaimRequest:
 		qs = r.GetQueues()
 	case *taskstorepb.TasksRequest:

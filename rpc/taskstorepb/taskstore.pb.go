@@ -93,7 +93,7 @@ func (x RefError_Category) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RefError_Category.Descriptor instead.
 func (RefError_Category) EnumDescriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{8, 0}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{9, 0}
 }
 
 // Task is one immutable version of a unit of work.
@@ -618,12 +618,17 @@ type ModifyRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Who is modifying. A task claimed by another claimant whose lease has not
 	// run out cannot be changed or deleted.
-	Claimant      string        `protobuf:"bytes,1,opt,name=claimant,proto3" json:"claimant,omitempty"`
-	Inserts       []*TaskInsert `protobuf:"bytes,2,rep,name=inserts,proto3" json:"inserts,omitempty"`
-	Changes       []*TaskChange `protobuf:"bytes,3,rep,name=changes,proto3" json:"changes,omitempty"`
-	Deletes       []*TaskRef    `protobuf:"bytes,4,rep,name=deletes,proto3" json:"deletes,omitempty"`
-	Depends       []*TaskRef    `protobuf:"bytes,5,rep,name=depends,proto3" json:"depends,omitempty"`
-	Request       *RequestID    `protobuf:"bytes,6,opt,name=request,proto3" json:"request,omitempty"`
+	Claimant string        `protobuf:"bytes,1,opt,name=claimant,proto3" json:"claimant,omitempty"`
+	Inserts  []*TaskInsert `protobuf:"bytes,2,rep,name=inserts,proto3" json:"inserts,omitempty"`
+	Changes  []*TaskChange `protobuf:"bytes,3,rep,name=changes,proto3" json:"changes,omitempty"`
+	Deletes  []*TaskRef    `protobuf:"bytes,4,rep,name=deletes,proto3" json:"deletes,omitempty"`
+	Depends  []*TaskRef    `protobuf:"bytes,5,rep,name=depends,proto3" json:"depends,omitempty"`
+	Request  *RequestID    `protobuf:"bytes,6,opt,name=request,proto3" json:"request,omitempty"`
+	// Claim the modifier's next tasks in the same log entry, after the
+	// transaction applied: one round trip per task in a worker's loop. Never
+	// waits; claims nothing when the transaction fails. A request with only
+	// a claim is a plain claim with wait 0.
+	Claim         *ModifyClaim `protobuf:"bytes,7,opt,name=claim,proto3" json:"claim,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -700,6 +705,78 @@ func (x *ModifyRequest) GetRequest() *RequestID {
 	return nil
 }
 
+func (x *ModifyRequest) GetClaim() *ModifyClaim {
+	if x != nil {
+		return x.Claim
+	}
+	return nil
+}
+
+// ModifyClaim is the claim part of a ModifyRequest. The claimant is the
+// request's claimant (required with a claim).
+type ModifyClaim struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Queues of the transaction's consistency group.
+	Queues []string `protobuf:"bytes,1,rep,name=queues,proto3" json:"queues,omitempty"`
+	// Lease length; default 30s.
+	Lease *durationpb.Duration `protobuf:"bytes,2,opt,name=lease,proto3" json:"lease,omitempty"`
+	// How many tasks at most; default 1.
+	Limit         uint32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModifyClaim) Reset() {
+	*x = ModifyClaim{}
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModifyClaim) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModifyClaim) ProtoMessage() {}
+
+func (x *ModifyClaim) ProtoReflect() protoreflect.Message {
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModifyClaim.ProtoReflect.Descriptor instead.
+func (*ModifyClaim) Descriptor() ([]byte, []int) {
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ModifyClaim) GetQueues() []string {
+	if x != nil {
+		return x.Queues
+	}
+	return nil
+}
+
+func (x *ModifyClaim) GetLease() *durationpb.Duration {
+	if x != nil {
+		return x.Lease
+	}
+	return nil
+}
+
+func (x *ModifyClaim) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
 type ModifyResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// One per insert, in request order. For a coalesced if_absent insert, the
@@ -708,14 +785,18 @@ type ModifyResponse struct {
 	// One per change, in request order.
 	Changed []*Task `protobuf:"bytes,2,rep,name=changed,proto3" json:"changed,omitempty"`
 	// Indexes into inserts of those that returned an existing task.
-	Coalesced     []uint32 `protobuf:"varint,3,rep,packed,name=coalesced,proto3" json:"coalesced,omitempty"`
+	Coalesced []uint32 `protobuf:"varint,3,rep,packed,name=coalesced,proto3" json:"coalesced,omitempty"`
+	// For a request with a claim: the tasks claimed after the transaction,
+	// with their new versions (at is the lease deadline). Empty when none was
+	// available.
+	Claimed       []*Task `protobuf:"bytes,4,rep,name=claimed,proto3" json:"claimed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ModifyResponse) Reset() {
 	*x = ModifyResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[6]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -727,7 +808,7 @@ func (x *ModifyResponse) String() string {
 func (*ModifyResponse) ProtoMessage() {}
 
 func (x *ModifyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[6]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -740,7 +821,7 @@ func (x *ModifyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModifyResponse.ProtoReflect.Descriptor instead.
 func (*ModifyResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{6}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ModifyResponse) GetInserted() []*Task {
@@ -764,6 +845,13 @@ func (x *ModifyResponse) GetCoalesced() []uint32 {
 	return nil
 }
 
+func (x *ModifyResponse) GetClaimed() []*Task {
+	if x != nil {
+		return x.Claimed
+	}
+	return nil
+}
+
 // ModifyError is the detail of a FailedPrecondition from Modify.
 type ModifyError struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -774,7 +862,7 @@ type ModifyError struct {
 
 func (x *ModifyError) Reset() {
 	*x = ModifyError{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[7]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -786,7 +874,7 @@ func (x *ModifyError) String() string {
 func (*ModifyError) ProtoMessage() {}
 
 func (x *ModifyError) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[7]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -799,7 +887,7 @@ func (x *ModifyError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModifyError.ProtoReflect.Descriptor instead.
 func (*ModifyError) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{7}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ModifyError) GetErrors() []*RefError {
@@ -830,7 +918,7 @@ type RefError struct {
 
 func (x *RefError) Reset() {
 	*x = RefError{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[8]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -842,7 +930,7 @@ func (x *RefError) String() string {
 func (*RefError) ProtoMessage() {}
 
 func (x *RefError) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[8]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -855,7 +943,7 @@ func (x *RefError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefError.ProtoReflect.Descriptor instead.
 func (*RefError) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{8}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RefError) GetCategory() RefError_Category {
@@ -939,7 +1027,7 @@ type ClaimRequest struct {
 
 func (x *ClaimRequest) Reset() {
 	*x = ClaimRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[9]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -951,7 +1039,7 @@ func (x *ClaimRequest) String() string {
 func (*ClaimRequest) ProtoMessage() {}
 
 func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[9]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -964,7 +1052,7 @@ func (x *ClaimRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimRequest.ProtoReflect.Descriptor instead.
 func (*ClaimRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{9}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ClaimRequest) GetClaimant() string {
@@ -1020,7 +1108,7 @@ type ClaimResponse struct {
 
 func (x *ClaimResponse) Reset() {
 	*x = ClaimResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[10]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1032,7 +1120,7 @@ func (x *ClaimResponse) String() string {
 func (*ClaimResponse) ProtoMessage() {}
 
 func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[10]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1045,7 +1133,7 @@ func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimResponse.ProtoReflect.Descriptor instead.
 func (*ClaimResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{10}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ClaimResponse) GetTasks() []*Task {
@@ -1075,7 +1163,7 @@ type TasksRequest struct {
 
 func (x *TasksRequest) Reset() {
 	*x = TasksRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[11]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1087,7 +1175,7 @@ func (x *TasksRequest) String() string {
 func (*TasksRequest) ProtoMessage() {}
 
 func (x *TasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[11]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1100,7 +1188,7 @@ func (x *TasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TasksRequest.ProtoReflect.Descriptor instead.
 func (*TasksRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{11}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TasksRequest) GetQueue() string {
@@ -1169,7 +1257,7 @@ type TasksResponse struct {
 
 func (x *TasksResponse) Reset() {
 	*x = TasksResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[12]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1181,7 +1269,7 @@ func (x *TasksResponse) String() string {
 func (*TasksResponse) ProtoMessage() {}
 
 func (x *TasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[12]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1194,7 +1282,7 @@ func (x *TasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TasksResponse.ProtoReflect.Descriptor instead.
 func (*TasksResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{12}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *TasksResponse) GetTasks() []*Task {
@@ -1225,7 +1313,7 @@ type QueuesRequest struct {
 
 func (x *QueuesRequest) Reset() {
 	*x = QueuesRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[13]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1237,7 +1325,7 @@ func (x *QueuesRequest) String() string {
 func (*QueuesRequest) ProtoMessage() {}
 
 func (x *QueuesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[13]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1250,7 +1338,7 @@ func (x *QueuesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuesRequest.ProtoReflect.Descriptor instead.
 func (*QueuesRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{13}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *QueuesRequest) GetPrefix() string {
@@ -1308,7 +1396,7 @@ type QueueStats struct {
 
 func (x *QueueStats) Reset() {
 	*x = QueueStats{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[14]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1320,7 +1408,7 @@ func (x *QueueStats) String() string {
 func (*QueueStats) ProtoMessage() {}
 
 func (x *QueueStats) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[14]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1333,7 +1421,7 @@ func (x *QueueStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStats.ProtoReflect.Descriptor instead.
 func (*QueueStats) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{14}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *QueueStats) GetName() string {
@@ -1429,7 +1517,7 @@ type QueuesResponse struct {
 
 func (x *QueuesResponse) Reset() {
 	*x = QueuesResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[15]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1441,7 +1529,7 @@ func (x *QueuesResponse) String() string {
 func (*QueuesResponse) ProtoMessage() {}
 
 func (x *QueuesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[15]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1454,7 +1542,7 @@ func (x *QueuesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuesResponse.ProtoReflect.Descriptor instead.
 func (*QueuesResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{15}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *QueuesResponse) GetQueues() []*QueueStats {
@@ -1474,7 +1562,7 @@ type PurgeRequest struct {
 
 func (x *PurgeRequest) Reset() {
 	*x = PurgeRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[16]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1486,7 +1574,7 @@ func (x *PurgeRequest) String() string {
 func (*PurgeRequest) ProtoMessage() {}
 
 func (x *PurgeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[16]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1499,7 +1587,7 @@ func (x *PurgeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeRequest.ProtoReflect.Descriptor instead.
 func (*PurgeRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{16}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PurgeRequest) GetQueue() string {
@@ -1526,7 +1614,7 @@ type PurgeResponse struct {
 
 func (x *PurgeResponse) Reset() {
 	*x = PurgeResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[17]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1538,7 +1626,7 @@ func (x *PurgeResponse) String() string {
 func (*PurgeResponse) ProtoMessage() {}
 
 func (x *PurgeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[17]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1551,7 +1639,7 @@ func (x *PurgeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeResponse.ProtoReflect.Descriptor instead.
 func (*PurgeResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{17}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PurgeResponse) GetDeleted() uint64 {
@@ -1569,7 +1657,7 @@ type TimeRequest struct {
 
 func (x *TimeRequest) Reset() {
 	*x = TimeRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[18]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1581,7 +1669,7 @@ func (x *TimeRequest) String() string {
 func (*TimeRequest) ProtoMessage() {}
 
 func (x *TimeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[18]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1594,7 +1682,7 @@ func (x *TimeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimeRequest.ProtoReflect.Descriptor instead.
 func (*TimeRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{18}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{19}
 }
 
 type TimeResponse struct {
@@ -1606,7 +1694,7 @@ type TimeResponse struct {
 
 func (x *TimeResponse) Reset() {
 	*x = TimeResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[19]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1618,7 +1706,7 @@ func (x *TimeResponse) String() string {
 func (*TimeResponse) ProtoMessage() {}
 
 func (x *TimeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[19]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1631,7 +1719,7 @@ func (x *TimeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimeResponse.ProtoReflect.Descriptor instead.
 func (*TimeResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{19}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *TimeResponse) GetNow() *timestamppb.Timestamp {
@@ -1655,7 +1743,7 @@ type NotLeader struct {
 
 func (x *NotLeader) Reset() {
 	*x = NotLeader{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[20]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1667,7 +1755,7 @@ func (x *NotLeader) String() string {
 func (*NotLeader) ProtoMessage() {}
 
 func (x *NotLeader) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[20]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1680,7 +1768,7 @@ func (x *NotLeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NotLeader.ProtoReflect.Descriptor instead.
 func (*NotLeader) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{20}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *NotLeader) GetShard() uint32 {
@@ -1715,7 +1803,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[21]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1727,7 +1815,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[21]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1740,7 +1828,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{21}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *StatusRequest) GetLocalOnly() bool {
@@ -1770,7 +1858,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[22]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1782,7 +1870,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[22]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1795,7 +1883,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{22}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *NodeStatus) GetId() string {
@@ -1879,7 +1967,7 @@ type ReplicaStatus struct {
 
 func (x *ReplicaStatus) Reset() {
 	*x = ReplicaStatus{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[23]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1891,7 +1979,7 @@ func (x *ReplicaStatus) String() string {
 func (*ReplicaStatus) ProtoMessage() {}
 
 func (x *ReplicaStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[23]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1904,7 +1992,7 @@ func (x *ReplicaStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaStatus.ProtoReflect.Descriptor instead.
 func (*ReplicaStatus) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{23}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ReplicaStatus) GetNode() string {
@@ -1983,7 +2071,7 @@ type Checkpoint struct {
 
 func (x *Checkpoint) Reset() {
 	*x = Checkpoint{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[24]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1995,7 +2083,7 @@ func (x *Checkpoint) String() string {
 func (*Checkpoint) ProtoMessage() {}
 
 func (x *Checkpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[24]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2008,7 +2096,7 @@ func (x *Checkpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checkpoint.ProtoReflect.Descriptor instead.
 func (*Checkpoint) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{24}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Checkpoint) GetIndex() uint64 {
@@ -2041,7 +2129,7 @@ type Divergence struct {
 
 func (x *Divergence) Reset() {
 	*x = Divergence{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[25]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2053,7 +2141,7 @@ func (x *Divergence) String() string {
 func (*Divergence) ProtoMessage() {}
 
 func (x *Divergence) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[25]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2066,7 +2154,7 @@ func (x *Divergence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Divergence.ProtoReflect.Descriptor instead.
 func (*Divergence) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{25}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Divergence) GetIndex() uint64 {
@@ -2119,7 +2207,7 @@ type ShardStatus struct {
 
 func (x *ShardStatus) Reset() {
 	*x = ShardStatus{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[26]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2131,7 +2219,7 @@ func (x *ShardStatus) String() string {
 func (*ShardStatus) ProtoMessage() {}
 
 func (x *ShardStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[26]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2144,7 +2232,7 @@ func (x *ShardStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardStatus.ProtoReflect.Descriptor instead.
 func (*ShardStatus) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{26}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ShardStatus) GetId() uint32 {
@@ -2202,7 +2290,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[27]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2214,7 +2302,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[27]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2227,7 +2315,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{27}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *StatusResponse) GetNodes() []*NodeStatus {
@@ -2266,7 +2354,7 @@ type RoutingRequest struct {
 
 func (x *RoutingRequest) Reset() {
 	*x = RoutingRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[28]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2278,7 +2366,7 @@ func (x *RoutingRequest) String() string {
 func (*RoutingRequest) ProtoMessage() {}
 
 func (x *RoutingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[28]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2291,7 +2379,7 @@ func (x *RoutingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoutingRequest.ProtoReflect.Descriptor instead.
 func (*RoutingRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{28}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{29}
 }
 
 type Replica struct {
@@ -2304,7 +2392,7 @@ type Replica struct {
 
 func (x *Replica) Reset() {
 	*x = Replica{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[29]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2316,7 +2404,7 @@ func (x *Replica) String() string {
 func (*Replica) ProtoMessage() {}
 
 func (x *Replica) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[29]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2329,7 +2417,7 @@ func (x *Replica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Replica.ProtoReflect.Descriptor instead.
 func (*Replica) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{29}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Replica) GetId() string {
@@ -2359,7 +2447,7 @@ type ShardRoute struct {
 
 func (x *ShardRoute) Reset() {
 	*x = ShardRoute{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[30]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2371,7 +2459,7 @@ func (x *ShardRoute) String() string {
 func (*ShardRoute) ProtoMessage() {}
 
 func (x *ShardRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[30]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2384,7 +2472,7 @@ func (x *ShardRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardRoute.ProtoReflect.Descriptor instead.
 func (*ShardRoute) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{30}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ShardRoute) GetId() uint32 {
@@ -2429,7 +2517,7 @@ type RoutingResponse struct {
 
 func (x *RoutingResponse) Reset() {
 	*x = RoutingResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[31]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2441,7 +2529,7 @@ func (x *RoutingResponse) String() string {
 func (*RoutingResponse) ProtoMessage() {}
 
 func (x *RoutingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[31]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2454,7 +2542,7 @@ func (x *RoutingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoutingResponse.ProtoReflect.Descriptor instead.
 func (*RoutingResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{31}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RoutingResponse) GetSlots() []uint32 {
@@ -2489,7 +2577,7 @@ type TransferLeaderRequest struct {
 
 func (x *TransferLeaderRequest) Reset() {
 	*x = TransferLeaderRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[32]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2501,7 +2589,7 @@ func (x *TransferLeaderRequest) String() string {
 func (*TransferLeaderRequest) ProtoMessage() {}
 
 func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[32]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2514,7 +2602,7 @@ func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{32}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *TransferLeaderRequest) GetShard() uint32 {
@@ -2540,7 +2628,7 @@ type TransferLeaderResponse struct {
 
 func (x *TransferLeaderResponse) Reset() {
 	*x = TransferLeaderResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[33]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2552,7 +2640,7 @@ func (x *TransferLeaderResponse) String() string {
 func (*TransferLeaderResponse) ProtoMessage() {}
 
 func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[33]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2565,7 +2653,7 @@ func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{33}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *TransferLeaderResponse) GetLeader() string {
@@ -2586,7 +2674,7 @@ type AddNodeRequest struct {
 
 func (x *AddNodeRequest) Reset() {
 	*x = AddNodeRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[34]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2598,7 +2686,7 @@ func (x *AddNodeRequest) String() string {
 func (*AddNodeRequest) ProtoMessage() {}
 
 func (x *AddNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[34]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2611,7 +2699,7 @@ func (x *AddNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodeRequest.ProtoReflect.Descriptor instead.
 func (*AddNodeRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{34}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *AddNodeRequest) GetId() string {
@@ -2637,7 +2725,7 @@ type AddNodeResponse struct {
 
 func (x *AddNodeResponse) Reset() {
 	*x = AddNodeResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[35]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2649,7 +2737,7 @@ func (x *AddNodeResponse) String() string {
 func (*AddNodeResponse) ProtoMessage() {}
 
 func (x *AddNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[35]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2662,7 +2750,7 @@ func (x *AddNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodeResponse.ProtoReflect.Descriptor instead.
 func (*AddNodeResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{35}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *AddNodeResponse) GetNode() *NodeStatus {
@@ -2684,7 +2772,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[36]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2696,7 +2784,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[36]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2709,7 +2797,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{36}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RemoveNodeRequest) GetId() string {
@@ -2735,7 +2823,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[37]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2747,7 +2835,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[37]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2760,7 +2848,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{37}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *RemoveNodeResponse) GetNode() *NodeStatus {
@@ -2786,7 +2874,7 @@ type RebuildReplicaRequest struct {
 
 func (x *RebuildReplicaRequest) Reset() {
 	*x = RebuildReplicaRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[38]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2798,7 +2886,7 @@ func (x *RebuildReplicaRequest) String() string {
 func (*RebuildReplicaRequest) ProtoMessage() {}
 
 func (x *RebuildReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[38]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2811,7 +2899,7 @@ func (x *RebuildReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebuildReplicaRequest.ProtoReflect.Descriptor instead.
 func (*RebuildReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{38}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RebuildReplicaRequest) GetShard() uint32 {
@@ -2843,7 +2931,7 @@ type RebuildReplicaResponse struct {
 
 func (x *RebuildReplicaResponse) Reset() {
 	*x = RebuildReplicaResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[39]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2855,7 +2943,7 @@ func (x *RebuildReplicaResponse) String() string {
 func (*RebuildReplicaResponse) ProtoMessage() {}
 
 func (x *RebuildReplicaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[39]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2868,7 +2956,7 @@ func (x *RebuildReplicaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebuildReplicaResponse.ProtoReflect.Descriptor instead.
 func (*RebuildReplicaResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{39}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{40}
 }
 
 var File_taskstore_v1_taskstore_proto protoreflect.FileDescriptor
@@ -2930,18 +3018,24 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\t_priorityB\n" +
 	"\n" +
 	"\b_attemptB\x06\n" +
-	"\x04_err\"\xa8\x02\n" +
+	"\x04_err\"\xd9\x02\n" +
 	"\rModifyRequest\x12\x1a\n" +
 	"\bclaimant\x18\x01 \x01(\tR\bclaimant\x122\n" +
 	"\ainserts\x18\x02 \x03(\v2\x18.taskstore.v1.TaskInsertR\ainserts\x122\n" +
 	"\achanges\x18\x03 \x03(\v2\x18.taskstore.v1.TaskChangeR\achanges\x12/\n" +
 	"\adeletes\x18\x04 \x03(\v2\x15.taskstore.v1.TaskRefR\adeletes\x12/\n" +
 	"\adepends\x18\x05 \x03(\v2\x15.taskstore.v1.TaskRefR\adepends\x121\n" +
-	"\arequest\x18\x06 \x01(\v2\x17.taskstore.v1.RequestIDR\arequest\"\x8c\x01\n" +
+	"\arequest\x18\x06 \x01(\v2\x17.taskstore.v1.RequestIDR\arequest\x12/\n" +
+	"\x05claim\x18\a \x01(\v2\x19.taskstore.v1.ModifyClaimR\x05claim\"l\n" +
+	"\vModifyClaim\x12\x16\n" +
+	"\x06queues\x18\x01 \x03(\tR\x06queues\x12/\n" +
+	"\x05lease\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x05lease\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\rR\x05limit\"\xba\x01\n" +
 	"\x0eModifyResponse\x12.\n" +
 	"\binserted\x18\x01 \x03(\v2\x12.taskstore.v1.TaskR\binserted\x12,\n" +
 	"\achanged\x18\x02 \x03(\v2\x12.taskstore.v1.TaskR\achanged\x12\x1c\n" +
-	"\tcoalesced\x18\x03 \x03(\rR\tcoalesced\"=\n" +
+	"\tcoalesced\x18\x03 \x03(\rR\tcoalesced\x12,\n" +
+	"\aclaimed\x18\x04 \x03(\v2\x12.taskstore.v1.TaskR\aclaimed\"=\n" +
 	"\vModifyError\x12.\n" +
 	"\x06errors\x18\x01 \x03(\v2\x16.taskstore.v1.RefErrorR\x06errors\"\x95\x04\n" +
 	"\bRefError\x12;\n" +
@@ -3141,7 +3235,7 @@ func file_taskstore_v1_taskstore_proto_rawDescGZIP() []byte {
 }
 
 var file_taskstore_v1_taskstore_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_taskstore_v1_taskstore_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
+var file_taskstore_v1_taskstore_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_taskstore_v1_taskstore_proto_goTypes = []any{
 	(RefError_Category)(0),         // 0: taskstore.v1.RefError.Category
 	(*Task)(nil),                   // 1: taskstore.v1.Task
@@ -3150,112 +3244,116 @@ var file_taskstore_v1_taskstore_proto_goTypes = []any{
 	(*TaskInsert)(nil),             // 4: taskstore.v1.TaskInsert
 	(*TaskChange)(nil),             // 5: taskstore.v1.TaskChange
 	(*ModifyRequest)(nil),          // 6: taskstore.v1.ModifyRequest
-	(*ModifyResponse)(nil),         // 7: taskstore.v1.ModifyResponse
-	(*ModifyError)(nil),            // 8: taskstore.v1.ModifyError
-	(*RefError)(nil),               // 9: taskstore.v1.RefError
-	(*ClaimRequest)(nil),           // 10: taskstore.v1.ClaimRequest
-	(*ClaimResponse)(nil),          // 11: taskstore.v1.ClaimResponse
-	(*TasksRequest)(nil),           // 12: taskstore.v1.TasksRequest
-	(*TasksResponse)(nil),          // 13: taskstore.v1.TasksResponse
-	(*QueuesRequest)(nil),          // 14: taskstore.v1.QueuesRequest
-	(*QueueStats)(nil),             // 15: taskstore.v1.QueueStats
-	(*QueuesResponse)(nil),         // 16: taskstore.v1.QueuesResponse
-	(*PurgeRequest)(nil),           // 17: taskstore.v1.PurgeRequest
-	(*PurgeResponse)(nil),          // 18: taskstore.v1.PurgeResponse
-	(*TimeRequest)(nil),            // 19: taskstore.v1.TimeRequest
-	(*TimeResponse)(nil),           // 20: taskstore.v1.TimeResponse
-	(*NotLeader)(nil),              // 21: taskstore.v1.NotLeader
-	(*StatusRequest)(nil),          // 22: taskstore.v1.StatusRequest
-	(*NodeStatus)(nil),             // 23: taskstore.v1.NodeStatus
-	(*ReplicaStatus)(nil),          // 24: taskstore.v1.ReplicaStatus
-	(*Checkpoint)(nil),             // 25: taskstore.v1.Checkpoint
-	(*Divergence)(nil),             // 26: taskstore.v1.Divergence
-	(*ShardStatus)(nil),            // 27: taskstore.v1.ShardStatus
-	(*StatusResponse)(nil),         // 28: taskstore.v1.StatusResponse
-	(*RoutingRequest)(nil),         // 29: taskstore.v1.RoutingRequest
-	(*Replica)(nil),                // 30: taskstore.v1.Replica
-	(*ShardRoute)(nil),             // 31: taskstore.v1.ShardRoute
-	(*RoutingResponse)(nil),        // 32: taskstore.v1.RoutingResponse
-	(*TransferLeaderRequest)(nil),  // 33: taskstore.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil), // 34: taskstore.v1.TransferLeaderResponse
-	(*AddNodeRequest)(nil),         // 35: taskstore.v1.AddNodeRequest
-	(*AddNodeResponse)(nil),        // 36: taskstore.v1.AddNodeResponse
-	(*RemoveNodeRequest)(nil),      // 37: taskstore.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),     // 38: taskstore.v1.RemoveNodeResponse
-	(*RebuildReplicaRequest)(nil),  // 39: taskstore.v1.RebuildReplicaRequest
-	(*RebuildReplicaResponse)(nil), // 40: taskstore.v1.RebuildReplicaResponse
-	(*timestamppb.Timestamp)(nil),  // 41: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 42: google.protobuf.Duration
+	(*ModifyClaim)(nil),            // 7: taskstore.v1.ModifyClaim
+	(*ModifyResponse)(nil),         // 8: taskstore.v1.ModifyResponse
+	(*ModifyError)(nil),            // 9: taskstore.v1.ModifyError
+	(*RefError)(nil),               // 10: taskstore.v1.RefError
+	(*ClaimRequest)(nil),           // 11: taskstore.v1.ClaimRequest
+	(*ClaimResponse)(nil),          // 12: taskstore.v1.ClaimResponse
+	(*TasksRequest)(nil),           // 13: taskstore.v1.TasksRequest
+	(*TasksResponse)(nil),          // 14: taskstore.v1.TasksResponse
+	(*QueuesRequest)(nil),          // 15: taskstore.v1.QueuesRequest
+	(*QueueStats)(nil),             // 16: taskstore.v1.QueueStats
+	(*QueuesResponse)(nil),         // 17: taskstore.v1.QueuesResponse
+	(*PurgeRequest)(nil),           // 18: taskstore.v1.PurgeRequest
+	(*PurgeResponse)(nil),          // 19: taskstore.v1.PurgeResponse
+	(*TimeRequest)(nil),            // 20: taskstore.v1.TimeRequest
+	(*TimeResponse)(nil),           // 21: taskstore.v1.TimeResponse
+	(*NotLeader)(nil),              // 22: taskstore.v1.NotLeader
+	(*StatusRequest)(nil),          // 23: taskstore.v1.StatusRequest
+	(*NodeStatus)(nil),             // 24: taskstore.v1.NodeStatus
+	(*ReplicaStatus)(nil),          // 25: taskstore.v1.ReplicaStatus
+	(*Checkpoint)(nil),             // 26: taskstore.v1.Checkpoint
+	(*Divergence)(nil),             // 27: taskstore.v1.Divergence
+	(*ShardStatus)(nil),            // 28: taskstore.v1.ShardStatus
+	(*StatusResponse)(nil),         // 29: taskstore.v1.StatusResponse
+	(*RoutingRequest)(nil),         // 30: taskstore.v1.RoutingRequest
+	(*Replica)(nil),                // 31: taskstore.v1.Replica
+	(*ShardRoute)(nil),             // 32: taskstore.v1.ShardRoute
+	(*RoutingResponse)(nil),        // 33: taskstore.v1.RoutingResponse
+	(*TransferLeaderRequest)(nil),  // 34: taskstore.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil), // 35: taskstore.v1.TransferLeaderResponse
+	(*AddNodeRequest)(nil),         // 36: taskstore.v1.AddNodeRequest
+	(*AddNodeResponse)(nil),        // 37: taskstore.v1.AddNodeResponse
+	(*RemoveNodeRequest)(nil),      // 38: taskstore.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),     // 39: taskstore.v1.RemoveNodeResponse
+	(*RebuildReplicaRequest)(nil),  // 40: taskstore.v1.RebuildReplicaRequest
+	(*RebuildReplicaResponse)(nil), // 41: taskstore.v1.RebuildReplicaResponse
+	(*timestamppb.Timestamp)(nil),  // 42: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 43: google.protobuf.Duration
 }
 var file_taskstore_v1_taskstore_proto_depIdxs = []int32{
-	41, // 0: taskstore.v1.Task.at:type_name -> google.protobuf.Timestamp
-	41, // 1: taskstore.v1.Task.created:type_name -> google.protobuf.Timestamp
-	41, // 2: taskstore.v1.Task.modified:type_name -> google.protobuf.Timestamp
-	41, // 3: taskstore.v1.TaskInsert.at:type_name -> google.protobuf.Timestamp
-	42, // 4: taskstore.v1.TaskInsert.delay:type_name -> google.protobuf.Duration
-	41, // 5: taskstore.v1.TaskChange.at:type_name -> google.protobuf.Timestamp
-	42, // 6: taskstore.v1.TaskChange.delay:type_name -> google.protobuf.Duration
+	42, // 0: taskstore.v1.Task.at:type_name -> google.protobuf.Timestamp
+	42, // 1: taskstore.v1.Task.created:type_name -> google.protobuf.Timestamp
+	42, // 2: taskstore.v1.Task.modified:type_name -> google.protobuf.Timestamp
+	42, // 3: taskstore.v1.TaskInsert.at:type_name -> google.protobuf.Timestamp
+	43, // 4: taskstore.v1.TaskInsert.delay:type_name -> google.protobuf.Duration
+	42, // 5: taskstore.v1.TaskChange.at:type_name -> google.protobuf.Timestamp
+	43, // 6: taskstore.v1.TaskChange.delay:type_name -> google.protobuf.Duration
 	4,  // 7: taskstore.v1.ModifyRequest.inserts:type_name -> taskstore.v1.TaskInsert
 	5,  // 8: taskstore.v1.ModifyRequest.changes:type_name -> taskstore.v1.TaskChange
 	2,  // 9: taskstore.v1.ModifyRequest.deletes:type_name -> taskstore.v1.TaskRef
 	2,  // 10: taskstore.v1.ModifyRequest.depends:type_name -> taskstore.v1.TaskRef
 	3,  // 11: taskstore.v1.ModifyRequest.request:type_name -> taskstore.v1.RequestID
-	1,  // 12: taskstore.v1.ModifyResponse.inserted:type_name -> taskstore.v1.Task
-	1,  // 13: taskstore.v1.ModifyResponse.changed:type_name -> taskstore.v1.Task
-	9,  // 14: taskstore.v1.ModifyError.errors:type_name -> taskstore.v1.RefError
-	0,  // 15: taskstore.v1.RefError.category:type_name -> taskstore.v1.RefError.Category
-	41, // 16: taskstore.v1.RefError.lease_until:type_name -> google.protobuf.Timestamp
-	42, // 17: taskstore.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
-	42, // 18: taskstore.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
-	3,  // 19: taskstore.v1.ClaimRequest.request:type_name -> taskstore.v1.RequestID
-	1,  // 20: taskstore.v1.ClaimResponse.tasks:type_name -> taskstore.v1.Task
-	1,  // 21: taskstore.v1.TasksResponse.tasks:type_name -> taskstore.v1.Task
-	42, // 22: taskstore.v1.QueueStats.oldest_available_age:type_name -> google.protobuf.Duration
-	42, // 23: taskstore.v1.QueueStats.avg_claim_to_commit:type_name -> google.protobuf.Duration
-	42, // 24: taskstore.v1.QueueStats.rate_window:type_name -> google.protobuf.Duration
-	15, // 25: taskstore.v1.QueuesResponse.queues:type_name -> taskstore.v1.QueueStats
-	3,  // 26: taskstore.v1.PurgeRequest.request:type_name -> taskstore.v1.RequestID
-	41, // 27: taskstore.v1.TimeResponse.now:type_name -> google.protobuf.Timestamp
-	25, // 28: taskstore.v1.ReplicaStatus.checkpoints:type_name -> taskstore.v1.Checkpoint
-	26, // 29: taskstore.v1.ReplicaStatus.divergence:type_name -> taskstore.v1.Divergence
-	41, // 30: taskstore.v1.Divergence.detected:type_name -> google.protobuf.Timestamp
-	24, // 31: taskstore.v1.ShardStatus.replica_status:type_name -> taskstore.v1.ReplicaStatus
-	23, // 32: taskstore.v1.StatusResponse.nodes:type_name -> taskstore.v1.NodeStatus
-	27, // 33: taskstore.v1.StatusResponse.shards:type_name -> taskstore.v1.ShardStatus
-	27, // 34: taskstore.v1.StatusResponse.meta:type_name -> taskstore.v1.ShardStatus
-	30, // 35: taskstore.v1.ShardRoute.replicas:type_name -> taskstore.v1.Replica
-	31, // 36: taskstore.v1.RoutingResponse.shards:type_name -> taskstore.v1.ShardRoute
-	23, // 37: taskstore.v1.AddNodeResponse.node:type_name -> taskstore.v1.NodeStatus
-	23, // 38: taskstore.v1.RemoveNodeResponse.node:type_name -> taskstore.v1.NodeStatus
-	6,  // 39: taskstore.v1.TaskStore.Modify:input_type -> taskstore.v1.ModifyRequest
-	10, // 40: taskstore.v1.TaskStore.Claim:input_type -> taskstore.v1.ClaimRequest
-	12, // 41: taskstore.v1.TaskStore.Tasks:input_type -> taskstore.v1.TasksRequest
-	14, // 42: taskstore.v1.TaskStore.Queues:input_type -> taskstore.v1.QueuesRequest
-	19, // 43: taskstore.v1.TaskStore.Time:input_type -> taskstore.v1.TimeRequest
-	17, // 44: taskstore.v1.TaskStore.Purge:input_type -> taskstore.v1.PurgeRequest
-	22, // 45: taskstore.v1.Admin.Status:input_type -> taskstore.v1.StatusRequest
-	29, // 46: taskstore.v1.Admin.Routing:input_type -> taskstore.v1.RoutingRequest
-	33, // 47: taskstore.v1.Admin.TransferLeader:input_type -> taskstore.v1.TransferLeaderRequest
-	35, // 48: taskstore.v1.Admin.AddNode:input_type -> taskstore.v1.AddNodeRequest
-	37, // 49: taskstore.v1.Admin.RemoveNode:input_type -> taskstore.v1.RemoveNodeRequest
-	39, // 50: taskstore.v1.Admin.RebuildReplica:input_type -> taskstore.v1.RebuildReplicaRequest
-	7,  // 51: taskstore.v1.TaskStore.Modify:output_type -> taskstore.v1.ModifyResponse
-	11, // 52: taskstore.v1.TaskStore.Claim:output_type -> taskstore.v1.ClaimResponse
-	13, // 53: taskstore.v1.TaskStore.Tasks:output_type -> taskstore.v1.TasksResponse
-	16, // 54: taskstore.v1.TaskStore.Queues:output_type -> taskstore.v1.QueuesResponse
-	20, // 55: taskstore.v1.TaskStore.Time:output_type -> taskstore.v1.TimeResponse
-	18, // 56: taskstore.v1.TaskStore.Purge:output_type -> taskstore.v1.PurgeResponse
-	28, // 57: taskstore.v1.Admin.Status:output_type -> taskstore.v1.StatusResponse
-	32, // 58: taskstore.v1.Admin.Routing:output_type -> taskstore.v1.RoutingResponse
-	34, // 59: taskstore.v1.Admin.TransferLeader:output_type -> taskstore.v1.TransferLeaderResponse
-	36, // 60: taskstore.v1.Admin.AddNode:output_type -> taskstore.v1.AddNodeResponse
-	38, // 61: taskstore.v1.Admin.RemoveNode:output_type -> taskstore.v1.RemoveNodeResponse
-	40, // 62: taskstore.v1.Admin.RebuildReplica:output_type -> taskstore.v1.RebuildReplicaResponse
-	51, // [51:63] is the sub-list for method output_type
-	39, // [39:51] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	7,  // 12: taskstore.v1.ModifyRequest.claim:type_name -> taskstore.v1.ModifyClaim
+	43, // 13: taskstore.v1.ModifyClaim.lease:type_name -> google.protobuf.Duration
+	1,  // 14: taskstore.v1.ModifyResponse.inserted:type_name -> taskstore.v1.Task
+	1,  // 15: taskstore.v1.ModifyResponse.changed:type_name -> taskstore.v1.Task
+	1,  // 16: taskstore.v1.ModifyResponse.claimed:type_name -> taskstore.v1.Task
+	10, // 17: taskstore.v1.ModifyError.errors:type_name -> taskstore.v1.RefError
+	0,  // 18: taskstore.v1.RefError.category:type_name -> taskstore.v1.RefError.Category
+	42, // 19: taskstore.v1.RefError.lease_until:type_name -> google.protobuf.Timestamp
+	43, // 20: taskstore.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
+	43, // 21: taskstore.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	3,  // 22: taskstore.v1.ClaimRequest.request:type_name -> taskstore.v1.RequestID
+	1,  // 23: taskstore.v1.ClaimResponse.tasks:type_name -> taskstore.v1.Task
+	1,  // 24: taskstore.v1.TasksResponse.tasks:type_name -> taskstore.v1.Task
+	43, // 25: taskstore.v1.QueueStats.oldest_available_age:type_name -> google.protobuf.Duration
+	43, // 26: taskstore.v1.QueueStats.avg_claim_to_commit:type_name -> google.protobuf.Duration
+	43, // 27: taskstore.v1.QueueStats.rate_window:type_name -> google.protobuf.Duration
+	16, // 28: taskstore.v1.QueuesResponse.queues:type_name -> taskstore.v1.QueueStats
+	3,  // 29: taskstore.v1.PurgeRequest.request:type_name -> taskstore.v1.RequestID
+	42, // 30: taskstore.v1.TimeResponse.now:type_name -> google.protobuf.Timestamp
+	26, // 31: taskstore.v1.ReplicaStatus.checkpoints:type_name -> taskstore.v1.Checkpoint
+	27, // 32: taskstore.v1.ReplicaStatus.divergence:type_name -> taskstore.v1.Divergence
+	42, // 33: taskstore.v1.Divergence.detected:type_name -> google.protobuf.Timestamp
+	25, // 34: taskstore.v1.ShardStatus.replica_status:type_name -> taskstore.v1.ReplicaStatus
+	24, // 35: taskstore.v1.StatusResponse.nodes:type_name -> taskstore.v1.NodeStatus
+	28, // 36: taskstore.v1.StatusResponse.shards:type_name -> taskstore.v1.ShardStatus
+	28, // 37: taskstore.v1.StatusResponse.meta:type_name -> taskstore.v1.ShardStatus
+	31, // 38: taskstore.v1.ShardRoute.replicas:type_name -> taskstore.v1.Replica
+	32, // 39: taskstore.v1.RoutingResponse.shards:type_name -> taskstore.v1.ShardRoute
+	24, // 40: taskstore.v1.AddNodeResponse.node:type_name -> taskstore.v1.NodeStatus
+	24, // 41: taskstore.v1.RemoveNodeResponse.node:type_name -> taskstore.v1.NodeStatus
+	6,  // 42: taskstore.v1.TaskStore.Modify:input_type -> taskstore.v1.ModifyRequest
+	11, // 43: taskstore.v1.TaskStore.Claim:input_type -> taskstore.v1.ClaimRequest
+	13, // 44: taskstore.v1.TaskStore.Tasks:input_type -> taskstore.v1.TasksRequest
+	15, // 45: taskstore.v1.TaskStore.Queues:input_type -> taskstore.v1.QueuesRequest
+	20, // 46: taskstore.v1.TaskStore.Time:input_type -> taskstore.v1.TimeRequest
+	18, // 47: taskstore.v1.TaskStore.Purge:input_type -> taskstore.v1.PurgeRequest
+	23, // 48: taskstore.v1.Admin.Status:input_type -> taskstore.v1.StatusRequest
+	30, // 49: taskstore.v1.Admin.Routing:input_type -> taskstore.v1.RoutingRequest
+	34, // 50: taskstore.v1.Admin.TransferLeader:input_type -> taskstore.v1.TransferLeaderRequest
+	36, // 51: taskstore.v1.Admin.AddNode:input_type -> taskstore.v1.AddNodeRequest
+	38, // 52: taskstore.v1.Admin.RemoveNode:input_type -> taskstore.v1.RemoveNodeRequest
+	40, // 53: taskstore.v1.Admin.RebuildReplica:input_type -> taskstore.v1.RebuildReplicaRequest
+	8,  // 54: taskstore.v1.TaskStore.Modify:output_type -> taskstore.v1.ModifyResponse
+	12, // 55: taskstore.v1.TaskStore.Claim:output_type -> taskstore.v1.ClaimResponse
+	14, // 56: taskstore.v1.TaskStore.Tasks:output_type -> taskstore.v1.TasksResponse
+	17, // 57: taskstore.v1.TaskStore.Queues:output_type -> taskstore.v1.QueuesResponse
+	21, // 58: taskstore.v1.TaskStore.Time:output_type -> taskstore.v1.TimeResponse
+	19, // 59: taskstore.v1.TaskStore.Purge:output_type -> taskstore.v1.PurgeResponse
+	29, // 60: taskstore.v1.Admin.Status:output_type -> taskstore.v1.StatusResponse
+	33, // 61: taskstore.v1.Admin.Routing:output_type -> taskstore.v1.RoutingResponse
+	35, // 62: taskstore.v1.Admin.TransferLeader:output_type -> taskstore.v1.TransferLeaderResponse
+	37, // 63: taskstore.v1.Admin.AddNode:output_type -> taskstore.v1.AddNodeResponse
+	39, // 64: taskstore.v1.Admin.RemoveNode:output_type -> taskstore.v1.RemoveNodeResponse
+	41, // 65: taskstore.v1.Admin.RebuildReplica:output_type -> taskstore.v1.RebuildReplicaResponse
+	54, // [54:66] is the sub-list for method output_type
+	42, // [42:54] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_taskstore_v1_taskstore_proto_init() }
@@ -3264,14 +3362,14 @@ func file_taskstore_v1_taskstore_proto_init() {
 		return
 	}
 	file_taskstore_v1_taskstore_proto_msgTypes[4].OneofWrappers = []any{}
-	file_taskstore_v1_taskstore_proto_msgTypes[11].OneofWrappers = []any{}
+	file_taskstore_v1_taskstore_proto_msgTypes[12].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_taskstore_v1_taskstore_proto_rawDesc), len(file_taskstore_v1_taskstore_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   40,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
