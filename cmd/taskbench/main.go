@@ -1,6 +1,7 @@
 // Command taskbench drives a Taskstore cluster with a configurable workload
 // and reports throughput, latency percentiles, errors by gRPC code, and how
-// many tasks each Raft log entry (one fsync on the shard leader) carried.
+// many tasks each Raft log entry carried, and what each task cost (entries,
+// fdatasyncs, CPU, bytes written).
 //
 // It talks to a running cluster (--endpoints) directly or through proxies
 // (--via proxy), or starts a local one itself (--local 3) from the
@@ -194,9 +195,10 @@ func rootCmd(ctx context.Context, stdout, stderr io.Writer, getenv func(string) 
 		Short: "Benchmark a Taskstore cluster",
 		Long: `taskbench runs one workload against a Taskstore cluster for --duration and
 reports operations and tasks per second, latency percentiles (p50 p90 p99
-p99.9), errors by gRPC code, and the Raft log entries the shard leaders
-committed meanwhile: each entry is one fsync of the leader's log, so
-"tasks per entry" shows how well writes are batched.
+p99.9), errors by gRPC code, the Raft log entries the shard leaders
+committed meanwhile ("tasks per entry": how many tasks one entry carried),
+and what each task cost (the costs block: entries, the fdatasyncs of every
+node's shared log, which its shards' entries share, CPU, bytes written).
 
 Workloads (an "op" is one unit of the workload; its latency covers all of it):
   insert        one task per Modify

@@ -51,7 +51,7 @@ func report(w io.Writer, format string, r *result) error {
 		fmt.Fprintf(w, "wal      %10.0f  %10.1f fsyncs/s   %.2f tasks per fsync (pg_stat_wal.wal_sync), %.0f commits\n",
 			r.LogEntries, r.LogEntriesPerSec, r.TasksPerEntry, r.PGCommits)
 	} else {
-		fmt.Fprintf(w, "log      %10.0f  %10.1f entries/s  %.2f tasks per entry (an entry is one fsync on the shard leader)\n",
+		fmt.Fprintf(w, "log      %10.0f  %10.1f entries/s  %.2f tasks per entry (the nodes share fdatasyncs between entries: see syncs/task)\n",
 			r.LogEntries, r.LogEntriesPerSec, r.TasksPerEntry)
 	}
 	printCosts(w, r.Costs, r.Baseline == "postgres")
