@@ -57,13 +57,16 @@ type divergenceRecord struct {
 	MajorityDigest string    `json:"majority_digest"`
 	Majority       []string  `json:"majority"`
 	Detected       time.Time `json:"detected"`
+	// Damaged: the replica's files would not open (why). Kept in memory
+	// only: a restart finds the damage again.
+	Damaged string `json:"damaged,omitempty"`
 }
 
 func (d *divergenceRecord) toProto() *taskstorepb.Divergence {
 	own, _ := hex.DecodeString(d.Digest)
 	maj, _ := hex.DecodeString(d.MajorityDigest)
 	return &taskstorepb.Divergence{Index: d.Index, Digest: own, MajorityDigest: maj,
-		Majority: slices.Clone(d.Majority), Detected: timestamppb.New(d.Detected)}
+		Majority: slices.Clone(d.Majority), Detected: timestamppb.New(d.Detected), Damaged: d.Damaged}
 }
 
 // readDivergedMarker returns the marker of a shard directory, nil if there

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"go.etcd.io/bbolt"
 
 	"github.com/e1158ecb/taskstore/cluster/nodelog"
 )
@@ -56,9 +57,9 @@ func openGroup(id uint32, dataDir, localID string, fsm raft.FSM, mux *Mux, t Tun
 	path := filepath.Join(dir, "raft.db")
 	_, statErr := os.Stat(path)
 	fresh := errors.Is(statErr, os.ErrNotExist)
-	store, err := raftboltdb.New(raftboltdb.Options{Path: path, NoSync: noSync})
+	store, err := openBolt(path)
 	if err != nil {
-		return nil, fmt.Errorf("group %d: open log store: %w", id, err)
+		return nil, fmt.Errorf("group %d: open %s: %w", id, path, err)
 	}
 	var logStore raft.LogStore = store
 	if shared != nil {
@@ -73,6 +74,10 @@ func openGroup(id uint32, dataDir, localID string, fsm raft.FSM, mux *Mux, t Tun
 	if err != nil {
 		store.Close()
 		return nil, fmt.Errorf("group %d: open snapshot store: %w", id, err)
+	}
+	if err := checkVoteKept(store, logStore, snaps); err != nil {
+		store.Close()
+		return nil, fmt.Errorf("group %d: %s: %w", id, path, err)
 	}
 	stream, err := mux.streamLayer(id)
 	if err != nil {
@@ -104,6 +109,41 @@ func openGroup(id uint32, dataDir, localID string, fsm raft.FSM, mux *Mux, t Tun
 		return nil, fmt.Errorf("group %d: start raft: %w", id, err)
 	}
 	return &group{id: id, dir: dir, raft: r, store: store, logs: logStore, trans: trans, stream: stream, log: log}, nil
+}
+
+// openBolt opens a raft-boltdb file, turning a panic of bbolt's on a
+// damaged file into an error: one group's damage must not take the node
+// down.
+func openBolt(path string) (s *raftboltdb.BoltStore, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			s, err = nil, fmt.Errorf("damaged file: %v", r)
+		}
+	}()
+	return raftboltdb.New(raftboltdb.Options{Path: path, NoSync: noSync, BoltOptions: &bbolt.Options{Timeout: 10 * time.Second}})
+}
+
+// errVoteLost: the stable store holds no term while the replica has state.
+var errVoteLost = errors.New("no term or vote recorded, yet the replica has log entries or snapshots: its stable store was lost or damaged (a replica that forgets its vote can vote twice in a term)")
+
+// checkVoteKept refuses a replica whose term and vote are gone while its log
+// or snapshots show it took part in the group.
+func checkVoteKept(stable raft.StableStore, logs raft.LogStore, snaps raft.SnapshotStore) error {
+	if term, err := stable.GetUint64([]byte("CurrentTerm")); err == nil && term > 0 {
+		return nil
+	}
+	last, err := logs.LastIndex()
+	if err != nil {
+		return fmt.Errorf("read log: %w", err)
+	}
+	list, err := snaps.List()
+	if err != nil {
+		return fmt.Errorf("list snapshots: %w", err)
+	}
+	if last > 0 || len(list) > 0 {
+		return fmt.Errorf("%w (last log index %d, %d snapshots)", errVoteLost, last, len(list))
+	}
+	return nil
 }
 
 // adoptLog readies shared to hold the group's entries. The group's

@@ -357,7 +357,13 @@ func (n *Node) openShard(id uint32) (*Shard, error) {
 	timed := timedFSM{Machine: s.machine, observe: func(d time.Duration) { snapshotSeconds.Observe(d.Seconds()) }}
 	g, err := openGroup(id, n.cfg.DataDir, n.cfg.ID, timed, n.mux, n.cfg.Tuning, n.raftLog.Group(id), n.log.With("shard", id))
 	if err != nil {
-		return nil, err
+		// One replica whose files will not open must not keep the node's
+		// other replicas down: it stays stopped, shown like a diverged
+		// one, until rebuilt from its peers.
+		n.diverged[id] = &divergenceRecord{Shard: id, Damaged: err.Error(), Detected: time.Now()}
+		n.log.Error("not starting a replica whose files are damaged: it serves and votes nothing until rebuilt with `taskctl shard rebuild`",
+			"shard", id, "err", err, "dir", groupDir(n.cfg.DataDir, id))
+		return nil, fmt.Errorf("shard %d: %w: %w", id, ErrDiverged, err)
 	}
 	s.start(g)
 	n.shards[id] = s

@@ -37,7 +37,9 @@ the leader's commit and applied index, and the largest lag (entries applied
 on the leader but not yet on a replica) of any replica. The meta group, which
 holds the cluster map, is the row "meta". STATE is "ok", or
 DIVERGED:NODES for replicas that stopped because their state differs from
-the majority's (repair with taskctl shard rebuild), or REPLICAS-DISAGREE when
+the majority's, DAMAGED:NODES for replicas whose files would not open (a
+truncated raft.db, a lost term and vote; the node's log says why): repair
+both with taskctl shard rebuild; or REPLICAS-DISAGREE when
 the replicas' state digests differ with no majority (nothing is stopped; find
 the wrong replica from the nodes' logs and rebuild it).
 

@@ -160,9 +160,12 @@ func printNodes(w io.Writer, nodes []*taskstorepb.NodeStatus) error {
 // stopped because their state diverged, and replicas that found the
 // voters disagreeing with no majority.
 func shardState(s *taskstorepb.ShardStatus) string {
-	var diverged, disagree []string
+	var diverged, damaged, disagree []string
 	for _, r := range s.ReplicaStatus {
-		if r.Role == "diverged" {
+		switch {
+		case r.Role == "diverged" && r.GetDivergence().GetDamaged() != "":
+			damaged = append(damaged, r.Node)
+		case r.Role == "diverged":
 			diverged = append(diverged, r.Node)
 		}
 		if r.Disagreement != "" {
@@ -172,6 +175,9 @@ func shardState(s *taskstorepb.ShardStatus) string {
 	var out []string
 	if len(diverged) > 0 {
 		out = append(out, "DIVERGED:"+strings.Join(diverged, ","))
+	}
+	if len(damaged) > 0 {
+		out = append(out, "DAMAGED:"+strings.Join(damaged, ","))
 	}
 	if len(disagree) > 0 {
 		out = append(out, "REPLICAS-DISAGREE(seen by "+strings.Join(disagree, ",")+")")

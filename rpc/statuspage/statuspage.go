@@ -283,7 +283,11 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 		for _, rs := range s.GetReplicaStatus() {
 			seen[rs.GetNode()] = true
 			if rs.GetDivergence() != nil {
-				d.Diverged = append(d.Diverged, fmt.Sprintf("shard %d on %s", s.GetId(), rs.GetNode()))
+				what := fmt.Sprintf("shard %d on %s", s.GetId(), rs.GetNode())
+				if why := rs.GetDivergence().GetDamaged(); why != "" {
+					what += " (damaged: " + why + ")"
+				}
+				d.Diverged = append(d.Diverged, what)
 			}
 			if rs.GetDisagreement() != "" {
 				d.Disagree = append(d.Disagree, fmt.Sprintf("shard %d (seen by %s)", s.GetId(), rs.GetNode()))

@@ -2121,8 +2121,12 @@ type Divergence struct {
 	Digest         []byte `protobuf:"bytes,2,opt,name=digest,proto3" json:"digest,omitempty"`
 	MajorityDigest []byte `protobuf:"bytes,3,opt,name=majority_digest,json=majorityDigest,proto3" json:"majority_digest,omitempty"`
 	// The voters that agree on majority_digest.
-	Majority      []string               `protobuf:"bytes,4,rep,name=majority,proto3" json:"majority,omitempty"`
-	Detected      *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=detected,proto3" json:"detected,omitempty"`
+	Majority []string               `protobuf:"bytes,4,rep,name=majority,proto3" json:"majority,omitempty"`
+	Detected *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=detected,proto3" json:"detected,omitempty"`
+	// Set when the replica did not start because its files are damaged (why,
+	// e.g. a truncated raft.db): index and digests are then empty. It is
+	// repaired the same way, with RebuildReplica.
+	Damaged       string `protobuf:"bytes,6,opt,name=damaged,proto3" json:"damaged,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2190,6 +2194,13 @@ func (x *Divergence) GetDetected() *timestamppb.Timestamp {
 		return x.Detected
 	}
 	return nil
+}
+
+func (x *Divergence) GetDamaged() string {
+	if x != nil {
+		return x.Damaged
+	}
+	return ""
 }
 
 type ShardStatus struct {
@@ -3152,14 +3163,15 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\n" +
 	"Checkpoint\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x16\n" +
-	"\x06digest\x18\x02 \x01(\fR\x06digest\"\xb7\x01\n" +
+	"\x06digest\x18\x02 \x01(\fR\x06digest\"\xd1\x01\n" +
 	"\n" +
 	"Divergence\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x16\n" +
 	"\x06digest\x18\x02 \x01(\fR\x06digest\x12'\n" +
 	"\x0fmajority_digest\x18\x03 \x01(\fR\x0emajorityDigest\x12\x1a\n" +
 	"\bmajority\x18\x04 \x03(\tR\bmajority\x126\n" +
-	"\bdetected\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\bdetected\"\xbf\x01\n" +
+	"\bdetected\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\bdetected\x12\x18\n" +
+	"\adamaged\x18\x06 \x01(\tR\adamaged\"\xbf\x01\n" +
 	"\vShardStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x16\n" +
 	"\x06leader\x18\x02 \x01(\tR\x06leader\x12\x12\n" +

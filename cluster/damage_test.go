@@ -1,0 +1,105 @@
+package cluster_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
+	"github.com/e1158ecb/taskstore/testing/harness"
+)
+
+// A replica whose files are damaged stays down on its own: the node's other
+// replicas run, the damaged one shows as such in status, and a rebuild from
+// its peers brings it back with everything (issue 19, item 3).
+func TestDamagedReplicaStaysDownAloneAndIsRebuilt(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		damage func(path string) error
+		want   string
+	}{
+		// A node that forgot its term and vote could vote twice in a term.
+		{"raft.db emptied", func(p string) error { return os.Truncate(p, 0) }, "no term or vote recorded"},
+		{"raft.db cut short", func(p string) error { return os.Truncate(p, 6000) }, "raft.db"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := harness.Start(t, 3, harness.Options{Shards: 2, Scale: raceScale})
+			c.WaitReady()
+			qa, qb := "dmg-a/q", "dmg-b/q"
+			for i := 0; c.ShardOf(qb) == c.ShardOf(qa); i++ {
+				qb = fmt.Sprintf("dmg-b%d/q", i)
+			}
+			sa, sb := c.ShardOf(qa), c.ShardOf(qb)
+			for i := 0; i < 5; i++ {
+				insert(t, c, qa, fmt.Sprintf("a%d", i), "x")
+				insert(t, c, qb, fmt.Sprintf("b%d", i), "x")
+			}
+			bad := (c.Leader(sa) + 1) % 3
+			badID := c.Nodes[bad].ID
+			c.Stop(bad)
+			path := filepath.Join(c.Nodes[bad].Dir, "shards", fmt.Sprint(sa), "raft.db")
+			if err := tc.damage(path); err != nil {
+				t.Fatal(err)
+			}
+			c.Restart(bad)
+			node := c.Nodes[bad].Server().Node
+			d := node.Diverged(sa)
+			if d == nil || !strings.Contains(d.GetDamaged(), tc.want) {
+				t.Fatalf("%s started shard %d with a damaged raft.db: damage record %v, want one naming %q", badID, sa, d, tc.want)
+			}
+			if node.Shard(sa) != nil {
+				t.Fatalf("%s runs its damaged replica of shard %d", badID, sa)
+			}
+			// The node's other replica runs and catches up.
+			insert(t, c, qb, "b-after", "x")
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				res, err := taskstorepb.NewTaskStoreClient(c.Conn(bad)).Tasks(ctxT(t, 5*time.Second),
+					&taskstorepb.TasksRequest{Shard: sb, Queue: qb, Stale: true})
+				if err == nil && len(res.Tasks) == 6 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%s's healthy replica of shard %d: %v, %v", badID, sb, res, err)
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+			if rs := replicaRole(t, c, (bad+1)%3, sa, badID); rs.GetDivergence().GetDamaged() == "" {
+				t.Fatalf("status shows the damaged replica as %v", rs)
+			}
+			// The other two keep the shard.
+			insert(t, c, qa, "a-after", "x")
+
+			admin := taskstorepb.NewAdminClient(c.Conn(bad))
+			deadline = time.Now().Add(30 * time.Second)
+			for {
+				_, err := admin.RebuildReplica(ctxT(t, 20*time.Second), &taskstorepb.RebuildReplicaRequest{Shard: sa, Node: badID})
+				if err == nil {
+					break
+				}
+				if status.Code(err) != codes.Unavailable || time.Now().After(deadline) {
+					t.Fatalf("rebuild: %v", err)
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+			deadline = time.Now().Add(60 * time.Second)
+			for {
+				res, err := taskstorepb.NewTaskStoreClient(c.Conn(bad)).Tasks(ctxT(t, 5*time.Second),
+					&taskstorepb.TasksRequest{Shard: sa, Queue: qa, Stale: true})
+				if err == nil && len(res.Tasks) == 6 && node.Diverged(sa) == nil {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("rebuilt replica of shard %d on %s: %v, %v", sa, badID, res, err)
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+		})
+	}
+}
