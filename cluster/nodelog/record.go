@@ -16,7 +16,14 @@ const (
 	kindCompact  byte = 2 // remove the group's entries below index
 	kindTruncate byte = 3 // remove the group's entries from index on
 	kindReset    byte = 4 // remove all the group's entries
+	// kindBatch starts each write: index is the byte length of the records
+	// that follow in it. Only the last write can be torn by a crash, so a
+	// bad record followed by a later batch is damage, not a torn write.
+	kindBatch byte = 5
 )
+
+// batchHeaderSize is the size of a kindBatch record.
+const batchHeaderSize = headerSize + fixedBody
 
 const (
 	headerSize = 8
@@ -113,7 +120,7 @@ func decodeBody(body []byte, crc uint32) (record, error) {
 	r.index = binary.BigEndian.Uint64(body[5:])
 	rest := body[fixedBody:]
 	switch r.kind {
-	case kindCompact, kindTruncate, kindReset:
+	case kindCompact, kindTruncate, kindReset, kindBatch:
 		if len(rest) != 0 {
 			return r, fmt.Errorf("%w: instruction with %d trailing bytes", errTorn, len(rest))
 		}
