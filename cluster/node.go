@@ -202,6 +202,7 @@ func Start(cfg Config) (*Node, error) {
 	n.loop(n.reconcileConfigs)
 	n.loop(n.checkReplicasLoop)
 	n.loop(n.tickLoop)
+	n.loop(n.boundLogs)
 	log.Info("node started", "addr", n.addr, "gossip", cfg.GossipAddr, "data", cfg.DataDir)
 	return n, nil
 }

@@ -28,6 +28,9 @@ type Shard struct {
 	waiters       waiters
 	applySeconds  prometheus.Observer
 	leaderChanges prometheus.Counter
+	// logBound: the TrailingLogs and SnapshotThreshold last set by
+	// boundLogs (node goroutine only).
+	logBound [2]uint64
 	// leaderHint resolves a leader id to its gRPC address through the map.
 	leaderHint func(shard uint32, id raft.ServerID, addr raft.ServerAddress) *NotLeaderError
 
@@ -296,4 +299,12 @@ func (ws *waiters) notify(queues []string) {
 			}
 		}
 	}
+}
+
+// LogBytes is the size of the replica's retained Raft log entries.
+func (s *Shard) LogBytes() int64 {
+	if g, ok := s.g.logs.(interface{ Bytes() int64 }); ok {
+		return g.Bytes()
+	}
+	return 0
 }

@@ -173,6 +173,7 @@ func groupStatus(id uint32, r *raft.Raft, self string, s *Shard) *taskstorepb.Sh
 	}
 	if s != nil {
 		rs.Checkpoints = checkpointsOf(s.machine)
+		rs.LogBytes = uint64(s.LogBytes())
 	}
 	ss.ReplicaStatus = append(ss.ReplicaStatus, rs)
 	return ss

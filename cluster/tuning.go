@@ -20,6 +20,11 @@ type Tuning struct {
 	MaxAppendEntries int
 	// ApplyTimeout bounds how long a proposal may wait to be enqueued.
 	ApplyTimeout time.Duration
+	// MaxLogBytes bounds each shard replica's retained Raft log by bytes as
+	// well as by entries (logbound.go): with large values, 65,536 trailing
+	// entries can be gigabytes. LogBoundEvery is how often it is checked.
+	MaxLogBytes   int64
+	LogBoundEvery time.Duration
 }
 
 // DefaultTuning suits a node hosting a few dozen groups: heartbeats relaxed
@@ -35,6 +40,8 @@ func DefaultTuning() Tuning {
 		TrailingLogs:       65536,
 		MaxAppendEntries:   512,
 		ApplyTimeout:       10 * time.Second,
+		MaxLogBytes:        64 << 20,
+		LogBoundEvery:      5 * time.Second,
 	}
 }
 

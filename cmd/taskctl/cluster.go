@@ -33,8 +33,10 @@ waiting: gossiping, not yet added), health as gossip sees it (alive, suspect,
 dead), the shards it replicates and those it leads.
 
 SHARDS: each shard's leader, Raft term, replicas (node ids), hash slots owned,
-the leader's commit and applied index, and the largest lag (entries applied
-on the leader but not yet on a replica) of any replica. The meta group, which
+the leader's commit and applied index, the largest lag (entries applied
+on the leader but not yet on a replica) of any replica, and LOG, the most
+Raft log any replica retains (bounded by bytes: taskstored trims it near
+64 MiB per replica). The meta group, which
 holds the cluster map, is the row "meta". STATE is "ok", or
 DIVERGED:NODES for replicas that stopped because their state differs from
 the majority's, DAMAGED:NODES for replicas whose files would not open (a

@@ -189,9 +189,10 @@ func shardState(s *taskstorepb.ShardStatus) string {
 }
 
 // printShards writes one row per shard: the leader's commit and applied
-// index, and the largest lag of any replica.
+// index, the largest lag of any replica, and the largest Raft log any
+// replica retains.
 func printShards(w io.Writer, shards []*taskstorepb.ShardStatus) error {
-	t := newTable(w, "SHARD", "LEADER", "TERM", "REPLICAS", "SLOTS", "COMMIT", "APPLIED", "LAG", "STATE")
+	t := newTable(w, "SHARD", "LEADER", "TERM", "REPLICAS", "SLOTS", "COMMIT", "APPLIED", "LAG", "LOG", "STATE")
 	for _, s := range shards {
 		if s == nil {
 			continue
@@ -200,13 +201,17 @@ func printShards(w io.Writer, shards []*taskstorepb.ShardStatus) error {
 		if s.Id == 0 {
 			id = "meta"
 		}
-		commit, applied, lag := "-", "-", "-"
-		var maxLag uint64
+		commit, applied, lag, logBytes := "-", "-", "-", "-"
+		var maxLag, maxLog uint64
 		for _, r := range s.ReplicaStatus {
 			if r.Node == s.Leader || r.Role == "leader" {
 				commit, applied = u64(r.CommitIndex), u64(r.AppliedIndex)
 			}
 			maxLag = max(maxLag, r.Lag)
+			maxLog = max(maxLog, r.LogBytes)
+		}
+		if maxLog > 0 {
+			logBytes = humanBytes(maxLog)
 		}
 		if len(s.ReplicaStatus) > 0 {
 			lag = u64(maxLag)
@@ -215,7 +220,24 @@ func printShards(w io.Writer, shards []*taskstorepb.ShardStatus) error {
 		if s.Id != 0 {
 			slots = u64(uint64(s.Slots))
 		}
-		t.row(id, orDash(s.Leader), u64(s.Term), orDash(strings.Join(s.Replicas, ",")), slots, commit, applied, lag, shardState(s))
+		t.row(id, orDash(s.Leader), u64(s.Term), orDash(strings.Join(s.Replicas, ",")), slots, commit, applied, lag, logBytes, shardState(s))
 	}
 	return t.flush()
+}
+
+// humanBytes prints n in B, KiB, MiB or GiB with one decimal.
+func humanBytes(n uint64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%dB", n)
+	}
+	v, suffix := float64(n), ""
+	for _, s := range []string{"KiB", "MiB", "GiB", "TiB"} {
+		v /= unit
+		suffix = s
+		if v < unit {
+			break
+		}
+	}
+	return fmt.Sprintf("%.1f%s", v, suffix)
 }

@@ -1960,7 +1960,10 @@ type ReplicaStatus struct {
 	Divergence *Divergence `protobuf:"bytes,8,opt,name=divergence,proto3" json:"divergence,omitempty"`
 	// Set when this replica found that the voters' checkpoints disagree with
 	// no majority for any digest: which replica is wrong is unknown.
-	Disagreement  string `protobuf:"bytes,9,opt,name=disagreement,proto3" json:"disagreement,omitempty"`
+	Disagreement string `protobuf:"bytes,9,opt,name=disagreement,proto3" json:"disagreement,omitempty"`
+	// Bytes of Raft log entries this replica retains (in its node's shared
+	// log; 0 for the meta group, whose log is in its own file).
+	LogBytes      uint64 `protobuf:"varint,10,opt,name=log_bytes,json=logBytes,proto3" json:"log_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2056,6 +2059,13 @@ func (x *ReplicaStatus) GetDisagreement() string {
 		return x.Disagreement
 	}
 	return ""
+}
+
+func (x *ReplicaStatus) GetLogBytes() uint64 {
+	if x != nil {
+		return x.LogBytes
+	}
+	return 0
 }
 
 // Checkpoint is the digest of a shard's state right after the entry at
@@ -3146,7 +3156,7 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\x05state\x18\x05 \x01(\tR\x05state\x12\x16\n" +
 	"\x06health\x18\x06 \x01(\tR\x06health\x12\x16\n" +
 	"\x06shards\x18\a \x03(\rR\x06shards\x12\x14\n" +
-	"\x05leads\x18\b \x03(\rR\x05leads\"\xca\x02\n" +
+	"\x05leads\x18\b \x03(\rR\x05leads\"\xe7\x02\n" +
 	"\rReplicaStatus\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12!\n" +
@@ -3159,7 +3169,9 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\n" +
 	"divergence\x18\b \x01(\v2\x18.taskstore.v1.DivergenceR\n" +
 	"divergence\x12\"\n" +
-	"\fdisagreement\x18\t \x01(\tR\fdisagreement\":\n" +
+	"\fdisagreement\x18\t \x01(\tR\fdisagreement\x12\x1b\n" +
+	"\tlog_bytes\x18\n" +
+	" \x01(\x04R\blogBytes\":\n" +
 	"\n" +
 	"Checkpoint\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x16\n" +

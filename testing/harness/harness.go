@@ -44,6 +44,8 @@ type Options struct {
 	// admin certificate. ClientAuth also makes nodes refuse connections
 	// without a client certificate.
 	Secure, ClientAuth bool
+	// Tune, when set, adjusts every node's Raft tuning.
+	Tune func(*cluster.Tuning)
 }
 
 // Cluster is a set of in-process nodes.
@@ -121,7 +123,7 @@ func Start(t testing.TB, n int, opts ...Options) *Cluster {
 		node.cfg = cluster.Config{
 			ID: node.ID, DataDir: node.Dir, ListenAddr: node.Addr, GossipAddr: node.Gossip,
 			InitialCluster: peers, Shards: o.Shards, Replicas: o.Replicas,
-			Tuning: testTuning(o.Scale), Logger: c.logger(node.ID),
+			Tuning: tuned(testTuning(o.Scale), o.Tune), Logger: c.logger(node.ID),
 			Dialer: c.net.Dialer(node.ID, c.idOf),
 		}
 		c.secure(&node.cfg)
@@ -152,6 +154,13 @@ func (c *Cluster) startNode(cfg cluster.Config) (*rpc.NodeServer, error) {
 		pol = c.Security.Policy
 	}
 	return rpc.StartNodeWith(cfg, rpc.NodeOptions{Policy: pol})
+}
+
+func tuned(t cluster.Tuning, f func(*cluster.Tuning)) cluster.Tuning {
+	if f != nil {
+		f(&t)
+	}
+	return t
 }
 
 // testTuning is fast but tolerant of a loaded 2-core machine.

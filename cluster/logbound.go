@@ -1,0 +1,68 @@
+package cluster
+
+import (
+	"errors"
+
+	"github.com/hashicorp/raft"
+)
+
+// minTrailing is the fewest entries a replica keeps after a snapshot, so a
+// follower a moment behind still catches up from the log.
+const minTrailing = 16
+
+// boundLogs keeps each local replica's Raft log near Tuning.MaxLogBytes:
+// raft trims logs by entry counts (SnapshotThreshold, TrailingLogs), which
+// with large values is gigabytes (issue 19 item 5). From the replica's mean
+// entry size it lowers both counts to fit half the bound each, and when the
+// log is over the bound anyway (a burst between raft's own checks) it takes
+// a snapshot, after which raft compacts the log and the node log deletes
+// segments no group needs.
+func (n *Node) boundLogs() {
+	t := n.cfg.Tuning
+	if t.MaxLogBytes <= 0 || t.LogBoundEvery <= 0 {
+		return
+	}
+	for n.sleep(t.LogBoundEvery) {
+		for _, s := range n.LocalShards() {
+			n.boundLog(s, t)
+		}
+	}
+}
+
+func (n *Node) boundLog(s *Shard, t Tuning) {
+	g, ok := s.g.logs.(interface{ Bytes() int64 })
+	if !ok {
+		return
+	}
+	first, _ := s.g.logs.FirstIndex()
+	last, _ := s.g.logs.LastIndex()
+	bytes := g.Bytes()
+	if first == 0 || bytes <= 0 {
+		return
+	}
+	mean := max(1, uint64(bytes)/(last-first+1))
+	fit := func(limit uint64) uint64 {
+		return max(minTrailing, min(limit, uint64(t.MaxLogBytes)/2/mean))
+	}
+	want := [2]uint64{fit(t.TrailingLogs), fit(t.SnapshotThreshold)}
+	if s.logBound != want {
+		err := s.g.raft.ReloadConfig(raft.ReloadableConfig{
+			TrailingLogs:      want[0],
+			SnapshotInterval:  t.SnapshotInterval,
+			SnapshotThreshold: want[1],
+			HeartbeatTimeout:  t.HeartbeatTimeout,
+			ElectionTimeout:   t.ElectionTimeout,
+		})
+		if err != nil {
+			n.log.Warn("bound the Raft log by bytes", "shard", s.id, "err", err)
+			return
+		}
+		s.logBound = want
+	}
+	if bytes > t.MaxLogBytes {
+		err := s.g.raft.Snapshot().Error()
+		if err != nil && !errors.Is(err, raft.ErrNothingNewToSnapshot) {
+			n.log.Warn("snapshot to bound the Raft log by bytes", "shard", s.id, "log_bytes", bytes, "err", err)
+		}
+	}
+}

@@ -1,0 +1,52 @@
+package cluster_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/e1158ecb/taskstore/cluster"
+	"github.com/e1158ecb/taskstore/testing/harness"
+)
+
+// Raft trims logs by entry counts; with large values the retained log must
+// still stay near Tuning.MaxLogBytes on every replica (issue 19 item 5).
+func TestRaftLogIsBoundedByBytes(t *testing.T) {
+	const bound = 512 << 10
+	c := harness.Start(t, 3, harness.Options{Shards: 1, Scale: raceScale, Tune: func(tu *cluster.Tuning) {
+		tu.MaxLogBytes = bound
+		tu.LogBoundEvery = 200 * time.Millisecond
+	}})
+	c.WaitReady()
+	value := strings.Repeat("v", 16<<10)
+	// 400 entries of 16 KiB: 6.4 MiB, far below the default 16,384-entry
+	// snapshot threshold, twelve times the bound.
+	for i := 0; i < 400; i++ {
+		insert(t, c, "big/q", fmt.Sprintf("t%03d", i), value)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var sizes []int64
+		over := false
+		for i := range c.Nodes {
+			for _, s := range c.Nodes[i].Server().Node.LocalShards() {
+				b := s.LogBytes()
+				sizes = append(sizes, b)
+				over = over || b > 2*bound
+			}
+		}
+		if !over && len(sizes) == 3 {
+			t.Logf("retained log bytes per replica: %v (bound %d)", sizes, bound)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("retained log bytes per replica %v after 6.4 MiB written; want each under %d", sizes, 2*bound)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// Nothing was lost to the snapshots.
+	if got := get(t, c, "big/q", "t000"); got == nil {
+		t.Fatal("the first task is gone")
+	}
+}
