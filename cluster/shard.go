@@ -28,6 +28,11 @@ type Shard struct {
 	waiters       waiters
 	applySeconds  prometheus.Observer
 	leaderChanges prometheus.Counter
+	// aheadLog, aheadMono: the log time and monotonic instant Now counts
+	// from while the log's time is ahead of this node's clock.
+	aheadMu   sync.Mutex
+	aheadLog  int64
+	aheadMono time.Time
 	// logBound: the TrailingLogs and SnapshotThreshold last set by
 	// boundLogs (node goroutine only).
 	logBound [2]uint64
@@ -119,13 +124,23 @@ func (s *Shard) notLeader() error {
 
 // Now is the time the leader stamps into a command: its clock, but never
 // before the machine's clock, so log time never goes backwards across leader
-// changes.
+// changes. When the log's time is ahead of this clock (an earlier leader's
+// clock ran fast), it advances from the log's time at the monotonic rate
+// instead of stamping that same time until this clock catches up: that
+// froze leases and delays for as long as the jump (issue 19 item 4).
 func (s *Shard) Now() int64 {
 	now := s.clock().UnixNano()
-	if c := s.machine.Clock(); c > now {
-		return c
+	c := s.machine.Clock()
+	s.aheadMu.Lock()
+	defer s.aheadMu.Unlock()
+	if c <= now {
+		s.aheadLog = 0
+		return now
 	}
-	return now
+	if s.aheadLog == 0 || s.aheadLog+int64(time.Since(s.aheadMono)) < c {
+		s.aheadLog, s.aheadMono = c, time.Now()
+	}
+	return max(c, s.aheadLog+int64(time.Since(s.aheadMono)))
 }
 
 // Propose stamps cmd with the leader's time and commits it. On an error the
