@@ -15,6 +15,7 @@ import (
 
 	"github.com/e1158ecb/taskstore/client"
 	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
+	"github.com/e1158ecb/taskstore/testing/harness"
 )
 
 // TestLargeAnswers (issue 19, item 1): answers over gRPC's default 4 MiB
@@ -25,6 +26,27 @@ import (
 func TestLargeAnswers(t *testing.T) {
 	c := startCluster(t)
 	p := startProxy(t, c)
+	checkLargeAnswers(t, strings.Join(c.Endpoints(), ","), p.Addr(), p.HTTPAddr())
+}
+
+// TestLargeAnswersProcesses is TestLargeAnswers against real taskstored
+// and taskproxy processes.
+func TestLargeAnswersProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and starts processes")
+	}
+	pc := harness.StartProcesses(t, 3, "--shards", "4", "--raft-timeout-scale", "2")
+	pc.WaitReady(60 * time.Second)
+	p := pc.StartProxy("p1")
+	for deadline := time.Now().Add(30 * time.Second); !p.Ready(); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("proxy not ready")
+		}
+	}
+	checkLargeAnswers(t, pc.Endpoints(), p.Addr, p.HTTP)
+}
+
+func checkLargeAnswers(t *testing.T, nodes, proxyAddr, proxyHTTP string) {
 	value := bytes.Repeat([]byte{'v'}, 1<<20) // fsm.DefaultLimits.MaxValueBytes
 	inserts := func(queue, prefix string) *taskstorepb.ModifyRequest {
 		req := &taskstorepb.ModifyRequest{}
@@ -49,8 +71,8 @@ func TestLargeAnswers(t *testing.T) {
 		name string
 		cl   *client.Client
 	}{
-		{"direct", dial(t, strings.Join(c.Endpoints(), ","), client.WithClaimant("w"))},
-		{"proxy", dial(t, p.Addr(), client.WithProxyOnly(), client.WithClaimant("w"))},
+		{"direct", dial(t, nodes, client.WithClaimant("w"))},
+		{"proxy", dial(t, proxyAddr, client.WithProxyOnly(), client.WithClaimant("w"))},
 	} {
 		t.Run(path.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -83,7 +105,7 @@ func TestLargeAnswers(t *testing.T) {
 	}
 
 	t.Run("http", func(t *testing.T) {
-		base := "http://" + p.HTTPAddr()
+		base := "http://" + proxyHTTP
 		do := func(path string, body []byte) []byte {
 			t.Helper()
 			res, err := http.Post(base+path, "application/json", bytes.NewReader(body))
