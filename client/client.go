@@ -188,9 +188,14 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 	// Keepalive notices a node that vanished without closing its
 	// connections (a killed container, a cut network) within seconds,
 	// instead of waiting for the attempt timeout.
+	// The size limits come before the caller's options, which may
+	// override them: answers up to taskstorepb.MaxResponseBytes (a committed
+	// write's echo, a claim of many large values) must be received, or a
+	// write that happened would be reported as failed.
 	dopts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 5 * time.Second, Timeout: 3 * time.Second, PermitWithoutStream: true})},
-		c.opts.dialOpts...)
+		limitDialOptions()...)
+	dopts = append(dopts, c.opts.dialOpts...)
 	cc, err := grpc.NewClient(addr, dopts...)
 	if err != nil {
 		return nil, fmt.Errorf("taskstore: connect %s: %w", addr, err)

@@ -25,7 +25,8 @@ var (
 	// example it spans consistency groups. Never retried.
 	ErrInvalid = errors.New("taskstore: invalid request")
 	// ErrTooLarge: the request or a value is over a limit (gRPC
-	// ResourceExhausted). Never retried.
+	// ResourceExhausted); it was not applied. Never retried. (An answer
+	// over the receive limit is not this: see AnswerTooLargeError.)
 	ErrTooLarge = errors.New("taskstore: over a limit")
 	// ErrNotFound: the task, shard or node does not exist (gRPC NotFound, or
 	// Get finding no task with the id).
@@ -238,6 +239,45 @@ func (e *NotLeaderError) GRPCStatus() *status.Status {
 	return e.status
 }
 
+// AnswerTooLargeError: the answer was over this connection's receive limit
+// (gRPC answers ResourceExhausted "received message larger than max"). The
+// request reached the cluster and may have been applied, so this is not
+// ErrTooLarge ("over a limit, not applied"): it matches ErrUnavailable, the
+// outcome is unknown. It is not retried, since a repeat of the request (same
+// request id) gets the same answer. The Client's own connections accept
+// every answer a node sends (taskstorepb.MaxResponseBytes); this happens
+// when WithDialOptions lowers the limit, or a node sends more than it.
+type AnswerTooLargeError struct {
+	Op, Addr string
+	// Message is gRPC's, with both sizes.
+	Message string
+}
+
+func (e *AnswerTooLargeError) Error() string {
+	return fmt.Sprintf("%s: the answer from %s is over the receive limit, the request may have been applied: %s", strings.ToLower(e.Op), e.Addr, e.Message)
+}
+
+// Is matches ErrUnavailable (outcome unknown).
+func (e *AnswerTooLargeError) Is(target error) bool { return target == ErrUnavailable }
+
+// GRPCStatus is Unavailable: a proxy passes it on as "outcome unknown".
+func (e *AnswerTooLargeError) GRPCStatus() *status.Status {
+	return status.New(codes.Unavailable, e.Error())
+}
+
+// tooLargeToReceive reports gRPC's own error for an answer over the
+// receive limit (grpc-go: "grpc: received message larger than max (N vs.
+// M)", and the variants after decompression). Only the receiving side
+// produces these, after the request was sent; a request over the send limit
+// is "trying to send message larger than max", which stays ErrTooLarge.
+func tooLargeToReceive(st *status.Status) bool {
+	if st.Code() != codes.ResourceExhausted {
+		return false
+	}
+	m := st.Message()
+	return strings.Contains(m, "received message larger than max") || strings.Contains(m, "after decompression larger than max")
+}
+
 // decode turns an error from a gRPC call into the Client's error types. It is
 // the only place where codes and details are read.
 func decode(op, addr string, err error) error {
@@ -247,6 +287,9 @@ func decode(op, addr string, err error) error {
 	st, ok := status.FromError(err)
 	if !ok {
 		return err
+	}
+	if tooLargeToReceive(st) {
+		return &AnswerTooLargeError{Op: op, Addr: addr, Message: st.Message()}
 	}
 	for _, d := range st.Details() {
 		switch d := d.(type) {
@@ -270,6 +313,10 @@ func decode(op, addr string, err error) error {
 func retryable(ctx context.Context, err error) bool {
 	if ctx.Err() != nil {
 		return false
+	}
+	var big *AnswerTooLargeError
+	if errors.As(err, &big) {
+		return false // a repeat gets the same answer
 	}
 	var nl *NotLeaderError
 	if errors.As(err, &nl) {

@@ -767,6 +767,8 @@ type connPool struct {
 }
 
 func newConnPool(opts []grpc.DialOption) *connPool {
+	// Accept any answer a node may send (taskstorepb.MaxResponseBytes), not gRPC's default 4 MiB.
+	opts = append([]grpc.DialOption{grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(taskstorepb.MaxResponseBytes))}, opts...)
 	return &connPool{opts: opts, conns: make(map[string]*grpc.ClientConn)}
 }
 

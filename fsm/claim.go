@@ -13,7 +13,7 @@ func (a *applier) claim(c *fsmpb.Claim) *fsmpb.Result {
 	if f := checkClaimQueues(c, groupOf(c.Queues[0]), "claim"); f != nil {
 		return f
 	}
-	return &fsmpb.Result{Claim: a.take(c)}
+	return &fsmpb.Result{Claim: a.take(c, 0)}
 }
 
 // checkClaimQueues refuses a claim whose queues are not all (non-empty and)
@@ -30,7 +30,11 @@ func checkClaimQueues(c *fsmpb.Claim, group, path string) *fsmpb.Result {
 // take claims up to c.Limit available tasks of c's queues (checked by
 // checkClaimQueues), best first across them. A Claim and the claim part of
 // a Modify both claim here, so they cannot drift apart.
-func (a *applier) take(c *fsmpb.Claim) *fsmpb.ClaimResult {
+//
+// used is what the rest of the answer already carries (the inserted and
+// changed tasks of a Modify), in AnswerBytes; with c.MaxBytes the claimed
+// tasks get what is left of it.
+func (a *applier) take(c *fsmpb.Claim, used uint64) *fsmpb.ClaimResult {
 	st := a.st
 	queues := make([]*queue, 0, len(c.Queues))
 	for _, name := range c.Queues {
@@ -51,6 +55,18 @@ func (a *applier) take(c *fsmpb.Claim) *fsmpb.ClaimResult {
 			return 1 // ids are unique: never equal
 		})
 		picked = picked[:min(len(picked), limit)]
+	}
+	if c.MaxBytes > 0 {
+		// Claim no more than the answer can carry: the tasks after the
+		// budget stay available (a claim may take fewer than its limit).
+		budget := c.MaxBytes - min(c.MaxBytes, used)
+		var n uint64
+		for i, t := range picked {
+			if n += taskAnswerBytes(t, c.Claimant); n > budget {
+				picked = picked[:i]
+				break
+			}
+		}
 	}
 	res := &fsmpb.ClaimResult{}
 	if len(picked) > 0 {
@@ -120,4 +136,27 @@ func (a *applier) purge(p *fsmpb.Purge) *fsmpb.Result {
 	delete(st.queues, q.name)
 	st.names.Delete(q)
 	return &fsmpb.Result{Purge: &fsmpb.PurgeResult{Deleted: uint64(n)}}
+}
+
+// AnswerTooLarge starts the Failure.message of a transaction refused
+// because its answer would exceed Modify.max_answer_bytes.
+const AnswerTooLarge = "answer too large"
+
+// answerOverheadBytes bounds what one task of an answer costs beyond its
+// strings and value: the numbers, three timestamps, field tags and lengths,
+// and the repeated field's framing (taskstore.v1.Task: about 120 bytes at
+// most).
+const answerOverheadBytes = 160
+
+// AnswerBytes is the most one task can add to an answer that carries it
+// (a taskstore.v1.Task in a repeated field). It bounds claims by bytes
+// (Claim.max_bytes), so it is part of what replicas compute: changing it
+// changes how later log entries apply.
+func AnswerBytes(t *fsmpb.Task) uint64 {
+	return uint64(len(t.Id)+len(t.Queue)+len(t.Claimant)+len(t.Key)+len(t.Value)+len(t.Err)) + answerOverheadBytes
+}
+
+// taskAnswerBytes is AnswerBytes of t held by claimant.
+func taskAnswerBytes(t *task, claimant string) uint64 {
+	return uint64(len(t.id)+len(t.q.name)+len(claimant)+len(t.key)+len(t.value)+len(t.err)) + answerOverheadBytes
 }

@@ -214,6 +214,22 @@ func (a *applier) modify(m *fsmpb.Modify) *fsmpb.Result {
 	if len(md.errs) > 0 {
 		return &fsmpb.Result{Failure: &fsmpb.Failure{Errors: md.errs}}
 	}
+	if m.MaxAnswerBytes > 0 {
+		// The answer echoes every inserted and changed task, values
+		// included (a change that keeps a large value still echoes it): a
+		// transaction whose answer could not be sent is refused before it
+		// commits.
+		var n uint64
+		for _, t := range inserted {
+			n += taskAnswerBytes(t, t.claimant)
+		}
+		for _, t := range changed {
+			n += taskAnswerBytes(t, t.claimant)
+		}
+		if n > m.MaxAnswerBytes {
+			return failuref("%s: the inserted and changed tasks take about %d bytes, over the limit of %d; split the transaction", AnswerTooLarge, n, m.MaxAnswerBytes)
+		}
+	}
 
 	// Commit: take every original version out, then put every final one
 	// in, so that keys moving between tasks never collide midway.
@@ -246,7 +262,16 @@ func (a *applier) modify(m *fsmpb.Modify) *fsmpb.Result {
 		// After the commit, against the state it left: a task the
 		// transaction released or moved into a claimed queue is claimable
 		// at once, as by a Claim in the next entry.
-		res.Claim = a.take(m.Claim)
+		var used uint64
+		if m.Claim.MaxBytes > 0 {
+			for _, t := range res.Inserted {
+				used += AnswerBytes(t)
+			}
+			for _, t := range res.Changed {
+				used += AnswerBytes(t)
+			}
+		}
+		res.Claim = a.take(m.Claim, used)
 	}
 	return &fsmpb.Result{Modify: res}
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -14,6 +16,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -35,18 +38,22 @@ type Server struct {
 	taskstorepb.UnimplementedTaskStoreServer
 	taskstorepb.UnimplementedAdminServer
 
-	node    *cluster.Node
-	limits  fsm.Limits
-	health  *health.Server
-	metrics *apiMetrics
-	rates   *introspection
-	log     *slog.Logger
+	node   *cluster.Node
+	limits fsm.Limits
+	// maxResponse is the largest answer the node's gRPC server sends
+	// (Limits.MaxResponseBytes): claims and transactions are bounded so that
+	// a committed one can always be answered.
+	maxResponse int
+	health      *health.Server
+	metrics     *apiMetrics
+	rates       *introspection
+	log         *slog.Logger
 }
 
 // NewServer returns the services of node; reg (may be nil) receives the
 // API counters.
 func NewServer(node *cluster.Node, reg prometheus.Registerer, log *slog.Logger) *Server {
-	return &Server{node: node, limits: fsm.DefaultLimits, health: health.NewServer(), metrics: newAPIMetrics(reg),
+	return &Server{node: node, limits: fsm.DefaultLimits, maxResponse: taskstorepb.MaxResponseBytes, health: health.NewServer(), metrics: newAPIMetrics(reg),
 		rates: newIntrospection(time.Now), log: log.With("component", "rpc")}
 }
 
@@ -219,7 +226,9 @@ func (srv *Server) modify(ctx context.Context, req *taskstorepb.ModifyRequest) (
 		m.Depends = append(m.Depends, &fsmpb.Ref{Id: r.Id, Version: r.Version})
 	}
 	cmd := &fsmpb.Command{Op: fsmpb.Op_OP_MODIFY, Modify: m}
+	m.MaxAnswerBytes = srv.answerBudget()
 	if claim != nil {
+		claim.MaxBytes = m.MaxAnswerBytes
 		cmd.Op, m.Claim = fsmpb.Op_OP_MODIFY_CLAIM, claim
 	}
 	requestID(cmd, req.Request)
@@ -232,6 +241,9 @@ func (srv *Server) modify(ctx context.Context, req *taskstorepb.ModifyRequest) (
 	}
 	if res.Failure != nil {
 		srv.metrics.refusal(res.Failure)
+		if strings.HasPrefix(res.Failure.Message, fsm.AnswerTooLarge) {
+			return nil, &fsm.ValidationError{Field: "request", Rule: res.Failure.Message, Kind: fsm.ErrTooLarge}
+		}
 		return nil, &refusedError{failure: res.Failure}
 	}
 	mr := res.GetModify()
@@ -241,7 +253,7 @@ func (srv *Server) modify(ctx context.Context, req *taskstorepb.ModifyRequest) (
 	if claim != nil {
 		resp.Claimed = srv.claimed(g.group, mr.GetClaim())
 	}
-	return resp, nil
+	return resp, srv.fits("Modify", resp)
 }
 
 // modifyClaim checks the claim part of a Modify by a Claim's rules (and adds
@@ -339,7 +351,8 @@ func (srv *Server) claim(ctx context.Context, req *taskstorepb.ClaimRequest) (*t
 	if limit == 0 {
 		limit = 1
 	}
-	cmd := &fsmpb.Command{Op: fsmpb.Op_OP_CLAIM, Claim: &fsmpb.Claim{Claimant: req.Claimant, Queues: req.Queues, Lease: int64(lease), Limit: limit}}
+	cmd := &fsmpb.Command{Op: fsmpb.Op_OP_CLAIM, Claim: &fsmpb.Claim{Claimant: req.Claimant, Queues: req.Queues, Lease: int64(lease), Limit: limit,
+		MaxBytes: srv.answerBudget()}}
 	requestID(cmd, req.Request)
 	if err := fsm.Validate(cmd, srv.limits); err != nil {
 		return nil, err
@@ -355,7 +368,33 @@ func (srv *Server) claim(ctx context.Context, req *taskstorepb.ClaimRequest) (*t
 	if res.Failure != nil {
 		return nil, &refusedError{failure: res.Failure}
 	}
-	return &taskstorepb.ClaimResponse{Tasks: srv.claimed(g.group, res.GetClaim())}, nil
+	resp := &taskstorepb.ClaimResponse{Tasks: srv.claimed(g.group, res.GetClaim())}
+	return resp, srv.fits("Claim", resp)
+}
+
+// answerHeadroom is what the answer budget keeps back from the send limit
+// for what fsm.AnswerBytes does not count (the response's own fields).
+const answerHeadroom = 64 << 10
+
+// answerBudget is the bound on a committed answer's tasks that the state
+// machine applies (Claim.max_bytes, Modify.max_answer_bytes): a claim takes
+// no more tasks than fit, a transaction whose echo would not fit is refused
+// before it commits. So nothing is committed that the node cannot send.
+func (srv *Server) answerBudget() uint64 {
+	return uint64(max(srv.maxResponse-answerHeadroom, 1))
+}
+
+// fits is the last guard of "never report failed for something that
+// happened": an answer to a committed request that is over the send limit
+// anyway (which the budget should make impossible) would reach the caller
+// as ResourceExhausted, which means "not applied". It is answered as an
+// unknown outcome instead.
+func (srv *Server) fits(op string, resp proto.Message) error {
+	if n := proto.Size(resp); n > srv.maxResponse {
+		srv.log.Error("a committed request's answer is over the send limit", "op", op, "bytes", n, "limit", srv.maxResponse)
+		return fmt.Errorf("%w: the request was applied but its answer (%d bytes) is over the node's limit of %d bytes; read the tasks back with Tasks", cluster.ErrUnknownOutcome, n, srv.maxResponse)
+	}
+	return nil
 }
 
 // readShard finds the shard a read addresses and, unless stale, makes the

@@ -280,9 +280,15 @@ type Modify struct {
 	// Set with OP_MODIFY_CLAIM only: after the transaction applies, claim as
 	// a Claim command would (claimant = the modify's claimant; queues in
 	// group). Nothing is claimed when the transaction fails.
-	Claim         *Claim `protobuf:"bytes,7,opt,name=claim,proto3" json:"claim,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Claim *Claim `protobuf:"bytes,7,opt,name=claim,proto3" json:"claim,omitempty"`
+	// When nonzero, the leader's bound on the answer's size in bytes (its
+	// send limit): a transaction whose inserted and changed tasks (which the
+	// answer echoes, values included) would take more, by fsm.AnswerBytes, is
+	// refused and changes nothing (Failure.message starts with
+	// fsm.AnswerTooLarge). Zero (entries of older leaders): no bound.
+	MaxAnswerBytes uint64 `protobuf:"varint,8,opt,name=max_answer_bytes,json=maxAnswerBytes,proto3" json:"max_answer_bytes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Modify) Reset() {
@@ -362,6 +368,13 @@ func (x *Modify) GetClaim() *Claim {
 		return x.Claim
 	}
 	return nil
+}
+
+func (x *Modify) GetMaxAnswerBytes() uint64 {
+	if x != nil {
+		return x.MaxAnswerBytes
+	}
+	return 0
 }
 
 type Insert struct {
@@ -642,8 +655,15 @@ type Claim struct {
 	Claimant string                 `protobuf:"bytes,1,opt,name=claimant,proto3" json:"claimant,omitempty"`
 	Queues   []string               `protobuf:"bytes,2,rep,name=queues,proto3" json:"queues,omitempty"`
 	// Lease length in nanoseconds; at = now + lease.
-	Lease         int64  `protobuf:"varint,3,opt,name=lease,proto3" json:"lease,omitempty"`
-	Limit         uint32 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	Lease int64  `protobuf:"varint,3,opt,name=lease,proto3" json:"lease,omitempty"`
+	Limit uint32 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	// When nonzero, the leader's bound on the answer's size in bytes (its
+	// send limit): the claim stops before the claimed tasks, by
+	// fsm.AnswerBytes, and for the claim part of a Modify the inserted and
+	// changed tasks too, would exceed it, so that a committed claim can always
+	// be answered. It may then claim fewer than limit tasks, or none. Zero
+	// (entries of older leaders): no bound.
+	MaxBytes      uint64 `protobuf:"varint,5,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -702,6 +722,13 @@ func (x *Claim) GetLease() int64 {
 func (x *Claim) GetLimit() uint32 {
 	if x != nil {
 		return x.Limit
+	}
+	return 0
+}
+
+func (x *Claim) GetMaxBytes() uint64 {
+	if x != nil {
+		return x.MaxBytes
 	}
 	return 0
 }
@@ -1572,7 +1599,7 @@ const file_fsm_proto_rawDesc = "" +
 	" \x01(\v2\x18.taskstore.fsm.v1.ModifyR\x06modify\x12-\n" +
 	"\x05claim\x18\v \x01(\v2\x17.taskstore.fsm.v1.ClaimR\x05claim\x12-\n" +
 	"\x05purge\x18\f \x01(\v2\x17.taskstore.fsm.v1.PurgeR\x05purge\x12/\n" +
-	"\x05batch\x18\r \x03(\v2\x19.taskstore.fsm.v1.CommandR\x05batch\"\xb3\x02\n" +
+	"\x05batch\x18\r \x03(\v2\x19.taskstore.fsm.v1.CommandR\x05batch\"\xdd\x02\n" +
 	"\x06Modify\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x1a\n" +
 	"\bclaimant\x18\x02 \x01(\tR\bclaimant\x122\n" +
@@ -1580,7 +1607,8 @@ const file_fsm_proto_rawDesc = "" +
 	"\achanges\x18\x04 \x03(\v2\x18.taskstore.fsm.v1.ChangeR\achanges\x12/\n" +
 	"\adeletes\x18\x05 \x03(\v2\x15.taskstore.fsm.v1.RefR\adeletes\x12/\n" +
 	"\adepends\x18\x06 \x03(\v2\x15.taskstore.fsm.v1.RefR\adepends\x12-\n" +
-	"\x05claim\x18\a \x01(\v2\x17.taskstore.fsm.v1.ClaimR\x05claim\"\xcb\x01\n" +
+	"\x05claim\x18\a \x01(\v2\x17.taskstore.fsm.v1.ClaimR\x05claim\x12(\n" +
+	"\x10max_answer_bytes\x18\b \x01(\x04R\x0emaxAnswerBytes\"\xcb\x01\n" +
 	"\x06Insert\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x0e\n" +
@@ -1609,12 +1637,13 @@ const file_fsm_proto_rawDesc = "" +
 	"\x04_err\"/\n" +
 	"\x03Ref\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\x04R\aversion\"g\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\"\x84\x01\n" +
 	"\x05Claim\x12\x1a\n" +
 	"\bclaimant\x18\x01 \x01(\tR\bclaimant\x12\x16\n" +
 	"\x06queues\x18\x02 \x03(\tR\x06queues\x12\x14\n" +
 	"\x05lease\x18\x03 \x01(\x03R\x05lease\x12\x14\n" +
-	"\x05limit\x18\x04 \x01(\rR\x05limit\"\x1d\n" +
+	"\x05limit\x18\x04 \x01(\rR\x05limit\x12\x1b\n" +
+	"\tmax_bytes\x18\x05 \x01(\x04R\bmaxBytes\"\x1d\n" +
 	"\x05Purge\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\"\xb0\x02\n" +
 	"\x04Task\x12\x0e\n" +

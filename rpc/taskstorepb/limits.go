@@ -22,10 +22,13 @@ package taskstorepb
 //     values, so it is up to MaxOps × (id, version, timestamps) larger than
 //     the request: MaxResponseBytes must exceed MaxMessageBytes by more than
 //     that (a few hundred KB), or a committed write could not be answered.
-//     It is 8× larger, which also carries a Tasks page or a Claim of 64
-//     values at the limit. A page or claim whose values add up to more fails
-//     with ResourceExhausted: ask for fewer tasks (a smaller limit, or
-//     omit_values for listings).
+//     It is 8× larger, which also carries a Tasks page or a Claim of about
+//     63 values at the limit. A claim takes no more tasks than its answer
+//     can carry, and a transaction whose echo would not fit (changes echo
+//     the values they keep) is refused before it commits (Claim.max_bytes,
+//     Modify.max_answer_bytes in fsm/fsmpb; docs/semantics.md). A Tasks
+//     page whose values add up to more fails with ResourceExhausted: ask
+//     for fewer tasks, or omit_values.
 const (
 	// MaxMessageBytes is the largest request a server reads and a client
 	// sends: 8 MiB.
