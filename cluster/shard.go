@@ -49,8 +49,14 @@ type Shard struct {
 
 func newShard(id uint32, clock func() time.Time, t Tuning, log *slog.Logger) *Shard {
 	s := &Shard{id: id, clock: clock, tuning: t, log: log.With("shard", id), stop: make(chan struct{})}
-	s.waiters.byQueue = make(map[string]map[*waiter]struct{})
 	s.machine = fsm.New(fsm.Options{OnAvailable: s.waiters.notify})
+	s.waiters = waiters{
+		byQueue:   make(map[string][]*waiter),
+		now:       s.Now,
+		available: s.machine.Available,
+		nextAt:    s.machine.NextAt,
+		leading:   s.IsLeader,
+	}
 	return s
 }
 
@@ -82,6 +88,7 @@ func (s *Shard) start(g *group) {
 
 func (s *Shard) close() error {
 	close(s.stop)
+	s.waiters.close()
 	err := s.g.shutdown()
 	s.wg.Wait()
 	return err
@@ -99,6 +106,7 @@ func (s *Shard) watchLeadership() {
 			s.ready.Store(false)
 			if !leader {
 				s.log.Info("lost leadership")
+				s.waiters.wakeAll() // their claims answer "not leader"
 				continue
 			}
 			if err := s.g.raft.Barrier(s.tuning.ApplyTimeout).Error(); err != nil {
@@ -217,34 +225,31 @@ func (s *Shard) ReadBarrier(ctx context.Context) error {
 }
 
 // Claim proposes a claim and, when nothing is available and wait > 0, parks
-// until a commit makes a task available in one of the queues (insert,
-// release, move) or the earliest lease or delay in them runs out, then tries
-// again, until wait ends (an empty result, not an error).
+// until the leader wakes it for a task that became available in one of the
+// queues (insert, release, move, or a delay or lease running out), then
+// tries again, until wait ends (an empty result, not an error). The leader
+// wakes as many parked claims as there are tasks, oldest first (waiters); a
+// claim that was woken but found nothing parks again in its place.
 func (s *Shard) Claim(ctx context.Context, cmd *fsmpb.Command, wait time.Duration) (*fsmpb.Result, error) {
 	if wait <= 0 {
 		return s.Propose(ctx, cmd) // nothing to wait for: no waiter to register
 	}
 	deadline := s.clock().Add(wait)
-	queues := cmd.Claim.Queues
+	// Registered before the first proposal, so that a commit between its
+	// result and the wait is not missed.
+	w := s.waiters.add(cmd.Claim.Queues, int(cmd.Claim.Limit))
+	defer s.waiters.leave(w)
 	for {
-		// Register before proposing so that a commit between the proposal's
-		// result and the wait is not missed.
-		w := s.waiters.add(queues)
 		res, err := s.Propose(ctx, cmd)
 		if err != nil || res.Failure != nil || len(res.GetClaim().GetTasks()) > 0 {
-			s.waiters.remove(w, queues)
 			return res, err
 		}
 		left := deadline.Sub(s.clock())
 		if left <= 0 {
-			s.waiters.remove(w, queues)
 			return res, nil
 		}
-		sleep := left
-		if at, ok := s.machine.NextAt(queues); ok {
-			sleep = min(sleep, max(time.Duration(at-s.Now()), 5*time.Millisecond))
-		}
-		timer := time.NewTimer(sleep)
+		s.waiters.park(w)
+		timer := time.NewTimer(left)
 		select {
 		case <-w.ch:
 		case <-timer.C:
@@ -252,12 +257,15 @@ func (s *Shard) Claim(ctx context.Context, cmd *fsmpb.Command, wait time.Duratio
 		case <-s.stop:
 		}
 		timer.Stop()
-		s.waiters.remove(w, queues)
-		if ctx.Err() != nil || s.isStopped() {
+		if ctx.Err() != nil || s.isStopped() || !deadline.After(s.clock()) {
 			return res, nil
 		}
 	}
 }
+
+// Waiting is the number of claims waiting on this replica (Claim with a
+// wait, from its first proposal until it answers).
+func (s *Shard) Waiting() int { return s.waiters.count() }
 
 func (s *Shard) isStopped() bool {
 	select {
@@ -265,54 +273,6 @@ func (s *Shard) isStopped() bool {
 		return true
 	default:
 		return false
-	}
-}
-
-// waiters are the claims parked on a shard's leader, by queue.
-type waiters struct {
-	mu      sync.Mutex // guards byQueue
-	byQueue map[string]map[*waiter]struct{}
-}
-
-type waiter struct{ ch chan struct{} }
-
-func (ws *waiters) add(queues []string) *waiter {
-	w := &waiter{ch: make(chan struct{}, 1)}
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	for _, q := range queues {
-		set := ws.byQueue[q]
-		if set == nil {
-			set = make(map[*waiter]struct{})
-			ws.byQueue[q] = set
-		}
-		set[w] = struct{}{}
-	}
-	return w
-}
-
-func (ws *waiters) remove(w *waiter, queues []string) {
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	for _, q := range queues {
-		delete(ws.byQueue[q], w)
-		if len(ws.byQueue[q]) == 0 {
-			delete(ws.byQueue, q)
-		}
-	}
-}
-
-// notify runs on the apply goroutine: it must not block.
-func (ws *waiters) notify(queues []string) {
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	for _, q := range queues {
-		for w := range ws.byQueue[q] {
-			select {
-			case w.ch <- struct{}{}:
-			default:
-			}
-		}
 	}
 }
 

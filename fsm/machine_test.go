@@ -493,3 +493,29 @@ func TestManyPriorities(t *testing.T) {
 		t.Fatalf("stats %+v", st[0])
 	}
 }
+
+// TestAvailable counts what a claim at a given time would find: due tasks,
+// tasks whose delay or lease has run out by then (even when the machine's
+// clock has not reached it), never more than limit.
+func TestAvailable(t *testing.T) {
+	m := New(Options{})
+	m.ApplyCommand(1, &fsmpb.Command{Op: fsmpb.Op_OP_MODIFY, Now: 10, Modify: &fsmpb.Modify{Group: "g", Inserts: []*fsmpb.Insert{
+		{Id: "a", Queue: "g/q"}, {Id: "b", Queue: "g/q", Priority: 3}, {Id: "later", Queue: "g/q", At: 100},
+		{Id: "low", Queue: "g/q", Priority: -1, At: 50}}}})
+	m.ApplyCommand(2, &fsmpb.Command{Op: fsmpb.Op_OP_CLAIM, Now: 20,
+		Claim: &fsmpb.Claim{Claimant: "w", Queues: []string{"g/q"}, Lease: 60, Limit: 1}}) // b, until 80
+	for _, c := range []struct {
+		now   int64
+		limit int
+		want  int
+	}{
+		{0, 10, 1}, {20, 10, 1}, {50, 10, 2}, {80, 10, 3}, {100, 10, 4}, {100, 2, 2}, {100, 0, 0},
+	} {
+		if got := m.Available("g/q", c.now, c.limit); got != c.want {
+			t.Errorf("Available(g/q, %d, %d) = %d, want %d", c.now, c.limit, got, c.want)
+		}
+	}
+	if got := m.Available("g/none", 100, 10); got != 0 {
+		t.Errorf("Available of a missing queue = %d", got)
+	}
+}

@@ -155,6 +155,23 @@ func (m *Machine) NextAt(queues []string) (at int64, ok bool) {
 	return at, true
 }
 
+// Available counts, up to limit, the tasks of queue that a claim stamped
+// with time now would find available (at <= max(now, clock)), so that the
+// leader wakes as many waiting claims as there are tasks to take, not all of
+// them. It costs what a claim of limit tasks costs, without the writes.
+func (m *Machine) Available(queue string, now int64, limit int) int {
+	if limit <= 0 {
+		return 0
+	}
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	q := m.st.queues[queue]
+	if q == nil {
+		return 0
+	}
+	return len(q.available(max(now, m.st.clock), limit, nil))
+}
+
 // nextAtUnseen is how soon NextAt tells a waiting claim to look again when
 // a queue has more priorities than it walks.
 const nextAtUnseen = int64(100 * time.Millisecond)
