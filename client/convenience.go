@@ -96,6 +96,16 @@ func InQueue(queue string) RefOption { return func(o *refOptions) { o.queue = qu
 // The default is the Client's claimant.
 func AsClaimant(name string) RefOption { return func(o *refOptions) { o.claimant = name } }
 
+// refOptions applies opts and finds the task's queue unless one was given.
+func (c *Client) refOptions(ctx context.Context, id string, opts []RefOption) (refOptions, error) {
+	var o refOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	err := c.refQueue(ctx, id, &o)
+	return o, err
+}
+
 func (c *Client) refQueue(ctx context.Context, id string, o *refOptions) error {
 	if o.queue != "" {
 		return nil
@@ -111,14 +121,11 @@ func (c *Client) refQueue(ctx context.Context, id string, o *refOptions) error {
 // Delete deletes version of task id. A missing task or another version is
 // refused with a *DependencyError.
 func (c *Client) Delete(ctx context.Context, id string, version uint64, opts ...RefOption) error {
-	var o refOptions
-	for _, f := range opts {
-		f(&o)
-	}
-	if err := c.refQueue(ctx, id, &o); err != nil {
+	o, err := c.refOptions(ctx, id, opts)
+	if err != nil {
 		return err
 	}
-	_, err := c.Modify(ctx, &taskstorepb.ModifyRequest{Claimant: o.claimant,
+	_, err = c.Modify(ctx, &taskstorepb.ModifyRequest{Claimant: o.claimant,
 		Deletes: []*taskstorepb.TaskRef{{Id: id, Version: version, Queue: o.queue}}})
 	return err
 }
@@ -139,11 +146,8 @@ func ClaimNext(lease time.Duration, limit uint32, queues ...string) *taskstorepb
 // It returns the claimed tasks, none when nothing was available; a refused
 // delete claims nothing and returns a *DependencyError.
 func (c *Client) DeleteAndClaim(ctx context.Context, id string, version uint64, next *taskstorepb.ModifyClaim, opts ...RefOption) ([]*Task, error) {
-	var o refOptions
-	for _, f := range opts {
-		f(&o)
-	}
-	if err := c.refQueue(ctx, id, &o); err != nil {
+	o, err := c.refOptions(ctx, id, opts)
+	if err != nil {
 		return nil, err
 	}
 	resp, err := c.Modify(ctx, &taskstorepb.ModifyRequest{Claimant: o.claimant,
@@ -158,11 +162,8 @@ func (c *Client) DeleteAndClaim(ctx context.Context, id string, version uint64, 
 // once: a change with a zero delay, so "now" is the shard leader's clock,
 // not this machine's. It returns the new version.
 func (c *Client) Release(ctx context.Context, id string, version uint64, opts ...RefOption) (*Task, error) {
-	var o refOptions
-	for _, f := range opts {
-		f(&o)
-	}
-	if err := c.refQueue(ctx, id, &o); err != nil {
+	o, err := c.refOptions(ctx, id, opts)
+	if err != nil {
 		return nil, err
 	}
 	resp, err := c.Modify(ctx, &taskstorepb.ModifyRequest{Claimant: o.claimant,

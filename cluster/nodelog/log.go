@@ -192,10 +192,7 @@ func (l *Log) replay(seq uint32, newest bool) error {
 		f.Close()
 		return err
 	}
-	s := &segment{seq: seq, path: path, f: f, refs: map[uint32]segRef{}}
-	l.segs[seq] = s
-	l.order = append(l.order, seq)
-	l.active = s
+	s := l.addSegment(seq, path, f)
 	size := fi.Size()
 	r := bufio.NewReaderSize(io.NewSectionReader(f, 0, size), 1<<20)
 	var off int64
@@ -441,10 +438,7 @@ func (l *Log) rotate() error {
 		f.Close()
 		return err
 	}
-	s := &segment{seq: seq, path: path, f: f, refs: map[uint32]segRef{}}
-	l.segs[seq] = s
-	l.order = append(l.order, seq)
-	l.active = s
+	l.addSegment(seq, path, f)
 	if !l.opts.ReadOnly {
 		l.preparing = true
 		go func() {
@@ -478,6 +472,15 @@ func (l *Log) zeroed(path string) (*os.File, error) {
 		return nil, err
 	}
 	return f, nil
+}
+
+// addSegment makes f, segment seq, the newest one.
+func (l *Log) addSegment(seq uint32, path string, f *os.File) *segment {
+	s := &segment{seq: seq, path: path, f: f, refs: map[uint32]segRef{}}
+	l.segs[seq] = s
+	l.order = append(l.order, seq)
+	l.active = s
+	return s
 }
 
 func (l *Log) syncDir() error {
