@@ -487,7 +487,13 @@ func (n *Node) ShardByID(id uint32) (*Shard, error) {
 	return nil, e
 }
 
+// leaderHint is the NotLeaderError a caller gets: never one naming this
+// node, which raft reports as leader while a leadership transfer it started
+// refuses every write (a client told to retry here would only come back).
 func (n *Node) leaderHint(shard uint32, id raft.ServerID, addr raft.ServerAddress) *NotLeaderError {
+	if string(id) == n.cfg.ID {
+		return &NotLeaderError{Shard: shard}
+	}
 	return &NotLeaderError{Shard: shard, LeaderID: string(id), LeaderAddress: string(addr)}
 }
 
