@@ -1,9 +1,11 @@
 package cluster_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/e1158ecb/taskstore/cluster"
 	"github.com/e1158ecb/taskstore/testing/harness"
 )
 
@@ -11,7 +13,10 @@ import (
 // must not stamp one frozen time for the next hour: log time goes on at the
 // monotonic rate from where the fast leader left it (issue 19 item 4).
 func TestLogTimeAdvancesAfterAFastLeader(t *testing.T) {
-	c := harness.Start(t, 3, harness.Options{Shards: 1, Scale: raceScale})
+	// With clock checks off: they would keep the fast node from leading
+	// (TestNodeWithAFarClockRefusesToLead); this is what happens when one
+	// is missed, e.g. a clock that jumps between two checks.
+	c := harness.Start(t, 3, harness.Options{Shards: 1, Scale: raceScale, Tune: func(tu *cluster.Tuning) { tu.MaxClockOffset = 0 }})
 	c.WaitReady()
 	const q = "clock/q"
 	shard := c.ShardOf(q)
@@ -46,5 +51,41 @@ func TestLogTimeAdvancesAfterAFastLeader(t *testing.T) {
 	}
 	if a.At.AsTime().Before(ahead.At.AsTime()) {
 		t.Fatalf("log time went backwards: %v after %v", a.At.AsTime(), ahead.At.AsTime())
+	}
+}
+
+// A node whose clock runs an hour ahead finds out from its peers and
+// refuses to lead: no task is ever stamped with its time, writes go on
+// through the others, and the others do not hand it leadership (issue 19
+// item 4).
+func TestNodeWithAFarClockRefusesToLead(t *testing.T) {
+	c := harness.Start(t, 3, harness.Options{Shards: 1, Scale: raceScale, Tune: func(tu *cluster.Tuning) {
+		tu.ClockCheckEvery = 200 * time.Millisecond
+	}})
+	c.WaitReady()
+	const q = "skew/q"
+	shard := c.ShardOf(q)
+	fast := c.Leader(shard)
+	c.Stop(fast)
+	c.SetClockOffset(fast, time.Hour)
+	c.Restart(fast)
+	node := c.Nodes[fast].Server().Node
+	for deadline := time.Now().Add(20 * time.Second); !node.ClockBad(); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s runs an hour ahead and has not noticed", c.Nodes[fast].ID)
+		}
+	}
+	for i := range c.Nodes {
+		if i != fast && c.Nodes[i].Server().Node.ClockBad() {
+			t.Fatalf("%s, with a right clock, counts itself off", c.Nodes[i].ID)
+		}
+	}
+	// Try hard to make it lead, and write meanwhile.
+	for i := 0; i < 10; i++ {
+		_ = c.TransferLeader(shard, fast)
+		task := insert(t, c, q, fmt.Sprint("t", i), "x")
+		if d := time.Until(task.At.AsTime()); d > time.Minute {
+			t.Fatalf("task %d stamped %v, %v ahead: the node with the far clock led a write", i, task.At.AsTime(), d)
+		}
 	}
 }

@@ -25,6 +25,7 @@ type nodeMetrics struct {
 	logSyncs        prometheus.Counter
 	logSyncEntries  prometheus.Histogram
 	logBytes        prometheus.Counter
+	clockOffset     prometheus.Gauge
 }
 
 func newNodeMetrics(reg prometheus.Registerer, n *Node) *nodeMetrics {
@@ -56,9 +57,13 @@ func newNodeMetrics(reg prometheus.Registerer, n *Node) *nodeMetrics {
 			Name: "taskstore_log_bytes_written_total",
 			Help: "Bytes the node wrote to its shared Raft log.",
 		}),
+		clockOffset: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "taskstore_clock_offset_seconds",
+			Help: "Median offset of this node's clock from its peers' (this minus theirs), as last measured. Beyond the maximum offset (500 ms by default) from most peers the node refuses to lead.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.applySeconds, m.snapshotSeconds, m.leaderChanges, m.logSyncs, m.logSyncEntries, m.logBytes, &shardCollector{n: n})
+		reg.MustRegister(m.applySeconds, m.snapshotSeconds, m.leaderChanges, m.logSyncs, m.logSyncEntries, m.logBytes, m.clockOffset, &shardCollector{n: n})
 	}
 	return m
 }

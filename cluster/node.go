@@ -92,6 +92,7 @@ type Node struct {
 	metaGroup *group
 	// raftLog holds the entries of every data shard hosted here (nodelog).
 	raftLog   *nodelog.Log
+	clock     clockState
 	metaReady atomic.Bool
 	gossip    *gossip
 	peers     *connPool
@@ -203,6 +204,7 @@ func Start(cfg Config) (*Node, error) {
 	n.loop(n.checkReplicasLoop)
 	n.loop(n.tickLoop)
 	n.loop(n.boundLogs)
+	n.loop(n.measureClocks)
 	log.Info("node started", "addr", n.addr, "gossip", cfg.GossipAddr, "data", cfg.DataDir)
 	return n, nil
 }
@@ -351,6 +353,7 @@ func (n *Node) openShard(id uint32) (*Shard, error) {
 	}
 	s := newShard(id, n.cfg.Clock, n.cfg.Tuning, n.log)
 	s.leaderHint = n.leaderHint
+	s.clockBad = n.ClockBad
 	label := shardLabel(id)
 	s.applySeconds = n.metrics.applySeconds.WithLabelValues(label)
 	s.leaderChanges = n.metrics.leaderChanges.WithLabelValues(label)
@@ -417,6 +420,9 @@ func (n *Node) sleep(d time.Duration) bool {
 
 // ID is the node id.
 func (n *Node) ID() string { return n.cfg.ID }
+
+// Clock is the node's clock (Config.Clock).
+func (n *Node) Clock() time.Time { return n.cfg.Clock() }
 
 // Addr is the address the node serves gRPC and Raft on.
 func (n *Node) Addr() string { return n.addr }
@@ -753,7 +759,10 @@ func (n *Node) preferredLeader(s *Shard, sh *metapb.Shard, health map[string]gos
 		return nil
 	}
 	for _, id := range sh.Replicas {
-		if id != n.cfg.ID && health[id].Health != HealthAlive {
+		if id != n.cfg.ID && (health[id].Health != HealthAlive || n.peerClockFar(id)) {
+			continue
+		}
+		if id == n.cfg.ID && n.ClockBad() {
 			continue
 		}
 		for _, srv := range f.Configuration().Servers {

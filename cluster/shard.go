@@ -33,6 +33,9 @@ type Shard struct {
 	aheadMu   sync.Mutex
 	aheadLog  int64
 	aheadMono time.Time
+	// clockBad reports whether this node's clock is too far from its
+	// peers' to lead (clock.go); nil trusts it.
+	clockBad func() bool
 	// logBound: the TrailingLogs and SnapshotThreshold last set by
 	// boundLogs (node goroutine only).
 	logBound [2]uint64
@@ -160,6 +163,10 @@ func (s *Shard) Propose(ctx context.Context, cmd *fsmpb.Command) (*fsmpb.Result,
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	if s.clockBad != nil && s.clockBad() {
+		// Its time would become the log's for good (see clock.go).
+		return nil, &NotLeaderError{Shard: s.id}
 	}
 	cmd.Now = s.Now()
 	data, err := fsm.EncodeCommand(cmd)

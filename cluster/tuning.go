@@ -25,6 +25,11 @@ type Tuning struct {
 	// entries can be gigabytes. LogBoundEvery is how often it is checked.
 	MaxLogBytes   int64
 	LogBoundEvery time.Duration
+	// MaxClockOffset is how far this node's clock may be from most of its
+	// peers' before it refuses to lead (clock.go); ClockCheckEvery is how
+	// often it measures.
+	MaxClockOffset  time.Duration
+	ClockCheckEvery time.Duration
 }
 
 // DefaultTuning suits a node hosting a few dozen groups: heartbeats relaxed
@@ -42,6 +47,8 @@ func DefaultTuning() Tuning {
 		ApplyTimeout:       10 * time.Second,
 		MaxLogBytes:        64 << 20,
 		LogBoundEvery:      5 * time.Second,
+		MaxClockOffset:     500 * time.Millisecond,
+		ClockCheckEvery:    5 * time.Second,
 	}
 }
 

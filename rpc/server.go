@@ -508,12 +508,15 @@ func (srv *Server) queues(ctx context.Context, req *taskstorepb.QueuesRequest) (
 
 // Time implements TaskStore.Time.
 func (srv *Server) Time(ctx context.Context, req *taskstorepb.TimeRequest) (*taskstorepb.TimeResponse, error) {
-	return &taskstorepb.TimeResponse{Now: timestamppb.Now()}, nil
+	return &taskstorepb.TimeResponse{Now: timestamppb.New(srv.node.Clock())}, nil
 }
 
 // Status implements Admin.Status. A node that is leaving the cluster asks
 // a member instead: its own map may be stale.
 func (srv *Server) Status(ctx context.Context, req *taskstorepb.StatusRequest) (*taskstorepb.StatusResponse, error) {
+	if req.ClockOnly {
+		return &taskstorepb.StatusResponse{Node: srv.node.ID(), Now: timestamppb.New(srv.node.Clock())}, nil
+	}
 	if member, fctx, ok := srv.askMember(ctx, req.LocalOnly); ok {
 		return member.Status(fctx, req)
 	}

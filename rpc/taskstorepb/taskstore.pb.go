@@ -1796,7 +1796,10 @@ type StatusRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Only what the answering node knows itself (used between nodes to build
 	// the cluster-wide view without recursion).
-	LocalOnly     bool `protobuf:"varint,1,opt,name=local_only,json=localOnly,proto3" json:"local_only,omitempty"`
+	LocalOnly bool `protobuf:"varint,1,opt,name=local_only,json=localOnly,proto3" json:"local_only,omitempty"`
+	// Only the answering node's id and clock (now): nodes measure their clock
+	// offsets to each other with it.
+	ClockOnly     bool `protobuf:"varint,2,opt,name=clock_only,json=clockOnly,proto3" json:"clock_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1834,6 +1837,13 @@ func (*StatusRequest) Descriptor() ([]byte, []int) {
 func (x *StatusRequest) GetLocalOnly() bool {
 	if x != nil {
 		return x.LocalOnly
+	}
+	return false
+}
+
+func (x *StatusRequest) GetClockOnly() bool {
+	if x != nil {
+		return x.ClockOnly
 	}
 	return false
 }
@@ -2304,7 +2314,9 @@ type StatusResponse struct {
 	Shards []*ShardStatus         `protobuf:"bytes,2,rep,name=shards,proto3" json:"shards,omitempty"`
 	Meta   *ShardStatus           `protobuf:"bytes,3,opt,name=meta,proto3" json:"meta,omitempty"`
 	// The node that answered.
-	Node          string `protobuf:"bytes,4,opt,name=node,proto3" json:"node,omitempty"`
+	Node string `protobuf:"bytes,4,opt,name=node,proto3" json:"node,omitempty"`
+	// The answering node's clock when it answered (set with clock_only).
+	Now           *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=now,proto3" json:"now,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2365,6 +2377,13 @@ func (x *StatusResponse) GetNode() string {
 		return x.Node
 	}
 	return ""
+}
+
+func (x *StatusResponse) GetNow() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Now
+	}
+	return nil
 }
 
 type RoutingRequest struct {
@@ -3143,10 +3162,12 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\tNotLeader\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\rR\x05shard\x12\x1b\n" +
 	"\tleader_id\x18\x02 \x01(\tR\bleaderId\x12%\n" +
-	"\x0eleader_address\x18\x03 \x01(\tR\rleaderAddress\".\n" +
+	"\x0eleader_address\x18\x03 \x01(\tR\rleaderAddress\"M\n" +
 	"\rStatusRequest\x12\x1d\n" +
 	"\n" +
-	"local_only\x18\x01 \x01(\bR\tlocalOnly\"\xdc\x01\n" +
+	"local_only\x18\x01 \x01(\bR\tlocalOnly\x12\x1d\n" +
+	"\n" +
+	"clock_only\x18\x02 \x01(\bR\tclockOnly\"\xdc\x01\n" +
 	"\n" +
 	"NodeStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
@@ -3190,12 +3211,13 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\x04term\x18\x03 \x01(\x04R\x04term\x12\x1a\n" +
 	"\breplicas\x18\x04 \x03(\tR\breplicas\x12B\n" +
 	"\x0ereplica_status\x18\x05 \x03(\v2\x1b.taskstore.v1.ReplicaStatusR\rreplicaStatus\x12\x14\n" +
-	"\x05slots\x18\x06 \x01(\rR\x05slots\"\xb6\x01\n" +
+	"\x05slots\x18\x06 \x01(\rR\x05slots\"\xe4\x01\n" +
 	"\x0eStatusResponse\x12.\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x18.taskstore.v1.NodeStatusR\x05nodes\x121\n" +
 	"\x06shards\x18\x02 \x03(\v2\x19.taskstore.v1.ShardStatusR\x06shards\x12-\n" +
 	"\x04meta\x18\x03 \x01(\v2\x19.taskstore.v1.ShardStatusR\x04meta\x12\x12\n" +
-	"\x04node\x18\x04 \x01(\tR\x04node\"\x10\n" +
+	"\x04node\x18\x04 \x01(\tR\x04node\x12,\n" +
+	"\x03now\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x03now\"\x10\n" +
 	"\x0eRoutingRequest\"3\n" +
 	"\aReplica\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
@@ -3345,39 +3367,40 @@ var file_taskstore_v1_taskstore_proto_depIdxs = []int32{
 	24, // 35: taskstore.v1.StatusResponse.nodes:type_name -> taskstore.v1.NodeStatus
 	28, // 36: taskstore.v1.StatusResponse.shards:type_name -> taskstore.v1.ShardStatus
 	28, // 37: taskstore.v1.StatusResponse.meta:type_name -> taskstore.v1.ShardStatus
-	31, // 38: taskstore.v1.ShardRoute.replicas:type_name -> taskstore.v1.Replica
-	32, // 39: taskstore.v1.RoutingResponse.shards:type_name -> taskstore.v1.ShardRoute
-	24, // 40: taskstore.v1.AddNodeResponse.node:type_name -> taskstore.v1.NodeStatus
-	24, // 41: taskstore.v1.RemoveNodeResponse.node:type_name -> taskstore.v1.NodeStatus
-	6,  // 42: taskstore.v1.TaskStore.Modify:input_type -> taskstore.v1.ModifyRequest
-	11, // 43: taskstore.v1.TaskStore.Claim:input_type -> taskstore.v1.ClaimRequest
-	13, // 44: taskstore.v1.TaskStore.Tasks:input_type -> taskstore.v1.TasksRequest
-	15, // 45: taskstore.v1.TaskStore.Queues:input_type -> taskstore.v1.QueuesRequest
-	20, // 46: taskstore.v1.TaskStore.Time:input_type -> taskstore.v1.TimeRequest
-	18, // 47: taskstore.v1.TaskStore.Purge:input_type -> taskstore.v1.PurgeRequest
-	23, // 48: taskstore.v1.Admin.Status:input_type -> taskstore.v1.StatusRequest
-	30, // 49: taskstore.v1.Admin.Routing:input_type -> taskstore.v1.RoutingRequest
-	34, // 50: taskstore.v1.Admin.TransferLeader:input_type -> taskstore.v1.TransferLeaderRequest
-	36, // 51: taskstore.v1.Admin.AddNode:input_type -> taskstore.v1.AddNodeRequest
-	38, // 52: taskstore.v1.Admin.RemoveNode:input_type -> taskstore.v1.RemoveNodeRequest
-	40, // 53: taskstore.v1.Admin.RebuildReplica:input_type -> taskstore.v1.RebuildReplicaRequest
-	8,  // 54: taskstore.v1.TaskStore.Modify:output_type -> taskstore.v1.ModifyResponse
-	12, // 55: taskstore.v1.TaskStore.Claim:output_type -> taskstore.v1.ClaimResponse
-	14, // 56: taskstore.v1.TaskStore.Tasks:output_type -> taskstore.v1.TasksResponse
-	17, // 57: taskstore.v1.TaskStore.Queues:output_type -> taskstore.v1.QueuesResponse
-	21, // 58: taskstore.v1.TaskStore.Time:output_type -> taskstore.v1.TimeResponse
-	19, // 59: taskstore.v1.TaskStore.Purge:output_type -> taskstore.v1.PurgeResponse
-	29, // 60: taskstore.v1.Admin.Status:output_type -> taskstore.v1.StatusResponse
-	33, // 61: taskstore.v1.Admin.Routing:output_type -> taskstore.v1.RoutingResponse
-	35, // 62: taskstore.v1.Admin.TransferLeader:output_type -> taskstore.v1.TransferLeaderResponse
-	37, // 63: taskstore.v1.Admin.AddNode:output_type -> taskstore.v1.AddNodeResponse
-	39, // 64: taskstore.v1.Admin.RemoveNode:output_type -> taskstore.v1.RemoveNodeResponse
-	41, // 65: taskstore.v1.Admin.RebuildReplica:output_type -> taskstore.v1.RebuildReplicaResponse
-	54, // [54:66] is the sub-list for method output_type
-	42, // [42:54] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	42, // 38: taskstore.v1.StatusResponse.now:type_name -> google.protobuf.Timestamp
+	31, // 39: taskstore.v1.ShardRoute.replicas:type_name -> taskstore.v1.Replica
+	32, // 40: taskstore.v1.RoutingResponse.shards:type_name -> taskstore.v1.ShardRoute
+	24, // 41: taskstore.v1.AddNodeResponse.node:type_name -> taskstore.v1.NodeStatus
+	24, // 42: taskstore.v1.RemoveNodeResponse.node:type_name -> taskstore.v1.NodeStatus
+	6,  // 43: taskstore.v1.TaskStore.Modify:input_type -> taskstore.v1.ModifyRequest
+	11, // 44: taskstore.v1.TaskStore.Claim:input_type -> taskstore.v1.ClaimRequest
+	13, // 45: taskstore.v1.TaskStore.Tasks:input_type -> taskstore.v1.TasksRequest
+	15, // 46: taskstore.v1.TaskStore.Queues:input_type -> taskstore.v1.QueuesRequest
+	20, // 47: taskstore.v1.TaskStore.Time:input_type -> taskstore.v1.TimeRequest
+	18, // 48: taskstore.v1.TaskStore.Purge:input_type -> taskstore.v1.PurgeRequest
+	23, // 49: taskstore.v1.Admin.Status:input_type -> taskstore.v1.StatusRequest
+	30, // 50: taskstore.v1.Admin.Routing:input_type -> taskstore.v1.RoutingRequest
+	34, // 51: taskstore.v1.Admin.TransferLeader:input_type -> taskstore.v1.TransferLeaderRequest
+	36, // 52: taskstore.v1.Admin.AddNode:input_type -> taskstore.v1.AddNodeRequest
+	38, // 53: taskstore.v1.Admin.RemoveNode:input_type -> taskstore.v1.RemoveNodeRequest
+	40, // 54: taskstore.v1.Admin.RebuildReplica:input_type -> taskstore.v1.RebuildReplicaRequest
+	8,  // 55: taskstore.v1.TaskStore.Modify:output_type -> taskstore.v1.ModifyResponse
+	12, // 56: taskstore.v1.TaskStore.Claim:output_type -> taskstore.v1.ClaimResponse
+	14, // 57: taskstore.v1.TaskStore.Tasks:output_type -> taskstore.v1.TasksResponse
+	17, // 58: taskstore.v1.TaskStore.Queues:output_type -> taskstore.v1.QueuesResponse
+	21, // 59: taskstore.v1.TaskStore.Time:output_type -> taskstore.v1.TimeResponse
+	19, // 60: taskstore.v1.TaskStore.Purge:output_type -> taskstore.v1.PurgeResponse
+	29, // 61: taskstore.v1.Admin.Status:output_type -> taskstore.v1.StatusResponse
+	33, // 62: taskstore.v1.Admin.Routing:output_type -> taskstore.v1.RoutingResponse
+	35, // 63: taskstore.v1.Admin.TransferLeader:output_type -> taskstore.v1.TransferLeaderResponse
+	37, // 64: taskstore.v1.Admin.AddNode:output_type -> taskstore.v1.AddNodeResponse
+	39, // 65: taskstore.v1.Admin.RemoveNode:output_type -> taskstore.v1.RemoveNodeResponse
+	41, // 66: taskstore.v1.Admin.RebuildReplica:output_type -> taskstore.v1.RebuildReplicaResponse
+	55, // [55:67] is the sub-list for method output_type
+	43, // [43:55] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_taskstore_v1_taskstore_proto_init() }

@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/e1158ecb/taskstore/client"
+	"github.com/e1158ecb/taskstore/cluster"
 	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
 	"github.com/e1158ecb/taskstore/testing/checker"
 	"github.com/e1158ecb/taskstore/testing/harness"
@@ -359,7 +360,10 @@ type result struct {
 
 func runScenario(t *testing.T, sc scenario) result {
 	start := time.Now()
-	c := harness.Start(t, 3, harness.Options{Shards: 2, Scale: 2, LogLevel: logLevel()})
+	// The transfer scenario's 1.5 s skew is meant to be tolerated (a node
+	// that far off would refuse to lead at the default 500 ms).
+	c := harness.Start(t, 3, harness.Options{Shards: 2, Scale: 2, LogLevel: logLevel(),
+		Tune: func(tu *cluster.Tuning) { tu.MaxClockOffset = 3 * time.Second }})
 	c.WaitReady()
 	h := workload.NewHistory()
 	e := &env{t: t, c: c, h: h}
