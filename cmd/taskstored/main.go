@@ -36,6 +36,7 @@ type flags struct {
 	join                              []string
 	shards, replicas                  int
 	timeoutScale                      float64
+	maxClockOffset                    time.Duration
 	logLevel, logFormat               string
 	shutdownTimeout                   time.Duration
 	sec                               secflags.Server
@@ -102,6 +103,7 @@ in 'taskctl status', until an operator adds it.`,
 	fl.IntVar(&f.shards, "shards", 8, "bootstrap only: number of shards (Raft groups)")
 	fl.IntVar(&f.replicas, "replicas", 3, "bootstrap only: replicas per shard (capped by cluster size)")
 	fl.Float64Var(&f.timeoutScale, "raft-timeout-scale", 1, "multiply Raft timeouts (raise on overloaded machines to avoid spurious elections)")
+	fl.DurationVar(&f.maxClockOffset, "max-clock-offset", cluster.DefaultTuning().MaxClockOffset, "how far this node's clock may be from most of its peers' before it refuses to lead (log time is the leader's clock and never goes back); 0 turns the check off")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fl.StringVar(&f.logFormat, "log-format", "text", "text or json")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long a graceful stop may take")
@@ -130,10 +132,15 @@ func (f *flags) config(log *slog.Logger) (cluster.Config, error) {
 	if f.timeoutScale <= 0 {
 		return cluster.Config{}, fmt.Errorf("--raft-timeout-scale must be positive")
 	}
+	if f.maxClockOffset < 0 {
+		return cluster.Config{}, fmt.Errorf("--max-clock-offset %v: must not be negative", f.maxClockOffset)
+	}
+	tuning := cluster.DefaultTuning().Scaled(f.timeoutScale)
+	tuning.MaxClockOffset = f.maxClockOffset
 	return cluster.Config{
 		ID: f.id, DataDir: f.dataDir, ListenAddr: f.listen, AdvertiseAddr: f.advertise, GossipAddr: f.gossip, HTTPAddr: f.http,
 		InitialCluster: peers, Join: f.join, Shards: f.shards, Replicas: f.replicas,
-		Tuning: cluster.DefaultTuning().Scaled(f.timeoutScale), Logger: log,
+		Tuning: tuning, Logger: log,
 	}, nil
 }
 
