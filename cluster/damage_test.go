@@ -71,7 +71,9 @@ func TestDamagedReplicaStaysDownAloneAndIsRebuilt(t *testing.T) {
 				time.Sleep(200 * time.Millisecond)
 			}
 			if rs := replicaRole(t, c, (bad+1)%3, sa, badID); rs.GetDivergence().GetDamaged() == "" {
-				t.Fatalf("status shows the damaged replica as %v", rs)
+				st, err := taskstorepb.NewAdminClient(c.Conn(bad)).Status(ctxT(t, 10*time.Second), &taskstorepb.StatusRequest{LocalOnly: true})
+				st2, err2 := taskstorepb.NewAdminClient(c.Conn((bad+1)%3)).Status(ctxT(t, 10*time.Second), &taskstorepb.StatusRequest{})
+				t.Fatalf("status shows the damaged replica as %v\nlocal: %v %v\nasker: %v %v", rs, st, err, st2, err2)
 			}
 			// The other two keep the shard.
 			insert(t, c, qa, "a-after", "x")

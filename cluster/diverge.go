@@ -414,6 +414,14 @@ func (n *Node) RebuildReplica(ctx context.Context, shard uint32, node string) er
 	cm := n.meta.Map()
 	sh := findShard(cm, shard)
 	if sh == nil {
+		n.mu.RLock()
+		local := n.shards[shard] != nil || n.diverged[shard] != nil
+		n.mu.RUnlock()
+		if local || len(cm.Shards) == 0 {
+			// A node that restarted holds the shard but has not yet
+			// replayed the map that names it.
+			return fmt.Errorf("%w: this node has not caught up with the map yet (shard %d)", ErrNotReady, shard)
+		}
 		return fmt.Errorf("%w: %d", ErrUnknownShard, shard)
 	}
 	if !slices.Contains(sh.Replicas, node) {

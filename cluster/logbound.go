@@ -42,23 +42,28 @@ func (n *Node) boundLog(s *Shard, t Tuning) {
 	}
 	mean := max(1, uint64(bytes)/(last-first+1))
 	fit := func(limit uint64) uint64 {
-		return max(minTrailing, min(limit, uint64(t.MaxLogBytes)/2/mean))
+		return min(limit, max(minTrailing, uint64(t.MaxLogBytes)/2/mean))
 	}
-	want := [2]uint64{fit(t.TrailingLogs), fit(t.SnapshotThreshold)}
-	if s.logBound != want {
-		err := s.g.raft.ReloadConfig(raft.ReloadableConfig{
-			TrailingLogs:      want[0],
-			SnapshotInterval:  t.SnapshotInterval,
-			SnapshotThreshold: want[1],
-			HeartbeatTimeout:  t.HeartbeatTimeout,
-			ElectionTimeout:   t.ElectionTimeout,
-		})
-		if err != nil {
+	// Only the two counts change, and only downward from their base: a
+	// ReloadConfig by anyone else (timeouts, a shorter log) is kept, and its
+	// counts become the new base.
+	rc := s.g.raft.ReloadableConfig()
+	cur := [2]uint64{rc.TrailingLogs, rc.SnapshotThreshold}
+	if s.logBase == ([2]uint64{}) {
+		s.logBase = [2]uint64{t.TrailingLogs, t.SnapshotThreshold}
+	}
+	if s.logBound != ([2]uint64{}) && cur != s.logBound {
+		s.logBase = cur
+	}
+	want := [2]uint64{fit(s.logBase[0]), fit(s.logBase[1])}
+	if cur != want {
+		rc.TrailingLogs, rc.SnapshotThreshold = want[0], want[1]
+		if err := s.g.raft.ReloadConfig(rc); err != nil {
 			n.log.Warn("bound the Raft log by bytes", "shard", s.id, "err", err)
 			return
 		}
-		s.logBound = want
 	}
+	s.logBound = want
 	if bytes > t.MaxLogBytes {
 		err := s.g.raft.Snapshot().Error()
 		if err != nil && !errors.Is(err, raft.ErrNothingNewToSnapshot) {

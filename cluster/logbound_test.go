@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
+
 	"github.com/e1158ecb/taskstore/cluster"
 	"github.com/e1158ecb/taskstore/testing/harness"
 )
@@ -48,5 +50,46 @@ func TestRaftLogIsBoundedByBytes(t *testing.T) {
 	// Nothing was lost to the snapshots.
 	if got := get(t, c, "big/q", "t000"); got == nil {
 		t.Fatal("the first task is gone")
+	}
+}
+
+// The byte bound lowers raft's entry counts but keeps what someone else set
+// with ReloadConfig: a shorter log (the chaos suite's snapshot scenario sets
+// 32 and 64 so a lagging follower needs a snapshot) and the timeouts. It
+// once put Tuning's counts back within seconds, and the follower caught up
+// from the log instead.
+func TestLogBoundKeepsAReloadedConfig(t *testing.T) {
+	c := harness.Start(t, 3, harness.Options{Shards: 1, Scale: raceScale, Tune: func(tu *cluster.Tuning) {
+		tu.LogBoundEvery = 50 * time.Millisecond
+		tu.MaxLogBytes = 256 << 10 // small enough that the bound moves the counts
+	}})
+	c.WaitReady()
+	for i := 0; i < 20; i++ {
+		insert(t, c, "reload/q", fmt.Sprintf("t%02d", i), "x")
+	}
+	shard := c.Shards()[0]
+	var hb time.Duration
+	if err := c.ReloadRaft(shard, func(rc *raft.ReloadableConfig) {
+		rc.TrailingLogs, rc.SnapshotThreshold = 32, 64
+		rc.HeartbeatTimeout += 7 * time.Millisecond
+		rc.ElectionTimeout = max(rc.ElectionTimeout, rc.HeartbeatTimeout)
+		hb = rc.HeartbeatTimeout
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// Larger entries change the mean entry size, so the bound recomputes.
+	for i := 20; i < 40; i++ {
+		insert(t, c, "reload/q", fmt.Sprintf("t%02d", i), strings.Repeat("x", 2<<10))
+	}
+	time.Sleep(time.Second) // twenty bound periods
+	for i := range c.Nodes {
+		rc, ok := c.RaftConfig(i, shard)
+		if !ok {
+			continue
+		}
+		if rc.TrailingLogs != 32 || rc.SnapshotThreshold != 64 || rc.HeartbeatTimeout != hb {
+			t.Errorf("%s: trailing %d, threshold %d, heartbeat %v; want 32, 64, %v as reloaded",
+				c.Nodes[i].ID, rc.TrailingLogs, rc.SnapshotThreshold, rc.HeartbeatTimeout, hb)
+		}
 	}
 }

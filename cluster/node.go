@@ -21,6 +21,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
@@ -782,8 +783,18 @@ type connPool struct {
 }
 
 func newConnPool(opts []grpc.DialOption) *connPool {
-	// Accept any answer a node may send (taskstorepb.MaxResponseBytes), not gRPC's default 4 MiB.
-	opts = append([]grpc.DialOption{grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(taskstorepb.MaxResponseBytes))}, opts...)
+	// Accept any answer a node may send (taskstorepb.MaxResponseBytes), not
+	// gRPC's default 4 MiB. Reconnect to a restarted peer within a second:
+	// gRPC's default backoff grows to two minutes, and a peer that was down
+	// for a while would stay missing from status and forwarding long after
+	// it came back.
+	opts = append([]grpc.DialOption{
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(taskstorepb.MaxResponseBytes)),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+			MinConnectTimeout: 5 * time.Second,
+		}),
+	}, opts...)
 	return &connPool{opts: opts, conns: make(map[string]*grpc.ClientConn)}
 }
 

@@ -39,6 +39,9 @@ type Shard struct {
 	// logBound: the TrailingLogs and SnapshotThreshold last set by
 	// boundLogs (node goroutine only).
 	logBound [2]uint64
+	// logBase: the counts the bound never exceeds: Tuning's, or what
+	// someone else (an operator, a test) set with ReloadConfig since.
+	logBase [2]uint64
 	// leaderHint resolves a leader id to its gRPC address through the map.
 	leaderHint func(shard uint32, id raft.ServerID, addr raft.ServerAddress) *NotLeaderError
 

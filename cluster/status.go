@@ -39,7 +39,9 @@ func (n *Node) Status(ctx context.Context, localOnly bool) *taskstorepb.StatusRe
 			}
 			cctx, cancel := context.WithTimeout(ctx, time.Second)
 			defer cancel()
-			peer, err := taskstorepb.NewAdminClient(conn).Status(cctx, &taskstorepb.StatusRequest{LocalOnly: true})
+			// Wait for a connection (within the second) rather than fail
+			// fast while a restarted peer's channel reconnects.
+			peer, err := taskstorepb.NewAdminClient(conn).Status(cctx, &taskstorepb.StatusRequest{LocalOnly: true}, grpc.WaitForReady(true))
 			if err != nil {
 				return
 			}
@@ -98,8 +100,9 @@ func (n *Node) localStatus(cm *metapb.ClusterMap) *taskstorepb.StatusResponse {
 		}
 		st.Nodes = append(st.Nodes, &taskstorepb.NodeStatus{Id: id, Address: m.Meta.Address, GossipAddress: m.GossipAddress,
 			HttpAddress: m.Meta.HTTPAddress, State: "waiting", Health: m.Health})
+		seen[id] = true
 	}
-	if len(cm.Nodes) == 0 {
+	if len(cm.Nodes) == 0 && !seen[n.cfg.ID] {
 		// Before the map exists, at least describe this node (peers ask
 		// for its gossip address while bootstrapping).
 		st.Nodes = append(st.Nodes, &taskstorepb.NodeStatus{Id: n.cfg.ID, Address: n.addr, GossipAddress: n.cfg.GossipAddr,
@@ -128,6 +131,32 @@ func (n *Node) localStatus(cm *metapb.ClusterMap) *taskstorepb.StatusResponse {
 		}
 		ss.Replicas = slices.Clone(s.Replicas)
 		st.Shards = append(st.Shards, ss)
+	}
+	// A node that restarted has not yet replayed its copy of the map, but it
+	// already runs (or refuses, as damaged or diverged) the replicas it has
+	// on disk: report those too, so an operator sees a damaged replica at
+	// once rather than after the node catches up.
+	n.mu.RLock()
+	var extra []uint32
+	for id := range n.shards {
+		if findShard(cm, id) == nil {
+			extra = append(extra, id)
+		}
+	}
+	for id := range n.diverged {
+		if findShard(cm, id) == nil && n.shards[id] == nil {
+			extra = append(extra, id)
+		}
+	}
+	n.mu.RUnlock()
+	slices.Sort(extra)
+	for _, id := range extra {
+		if local := n.Shard(id); local != nil {
+			st.Shards = append(st.Shards, groupStatus(id, local.g.raft, n.cfg.ID, local))
+		} else if d := n.Diverged(id); d != nil {
+			st.Shards = append(st.Shards, &taskstorepb.ShardStatus{Id: id,
+				ReplicaStatus: []*taskstorepb.ReplicaStatus{{Node: n.cfg.ID, Role: RoleDiverged, Divergence: d}}})
+		}
 	}
 	slotCount := map[uint32]uint32{}
 	for _, sh := range cm.Slots {

@@ -126,6 +126,16 @@ func (c *Cluster) ReloadRaft(shard uint32, f func(*raft.ReloadableConfig)) error
 	return nil
 }
 
+// RaftConfig reads node i's reloadable Raft settings for shard; false when
+// the node does not run it.
+func (c *Cluster) RaftConfig(i int, shard uint32) (raft.ReloadableConfig, bool) {
+	r := c.raftOf(i, shard)
+	if r == nil {
+		return raft.ReloadableConfig{}, false
+	}
+	return r.ReloadableConfig(), true
+}
+
 // RaftStat reads a numeric field of node i's Raft stats for shard
 // ("last_log_index", "last_snapshot_index", "term", "applied_index"...),
 // 0 when unknown.
