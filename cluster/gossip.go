@@ -27,6 +27,9 @@ const (
 type gossipMeta struct {
 	Address     string `json:"addr"`
 	HTTPAddress string `json:"http,omitempty"`
+	// DiskLow: the node's data disk is (nearly) full; peers do not hand it
+	// leadership (disk.go).
+	DiskLow bool `json:"disk_low,omitempty"`
 }
 
 // gossipMember is one node seen through gossip.
@@ -40,9 +43,10 @@ type gossipMember struct {
 type gossip struct {
 	// Lock order: memberlist's internal locks before mu (the event delegate
 	// runs under them).
-	ml   *memberlist.Memberlist
-	meta []byte
-	log  *slog.Logger
+	ml     *memberlist.Memberlist
+	metaMu sync.Mutex // guards meta; independent of memberlist's locks
+	meta   []byte
+	log    *slog.Logger
 
 	mu      sync.Mutex // guards members
 	members map[string]gossipMember
@@ -173,10 +177,24 @@ func (g *gossip) record(n *memberlist.Node, health string) {
 
 // memberlist.Delegate
 func (g *gossip) NodeMeta(limit int) []byte {
+	g.metaMu.Lock()
+	defer g.metaMu.Unlock()
 	if len(g.meta) > limit {
 		return nil
 	}
 	return g.meta
+}
+
+// setMeta changes what this node gossips about itself and tells the others.
+func (g *gossip) setMeta(meta gossipMeta) error {
+	encoded, err := json.Marshal(meta)
+	if err != nil {
+		return err
+	}
+	g.metaMu.Lock()
+	g.meta = encoded
+	g.metaMu.Unlock()
+	return g.ml.UpdateNode(time.Second)
 }
 func (g *gossip) NotifyMsg([]byte)                           {}
 func (g *gossip) GetBroadcasts(overhead, limit int) [][]byte { return nil }

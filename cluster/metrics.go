@@ -26,6 +26,8 @@ type nodeMetrics struct {
 	logSyncEntries  prometheus.Histogram
 	logBytes        prometheus.Counter
 	clockOffset     prometheus.Gauge
+	diskFree        prometheus.Gauge
+	diskLow         prometheus.Gauge
 }
 
 func newNodeMetrics(reg prometheus.Registerer, n *Node) *nodeMetrics {
@@ -61,9 +63,18 @@ func newNodeMetrics(reg prometheus.Registerer, n *Node) *nodeMetrics {
 			Name: "taskstore_clock_offset_seconds",
 			Help: "Median offset of this node's clock from its peers' (this minus theirs), as last measured. Beyond the maximum offset (500 ms by default) from most peers the node refuses to lead.",
 		}),
+		diskFree: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "taskstore_disk_free_bytes",
+			Help: "Free bytes of the file system holding the node's data directory, as last measured.",
+		}),
+		diskLow: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "taskstore_disk_low",
+			Help: "1 while the data directory's free space is below the node's reserve (--min-free-disk, 256 MiB by default): the node refuses to lead and hands its leaderships away; free space or grow the volume.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.applySeconds, m.snapshotSeconds, m.leaderChanges, m.logSyncs, m.logSyncEntries, m.logBytes, m.clockOffset, &shardCollector{n: n})
+		reg.MustRegister(m.applySeconds, m.snapshotSeconds, m.leaderChanges, m.logSyncs, m.logSyncEntries, m.logBytes, m.clockOffset,
+			m.diskFree, m.diskLow, &shardCollector{n: n})
 	}
 	return m
 }

@@ -61,6 +61,9 @@ type Config struct {
 	Dialer Dialer
 	// Clock is the node's wall clock (offsets in tests).
 	Clock func() time.Time
+	// DiskFree measures the free bytes of the data directory's file system
+	// (statfs when nil; tests fill a disk with it).
+	DiskFree func(dir string) (uint64, error)
 	// Listener, when set, is used instead of listening on ListenAddr.
 	Listener net.Listener
 	// DialOptions are used for node-to-node gRPC calls (with TLS, they
@@ -94,6 +97,7 @@ type Node struct {
 	// raftLog holds the entries of every data shard hosted here (nodelog).
 	raftLog   *nodelog.Log
 	clock     clockState
+	disk      diskState
 	metaReady atomic.Bool
 	gossip    *gossip
 	peers     *connPool
@@ -206,6 +210,7 @@ func Start(cfg Config) (*Node, error) {
 	n.loop(n.tickLoop)
 	n.loop(n.boundLogs)
 	n.loop(n.measureClocks)
+	n.loop(n.watchDisk)
 	log.Info("node started", "addr", n.addr, "gossip", cfg.GossipAddr, "data", cfg.DataDir)
 	return n, nil
 }
@@ -354,7 +359,7 @@ func (n *Node) openShard(id uint32) (*Shard, error) {
 	}
 	s := newShard(id, n.cfg.Clock, n.cfg.Tuning, n.log)
 	s.leaderHint = n.leaderHint
-	s.clockBad = n.ClockBad
+	s.mayNotLead = n.mayNotLead
 	label := shardLabel(id)
 	s.applySeconds = n.metrics.applySeconds.WithLabelValues(label)
 	s.leaderChanges = n.metrics.leaderChanges.WithLabelValues(label)
@@ -742,6 +747,10 @@ func (n *Node) balanceLeaders() {
 			if pref == nil || string(pref.ID) == n.cfg.ID {
 				continue
 			}
+			if why := n.notReadyToLead(s, pref); why != "" {
+				n.log.Debug("not handing shard leadership to preferred replica", "shard", s.id, "to", pref.ID, "why", why)
+				continue
+			}
 			n.log.Info("handing shard leadership to preferred replica", "shard", s.id, "to", pref.ID)
 			ctx, cancel := context.WithTimeout(context.Background(), 2*n.cfg.Tuning.ElectionTimeout+time.Second)
 			err := waitFuture(ctx, s.g.raft.LeadershipTransferToServer(pref.ID, pref.Address))
@@ -754,6 +763,50 @@ func (n *Node) balanceLeaders() {
 	}
 }
 
+// maxTransferLag is how many entries a replica may be behind the leader's
+// commit index and still be handed leadership. raft's transfer first
+// replicates to the target and refuses every write meanwhile, for up to an
+// election timeout; a replica far behind (or one that cannot append: a full
+// disk) would make that pause long and then fail.
+const maxTransferLag = 256
+
+// notReadyToLead asks the replica itself whether it could take the shard
+// over now: it answers, its disk has space, it runs the shard with a healthy
+// role and it has applied all but maxTransferLag of what this leader has
+// committed. It returns why not, or "".
+func (n *Node) notReadyToLead(s *Shard, to *raft.Server) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	st := n.peerStatus(ctx, string(to.Address))
+	if st == nil {
+		return "does not answer"
+	}
+	for _, node := range st.Nodes {
+		if node.Id == string(to.ID) && node.DiskLow {
+			return "data disk nearly full"
+		}
+	}
+	commit := s.g.raft.CommitIndex()
+	for _, ss := range st.Shards {
+		if ss.Id != s.id {
+			continue
+		}
+		for _, rs := range ss.ReplicaStatus {
+			if rs.Node != string(to.ID) {
+				continue
+			}
+			if rs.Role != "follower" {
+				return "replica is " + rs.Role
+			}
+			if rs.AppliedIndex+maxTransferLag < commit {
+				return fmt.Sprintf("behind: applied %d of %d", rs.AppliedIndex, commit)
+			}
+			return ""
+		}
+	}
+	return "does not run the shard"
+}
+
 func (n *Node) preferredLeader(s *Shard, sh *metapb.Shard, health map[string]gossipMember) *raft.Server {
 	f := s.g.raft.GetConfiguration()
 	if f.Error() != nil {
@@ -763,7 +816,10 @@ func (n *Node) preferredLeader(s *Shard, sh *metapb.Shard, health map[string]gos
 		if id != n.cfg.ID && (health[id].Health != HealthAlive || n.peerClockFar(id)) {
 			continue
 		}
-		if id == n.cfg.ID && n.ClockBad() {
+		if id != n.cfg.ID && health[id].Meta.DiskLow {
+			continue
+		}
+		if id == n.cfg.ID && n.mayNotLead() != "" {
 			continue
 		}
 		for _, srv := range f.Configuration().Servers {

@@ -33,9 +33,9 @@ type Shard struct {
 	aheadMu   sync.Mutex
 	aheadLog  int64
 	aheadMono time.Time
-	// clockBad reports whether this node's clock is too far from its
-	// peers' to lead (clock.go); nil trusts it.
-	clockBad func() bool
+	// mayNotLead says why this node must not lead now (a clock too far
+	// from its peers', clock.go; a full disk, disk.go), or ""; nil trusts it.
+	mayNotLead func() string
 	// logBound: the TrailingLogs and SnapshotThreshold last set by
 	// boundLogs (node goroutine only).
 	logBound [2]uint64
@@ -167,8 +167,10 @@ func (s *Shard) Propose(ctx context.Context, cmd *fsmpb.Command) (*fsmpb.Result,
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if s.clockBad != nil && s.clockBad() {
-		// Its time would become the log's for good (see clock.go).
+	if s.mayNotLead != nil && s.mayNotLead() != "" {
+		// A far clock's time would become the log's for good (clock.go);
+		// a full disk cannot append (disk.go). No hint: it hands
+		// leadership away.
 		return nil, &NotLeaderError{Shard: s.id}
 	}
 	cmd.Now = s.Now()

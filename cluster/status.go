@@ -3,8 +3,10 @@ package cluster
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -108,9 +110,18 @@ func (n *Node) localStatus(cm *metapb.ClusterMap) *taskstorepb.StatusResponse {
 		st.Nodes = append(st.Nodes, &taskstorepb.NodeStatus{Id: n.cfg.ID, Address: n.addr, GossipAddress: n.cfg.GossipAddr,
 			HttpAddress: n.cfg.HTTPAddr, State: "waiting", Health: HealthAlive})
 	}
+	free, measured := n.diskFreeBytes()
 	for _, node := range st.Nodes {
-		if node.Id == n.cfg.ID && node.GossipAddress == "" {
-			node.GossipAddress = n.cfg.GossipAddr
+		if node.Id == n.cfg.ID {
+			if node.GossipAddress == "" {
+				node.GossipAddress = n.cfg.GossipAddr
+			}
+			node.DiskLow = n.DiskLow()
+			if measured {
+				node.DiskFreeBytes = free
+			}
+		} else if m, ok := health[node.Id]; ok {
+			node.DiskLow = m.Meta.DiskLow // until the node itself answers (Status)
 		}
 	}
 	slices.SortFunc(st.Nodes, func(a, b *taskstorepb.NodeStatus) int { return cmp.Compare(a.Id, b.Id) })
@@ -210,6 +221,17 @@ func groupStatus(id uint32, r *raft.Raft, self string, s *Shard) *taskstorepb.Sh
 
 // mergeStatus folds a peer's local view into st.
 func mergeStatus(st, peer *taskstorepb.StatusResponse) {
+	// The peer knows its own disk best.
+	for _, pn := range peer.Nodes {
+		if pn.Id != peer.Node {
+			continue
+		}
+		for _, node := range st.Nodes {
+			if node.Id == pn.Id {
+				node.DiskLow, node.DiskFreeBytes = pn.DiskLow, pn.DiskFreeBytes
+			}
+		}
+	}
 	byID := map[uint32]*taskstorepb.ShardStatus{}
 	for _, s := range st.Shards {
 		byID[s.Id] = s
@@ -283,22 +305,38 @@ func (n *Node) TransferLeader(ctx context.Context, shard uint32, to string) (str
 	if !s.IsLeader() {
 		return "", s.notLeader()
 	}
-	var f raft.Future
-	if to == "" {
-		f = s.g.raft.LeadershipTransfer()
-	} else {
-		cm := n.meta.Map()
-		node := findNode(cm, to)
-		if node == nil {
+	// Hand it only to a replica that can take it now (notReadyToLead): raft
+	// refuses every write until the target has caught up and won, and a
+	// target that cannot append (a full disk) never does.
+	var why []string
+	for _, srv := range s.voters() {
+		if string(srv.ID) == n.cfg.ID || to != "" && string(srv.ID) != to {
+			continue
+		}
+		reason := n.notReadyToLead(s, &srv)
+		if reason == "" && n.peerClockFar(string(srv.ID)) {
+			reason = "clock too far from this node's"
+		}
+		if reason != "" {
+			why = append(why, fmt.Sprintf("%s: %s", srv.ID, reason))
+			continue
+		}
+		if err := waitFuture(ctx, s.g.raft.LeadershipTransferToServer(srv.ID, srv.Address)); err != nil {
+			return "", err
+		}
+		_, id := s.g.raft.LeaderWithID()
+		return string(id), nil
+	}
+	if to != "" && len(why) == 0 {
+		if to == n.cfg.ID {
+			return n.cfg.ID, nil // it leads already
+		}
+		if findNode(n.meta.Map(), to) == nil {
 			return "", &NotFoundError{What: "node", Name: to}
 		}
-		f = s.g.raft.LeadershipTransferToServer(raft.ServerID(to), raft.ServerAddress(node.Address))
+		return "", fmt.Errorf("%w: %s is not a voter of shard %d", ErrRefused, to, shard)
 	}
-	if err := waitFuture(ctx, f); err != nil {
-		return "", err
-	}
-	_, id := s.g.raft.LeaderWithID()
-	return string(id), nil
+	return "", fmt.Errorf("%w: no replica of shard %d can lead now (%s)", ErrRefused, shard, strings.Join(why, "; "))
 }
 
 // PeerConn returns the node's pooled connection to another node.

@@ -30,6 +30,10 @@ type Tuning struct {
 	// often it measures.
 	MaxClockOffset  time.Duration
 	ClockCheckEvery time.Duration
+	// MinFreeDisk is the free space of the data directory below which the
+	// node refuses to lead (disk.go); DiskCheckEvery is how often it looks.
+	MinFreeDisk    int64
+	DiskCheckEvery time.Duration
 }
 
 // DefaultTuning suits a node hosting a few dozen groups: heartbeats relaxed
@@ -49,6 +53,8 @@ func DefaultTuning() Tuning {
 		LogBoundEvery:      5 * time.Second,
 		MaxClockOffset:     500 * time.Millisecond,
 		ClockCheckEvery:    5 * time.Second,
+		MinFreeDisk:        256 << 20,
+		DiskCheckEvery:     time.Second,
 	}
 }
 

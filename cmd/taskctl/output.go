@@ -149,9 +149,17 @@ func printQueues(w io.Writer, queues []*taskstorepb.QueueStats) error {
 }
 
 func printNodes(w io.Writer, nodes []*taskstorepb.NodeStatus) error {
-	t := newTable(w, "ID", "ADDRESS", "STATE", "HEALTH", "SHARDS", "LEADS")
+	t := newTable(w, "ID", "ADDRESS", "STATE", "HEALTH", "DISK FREE", "SHARDS", "LEADS")
 	for _, n := range nodes {
-		t.row(n.Id, orDash(n.Address), orDash(n.State), orDash(n.Health), joinUint(n.Shards), joinUint(n.Leads))
+		disk := "-"
+		if n.DiskFreeBytes > 0 {
+			disk = humanBytes(n.DiskFreeBytes)
+		}
+		if n.DiskLow {
+			// The node refuses to lead until space is freed.
+			disk += " LOW"
+		}
+		t.row(n.Id, orDash(n.Address), orDash(n.State), orDash(n.Health), disk, joinUint(n.Shards), joinUint(n.Leads))
 	}
 	return t.flush()
 }

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -37,6 +38,7 @@ type flags struct {
 	shards, replicas                  int
 	timeoutScale                      float64
 	maxClockOffset                    time.Duration
+	minFreeDisk                       string
 	logLevel, logFormat               string
 	shutdownTimeout                   time.Duration
 	sec                               secflags.Server
@@ -104,6 +106,7 @@ in 'taskctl status', until an operator adds it.`,
 	fl.IntVar(&f.replicas, "replicas", 3, "bootstrap only: replicas per shard (capped by cluster size)")
 	fl.Float64Var(&f.timeoutScale, "raft-timeout-scale", 1, "multiply Raft timeouts (raise on overloaded machines to avoid spurious elections)")
 	fl.DurationVar(&f.maxClockOffset, "max-clock-offset", cluster.DefaultTuning().MaxClockOffset, "how far this node's clock may be from most of its peers' before it refuses to lead (log time is the leader's clock and never goes back); 0 turns the check off")
+	fl.StringVar(&f.minFreeDisk, "min-free-disk", "256MiB", "free space of the --data-dir file system below which this node refuses to lead and hands its leaderships away (it keeps following); bytes, or with KiB, MiB, GiB; 0 turns the check off")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fl.StringVar(&f.logFormat, "log-format", "text", "text or json")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long a graceful stop may take")
@@ -137,6 +140,13 @@ func (f *flags) config(log *slog.Logger) (cluster.Config, error) {
 	}
 	tuning := cluster.DefaultTuning().Scaled(f.timeoutScale)
 	tuning.MaxClockOffset = f.maxClockOffset
+	if f.minFreeDisk != "" {
+		b, err := parseBytes(f.minFreeDisk)
+		if err != nil {
+			return cluster.Config{}, fmt.Errorf("--min-free-disk %q: %w", f.minFreeDisk, err)
+		}
+		tuning.MinFreeDisk = b
+	}
 	return cluster.Config{
 		ID: f.id, DataDir: f.dataDir, ListenAddr: f.listen, AdvertiseAddr: f.advertise, GossipAddr: f.gossip, HTTPAddr: f.http,
 		InitialCluster: peers, Join: f.join, Shards: f.shards, Replicas: f.replicas,
@@ -209,4 +219,28 @@ func run(log *slog.Logger, shutdownTimeout time.Duration, after func() (shutdown
 		}
 	}
 	return nil
+}
+
+// parseBytes reads a size: a whole number of bytes, optionally followed by
+// KiB, MiB or GiB (or KB, MB, GB, also powers of 1024, as df prints them).
+func parseBytes(s string) (int64, error) {
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1 << 10}, {"MB", 1 << 20}, {"GB", 1 << 30}, {"B", 1}}
+	num, mult := strings.TrimSpace(s), int64(1)
+	for _, u := range units {
+		if rest, ok := strings.CutSuffix(num, u.suffix); ok {
+			num, mult = strings.TrimSpace(rest), u.mult
+			break
+		}
+	}
+	v, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || v < 0 {
+		return 0, fmt.Errorf("want a size such as 256MiB or 1GiB")
+	}
+	if v > (1<<62)/mult {
+		return 0, fmt.Errorf("too large")
+	}
+	return v * mult, nil
 }

@@ -32,3 +32,35 @@ func TestConfigMaxClockOffset(t *testing.T) {
 		}
 	}
 }
+
+func TestConfigMinFreeDisk(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		want    int64
+		wantErr string
+	}{
+		{"256MiB", 256 << 20, ""},
+		{"1GiB", 1 << 30, ""},
+		{"4096", 4096, ""},
+		{"512 MB", 512 << 20, ""},
+		{"0", 0, ""}, // the check off
+		{"-1", 0, "want a size"},
+		{"lots", 0, "want a size"},
+		{"99999999999GiB", 0, "too large"},
+	} {
+		f := &flags{id: "n1", dataDir: t.TempDir(), shards: 8, replicas: 3, timeoutScale: 1, minFreeDisk: tc.in}
+		cfg, err := f.config(slog.Default())
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("--min-free-disk %q: err %v, want %q", tc.in, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("--min-free-disk %q: %v", tc.in, err)
+		}
+		if cfg.Tuning.MinFreeDisk != tc.want {
+			t.Fatalf("--min-free-disk %q reached the node as %d, want %d", tc.in, cfg.Tuning.MinFreeDisk, tc.want)
+		}
+	}
+}

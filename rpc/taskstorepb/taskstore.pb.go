@@ -1860,8 +1860,14 @@ type NodeStatus struct {
 	// alive, suspect or dead, as gossip sees it.
 	Health string `protobuf:"bytes,6,opt,name=health,proto3" json:"health,omitempty"`
 	// Shards this node replicates, and leads.
-	Shards        []uint32 `protobuf:"varint,7,rep,packed,name=shards,proto3" json:"shards,omitempty"`
-	Leads         []uint32 `protobuf:"varint,8,rep,packed,name=leads,proto3" json:"leads,omitempty"`
+	Shards []uint32 `protobuf:"varint,7,rep,packed,name=shards,proto3" json:"shards,omitempty"`
+	Leads  []uint32 `protobuf:"varint,8,rep,packed,name=leads,proto3" json:"leads,omitempty"`
+	// The node's data disk is below its reserve (--min-free-disk): it
+	// refuses to lead until space is freed.
+	DiskLow bool `protobuf:"varint,9,opt,name=disk_low,json=diskLow,proto3" json:"disk_low,omitempty"`
+	// Free bytes of the node's data disk, as it last measured (0 when the
+	// node did not answer).
+	DiskFreeBytes uint64 `protobuf:"varint,10,opt,name=disk_free_bytes,json=diskFreeBytes,proto3" json:"disk_free_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1950,6 +1956,20 @@ func (x *NodeStatus) GetLeads() []uint32 {
 		return x.Leads
 	}
 	return nil
+}
+
+func (x *NodeStatus) GetDiskLow() bool {
+	if x != nil {
+		return x.DiskLow
+	}
+	return false
+}
+
+func (x *NodeStatus) GetDiskFreeBytes() uint64 {
+	if x != nil {
+		return x.DiskFreeBytes
+	}
+	return 0
 }
 
 type ReplicaStatus struct {
@@ -3167,7 +3187,7 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\n" +
 	"local_only\x18\x01 \x01(\bR\tlocalOnly\x12\x1d\n" +
 	"\n" +
-	"clock_only\x18\x02 \x01(\bR\tclockOnly\"\xdc\x01\n" +
+	"clock_only\x18\x02 \x01(\bR\tclockOnly\"\x9f\x02\n" +
 	"\n" +
 	"NodeStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
@@ -3177,7 +3197,10 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\x05state\x18\x05 \x01(\tR\x05state\x12\x16\n" +
 	"\x06health\x18\x06 \x01(\tR\x06health\x12\x16\n" +
 	"\x06shards\x18\a \x03(\rR\x06shards\x12\x14\n" +
-	"\x05leads\x18\b \x03(\rR\x05leads\"\xe7\x02\n" +
+	"\x05leads\x18\b \x03(\rR\x05leads\x12\x19\n" +
+	"\bdisk_low\x18\t \x01(\bR\adiskLow\x12&\n" +
+	"\x0fdisk_free_bytes\x18\n" +
+	" \x01(\x04R\rdiskFreeBytes\"\xe7\x02\n" +
 	"\rReplicaStatus\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12!\n" +

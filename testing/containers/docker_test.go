@@ -111,7 +111,9 @@ var seq atomic.Int32
 // startCluster creates the network and starts n nodes (every shard
 // replicated replicas times) and a proxy. Everything is removed when the
 // test ends, whatever happens.
-func startCluster(t *testing.T, n, shards, replicas int) *dockerCluster {
+//
+// extra, when set, adds docker run arguments and taskstored flags for a node.
+func startCluster(t *testing.T, n, shards, replicas int, extra ...func(nd *container) (dockerArgs, flags []string)) *dockerCluster {
 	t.Helper()
 	c := &dockerCluster{t: t, network: fmt.Sprintf("tsct-%d-%d", os.Getpid(), seq.Add(1))}
 	t.Cleanup(c.teardown)
@@ -147,6 +149,13 @@ func startCluster(t *testing.T, n, shards, replicas int) *dockerCluster {
 	run := func(ct *container, ports []int, entrypoint string, args ...string) {
 		cmd := []string{"run", "-d", "--name", ct.Name, "--hostname", ct.ID, "--label", label + "=" + c.network,
 			"--network", c.network, "--ip", ct.IP, "--network-alias", ct.ID}
+		for _, x := range extra {
+			if ct != c.Proxy {
+				d, f := x(ct)
+				cmd = append(cmd, d...)
+				args = append(args, f...)
+			}
+		}
 		for _, p := range ports {
 			cmd = append(cmd, "-p", fmt.Sprintf("127.0.0.1::%d", p))
 		}

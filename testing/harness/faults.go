@@ -158,6 +158,14 @@ func (c *Cluster) SetClockOffset(i int, d time.Duration) {
 	c.Nodes[i].cfg.Clock = func() time.Time { return time.Now().Add(d) }
 }
 
+// FillDisk makes node i measure free bytes of free space on its data disk,
+// as if the disk had filled, from its next check on; 0 goes back to the
+// real free space. Writes still succeed: this tests what the node does when
+// it sees the disk fill, not the write errors.
+func (c *Cluster) FillDisk(i int, free uint64) {
+	c.Nodes[i].diskFree.Store(free)
+}
+
 // LeaderTracker counts leader changes by polling every shard's leader. The
 // test goroutine polls it (Sleep polls while it waits), so changes shorter
 // than the polling interval may be missed; Terms counts every election.

@@ -17,6 +17,8 @@ import (
 	"net"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -71,6 +73,9 @@ type Node struct {
 	Dir    string
 	cfg    cluster.Config
 	srv    *rpc.NodeServer
+	// diskFree, when non-zero, is what the node measures as its data
+	// disk's free space (FillDisk).
+	diskFree atomic.Uint64
 }
 
 // Server is the running node, nil while stopped.
@@ -126,6 +131,7 @@ func Start(t testing.TB, n int, opts ...Options) *Cluster {
 			Tuning: tuned(testTuning(o.Scale), o.Tune), Logger: c.logger(node.ID),
 			Dialer: c.net.Dialer(node.ID, c.idOf),
 		}
+		node.cfg.DiskFree = node.measureDisk
 		c.secure(&node.cfg)
 		cfg := node.cfg
 		cfg.Listener = listeners[i]
@@ -174,6 +180,9 @@ func testTuning(scale float64) cluster.Tuning {
 	t.LeaderLeaseTimeout = 500 * time.Millisecond
 	t.CommitTimeout = 10 * time.Millisecond
 	t.SnapshotInterval = 500 * time.Millisecond
+	// A small reserve: a test machine's disk may be fuller than a
+	// server's, and FillDisk simulates the full disk.
+	t.MinFreeDisk = 16 << 20
 	return t.Scaled(scale)
 }
 
@@ -411,6 +420,7 @@ func (c *Cluster) StartJoining(id string) int {
 		Join: []string{c.Nodes[0].Gossip}, Shards: c.opts.Shards, Replicas: c.opts.Replicas,
 		Tuning: testTuning(c.opts.Scale), Logger: c.logger(id), Dialer: c.net.Dialer(id, c.idOf),
 	}
+	node.cfg.DiskFree = node.measureDisk
 	c.secure(&node.cfg)
 	cfg := node.cfg
 	cfg.Listener = l
@@ -430,4 +440,17 @@ func freeAddr(t testing.TB) string {
 		t.Fatal(err)
 	}
 	return addr
+}
+
+// measureDisk is the node's cluster.Config.DiskFree: the real free space,
+// unless FillDisk set one.
+func (n *Node) measureDisk(dir string) (uint64, error) {
+	if v := n.diskFree.Load(); v != 0 {
+		return v, nil
+	}
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return 0, err
+	}
+	return st.Bavail * uint64(st.Bsize), nil
 }
