@@ -31,7 +31,8 @@ func TestContainersFullDisk(t *testing.T) {
 		if nd.ID != victim {
 			return nil, flags
 		}
-		return []string{"--mount", fmt.Sprintf("type=tmpfs,destination=/data,tmpfs-size=%d,tmpfs-mode=1777", diskSize)}, flags
+		// Owned by the image's user (65532), as the image's /data is.
+		return []string{"--tmpfs", fmt.Sprintf("/data:size=%d,uid=65532,gid=65532,mode=0755", diskSize)}, flags
 	})
 	c.WaitReady(3 * time.Minute)
 	v := c.Node(victim)
