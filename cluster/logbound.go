@@ -50,9 +50,12 @@ func (n *Node) boundLog(s *Shard, t Tuning) {
 	rc := s.g.raft.ReloadableConfig()
 	cur := [2]uint64{rc.TrailingLogs, rc.SnapshotThreshold}
 	if s.logBase == ([2]uint64{}) {
+		// Raft started with Tuning's counts: anything else was set by
+		// someone else, before this first check as well as after.
 		s.logBase = [2]uint64{t.TrailingLogs, t.SnapshotThreshold}
+		s.logBound = s.logBase
 	}
-	if s.logBound != ([2]uint64{}) && cur != s.logBound {
+	if cur != s.logBound {
 		s.logBase = cur
 	}
 	want := [2]uint64{fit(s.logBase[0]), fit(s.logBase[1])}
