@@ -334,9 +334,16 @@ func nonZeroAfter(f *os.File, from, to int64) (bool, error) {
 	return false, nil
 }
 
-// zeroFill writes zeros over [from, to) of f.
+// zeroFill writes zeros over [from, to) of f, one page per write. The page
+// cache sizes a folio by the write that creates it: a segment zero-filled in
+// 1 MiB writes is cached in 1 MiB folios, and every later append of a few
+// hundred bytes then dirties, and its fdatasync writes back, a whole MiB
+// (measured here: 1,048,785 bytes written per fdatasync against 4,323 with
+// page-sized fills; taskbench showed ~390 KB written per task per node).
+// Sixteen thousand small writes per 64 MiB segment, in the background, cost
+// far less than that.
 func zeroFill(f *os.File, from, to int64) error {
-	buf := make([]byte, 1<<20)
+	buf := make([]byte, zeroFillChunk)
 	for off := from; off < to; {
 		n := min(int64(len(buf)), to-off)
 		if _, err := f.WriteAt(buf[:n], off); err != nil {
@@ -448,6 +455,9 @@ func (l *Log) rotate() error {
 	}
 	return nil
 }
+
+// zeroFillChunk is the size of each zeroFill write: one page.
+const zeroFillChunk = 4096
 
 type spare struct {
 	seq uint32
