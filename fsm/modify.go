@@ -1,6 +1,8 @@
 package fsm
 
 import (
+	"strings"
+
 	"github.com/e1158ecb/taskstore/fsm/fsmpb"
 )
 
@@ -107,6 +109,12 @@ func (a *applier) modify(m *fsmpb.Modify) *fsmpb.Result {
 	}
 	if m.Claim != nil {
 		if f := checkClaimQueues(m.Claim, m.Group, "claim"); f != nil {
+			return f
+		}
+	}
+
+	if len(m.Scope) > 0 {
+		if f := outOfScope(st, m); f != nil {
 			return f
 		}
 	}
@@ -274,4 +282,50 @@ func (a *applier) modify(m *fsmpb.Modify) *fsmpb.Result {
 		res.Claim = a.take(m.Claim, used)
 	}
 	return &fsmpb.Result{Modify: res}
+}
+
+// OutOfScope starts the Failure.message of a Modify refused because it
+// names a task outside the caller's queue prefixes (Modify.scope).
+const OutOfScope = "out of scope"
+
+// outOfScope refuses a Modify that names, by id, a task of its group whose
+// queue is outside m.Scope. A caller limited to "demo/" may route a request
+// by "demo/x" and still name a task in "demo" or "demo-secret/..." of the
+// same group: the task's own queue decides, as the state holds it when the
+// entry applies. Missing tasks are left to the ordinary checks (they fail
+// as missing).
+func outOfScope(st *state, m *fsmpb.Modify) *fsmpb.Result {
+	check := func(id string) *fsmpb.Result {
+		t := st.get(id)
+		if t == nil || t.q.group != m.Group || InScope(t.q.name, m.Scope) {
+			return nil
+		}
+		return failuref("%s: task %q is not in a queue under %s", OutOfScope, id, strings.Join(m.Scope, ", "))
+	}
+	for _, r := range m.Depends {
+		if f := check(r.Id); f != nil {
+			return f
+		}
+	}
+	for _, r := range m.Deletes {
+		if f := check(r.Id); f != nil {
+			return f
+		}
+	}
+	for _, c := range m.Changes {
+		if f := check(c.Id); f != nil {
+			return f
+		}
+	}
+	return nil
+}
+
+// InScope reports whether queue starts with one of prefixes.
+func InScope(queue string, prefixes []string) bool {
+	for _, p := range prefixes {
+		if strings.HasPrefix(queue, p) {
+			return true
+		}
+	}
+	return false
 }

@@ -79,6 +79,9 @@ func Validate(cmd *fsmpb.Command, limits Limits) error {
 	return v.command(cmd, "", true)
 }
 
+// maxScope bounds Modify.scope (a token's queue prefixes).
+const maxScope = 64
+
 type validator struct{ l Limits }
 
 // name checks a queue name, key, claimant or client id.
@@ -191,6 +194,16 @@ func (v *validator) modify(m *fsmpb.Modify, path string) error {
 	}
 	if err := v.name(path+"claimant", m.Claimant, false); err != nil {
 		return err
+	}
+	// The scope comes from the caller's token (a handful of prefixes), not
+	// from the request; bound it anyway, as everything that reaches the log.
+	if len(m.Scope) > maxScope {
+		return invalidf(path+"scope", "%d prefixes exceeds the limit of %d", len(m.Scope), maxScope)
+	}
+	for i, p := range m.Scope {
+		if err := v.name(fmt.Sprintf("%sscope[%d]", path, i), p, true); err != nil {
+			return err
+		}
 	}
 	ops := len(m.Inserts) + len(m.Changes) + len(m.Deletes) + len(m.Depends)
 	if ops == 0 && m.Claim == nil {

@@ -49,6 +49,7 @@ func toStatus(err error) error {
 		inv       *invalidError
 		refused   *refusedError
 		notFound  *cluster.NotFoundError
+		denied    *deniedError
 	)
 	switch {
 	case errors.As(err, &notLeader):
@@ -65,6 +66,8 @@ func toStatus(err error) error {
 			}
 		}
 		return st.Err()
+	case errors.As(err, &denied):
+		return status.Error(codes.PermissionDenied, err.Error())
 	case errors.As(err, &inv):
 		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, fsm.ErrTooLarge):
@@ -116,3 +119,9 @@ func nanosToTimestamp(ns int64) *timestamppb.Timestamp {
 	}
 	return timestamppb.New(timeFromNanos(ns))
 }
+
+// deniedError: the state machine refused a request that names a task
+// outside the caller's queue prefixes (fsm.OutOfScope).
+type deniedError struct{ msg string }
+
+func (e *deniedError) Error() string { return e.msg }

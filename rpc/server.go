@@ -23,6 +23,7 @@ import (
 	"github.com/e1158ecb/taskstore/cluster"
 	"github.com/e1158ecb/taskstore/fsm"
 	"github.com/e1158ecb/taskstore/fsm/fsmpb"
+	"github.com/e1158ecb/taskstore/rpc/auth"
 	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
 )
 
@@ -199,6 +200,12 @@ func (srv *Server) modify(ctx context.Context, req *taskstorepb.ModifyRequest) (
 	}
 	now := shard.Now()
 	m := &fsmpb.Modify{Group: g.group, Claimant: req.Claimant}
+	if p, ok := auth.FromContext(ctx); ok && p.Role == auth.RoleClient && p.Prefixes != nil && len(req.Changes)+len(req.Deletes)+len(req.Depends) > 0 {
+		// The policy checked the queues the request names; the tasks it
+		// names by id are checked where their queues are known: in the
+		// state machine, as the entry applies.
+		m.Scope = p.Prefixes
+	}
 	for i, in := range req.Inserts {
 		at, err := availability(field("inserts", i, ""), in.At, in.Delay, now)
 		if err != nil {
@@ -241,6 +248,9 @@ func (srv *Server) modify(ctx context.Context, req *taskstorepb.ModifyRequest) (
 	}
 	if res.Failure != nil {
 		srv.metrics.refusal(res.Failure)
+		if strings.HasPrefix(res.Failure.Message, fsm.OutOfScope) {
+			return nil, &deniedError{msg: res.Failure.Message}
+		}
 		if strings.HasPrefix(res.Failure.Message, fsm.AnswerTooLarge) {
 			return nil, &fsm.ValidationError{Field: "request", Rule: res.Failure.Message, Kind: fsm.ErrTooLarge}
 		}

@@ -287,8 +287,14 @@ type Modify struct {
 	// refused and changes nothing (Failure.message starts with
 	// fsm.AnswerTooLarge). Zero (entries of older leaders): no bound.
 	MaxAnswerBytes uint64 `protobuf:"varint,8,opt,name=max_answer_bytes,json=maxAnswerBytes,proto3" json:"max_answer_bytes,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// When set (the caller is limited to queue prefixes), every task the
+	// request names by id (depends, deletes, changes) must be in a queue
+	// starting with one of these: the request's routing queues say nothing
+	// about where a task of the group is. Otherwise the request changes
+	// nothing (Failure.message starts with fsm.OutOfScope). Empty: no limit.
+	Scope         []string `protobuf:"bytes,9,rep,name=scope,proto3" json:"scope,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Modify) Reset() {
@@ -375,6 +381,13 @@ func (x *Modify) GetMaxAnswerBytes() uint64 {
 		return x.MaxAnswerBytes
 	}
 	return 0
+}
+
+func (x *Modify) GetScope() []string {
+	if x != nil {
+		return x.Scope
+	}
+	return nil
 }
 
 type Insert struct {
@@ -1599,7 +1612,7 @@ const file_fsm_proto_rawDesc = "" +
 	" \x01(\v2\x18.taskstore.fsm.v1.ModifyR\x06modify\x12-\n" +
 	"\x05claim\x18\v \x01(\v2\x17.taskstore.fsm.v1.ClaimR\x05claim\x12-\n" +
 	"\x05purge\x18\f \x01(\v2\x17.taskstore.fsm.v1.PurgeR\x05purge\x12/\n" +
-	"\x05batch\x18\r \x03(\v2\x19.taskstore.fsm.v1.CommandR\x05batch\"\xdd\x02\n" +
+	"\x05batch\x18\r \x03(\v2\x19.taskstore.fsm.v1.CommandR\x05batch\"\xf3\x02\n" +
 	"\x06Modify\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x1a\n" +
 	"\bclaimant\x18\x02 \x01(\tR\bclaimant\x122\n" +
@@ -1608,7 +1621,8 @@ const file_fsm_proto_rawDesc = "" +
 	"\adeletes\x18\x05 \x03(\v2\x15.taskstore.fsm.v1.RefR\adeletes\x12/\n" +
 	"\adepends\x18\x06 \x03(\v2\x15.taskstore.fsm.v1.RefR\adepends\x12-\n" +
 	"\x05claim\x18\a \x01(\v2\x17.taskstore.fsm.v1.ClaimR\x05claim\x12(\n" +
-	"\x10max_answer_bytes\x18\b \x01(\x04R\x0emaxAnswerBytes\"\xcb\x01\n" +
+	"\x10max_answer_bytes\x18\b \x01(\x04R\x0emaxAnswerBytes\x12\x14\n" +
+	"\x05scope\x18\t \x03(\tR\x05scope\"\xcb\x01\n" +
 	"\x06Insert\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x0e\n" +

@@ -39,6 +39,7 @@ func TestParseTokens(t *testing.T) {
 		{name: "prefix splitting a group", text: "0123456789abcdef client jobs/a\n", err: "splits a consistency group"},
 		{name: "prefix on admin", text: "0123456789abcdef admin jobs/\n", err: "client role only"},
 		{name: "duplicate", text: "0123456789abcdef admin\n0123456789abcdef client\n", err: "listed twice"},
+		{name: "too many prefixes", text: "0123456789abcdef client " + strings.Repeat("a-,", MaxPrefixes) + "b-\n", err: "more than the limit"},
 		{name: "too many fields", text: "0123456789abcdef client a/ b c\n", err: "fields"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

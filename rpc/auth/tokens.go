@@ -43,6 +43,10 @@ func LoadTokens(path string) (*Tokens, error) {
 	return t, nil
 }
 
+// MaxPrefixes bounds a token's queue prefixes: every change a restricted
+// client makes carries them into the log (fsm.Modify.scope).
+const MaxPrefixes = 64
+
 // ParseTokens parses the token file format described on Tokens.
 func ParseTokens(text string) (*Tokens, error) {
 	t := &Tokens{}
@@ -67,6 +71,9 @@ func ParseTokens(text string) (*Tokens, error) {
 		if len(f) >= 3 && f[2] != "*" {
 			if p.Role != RoleClient {
 				return nil, fmt.Errorf("line %d: queue prefixes apply to the client role only", line)
+			}
+			if n := strings.Count(f[2], ",") + 1; n > MaxPrefixes {
+				return nil, fmt.Errorf("line %d: %d queue prefixes, more than the limit of %d", line, n, MaxPrefixes)
 			}
 			for _, pre := range strings.Split(f[2], ",") {
 				if pre == "" {

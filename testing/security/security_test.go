@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/e1158ecb/taskstore/client"
 	"github.com/e1158ecb/taskstore/proxy"
@@ -361,5 +362,92 @@ func TestProxySpeaksForItsCallers(t *testing.T) {
 	admin := through(client.WithTLS(sec.ClientTLS(t, "")), client.WithBearerToken(sec.AdminToken))
 	if n, err := admin.Purge(ctx, "demo/p"); err != nil || n != 1 {
 		t.Fatalf("admin token purge through the proxy: %d %v, want 1", n, err)
+	}
+}
+
+// TestScopedTokenReachesOnlyItsQueues: a token limited to demo/ names tasks
+// by id, routing by a queue under demo/, while the task lives in "demo" (the
+// group's root queue, outside the prefix). Every operation that names it is
+// PermissionDenied, directly and through a proxy, and the task is untouched;
+// the same operations on a task under demo/ work (issue 20, item 1).
+func TestScopedTokenReachesOnlyItsQueues(t *testing.T) {
+	c := harness.Start(t, 3, harness.Options{Shards: 2, Scale: 2, Secure: true})
+	c.WaitReady()
+	sec := c.Security
+	pf := sec.Files("proxy")
+	serverTLS, err := pf.ServerConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t, 90*time.Second)
+	p, err := proxy.Start(ctx, proxy.Config{
+		Cluster: strings.Join(c.Endpoints(), ","), ListenAddr: "127.0.0.1:0", TLS: serverTLS, Policy: sec.Policy,
+		ClientOptions: []client.Option{client.WithTLS(sec.ClientTLS(t, "proxy"))}, Logger: harness.Discard,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	dialWith := func(addrs string, opts ...client.Option) *client.Client {
+		cl, err := client.Dial(ctx, addrs, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cl.Close() })
+		return cl
+	}
+	admin := dialWith(strings.Join(c.Endpoints(), ","), client.WithTLS(sec.ClientTLS(t, "admin")))
+	paths := map[string]*client.Client{
+		"direct": dialWith(strings.Join(c.Endpoints(), ","), client.WithTLS(sec.ClientTLS(t, "")), client.WithBearerToken(sec.ClientToken)),
+		"proxy": dialWith(p.Addr(), client.WithProxyOnly(), client.WithTLS(sec.ClientTLS(t, "")),
+			client.WithBearerToken(sec.ClientToken)),
+	}
+	root, err := admin.Insert(ctx, "demo", []byte("root's secret"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := &taskstorepb.TaskRef{Id: root.Id, Version: root.Version, Queue: "demo/x"}
+	attacks := map[string]*taskstorepb.ModifyRequest{
+		"change value":    {Changes: []*taskstorepb.TaskChange{{Id: root.Id, Version: root.Version, Queue: "demo/x", Value: []byte("mine")}}},
+		"move into scope": {Changes: []*taskstorepb.TaskChange{{Id: root.Id, Version: root.Version, Queue: "demo/x", NewQueue: "demo/stolen"}}},
+		"delete":          {Deletes: []*taskstorepb.TaskRef{ref}},
+		"depend":          {Depends: []*taskstorepb.TaskRef{ref}, Inserts: []*taskstorepb.TaskInsert{{Queue: "demo/x", Value: []byte("n")}}},
+		"delete and claim": {Deletes: []*taskstorepb.TaskRef{ref}, Claimant: "w",
+			Claim: &taskstorepb.ModifyClaim{Queues: []string{"demo/x"}}},
+	}
+	for path, cl := range paths {
+		for name, req := range attacks {
+			t.Run(path+"/"+name, func(t *testing.T) {
+				_, err := cl.Modify(ctx, proto.Clone(req).(*taskstorepb.ModifyRequest))
+				if status.Code(err) != codes.PermissionDenied || !errors.Is(err, client.ErrPermission) {
+					t.Fatalf("got %v, want PermissionDenied", err)
+				}
+				if strings.Contains(err.Error(), "root's secret") {
+					t.Fatalf("the refusal shows the task's value: %v", err)
+				}
+			})
+		}
+		// The same shapes on a task under demo/ work.
+		mine, err := cl.Insert(ctx, "demo/x", []byte("mine"))
+		if err != nil {
+			t.Fatalf("%s: insert under demo/: %v", path, err)
+		}
+		res, err := cl.Modify(ctx, &taskstorepb.ModifyRequest{Changes: []*taskstorepb.TaskChange{{Id: mine.Id, Version: mine.Version, Queue: "demo/x", NewQueue: "demo/y"}}})
+		if err != nil || len(res.Changed) != 1 {
+			t.Fatalf("%s: move a task under demo/: %v %v", path, res, err)
+		}
+		if err := cl.Delete(ctx, mine.Id, res.Changed[0].Version, client.InQueue("demo/y")); err != nil {
+			t.Fatalf("%s: delete a task under demo/: %v", path, err)
+		}
+	}
+	got, err := admin.Tasks(ctx, &taskstorepb.TasksRequest{Queue: "demo", Ids: []string{root.Id}})
+	if err != nil || len(got.Tasks) != 1 {
+		t.Fatalf("root task after the attacks: %v %v", got, err)
+	}
+	if tk := got.Tasks[0]; tk.Version != root.Version || tk.Queue != "demo" || string(tk.Value) != "root's secret" || tk.Claimant != "" {
+		t.Fatalf("root task changed by a token scoped to demo/: %v", tk)
+	}
+	if got, err := admin.Tasks(ctx, &taskstorepb.TasksRequest{Queue: "demo/stolen"}); err != nil || len(got.Tasks) != 0 {
+		t.Fatalf("demo/stolen: %v %v, want empty", got, err)
 	}
 }
