@@ -13,8 +13,9 @@ import (
 	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
 )
 
-// httpHandler serves /metrics, /healthz, /readyz, /debug/pprof (as the
-// nodes do: the proxy's own cost shows in a profile) and the HTTP/JSON API.
+// httpHandler serves /metrics, /healthz, /readyz, /debug/pprof when asked
+// for (as the nodes do: the proxy's own cost shows in a profile) and the
+// HTTP/JSON API.
 func (s *Server) httpHandler() (http.Handler, error) {
 	gw, err := s.Gateway()
 	if err != nil {
@@ -40,7 +41,9 @@ func (s *Server) httpHandler() (http.Handler, error) {
 		}
 		fmt.Fprintln(w, "ready")
 	})
-	pprofhttp.Register(mux)
+	if s.pprof {
+		pprofhttp.Register(mux)
+	}
 	return mux, nil
 }
 

@@ -59,6 +59,9 @@ type Config struct {
 	// caller's principal travels to the nodes in auth.PrincipalHeader. When
 	// enabled, the HTTP/JSON API is off (it has no caller identity yet).
 	Policy *auth.Policy
+	// Pprof serves /debug/pprof on HTTPAddr. Off by default: a profile
+	// shows memory contents and /debug/pprof/cmdline the flags.
+	Pprof bool
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -87,6 +90,7 @@ type Server struct {
 
 	shutdownOnce sync.Once
 	secured      bool // the policy checks callers: no HTTP/JSON API
+	pprof        bool // serve /debug/pprof
 }
 
 func serverOptions(cfg Config, m *metrics) []grpc.ServerOption {
@@ -166,6 +170,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		metrics:  m,
 		grpc:     grpc.NewServer(append(serverOptions(cfg, m), cfg.GRPCOptions...)...),
 		secured:  cfg.Policy.Enabled(),
+		pprof:    cfg.Pprof,
 		health:   health.NewServer(),
 		lis:      lis,
 		waitDone: make(chan struct{}),

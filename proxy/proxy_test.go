@@ -919,10 +919,14 @@ func TestHTTPEndpoints(t *testing.T) {
 		b, _ := io.ReadAll(res.Body)
 		return res.StatusCode, string(b)
 	}
-	for _, path := range []string{"/healthz", "/readyz", "/debug/pprof/cmdline"} {
+	for _, path := range []string{"/healthz", "/readyz"} {
 		if code, body := get(path); code != 200 {
 			t.Errorf("%s: %d %s", path, code, body)
 		}
+	}
+	// pprof is off unless asked for: /debug/pprof/cmdline prints the flags.
+	if code, body := get("/debug/pprof/cmdline"); code == 200 {
+		t.Errorf("/debug/pprof/cmdline without Pprof: %d %s", code, body)
 	}
 	// One request so that the counters have a series.
 	res, err := http.Post(base+"/v1/modify", "application/json", strings.NewReader(`{"inserts":[{"queue":"web/q","id":"web-1","value":"aGk="}]}`))

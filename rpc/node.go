@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -46,6 +47,9 @@ type NodeOptions struct {
 	Limits Limits
 	// GRPC options are added to the server's.
 	GRPC []grpc.ServerOption
+	// Pprof serves /debug/pprof on the HTTP address. Off by default: a
+	// profile shows memory contents and /debug/pprof/cmdline the flags.
+	Pprof bool
 }
 
 // StartNode starts a node without an authorization policy and serves it.
@@ -69,6 +73,11 @@ func StartNodeWith(cfg cluster.Config, no NodeOptions) (*NodeServer, error) {
 			return nil, fmt.Errorf("listen on --http %s: %w", cfg.HTTPAddr, err)
 		}
 		cfg.HTTPAddr = httpL.Addr().String()
+		if cfg.TLS != nil {
+			// The status page needs a credential when the policy is on,
+			// and credentials do not cross the network in the clear.
+			httpL = tls.NewListener(httpL, httpTLS(cfg.TLS))
+		}
 	}
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
@@ -107,13 +116,26 @@ func StartNodeWith(cfg cluster.Config, no NodeOptions) (*NodeServer, error) {
 	}()
 	if httpL != nil {
 		ns.HTTPAddr = httpL.Addr().String()
-		ns.HTTP = &http.Server{Handler: ns.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
+		ns.HTTP = &http.Server{Handler: ns.httpHandler(no), ReadHeaderTimeout: 10 * time.Second}
 		go ns.HTTP.Serve(httpL)
 	}
 	return ns, nil
 }
 
-func (ns *NodeServer) httpHandler() http.Handler {
+// httpTLS is the HTTP port's TLS: the node's certificate, with client
+// certificates verified when given but not required, so that a browser
+// without one can still offer a token (basic authentication).
+func httpTLS(grpcTLS *tls.Config) *tls.Config {
+	c := grpcTLS.Clone()
+	c.ClientAuth = tls.VerifyClientCertIfGiven
+	c.NextProtos = []string{"h2", "http/1.1"}
+	return c
+}
+
+// httpHandler serves /metrics, /healthz and /readyz to anyone (Prometheus
+// and load balancers probe them), /debug/pprof only with no.Pprof, and the
+// status page (task values included) to admins when the policy is on.
+func (ns *NodeServer) httpHandler(no NodeOptions) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(ns.Registry, promhttp.HandlerOpts{Registry: ns.Registry}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -126,8 +148,10 @@ func (ns *NodeServer) httpHandler() http.Handler {
 		}
 		fmt.Fprintln(w, "ready")
 	})
-	pprofhttp.Register(mux)
-	mux.Handle("/", statuspage.New(ns.Node, ns.RPC, statuspage.Options{Logger: ns.log}))
+	if no.Pprof {
+		pprofhttp.Register(mux)
+	}
+	mux.Handle("/", no.Policy.RequireAdminHTTP(statuspage.New(ns.Node, ns.RPC, statuspage.Options{Logger: ns.log})))
 	return mux
 }
 

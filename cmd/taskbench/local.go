@@ -108,7 +108,7 @@ func startLocal(ctx context.Context, n, shards int, withProxy bool, getenv func(
 		id := fmt.Sprintf("n%d", i+1)
 		args := []string{"--id", id, "--data-dir", filepath.Join(dir, id),
 			"--listen", addrs[3*i], "--gossip", addrs[3*i+1], "--http", addrs[3*i+2],
-			"--initial-cluster", strings.Join(initial, ","), "--log-level", "warn"}
+			"--initial-cluster", strings.Join(initial, ","), "--log-level", "warn", "--pprof"}
 		if shards > 0 {
 			args = append(args, "--shards", strconv.Itoa(shards))
 		}
@@ -126,7 +126,7 @@ func startLocal(ctx context.Context, n, shards int, withProxy bool, getenv func(
 	if withProxy {
 		lc.proxy = addrs[3*n]
 		args := []string{"--listen", lc.proxy, "--cluster", strings.Join(lc.nodes, ","),
-			"--http", addrs[3*n+1], "--log-level", "warn"}
+			"--http", addrs[3*n+1], "--log-level", "warn", "--pprof"}
 		if err := lc.spawn(proxyBin, "proxy", args); err != nil {
 			lc.stop()
 			return nil, err

@@ -33,6 +33,7 @@ type flags struct {
 	logLevel, logFormat   string
 	shutdownTimeout       time.Duration
 	sec                   secflags.Server
+	pprof                 bool
 }
 
 func main() {
@@ -104,6 +105,7 @@ API is off.`,
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:7000", "gRPC address to serve TaskStore, Admin, health and reflection on")
 	fl.StringVar(&f.cluster, "cluster", "", "gRPC addresses of cluster nodes, comma-separated; one that answers is enough (required)")
 	fl.StringVar(&f.http, "http", "127.0.0.1:7300", "HTTP address for the JSON API, /metrics, /healthz and /readyz; empty disables")
+	fl.BoolVar(&f.pprof, "pprof", false, "serve /debug/pprof on --http (profiles show memory contents: keep --http private)")
 	fl.DurationVar(&f.retryBudget, "retry-budget", proxy.DefaultRetryBudget, "how long to retry a request whose caller set no deadline (a claim's wait comes on top)")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fl.StringVar(&f.logFormat, "log-format", "text", "text or json")
@@ -129,7 +131,7 @@ func run(ctx context.Context, log *slog.Logger, f flags) error {
 	}
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	srv, err := proxy.Start(sctx, proxy.Config{Version: buildinfo.Version,
-		Cluster: f.cluster, ListenAddr: f.listen, HTTPAddr: f.http,
+		Cluster: f.cluster, ListenAddr: f.listen, HTTPAddr: f.http, Pprof: f.pprof,
 		RetryBudget: f.retryBudget, Logger: log,
 		TLS: sec.ServerTLS, Policy: sec.Policy, ClientOptions: copts,
 		GRPCOptions: f.sec.Limits().ServerOptions(),

@@ -39,6 +39,7 @@ type flags struct {
 	timeoutScale                      float64
 	maxClockOffset                    time.Duration
 	minFreeDisk                       string
+	pprof                             bool
 	logLevel, logFormat               string
 	shutdownTimeout                   time.Duration
 	sec                               secflags.Server
@@ -90,7 +91,7 @@ in 'taskctl status', until an operator adds it.`,
 				return err
 			}
 			cfg.TLS, cfg.PeerTLS, cfg.GossipKeys, cfg.ClusterName = sec.ServerTLS, sec.PeerTLS, sec.GossipKeys, f.sec.ClusterName
-			return run(log, f.shutdownTimeout, nil, rpc.NodeOptions{Policy: sec.Policy, Limits: f.sec.Limits()}, cfg)
+			return run(log, f.shutdownTimeout, nil, rpc.NodeOptions{Policy: sec.Policy, Limits: f.sec.Limits(), Pprof: f.pprof}, cfg)
 		},
 	}
 	fl := cmd.Flags()
@@ -99,7 +100,8 @@ in 'taskctl status', until an operator adds it.`,
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:7101", "gRPC address for clients, admin and Raft traffic (multiplexed)")
 	fl.StringVar(&f.advertise, "advertise", "", "gRPC address other nodes and clients reach this node at (default: its --initial-cluster entry, else --listen); needed when --listen is 0.0.0.0")
 	fl.StringVar(&f.gossip, "gossip", "127.0.0.1:7201", "memberlist address, TCP and UDP (a host name is resolved to its IP)")
-	fl.StringVar(&f.http, "http", "127.0.0.1:7301", "HTTP address for /metrics /healthz /readyz and pprof; empty disables")
+	fl.StringVar(&f.http, "http", "127.0.0.1:7301", "HTTP address for /metrics /healthz /readyz and the status page (HTTPS with --tls-cert; the status page then needs an admin credential); empty disables")
+	fl.BoolVar(&f.pprof, "pprof", false, "serve /debug/pprof on --http (profiles show memory contents: keep --http private)")
 	fl.StringVar(&f.initialCluster, "initial-cluster", "", "bootstrap only: every initial node as id=listen-address, comma-separated, the same on each node")
 	fl.StringSliceVar(&f.join, "join", nil, "gossip address of a running node: join and wait for 'taskctl node add'")
 	fl.IntVar(&f.shards, "shards", 8, "bootstrap only: number of shards (Raft groups)")

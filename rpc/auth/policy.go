@@ -2,8 +2,10 @@ package auth
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"net/url"
 	"slices"
 	"strings"
@@ -266,4 +268,57 @@ func (pol *Policy) check(ctx context.Context, method string, req any) (Principal
 			"code", status.Code(err).String(), "err", status.Convert(err).Message())
 	}
 	return p, err
+}
+
+// RequireAdminHTTP guards h (a node's status page and value downloads)
+// when the policy is enabled: the caller must be an admin or a node, by a
+// verified client certificate, an "Authorization: Bearer TOKEN" header, or
+// HTTP basic authentication with the token as the password (what a browser
+// can send). Without a credential the answer is 401 with a Basic challenge;
+// with another role, 403. A disabled policy returns h unchanged.
+func (pol *Policy) RequireAdminHTTP(h http.Handler) http.Handler {
+	if !pol.Enabled() {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p, code, err := pol.authenticateHTTP(r)
+		if err == nil && p.Role != RoleAdmin && p.Role != RoleNode {
+			code, err = http.StatusForbidden, fmt.Errorf("the status page shows every queue's tasks: it needs the admin role; %s has role %s", p.Name, p.Role)
+		}
+		if err != nil {
+			if pol.Log != nil {
+				pol.Log.Warn("http request refused", "path", r.URL.Path, "peer", r.RemoteAddr, "principal", p.Name, "role", p.Role, "code", code, "err", err)
+			}
+			if code == http.StatusUnauthorized {
+				w.Header().Set("WWW-Authenticate", `Basic realm="taskstore", charset="UTF-8"`)
+			}
+			http.Error(w, err.Error(), code)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+func (pol *Policy) authenticateHTTP(r *http.Request) (Principal, int, error) {
+	if h := r.Header.Get("Authorization"); h != "" {
+		tok, ok := strings.CutPrefix(h, "Bearer ")
+		if !ok {
+			if _, pw, basic := r.BasicAuth(); basic {
+				tok, ok = pw, true
+			}
+		}
+		if !ok {
+			return Principal{}, http.StatusUnauthorized, errors.New(`authorization must be "Bearer TOKEN" or basic authentication with the token as the password`)
+		}
+		p, found := pol.Tokens.Lookup(strings.TrimSpace(tok))
+		if !found {
+			return Principal{}, http.StatusUnauthorized, errors.New("unknown token")
+		}
+		return p, 0, nil
+	}
+	if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 {
+		leaf := r.TLS.VerifiedChains[0][0]
+		return Principal{Name: leaf.Subject.CommonName, Role: RoleOf(leaf), Via: "cert"}, 0, nil
+	}
+	return Principal{}, http.StatusUnauthorized, errors.New("this cluster requires a credential: an admin token (bearer, or as the basic-auth password) or an admin client certificate (see docs/security.md)")
 }

@@ -48,6 +48,9 @@ type Options struct {
 	Secure, ClientAuth bool
 	// Tune, when set, adjusts every node's Raft tuning.
 	Tune func(*cluster.Tuning)
+	// HTTP serves every node's HTTP endpoints on a free port
+	// (Node.Server().HTTPAddr; HTTPS when Secure).
+	HTTP bool
 }
 
 // Cluster is a set of in-process nodes.
@@ -158,6 +161,9 @@ func (c *Cluster) startNode(cfg cluster.Config) (*rpc.NodeServer, error) {
 	var pol *auth.Policy
 	if c.Security != nil {
 		pol = c.Security.Policy
+	}
+	if c.opts.HTTP {
+		cfg.HTTPAddr = "127.0.0.1:0"
 	}
 	return rpc.StartNodeWith(cfg, rpc.NodeOptions{Policy: pol})
 }

@@ -3,10 +3,12 @@ package security_test
 import (
 	"context"
 	"crypto/tls"
+	"encoding/base64"
 	"encoding/binary"
 	"errors"
 	"io"
 	"net"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -449,5 +451,90 @@ func TestScopedTokenReachesOnlyItsQueues(t *testing.T) {
 	}
 	if got, err := admin.Tasks(ctx, &taskstorepb.TasksRequest{Queue: "demo/stolen"}); err != nil || len(got.Tasks) != 0 {
 		t.Fatalf("demo/stolen: %v %v, want empty", got, err)
+	}
+}
+
+// TestHTTPPortNeedsAdmin: on a secured node the --http port speaks HTTPS,
+// the status page (task values) and value downloads need an admin
+// credential, pprof is off, and metrics and health stay open (issue 20,
+// item 2: the port served values, heap profiles and the gossip key in
+// /debug/pprof/cmdline to anyone).
+func TestHTTPPortNeedsAdmin(t *testing.T) {
+	c := harness.Start(t, 3, harness.Options{Shards: 1, Scale: 2, Secure: true, HTTP: true})
+	c.WaitReady()
+	sec := c.Security
+	ctx := ctxT(t, 60*time.Second)
+	admin, err := client.Dial(ctx, strings.Join(c.Endpoints(), ","), client.WithTLS(sec.ClientTLS(t, "admin")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	tk, err := admin.Insert(ctx, "demo/page", []byte("the value"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := "https://" + c.Nodes[0].Server().HTTPAddr
+	type cred struct {
+		name   string
+		tls    *tls.Config
+		header string
+	}
+	basic := func(tok string) string {
+		return "Basic " + base64.StdEncoding.EncodeToString([]byte("anyone:"+tok))
+	}
+	get := func(cr cred, path string) (int, string) {
+		hc := &http.Client{Transport: &http.Transport{TLSClientConfig: cr.tls}, Timeout: 10 * time.Second}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
+		if cr.header != "" {
+			req.Header.Set("Authorization", cr.header)
+		}
+		res, err := hc.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s: %v", cr.name, path, err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	none := cred{name: "no credential", tls: sec.ClientTLS(t, "")}
+	pages := []string{"/", "/queues/demo%2Fpage", "/queues/demo%2Fpage/tasks/" + tk.Id + "/value"}
+	for _, tc := range []struct {
+		cred cred
+		want int
+	}{
+		{none, http.StatusUnauthorized},
+		{cred{"unknown token", sec.ClientTLS(t, ""), "Bearer not-a-token-of-this-cluster"}, http.StatusUnauthorized},
+		{cred{"client token", sec.ClientTLS(t, ""), "Bearer " + sec.ClientToken}, http.StatusForbidden},
+		{cred{"client certificate", sec.ClientTLS(t, "client"), ""}, http.StatusForbidden},
+		{cred{"admin token", sec.ClientTLS(t, ""), "Bearer " + sec.AdminToken}, http.StatusOK},
+		{cred{"admin token as basic password", sec.ClientTLS(t, ""), basic(sec.AdminToken)}, http.StatusOK},
+		{cred{"admin certificate", sec.ClientTLS(t, "admin"), ""}, http.StatusOK},
+	} {
+		for _, path := range pages {
+			code, body := get(tc.cred, path)
+			if code != tc.want {
+				t.Errorf("%s %s: %d, want %d (%.100s)", tc.cred.name, path, code, tc.want, body)
+			}
+			if code != http.StatusOK && strings.Contains(body, "the value") {
+				t.Errorf("%s %s: refused, but the body shows the value", tc.cred.name, path)
+			}
+		}
+	}
+	if code, body := get(none, "/debug/pprof/cmdline"); code == http.StatusOK {
+		t.Errorf("/debug/pprof/cmdline is served without --pprof: %.100s", body)
+	}
+	for _, path := range []string{"/metrics", "/healthz", "/readyz"} {
+		if code, _ := get(none, path); code != http.StatusOK {
+			t.Errorf("%s without a credential: %d, want 200 (Prometheus and probes)", path, code)
+		}
+	}
+	// Plain HTTP is not answered with the page.
+	res, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + c.Nodes[0].Server().HTTPAddr + "/")
+	if err == nil {
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if strings.Contains(string(b), "demo/page") {
+			t.Error("the status page is served over plain HTTP")
+		}
 	}
 }

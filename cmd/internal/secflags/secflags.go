@@ -20,6 +20,10 @@ import (
 	"github.com/e1158ecb/taskstore/rpc/auth"
 )
 
+// GossipKeyEnv holds a node's gossip key when neither --gossip-key nor
+// --gossip-key-file is given (environment, not the process list).
+const GossipKeyEnv = "TASKSTORE_GOSSIP_KEY"
+
 // Server is the security of a serving process (node or proxy).
 type Server struct {
 	TLS       auth.TLSFiles
@@ -45,7 +49,7 @@ func (s *Server) Register(fl *pflag.FlagSet, node bool) {
 	fl.IntVar(&s.RateBurst, "rate-burst", 0, "calls a client may make at once after being idle (default: one second of --rate-limit)")
 	fl.StringVar(&s.TokenFile, "auth-tokens", "", "file of bearer tokens, one 'TOKEN ROLE [QUEUE-PREFIXES] [NAME]' per line; turns authorization on (needs TLS)")
 	if node {
-		fl.StringVar(&s.GossipKey, "gossip-key", "", "base64 key (16, 24 or 32 bytes) that encrypts gossip; the same on every node (or use --gossip-key-file)")
+		fl.StringVar(&s.GossipKey, "gossip-key", "", "base64 key (16, 24 or 32 bytes) that encrypts gossip; the same on every node. Prefer --gossip-key-file or $"+GossipKeyEnv+": a flag is visible to every local user in the process list")
 		fl.StringVar(&s.GossipKeyFile, "gossip-key-file", "", "file of base64 gossip keys, one per line: the first encrypts, all decrypt (key rotation)")
 		fl.StringVar(&s.ClusterName, "cluster-name", "taskstore", "label on every gossip packet: nodes of differently named clusters ignore each other")
 	}
@@ -104,6 +108,11 @@ func (s *Server) Load(log *slog.Logger, node bool) (Security, error) {
 		log.Warn("TLS is off: clients, proxies and other nodes connect in the clear and unauthenticated (see docs/security.md)")
 	}
 	if node {
+		if s.GossipKey != "" {
+			log.Warn("--gossip-key puts the key on the command line, where every local user can read it (ps, /proc/PID/cmdline): use --gossip-key-file or $" + GossipKeyEnv)
+		} else if k := os.Getenv(GossipKeyEnv); k != "" && s.GossipKeyFile == "" {
+			s.GossipKey = k
+		}
 		keys, err := s.gossipKeys()
 		if err != nil {
 			return sec, err
