@@ -129,8 +129,7 @@ func (a *applier) expireSessions() {
 		if !ok || addSat(s.lastSeen, a.opts.SessionTTL) >= st.clock {
 			return
 		}
-		st.sessionOrder.DeleteMin()
-		delete(st.sessions, s.clientID)
+		st.dropOldestSession()
 	}
 }
 
@@ -139,25 +138,16 @@ func (a *applier) touch(s *session) {
 	if s.lastSeen == a.st.clock {
 		return
 	}
-	a.put(&session{clientID: s.clientID, seq: s.seq, lastSeen: a.st.clock, result: s.result})
+	a.st.putSession(&session{clientID: s.clientID, seq: s.seq, lastSeen: a.st.clock, result: s.result, size: s.size})
 }
 
 // remember stores the result of clientID's request seq, evicting the least
-// recently seen sessions beyond MaxSessions.
+// recently seen sessions beyond MaxSessions or MaxSessionBytes (never the
+// one just stored).
 func (a *applier) remember(clientID string, seq uint64, res *fsmpb.Result) {
-	a.put(&session{clientID: clientID, seq: seq, lastSeen: a.st.clock, result: res})
-	for len(a.st.sessions) > a.opts.MaxSessions {
-		s, _ := a.st.sessionOrder.DeleteMin()
-		delete(a.st.sessions, s.clientID)
+	st := a.st
+	st.putSession(&session{clientID: clientID, seq: seq, lastSeen: st.clock, result: res, size: sessionSize(clientID, res)})
+	for len(st.sessions) > a.opts.MaxSessions || st.sessionBytes > a.opts.MaxSessionBytes && len(st.sessions) > 1 {
+		st.dropOldestSession()
 	}
-}
-
-// put replaces the session of s.clientID with s (sessions are immutable:
-// snapshots share them).
-func (a *applier) put(s *session) {
-	if old := a.st.sessions[s.clientID]; old != nil {
-		a.st.sessionOrder.Delete(old)
-	}
-	a.st.sessions[s.clientID] = s
-	a.st.sessionOrder.ReplaceOrInsert(s)
 }

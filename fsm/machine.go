@@ -23,6 +23,11 @@ type Options struct {
 	Limits Limits
 	// MaxSessions bounds the exactly-once memory (default 100000).
 	MaxSessions int
+	// MaxSessionBytes bounds it by the size of the answers it keeps
+	// (default 128 MiB): an answer may carry values of up to the message
+	// limit, so a count alone bounds nothing. Every replica must use the
+	// same bounds: they decide which answers are replayed.
+	MaxSessionBytes uint64
 	// SessionTTL in nanoseconds of log time (default 10 minutes).
 	SessionTTL int64
 }
@@ -54,7 +59,9 @@ var DefaultLimits = Limits{
 // Default exactly-once bounds.
 const (
 	DefaultMaxSessions = 100000
-	DefaultSessionTTL  = int64(10 * time.Minute)
+	// DefaultMaxSessionBytes is per shard.
+	DefaultMaxSessionBytes = 128 << 20
+	DefaultSessionTTL      = int64(10 * time.Minute)
 )
 
 // QueueStats counts one queue's tasks at the machine's clock.
@@ -97,6 +104,9 @@ func New(opts Options) *Machine {
 	}
 	if opts.SessionTTL <= 0 {
 		opts.SessionTTL = DefaultSessionTTL
+	}
+	if opts.MaxSessionBytes == 0 {
+		opts.MaxSessionBytes = DefaultMaxSessionBytes
 	}
 	return &Machine{opts: opts, st: newState()}
 }

@@ -87,6 +87,46 @@ func TestSessionTTLAndEviction(t *testing.T) {
 	}
 }
 
+// TestSessionsBoundedByBytes: answers that carry large values evict the
+// least recently seen sessions once their sizes pass MaxSessionBytes, the
+// newest answer is still replayed, and a snapshot restores the same count
+// (issue 20: three requests with 1 GB answers grew a snapshot to 3.1 GB).
+func TestSessionsBoundedByBytes(t *testing.T) {
+	const limit = 3 << 20
+	m := New(Options{MaxSessionBytes: limit})
+	value := make([]byte, 1<<20)
+	insert := func(i int) *fsmpb.Result {
+		id := fmt.Sprintf("t%d", i)
+		return m.ApplyCommand(uint64(i+1), &fsmpb.Command{Op: fsmpb.Op_OP_MODIFY, Now: int64(10 + i), ClientId: fmt.Sprintf("c%d", i), Seq: 1,
+			Modify: &fsmpb.Modify{Group: "g", Inserts: []*fsmpb.Insert{{Id: id, Queue: "g/q", Value: value}}}})
+	}
+	for i := range 10 {
+		if res := insert(i); res.Failure != nil {
+			t.Fatal(res.Failure)
+		}
+		if m.st.sessionBytes > limit {
+			t.Fatalf("after %d answers of 1 MiB the sessions hold %d bytes, over %d", i+1, m.st.sessionBytes, limit)
+		}
+	}
+	if n := len(m.st.sessions); n < 2 || n > 3 {
+		t.Fatalf("%d sessions kept, want 2 or 3 of 1 MiB within 3 MiB", n)
+	}
+	if m.st.sessions["c9"] == nil || m.st.sessions["c0"] != nil {
+		t.Fatal("evicted the newest session, or kept the oldest")
+	}
+	// The newest is replayed (the same answer, nothing applied twice).
+	if res := insert(9); res.Failure != nil || res.GetModify().GetInserted()[0].GetVersion() != 1 {
+		t.Fatalf("retry of the newest request: %v", res)
+	}
+	r := New(Options{MaxSessionBytes: limit})
+	if err := r.Restore(io.NopCloser(bytes.NewReader(persist(t, m)))); err != nil {
+		t.Fatal(err)
+	}
+	if r.st.sessionBytes != m.st.sessionBytes || len(r.st.sessions) != len(m.st.sessions) {
+		t.Fatalf("restored %d sessions of %d bytes, had %d of %d", len(r.st.sessions), r.st.sessionBytes, len(m.st.sessions), m.st.sessionBytes)
+	}
+}
+
 func TestApplyIgnoresNonCommandEntries(t *testing.T) {
 	m := New(Options{})
 	if res := m.Apply(&raft.Log{Index: 7, Type: raft.LogNoop}); res != nil {

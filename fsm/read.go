@@ -41,6 +41,14 @@ func (m *Machine) Get(ids []string) []*fsmpb.Task {
 // short, even empty, while the token is not: the end is an empty token. A
 // malformed token is an error wrapping ErrInvalid.
 func (m *Machine) List(queue string, pageToken string, limit int, claimed *bool, omitValues bool) ([]*fsmpb.Task, string, error) {
+	return m.ListWithin(queue, pageToken, limit, claimed, omitValues, 0)
+}
+
+// ListWithin is List with the page also bounded by maxBytes of answer
+// (AnswerBytes per task; 0: no bound): the page ends before the task that
+// would take it over, so that a page of large values fits one message. A
+// page always holds at least one task.
+func (m *Machine) ListWithin(queue string, pageToken string, limit int, claimed *bool, omitValues bool, maxBytes uint64) ([]*fsmpb.Task, string, error) {
 	if limit <= 0 {
 		limit = DefaultListLimit
 	}
@@ -61,16 +69,25 @@ func (m *Machine) List(queue string, pageToken string, limit int, claimed *bool,
 	var out []*fsmpb.Task
 	var last *task
 	more, scanned := false, 0
+	var bytes uint64
 	visit := func(t *task) bool {
 		if len(out) == limit || claimed != nil && scanned == listScanLimit {
 			more = true
 			return false
 		}
+		if claimed == nil || *claimed == isClaimed(t, clock) {
+			p := t.toProto(omitValues)
+			if maxBytes > 0 {
+				bytes += AnswerBytes(p)
+				if bytes > maxBytes && len(out) > 0 {
+					more = true
+					return false
+				}
+			}
+			out = append(out, p)
+		}
 		scanned++
 		last = t
-		if claimed == nil || *claimed == isClaimed(t, clock) {
-			out = append(out, t.toProto(omitValues))
-		}
 		return true
 	}
 	if from == nil {

@@ -415,8 +415,6 @@ func (s *state) restoreSession(p *fsmpb.Session) error {
 	if s.sessions[p.ClientId] != nil {
 		return fmt.Errorf("duplicate client id %q", p.ClientId)
 	}
-	ss := &session{clientID: p.ClientId, seq: p.Seq, lastSeen: p.LastSeen, result: p.Result}
-	s.sessions[ss.clientID] = ss
-	s.sessionOrder.ReplaceOrInsert(ss)
+	s.putSession(&session{clientID: p.ClientId, seq: p.Seq, lastSeen: p.LastSeen, result: p.Result, size: sessionSize(p.ClientId, p.Result)})
 	return nil
 }

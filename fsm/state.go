@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/google/btree"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/e1158ecb/taskstore/fsm/fsmpb"
 )
@@ -88,6 +89,16 @@ type session struct {
 	seq      uint64
 	lastSeen int64
 	result   *fsmpb.Result
+	size     uint64 // sessionSize, counted in state.sessionBytes
+}
+
+// sessionOverheadBytes is what a session costs besides its id and answer.
+const sessionOverheadBytes = 64
+
+// sessionSize is what a session is counted as against MaxSessionBytes: the
+// encoded answer, which every replica computes alike.
+func sessionSize(clientID string, res *fsmpb.Result) uint64 {
+	return uint64(len(clientID)+proto.Size(res)) + sessionOverheadBytes
 }
 
 func sessionLess(a, b *session) bool {
@@ -110,6 +121,29 @@ type state struct {
 	pending      *btree.BTreeG[*task]
 	sessions     map[string]*session
 	sessionOrder *btree.BTreeG[*session] // least recently seen first
+	sessionBytes uint64                  // sum of the sessions' sizes
+}
+
+// putSession replaces the session of s.clientID with s (sessions are
+// immutable: snapshots share them).
+func (st *state) putSession(s *session) {
+	if old := st.sessions[s.clientID]; old != nil {
+		st.sessionOrder.Delete(old)
+		st.sessionBytes -= old.size
+	}
+	st.sessions[s.clientID] = s
+	st.sessionOrder.ReplaceOrInsert(s)
+	st.sessionBytes += s.size
+}
+
+// dropOldestSession forgets the least recently seen session.
+func (st *state) dropOldestSession() {
+	s, ok := st.sessionOrder.DeleteMin()
+	if !ok {
+		return
+	}
+	delete(st.sessions, s.clientID)
+	st.sessionBytes -= s.size
 }
 
 func newState() *state {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -449,16 +450,27 @@ func (srv *Server) tasks(ctx context.Context, req *taskstorepb.TasksRequest) (*t
 	}
 	m := shard.Machine()
 	if len(req.Ids) > 0 {
+		// An id named twice is answered once, and the answer must fit one
+		// message: 1000 ids of 1 MiB values would otherwise make the node
+		// encode a gigabyte before gRPC refused to send it.
+		ids := slices.Clone(req.Ids)
+		slices.Sort(ids)
+		ids = slices.Compact(ids)
 		var out []*taskstorepb.Task
-		for _, t := range m.Get(req.Ids) {
+		var n uint64
+		budget := srv.answerBudget()
+		for _, t := range m.Get(ids) {
 			if req.Queue != "" && t.Queue != req.Queue {
 				continue
 			}
-			at := taskToAPI(t)
 			if req.OmitValues {
-				at.Value = nil
+				t.Value = nil
 			}
-			out = append(out, at)
+			if n += fsm.AnswerBytes(t); n > budget {
+				return nil, &fsm.ValidationError{Field: "ids", Kind: fsm.ErrTooLarge,
+					Rule: fmt.Sprintf("the tasks named take more than the answer limit of %d bytes: ask for fewer ids, or set omit_values", budget)}
+			}
+			out = append(out, taskToAPI(t))
 		}
 		return &taskstorepb.TasksResponse{Tasks: out}, nil
 	}
@@ -469,7 +481,7 @@ func (srv *Server) tasks(ctx context.Context, req *taskstorepb.TasksRequest) (*t
 	if limit <= 0 || limit > 1000 {
 		limit = 100
 	}
-	ts, next, err := m.List(req.Queue, req.PageToken, limit, req.Claimed, req.OmitValues)
+	ts, next, err := m.ListWithin(req.Queue, req.PageToken, limit, req.Claimed, req.OmitValues, srv.answerBudget())
 	if err != nil {
 		return nil, invalid("page_token", "%v", err)
 	}
