@@ -2,11 +2,13 @@ package harness
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -100,6 +102,13 @@ type ProcessCluster struct {
 // flags are passed to every node.
 func StartProcesses(t testing.TB, n int, extra ...string) *ProcessCluster {
 	t.Helper()
+	return StartProcessesEach(t, n, func(string) []string { return extra })
+}
+
+// StartProcessesEach is StartProcesses with each node's extra flags given
+// by its id (n1, n2, ...): Security.NodeFlags for a secured cluster.
+func StartProcessesEach(t testing.TB, n int, extra func(id string) []string) *ProcessCluster {
+	t.Helper()
 	bin := filepath.Join(Binaries(t), "taskstored")
 	base := t.TempDir()
 	pc := &ProcessCluster{t: t}
@@ -112,7 +121,7 @@ func StartProcesses(t testing.TB, n int, extra ...string) *ProcessCluster {
 	}
 	for _, p := range pc.Nodes {
 		p.Args = append([]string{"--id", p.ID, "--data-dir", filepath.Join(base, p.ID), "--listen", p.Addr,
-			"--gossip", freeAddr(t), "--http", p.HTTP, "--initial-cluster", strings.Join(initial, ",")}, extra...)
+			"--gossip", freeAddr(t), "--http", p.HTTP, "--initial-cluster", strings.Join(initial, ",")}, extra(p.ID)...)
 		if err := p.Start(); err != nil {
 			t.Fatal(err)
 		}
@@ -225,12 +234,35 @@ func (p *Process) Running() bool {
 	return p.cmd != nil
 }
 
+// Pid is the running process's id (0 when stopped).
+func (p *Process) Pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil || p.cmd.Process == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
+// HTTPURL is the base URL of the process's --http port: https when it was
+// started with --tls-cert (a node serves HTTPS then).
+func (p *Process) HTTPURL() string {
+	if slices.Contains(p.Args, "--tls-cert") && !strings.Contains(p.bin, "taskproxy") {
+		return "https://" + p.HTTP
+	}
+	return "http://" + p.HTTP
+}
+
+// insecureProbe reaches /readyz of a node serving HTTPS without checking its
+// certificate: readiness only, nothing secret.
+var insecureProbe = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+
 // Ready reports whether /readyz answers 200.
 func (p *Process) Ready() bool {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.HTTP+"/readyz", nil)
-	resp, err := http.DefaultClient.Do(req)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.HTTPURL()+"/readyz", nil)
+	resp, err := insecureProbe.Do(req)
 	if err != nil {
 		return false
 	}

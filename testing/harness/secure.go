@@ -3,6 +3,7 @@ package harness
 import (
 	"crypto/tls"
 	"encoding/base64"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -54,6 +55,33 @@ func (s *Security) ClientTLS(t testing.TB, name string) *tls.Config {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// NewSecurity makes a secured cluster's material for nodes ids, for
+// process clusters (StartProcessesEach with NodeFlags); Start makes its own
+// with Options.Secure.
+func NewSecurity(t testing.TB, ids ...string) *Security {
+	t.Helper()
+	s := newSecurity(t, ids)
+	files := map[string]string{
+		"tokens":     s.AdminToken + " admin\n" + s.ClientToken + " client demo/ demo-client\n",
+		"gossip.key": s.GossipKeyBase64() + "\n",
+	}
+	for name, text := range files {
+		if err := os.WriteFile(filepath.Join(s.Dir, name), []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s
+}
+
+// NodeFlags are the taskstored flags of node id of a secured process
+// cluster (NewSecurity): its certificate, the CA, the token file and the
+// gossip key file.
+func (s *Security) NodeFlags(id string) []string {
+	f := s.Files(id)
+	return []string{"--tls-cert", f.Cert, "--tls-key", f.Key, "--tls-ca", f.CA,
+		"--auth-tokens", filepath.Join(s.Dir, "tokens"), "--gossip-key-file", filepath.Join(s.Dir, "gossip.key")}
 }
 
 // newSecurity makes the material for nodes ids.

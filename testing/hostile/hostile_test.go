@@ -1,0 +1,256 @@
+package hostile_test
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+
+	"github.com/e1158ecb/taskstore/client"
+	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
+	"github.com/e1158ecb/taskstore/testing/harness"
+)
+
+// secured is a 3-node secured process cluster and its material.
+type secured struct {
+	pc  *harness.ProcessCluster
+	sec *harness.Security
+}
+
+func startSecured(t *testing.T) *secured {
+	t.Helper()
+	sec := harness.NewSecurity(t, "n1", "n2", "n3")
+	pc := harness.StartProcessesEach(t, 3, func(id string) []string {
+		return append(sec.NodeFlags(id), "--shards", "2", "--raft-timeout-scale", "2")
+	})
+	pc.WaitReady(60 * time.Second)
+	return &secured{pc: pc, sec: sec}
+}
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// dial is a Go client of addrs (a proxy when viaProxy) with TLS and, when
+// token is set, a bearer token; cert names a client certificate or "".
+func (s *secured) dial(t *testing.T, addrs string, viaProxy bool, cert, token string) *client.Client {
+	t.Helper()
+	opts := []client.Option{client.WithTLS(s.sec.ClientTLS(t, cert))}
+	if token != "" {
+		opts = append(opts, client.WithBearerToken(token))
+	}
+	if viaProxy {
+		opts = append(opts, client.WithProxyOnly())
+	}
+	cl, err := client.Dial(ctxT(t, 30*time.Second), addrs, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	return cl
+}
+
+// startProxy starts a taskproxy process that reaches the nodes as a proxy
+// and checks its own callers with the cluster's tokens.
+func (s *secured) startProxy(t *testing.T, extra ...string) *harness.Process {
+	t.Helper()
+	f := s.sec.Files("proxy")
+	args := append([]string{"--tls-cert", f.Cert, "--tls-key", f.Key, "--tls-ca", f.CA}, extra...)
+	p := s.pc.StartProxy("proxy", args...)
+	waitReady(t, p)
+	return p
+}
+
+func waitReady(t *testing.T, p *harness.Process) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); !p.Ready(); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not ready", p.ID)
+		}
+	}
+}
+
+// peakRSS is the process's peak resident set (VmHWM) in bytes.
+func peakRSS(t *testing.T, pid int) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatal("no VmHWM")
+	return 0
+}
+
+// TestScopedTokenOutsideItsQueues (item 1): a token limited to demo/ names
+// a task of queue "demo" while routing by demo/x; every operation is
+// refused, directly and through a proxy, and the task is untouched.
+func TestScopedTokenOutsideItsQueues(t *testing.T) {
+	s := startSecured(t)
+	p := s.startProxy(t, "--auth-tokens", s.sec.Dir+"/tokens")
+	ctx := ctxT(t, 90*time.Second)
+	admin := s.dial(t, s.pc.Endpoints(), false, "admin", "")
+	root, err := admin.Insert(ctx, "demo", []byte("root's secret"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := &taskstorepb.TaskRef{Id: root.Id, Version: root.Version, Queue: "demo/x"}
+	attacks := map[string]*taskstorepb.ModifyRequest{
+		"change":          {Changes: []*taskstorepb.TaskChange{{Id: root.Id, Version: root.Version, Queue: "demo/x", Value: []byte("mine")}}},
+		"move into scope": {Changes: []*taskstorepb.TaskChange{{Id: root.Id, Version: root.Version, Queue: "demo/x", NewQueue: "demo/stolen"}}},
+		"delete":          {Deletes: []*taskstorepb.TaskRef{ref}},
+		"depend":          {Depends: []*taskstorepb.TaskRef{ref}, Inserts: []*taskstorepb.TaskInsert{{Queue: "demo/x"}}},
+	}
+	for path, cl := range map[string]*client.Client{
+		"direct": s.dial(t, s.pc.Endpoints(), false, "", s.sec.ClientToken),
+		"proxy":  s.dial(t, p.Addr, true, "", s.sec.ClientToken),
+	} {
+		for name, req := range attacks {
+			if _, err := cl.Modify(ctx, req); status.Code(err) != codes.PermissionDenied {
+				t.Errorf("%s %s: %v, want PermissionDenied", path, name, err)
+			}
+		}
+	}
+	got, err := admin.Tasks(ctx, &taskstorepb.TasksRequest{Queue: "demo", Ids: []string{root.Id}})
+	if err != nil || len(got.Tasks) != 1 || got.Tasks[0].Version != root.Version || string(got.Tasks[0].Value) != "root's secret" {
+		t.Fatalf("the root task after the attacks: %v %v", got, err)
+	}
+}
+
+// TestHTTPPortGivesNothingAway (item 2): a secured node's --http port
+// answers the status page and value downloads to admins only, over TLS,
+// serves no pprof by default, and its command line holds no secret.
+func TestHTTPPortGivesNothingAway(t *testing.T) {
+	s := startSecured(t)
+	ctx := ctxT(t, 60*time.Second)
+	admin := s.dial(t, s.pc.Endpoints(), false, "admin", "")
+	tk, err := admin.Insert(ctx, "demo/page", []byte("the value"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := s.pc.Nodes[0]
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: s.sec.ClientTLS(t, "")}, Timeout: 10 * time.Second}
+	get := func(path, auth string) (int, string) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, n.HTTPURL()+path, nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		res, err := hc.Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	basicAdmin := "Basic " + base64.StdEncoding.EncodeToString([]byte("ops:"+s.sec.AdminToken))
+	for _, path := range []string{"/", "/queues/demo%2Fpage", "/queues/demo%2Fpage/tasks/" + tk.Id + "/value"} {
+		for auth, want := range map[string]int{
+			"":                              http.StatusUnauthorized,
+			"Bearer " + s.sec.ClientToken:   http.StatusForbidden,
+			"Bearer " + s.sec.AdminToken:    http.StatusOK,
+			basicAdmin:                      http.StatusOK,
+			"Bearer guessed-0123456789abcd": http.StatusUnauthorized,
+		} {
+			if code, body := get(path, auth); code != want || code != http.StatusOK && strings.Contains(body, "the value") {
+				t.Errorf("%s with %.12q: %d, want %d (%.80s)", path, auth, code, want, body)
+			}
+		}
+	}
+	for _, path := range []string{"/debug/pprof/cmdline", "/debug/pprof/heap"} {
+		if code, _ := get(path, "Bearer "+s.sec.AdminToken); code == http.StatusOK {
+			t.Errorf("%s served without --pprof", path)
+		}
+	}
+	if code, _ := get("/metrics", ""); code != http.StatusOK {
+		t.Errorf("/metrics: %d, want 200 for Prometheus", code)
+	}
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", n.Pid()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(cmdline), s.sec.GossipKeyBase64()) || strings.Contains(string(cmdline), s.sec.AdminToken) {
+		t.Error("a secret is on the node's command line")
+	}
+}
+
+// TestSmallRequestsHugeAnswers (item 4): requests of a few kilobytes that
+// name large tasks many times are refused or paged, and the node's peak
+// memory grows by a small multiple of the answer limit, not a gigabyte.
+func TestSmallRequestsHugeAnswers(t *testing.T) {
+	s := startSecured(t)
+	ctx := ctxT(t, 120*time.Second)
+	admin := s.dial(t, s.pc.Endpoints(), false, "admin", "")
+	value := make([]byte, 1<<20)
+	holder, err := admin.Insert(ctx, "amp/q", value, client.WithKey("k"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := make([]int64, len(s.pc.Nodes))
+	for i, n := range s.pc.Nodes {
+		before[i] = peakRSS(t, n.Pid())
+	}
+	ifAbsent := make([]*taskstorepb.TaskInsert, 1000)
+	for i := range ifAbsent {
+		ifAbsent[i] = &taskstorepb.TaskInsert{Queue: "amp/q", Key: "k", IfAbsent: true}
+	}
+	if _, err := admin.Modify(ctx, &taskstorepb.ModifyRequest{Inserts: ifAbsent}); status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("1000 if_absent inserts of a key held by a 1 MiB task: %v, want ResourceExhausted", err)
+	}
+	same := make([]string, 1000)
+	for i := range same {
+		same[i] = holder.Id
+	}
+	res, err := admin.Tasks(ctx, &taskstorepb.TasksRequest{Queue: "amp/q", Ids: same})
+	if err != nil || len(res.Tasks) != 1 {
+		t.Errorf("one 1 MiB task named 1000 times: %d tasks, %v; want it once", len(res.GetTasks()), err)
+	}
+	for i, n := range s.pc.Nodes {
+		grew := peakRSS(t, n.Pid()) - before[i]
+		t.Logf("%s peak RSS grew by %d MiB", n.ID, grew>>20)
+		if grew > 512<<20 {
+			t.Errorf("%s peak RSS grew by %d MiB under requests of a few KB", n.ID, grew>>20)
+		}
+	}
+}
+
+// rawCodec sends and receives bytes as they are: a caller that writes the
+// wire format itself (invalid UTF-8 in a string field).
+type rawCodec struct{}
+
+func (rawCodec) Marshal(v any) ([]byte, error)      { return *(v.(*[]byte)), nil }
+func (rawCodec) Unmarshal(data []byte, v any) error { *(v.(*[]byte)) = data; return nil }
+func (rawCodec) Name() string                       { return "proto" }
+
+// callRaw invokes method on addr with body as its encoded request.
+func (s *secured) callRaw(t *testing.T, ctx context.Context, addr, method string, body []byte) error {
+	t.Helper()
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(s.sec.ClientTLS(t, "admin"))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	var out []byte
+	return cc.Invoke(ctx, method, &body, &out, grpc.ForceCodec(rawCodec{}))
+}
