@@ -1,6 +1,7 @@
 package cluster_test
 
 import (
+	"encoding/binary"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -19,14 +20,20 @@ import (
 // replicas run, the damaged one shows as such in status, and a rebuild from
 // its peers brings it back with everything (issue 19, item 3).
 func TestDamagedReplicaStaysDownAloneAndIsRebuilt(t *testing.T) {
+	raftDB := func(dir string, shard uint32) string {
+		return filepath.Join(dir, "shards", fmt.Sprint(shard), "raft.db")
+	}
 	for _, tc := range []struct {
 		name   string
-		damage func(path string) error
+		damage func(t *testing.T, dir string, shard uint32) error
 		want   string
 	}{
 		// A node that forgot its term and vote could vote twice in a term.
-		{"raft.db emptied", func(p string) error { return os.Truncate(p, 0) }, "no term or vote recorded"},
-		{"raft.db cut short", func(p string) error { return os.Truncate(p, 6000) }, "raft.db"},
+		{"raft.db emptied", func(_ *testing.T, dir string, shard uint32) error { return os.Truncate(raftDB(dir, shard), 0) }, "no term or vote recorded"},
+		{"raft.db cut short", func(_ *testing.T, dir string, shard uint32) error { return os.Truncate(raftDB(dir, shard), 6000) }, "raft.db"},
+		// A flipped byte in one of the shard's entries in the node's
+		// shared Raft log: that replica stays down, not the node.
+		{"an entry in the node log flipped", flipNodeLogEntry, "fails its checksum"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := harness.Start(t, 3, harness.Options{Shards: 2, Scale: raceScale})
@@ -43,8 +50,7 @@ func TestDamagedReplicaStaysDownAloneAndIsRebuilt(t *testing.T) {
 			bad := (c.Leader(sa) + 1) % 3
 			badID := c.Nodes[bad].ID
 			c.Stop(bad)
-			path := filepath.Join(c.Nodes[bad].Dir, "shards", fmt.Sprint(sa), "raft.db")
-			if err := tc.damage(path); err != nil {
+			if err := tc.damage(t, c.Nodes[bad].Dir, sa); err != nil {
 				t.Fatal(err)
 			}
 			c.Restart(bad)
@@ -102,6 +108,57 @@ func TestDamagedReplicaStaysDownAloneAndIsRebuilt(t *testing.T) {
 				}
 				time.Sleep(200 * time.Millisecond)
 			}
+			// The damage does not come back with a restart (the node log
+			// still holds the bad record, before the rebuild's reset).
+			c.Stop(bad)
+			c.Restart(bad)
+			if d := c.Nodes[bad].Server().Node.Diverged(sa); d != nil {
+				t.Fatalf("after the rebuild and a restart, shard %d on %s is still %v", sa, badID, d)
+			}
 		})
 	}
+}
+
+// flipNodeLogEntry flips a byte in the data of an entry of group shard in
+// the middle of the node's shared Raft log (<dir>/raftlog/*.wal; records
+// are [crc u32][len u32][kind u8][group u32][index u64]..., kind 1 an
+// entry, cluster/nodelog).
+func flipNodeLogEntry(t *testing.T, dir string, shard uint32) error {
+	segs, err := filepath.Glob(filepath.Join(dir, "raftlog", "*.wal"))
+	if err != nil || len(segs) == 0 {
+		return fmt.Errorf("no node log segments in %s: %v", dir, err)
+	}
+	type rec struct {
+		path string
+		end  int
+	}
+	var entries []rec
+	for _, path := range segs {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for o := 0; o+8 <= len(b); {
+			n := int(binary.BigEndian.Uint32(b[o+4:]))
+			if n == 0 || o+8+n > len(b) {
+				break
+			}
+			body := b[o+8 : o+8+n]
+			if body[0] == 1 && binary.BigEndian.Uint32(body[1:]) == shard {
+				entries = append(entries, rec{path, o + 8 + n})
+			}
+			o += 8 + n
+		}
+	}
+	if len(entries) < 3 {
+		return fmt.Errorf("%d entries of group %d in the node log", len(entries), shard)
+	}
+	victim := entries[len(entries)/2]
+	b, err := os.ReadFile(victim.path)
+	if err != nil {
+		return err
+	}
+	b[victim.end-1] ^= 0x40 // the last byte of the entry's extensions or data
+	t.Logf("flipped a byte of entry %d of %d of group %d in %s", len(entries)/2+1, len(entries), shard, victim.path)
+	return os.WriteFile(victim.path, b, 0o644)
 }

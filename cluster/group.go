@@ -50,6 +50,14 @@ const noSync = false
 // openGroup starts a group. shared is the group's part of the node log, or
 // nil to keep its entries in its own raft-boltdb file (the meta group).
 func openGroup(id uint32, dataDir, localID string, fsm raft.FSM, mux *Mux, t Tuning, shared *nodelog.Group, log *slog.Logger) (*group, error) {
+	if shared != nil {
+		// The node log opened for the other groups; this one's entries
+		// have a hole, and a replica missing an entry it acknowledged
+		// must not vote or serve.
+		if err := shared.Damaged(); err != nil {
+			return nil, fmt.Errorf("group %d: %w", id, err)
+		}
+	}
 	dir := groupDir(dataDir, id)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err

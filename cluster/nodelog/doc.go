@@ -24,6 +24,11 @@
 // Crash safety: an append returns only after its bytes are fdatasynced. A
 // crash can leave a torn record at the end of the newest segment; opening
 // detects it (short header, length beyond the file, or checksum mismatch),
-// cuts the file there and never replays it. A bad record in any older
-// segment is damage, not a torn write: Open refuses to start.
+// cuts the file there and never replays it. A bad record anywhere else is
+// damage, not a torn write. When it can be tied to one group (its length is
+// proven by a good record after it, and its group and index continue that
+// group's entries or are confirmed by the group's next entry), or a group's
+// indexes have a gap, that group is damaged (Group.Damaged) and the log
+// opens for the others; a reset of the group (its replica rebuilt) clears
+// it. Other damage makes Open refuse.
 package nodelog

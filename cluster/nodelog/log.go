@@ -2,6 +2,7 @@ package nodelog
 
 import (
 	"bufio"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -22,8 +23,12 @@ const DefaultSegmentSize = 64 << 20
 // ErrClosed is returned by writes after Close.
 var ErrClosed = errors.New("nodelog: closed")
 
-// ErrDamaged wraps what Open found wrong with a segment that is not the
-// newest one: the node must not start on it.
+// ErrDamaged wraps damage Open found: a bad record that is not a torn
+// write at the end of the newest segment. Damage that can be tied to one
+// group (a whole record of that group's that fails its checksum, with good
+// records after it, or a gap in its indexes) makes that group damaged
+// (Group.Damaged) and the log opens for the others; damage that cannot be
+// tied to one group makes Open fail.
 var ErrDamaged = errors.New("nodelog: damaged segment")
 
 // Options configure Open.
@@ -52,6 +57,9 @@ type Log struct {
 
 	mu     sync.RWMutex
 	groups map[uint32]*index
+	// damaged: groups whose entries Open found damaged, and why. Their
+	// records are ignored until a reset of the group (its replica rebuilt).
+	damaged map[uint32]error
 	segs   map[uint32]*segment
 	order  []uint32 // segment seqs, oldest first
 	active *segment
@@ -125,7 +133,7 @@ func Open(dir string, opts Options) (*Log, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	l := &Log{dir: dir, opts: opts, groups: map[uint32]*index{}, segs: map[uint32]*segment{},
+	l := &Log{dir: dir, opts: opts, groups: map[uint32]*index{}, damaged: map[uint32]error{}, segs: map[uint32]*segment{},
 		wake: make(chan struct{}, 1), stopped: make(chan struct{}), spare: make(chan spare, 1)}
 	if !opts.ReadOnly {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -227,11 +235,22 @@ func (l *Log) replay(seq uint32, newest bool) error {
 		}
 		rec, err := decodeBody(body, crc)
 		if err != nil {
+			if g, ok := l.confined(f, body, off, off+int64(headerSize+n), size, newest); ok {
+				l.damaged[g] = fmt.Errorf("%w: %s at offset %d: an entry of group %d fails its checksum (%v)", ErrDamaged, path, off, g, err)
+				l.opts.Logger.Error("a Raft log entry is damaged: its group will not start on this node", "group", g, "segment", path, "offset", off, "err", err)
+				off += int64(headerSize + n)
+				continue
+			}
 			torn = err
 			break
 		}
 		if err := l.apply(s, rec.kind, rec.group, rec.index, uint32(off), uint32(headerSize+n)); err != nil {
-			return fmt.Errorf("%w: %s at offset %d: %v", ErrDamaged, path, off, err)
+			var gap *gapError
+			if !errors.As(err, &gap) {
+				return fmt.Errorf("%w: %s at offset %d: %v", ErrDamaged, path, off, err)
+			}
+			l.damaged[gap.group] = fmt.Errorf("%w: %s at offset %d: %v", ErrDamaged, path, off, err)
+			l.opts.Logger.Error("a group's Raft log entries are not consecutive: it will not start on this node", "group", gap.group, "segment", path, "offset", off, "err", err)
 		}
 		off += int64(headerSize + n)
 	}
@@ -278,6 +297,68 @@ func (l *Log) replay(seq uint32, newest bool) error {
 		return fmt.Errorf("clear torn tail of %s: %w", path, err)
 	}
 	return nil
+}
+
+// confined reports whether a record whose body fails its checksum is
+// damage within one group's entry, and whose: the record's length is
+// trusted only because a whole, good record follows it at next, and its
+// group only because the record continues that group's entries (kind entry,
+// index last+1), or the group is already damaged. Anything less (a bad
+// length, a bad record at the end of a segment, a group or index that does
+// not fit) cannot be tied to one group. In the newest segment a later
+// batch must follow too: bad bytes in the last batch are a torn write (a
+// crash may persist a later page of a write and not an earlier one), which
+// Open cuts.
+func (l *Log) confined(f *os.File, body []byte, off, next, size int64, newest bool) (uint32, bool) {
+	if len(body) < fixedBody+fixedEntry || body[0] != kindEntry || next+headerSize > size {
+		return 0, false
+	}
+	if newest {
+		if later, err := batchAfter(f, off, size); err != nil || later < 0 {
+			return 0, false
+		}
+	}
+	g := binary.BigEndian.Uint32(body[1:])
+	idx := binary.BigEndian.Uint64(body[5:])
+	x := l.groups[g]
+	continues := l.damaged[g] != nil || x != nil && !x.empty() && idx == x.last()+1
+	// Walk the good records after it: the first must be good (else the
+	// length is not trusted), and, unless the record continues its group,
+	// the group's next entry must be among them (the group's first entry in
+	// the log has nothing before it to continue).
+	for at := next; at+headerSize <= size; {
+		h := make([]byte, headerSize)
+		if _, err := f.ReadAt(h, at); err != nil {
+			return 0, false
+		}
+		crc, n, err := readHeader(h, size-at-headerSize)
+		if err != nil {
+			return 0, false
+		}
+		b := make([]byte, n)
+		if _, err := f.ReadAt(b, at+headerSize); err != nil {
+			return 0, false
+		}
+		rec, err := decodeBody(b, crc)
+		if err != nil {
+			return 0, false
+		}
+		if continues || rec.kind == kindEntry && rec.group == g && rec.index == idx+1 {
+			return g, true
+		}
+		at += int64(headerSize + n)
+	}
+	return 0, false
+}
+
+// gapError: a group's entry does not follow its last one.
+type gapError struct {
+	group     uint32
+	idx, last uint64
+}
+
+func (e *gapError) Error() string {
+	return fmt.Sprintf("group %d: entry %d follows %d", e.group, e.idx, e.last)
 }
 
 // batchAfter returns the offset of the first whole batch header in f after
@@ -357,6 +438,11 @@ func zeroFill(f *os.File, from, to int64) error {
 // apply makes one record's effect on the indexes. Callers hold mu (or are
 // Open, before anything else runs).
 func (l *Log) apply(s *segment, kind byte, group uint32, idx uint64, off, n uint32) error {
+	if kind == kindReset {
+		delete(l.damaged, group)
+	} else if kind != kindBatch && l.damaged[group] != nil {
+		return nil
+	}
 	x := l.groups[group]
 	if x == nil {
 		l.gen++
@@ -368,7 +454,7 @@ func (l *Log) apply(s *segment, kind byte, group uint32, idx uint64, off, n uint
 		if x.empty() {
 			x.first = idx
 		} else if idx != x.last()+1 {
-			return fmt.Errorf("group %d: entry %d follows %d", group, idx, x.last())
+			return &gapError{group: group, idx: idx, last: x.last()}
 		}
 		x.locs = append(x.locs, loc{seg: s.seq, off: off, n: n})
 		x.bytes += int64(n)
@@ -757,8 +843,20 @@ func (g *Group) Bytes() int64 {
 	return 0
 }
 
+// Damaged returns why Open found the group's entries damaged (wrapping
+// ErrDamaged), or nil. A damaged group must not run: its log has a hole.
+// Reset clears it.
+func (g *Group) Damaged() error {
+	g.l.mu.RLock()
+	defer g.l.mu.RUnlock()
+	return g.l.damaged[g.id]
+}
+
 // GetLog implements raft.LogStore.
 func (g *Group) GetLog(idx uint64, out *raft.Log) error {
+	if err := g.Damaged(); err != nil {
+		return err
+	}
 	buf, err := g.read(idx)
 	if err != nil {
 		return err
@@ -806,6 +904,9 @@ func (g *Group) StoreLog(l *raft.Log) error { return g.StoreLogs([]*raft.Log{l})
 func (g *Group) StoreLogs(logs []*raft.Log) error {
 	if len(logs) == 0 {
 		return nil
+	}
+	if err := g.Damaged(); err != nil {
+		return err
 	}
 	first, last := g.span()
 	want := logs[0].Index
