@@ -147,4 +147,3 @@ func TestDamageNoGroupCanOwnRefusesToOpen(t *testing.T) {
 		})
 	}
 }
-

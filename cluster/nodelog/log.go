@@ -60,10 +60,10 @@ type Log struct {
 	// damaged: groups whose entries Open found damaged, and why. Their
 	// records are ignored until a reset of the group (its replica rebuilt).
 	damaged map[uint32]error
-	segs   map[uint32]*segment
-	order  []uint32 // segment seqs, oldest first
-	active *segment
-	gen    uint64
+	segs    map[uint32]*segment
+	order   []uint32 // segment seqs, oldest first
+	active  *segment
+	gen     uint64
 
 	qmu     sync.Mutex
 	queue   []*request
