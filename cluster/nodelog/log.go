@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -651,6 +652,7 @@ func (l *Log) run() {
 	var batch []*request
 	for {
 		<-l.wake
+		l.gather()
 		l.qmu.Lock()
 		batch, l.queue = l.queue, batch[:0]
 		closed := l.closed
@@ -662,6 +664,27 @@ func (l *Log) run() {
 		if closed {
 			return
 		}
+	}
+}
+
+// gather lets the goroutines that are ready to append do so before the
+// writer takes the queue: woken by the first append, it would otherwise
+// take that one alone while the other groups' appenders, released by the
+// previous fdatasync, are still waiting for a CPU (with GOMAXPROCS=1 the
+// woken writer runs next), and the groups would split into cohorts that
+// each pay an fdatasync. It yields while that makes the queue grow, a few
+// times at most.
+func (l *Log) gather() {
+	n := -1
+	for range 3 {
+		l.qmu.Lock()
+		m := len(l.queue)
+		l.qmu.Unlock()
+		if m == n {
+			return
+		}
+		n = m
+		runtime.Gosched()
 	}
 }
 

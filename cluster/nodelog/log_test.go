@@ -319,8 +319,9 @@ func TestConcurrentGroupsShareSyncs(t *testing.T) {
 		t.Fatalf("syncs covered %d entries, want %d", synced.Load(), groups*appends)
 	}
 	// Each appender waits for its fdatasync; with eight of them, the writer
-	// finds several queued most of the time.
-	if syncs.Load() >= groups*appends*3/4 {
+	// finds most of them queued (gather): 7-8 entries per sync here, where
+	// taking the queue at once split them into cohorts of ~4.
+	if syncs.Load() > groups*appends/5 {
 		t.Fatalf("%d fdatasyncs for %d appends from %d groups at once: the groups do not share them", syncs.Load(), groups*appends, groups)
 	}
 	t.Logf("%d appends, %d fdatasyncs (%.1f entries per sync)", groups*appends, syncs.Load(), float64(groups*appends)/float64(syncs.Load()))
