@@ -10,6 +10,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -33,7 +34,7 @@ type flags struct {
 	logLevel, logFormat   string
 	shutdownTimeout       time.Duration
 	sec                   secflags.Server
-	pprof                 bool
+	pprof, allowAnonymous bool
 }
 
 func main() {
@@ -106,6 +107,7 @@ API is off.`,
 	fl.StringVar(&f.cluster, "cluster", "", "gRPC addresses of cluster nodes, comma-separated; one that answers is enough (required)")
 	fl.StringVar(&f.http, "http", "127.0.0.1:7300", "HTTP address for the JSON API, /metrics, /healthz and /readyz; empty disables")
 	fl.BoolVar(&f.pprof, "pprof", false, "serve /debug/pprof on --http (profiles show memory contents: keep --http private)")
+	fl.BoolVar(&f.allowAnonymous, "allow-anonymous", false, "with --tls-cert but neither --auth-tokens nor --tls-client-auth: serve callers that present no credential, with this proxy's rights on the cluster (refused without this flag)")
 	fl.DurationVar(&f.retryBudget, "retry-budget", proxy.DefaultRetryBudget, "how long to retry a request whose caller set no deadline (a claim's wait comes on top)")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fl.StringVar(&f.logFormat, "log-format", "text", "text or json")
@@ -114,10 +116,28 @@ API is off.`,
 	return cmd
 }
 
+// checkAnonymous refuses a proxy that reaches the cluster with its own
+// certificate (tlsOn: the nodes see role proxy) while checking nobody that
+// calls it (!policyOn): every caller would act with the proxy's rights.
+// allow (--allow-anonymous) makes it a loud warning instead.
+func checkAnonymous(tlsOn, policyOn, allow bool, log *slog.Logger) error {
+	if !tlsOn || policyOn {
+		return nil
+	}
+	if !allow {
+		return errors.New("this proxy reaches the cluster with its certificate (--tls-cert) but checks none of its callers: anyone who reaches --listen would insert, claim and read tasks with the proxy's rights. Add --auth-tokens FILE or --tls-client-auth (docs/security.md), or --allow-anonymous if anonymous access is what you want")
+	}
+	log.Warn("--allow-anonymous: this proxy serves callers without a credential, with its own rights on the cluster; anyone who reaches its gRPC and HTTP ports may insert, claim and read every queue")
+	return nil
+}
+
 // run serves until ctx ends, then stops gracefully.
 func run(ctx context.Context, log *slog.Logger, f flags) error {
 	sec, err := f.sec.Load(log, false)
 	if err != nil {
+		return err
+	}
+	if err := checkAnonymous(f.sec.TLS.Enabled(), sec.Policy.Enabled(), f.allowAnonymous, log); err != nil {
 		return err
 	}
 	var copts []client.Option

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/e1158ecb/taskstore/client"
 	"github.com/e1158ecb/taskstore/client/clienttest"
+	"github.com/e1158ecb/taskstore/rpc/auth"
 )
 
 func freeAddr(t *testing.T) string {
@@ -126,5 +129,52 @@ func TestServesUntilStopped(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "routing table known") {
 		t.Errorf("logs lack the ready line:\n%s", logs.String())
+	}
+}
+
+// TestRefusesAnonymousCallersInFrontOfASecuredCluster (issue 20, item 3):
+// a proxy with a certificate for the cluster but no check of its own
+// callers would hand its rights to anyone; it refuses to start unless told
+// --allow-anonymous, and then says so loudly.
+func TestRefusesAnonymousCallersInFrontOfASecuredCluster(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := auth.NewCA("test CA", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ca.Save(dir); err != nil {
+		t.Fatal(err)
+	}
+	is, err := ca.Issue(auth.RoleProxy, "proxy", []string{"127.0.0.1"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := is.Save(dir, "proxy"); err != nil {
+		t.Fatal(err)
+	}
+	cmd := rootCmd(context.Background(), io.Discard)
+	cmd.SetOut(io.Discard)
+	cmd.SetErr(io.Discard)
+	cmd.SetArgs([]string{"--cluster", "127.0.0.1:1", "--listen", "127.0.0.1:0", "--http", "",
+		"--tls-cert", filepath.Join(dir, "proxy.pem"), "--tls-key", filepath.Join(dir, "proxy-key.pem"), "--tls-ca", filepath.Join(dir, "ca.pem")})
+	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "checks none of its callers") || !strings.Contains(err.Error(), "--allow-anonymous") {
+		t.Fatalf("a TLS proxy without caller checks: %v, want a refusal naming the flags", err)
+	}
+
+	for _, tc := range []struct {
+		name                   string
+		tlsOn, policyOn, allow bool
+		wantErr, wantWarn      bool
+	}{
+		{name: "plaintext proxy, plaintext cluster"},
+		{name: "checks callers", tlsOn: true, policyOn: true},
+		{name: "anonymous", tlsOn: true, wantErr: true},
+		{name: "anonymous, allowed", tlsOn: true, allow: true, wantWarn: true},
+	} {
+		var logs bytes.Buffer
+		err := checkAnonymous(tc.tlsOn, tc.policyOn, tc.allow, slog.New(slog.NewTextHandler(&logs, nil)))
+		if (err != nil) != tc.wantErr || strings.Contains(logs.String(), "level=WARN") != tc.wantWarn {
+			t.Errorf("%s: err %v, logs %q", tc.name, err, logs.String())
+		}
 	}
 }
