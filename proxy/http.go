@@ -1,12 +1,17 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/e1158ecb/taskstore/rpc/pprofhttp"
@@ -28,7 +33,7 @@ func (s *Server) httpHandler() (http.Handler, error) {
 			http.Error(w, "the HTTP/JSON API is off on a proxy that checks callers (--auth-tokens or --tls-client-auth): use gRPC", http.StatusForbidden)
 		})
 	} else {
-		mux.Handle("/v1/", gw)
+		mux.Handle("/v1/", limitBody(gw))
 	}
 	mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -70,4 +75,46 @@ func (s *Server) Gateway() (http.Handler, error) {
 		return nil, fmt.Errorf("proxy: http gateway: %w", err)
 	}
 	return mux, nil
+}
+
+// MaxJSONBodyBytes bounds an HTTP/JSON request body: a request the nodes
+// accept over gRPC (taskstorepb.MaxMessageBytes), with room for JSON's
+// base64 values (4/3) and field names.
+const MaxJSONBodyBytes = taskstorepb.MaxMessageBytes * 3 / 2
+
+// limitBody refuses a body over MaxJSONBodyBytes with 413 before the
+// gateway decodes it: by its Content-Length when it gives one, else after
+// reading at most the limit (a chunked body). Without it a 100 MB body took
+// the proxy to 459 MB.
+func limitBody(h http.Handler) http.Handler {
+	tooLarge := func(w http.ResponseWriter, n string) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusRequestEntityTooLarge)
+		b, _ := json.Marshal(map[string]any{"code": codes.ResourceExhausted,
+			"message": fmt.Sprintf("request body %s over the limit of %d bytes", n, MaxJSONBodyBytes), "details": []any{}})
+		w.Write(b)
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > MaxJSONBodyBytes {
+			tooLarge(w, fmt.Sprintf("of %d bytes is", r.ContentLength))
+			return
+		}
+		if r.ContentLength < 0 && r.Body != nil {
+			b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxJSONBodyBytes))
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				tooLarge(w, "is")
+				return
+			}
+			if err != nil {
+				http.Error(w, "read the request body: "+err.Error(), http.StatusBadRequest)
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(b))
+			r.ContentLength = int64(len(b))
+		} else if r.Body != nil {
+			r.Body = http.MaxBytesReader(w, r.Body, MaxJSONBodyBytes)
+		}
+		h.ServeHTTP(w, r)
+	})
 }

@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -989,5 +990,43 @@ func TestHTTPEndpoints(t *testing.T) {
 func TestMaxWaitIsTheNodes(t *testing.T) {
 	if proxy.MaxWait != rpc.MaxWait {
 		t.Fatalf("proxy's maxWait %v, node's %v", proxy.MaxWait, rpc.MaxWait)
+	}
+}
+
+// TestHTTPBodyLimit (issue 20, item 5): the HTTP/JSON API refuses a body
+// over MaxJSONBodyBytes with 413 before decoding it, whether it says its
+// length or is chunked, and a body within it still works.
+func TestHTTPBodyLimit(t *testing.T) {
+	c := startCluster(t)
+	p := startProxy(t, c)
+	url := "http://" + p.HTTPAddr() + "/v1/modify"
+	post := func(body io.Reader, length int64) (int, string) {
+		req, _ := http.NewRequest(http.MethodPost, url, body)
+		req.ContentLength = length
+		req.Header.Set("Content-Type", "application/json")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	// A well-formed request whose value alone is over the limit.
+	huge := `{"inserts":[{"queue":"web/big","value":"` + strings.Repeat("AAAA", proxy.MaxJSONBodyBytes/4+1) + `"}]}`
+	if code, body := post(strings.NewReader(huge), int64(len(huge))); code != http.StatusRequestEntityTooLarge || !strings.Contains(body, "over the limit") {
+		t.Errorf("a body over the limit, with its length: %d %.200s", code, body)
+	}
+	// Chunked: no length to refuse by; the proxy stops reading at the limit.
+	if code, body := post(io.MultiReader(strings.NewReader(huge)), -1); code != http.StatusRequestEntityTooLarge {
+		t.Errorf("a chunked body over the limit: %d %.200s", code, body)
+	}
+	value := base64.StdEncoding.EncodeToString(make([]byte, 1<<20))
+	ok := `{"inserts":[{"queue":"web/big","value":"` + value + `"}]}`
+	if code, body := post(strings.NewReader(ok), int64(len(ok))); code != http.StatusOK {
+		t.Errorf("a 1 MiB value: %d %.200s", code, body)
+	}
+	if code, body := post(io.MultiReader(strings.NewReader(ok)), -1); code != http.StatusOK {
+		t.Errorf("a chunked 1 MiB value: %d %.200s", code, body)
 	}
 }
