@@ -8,11 +8,16 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
+	"strings"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/e1158ecb/taskstore/rpc/pprofhttp"
 	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
@@ -66,6 +71,7 @@ func (s *Server) Gateway() (http.Handler, error) {
 			MarshalOptions:   protojson.MarshalOptions{},
 			UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
 		}),
+		runtime.SetQueryParameterParser(strictQueryParser{}), // process-wide in grpc-gateway: every gateway here is strict
 	)
 	ctx := context.Background()
 	if err := taskstorepb.RegisterTaskStoreHandlerServer(ctx, mux, s); err != nil {
@@ -117,4 +123,42 @@ func limitBody(h http.Handler) http.Handler {
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// strictQueryParser refuses a query parameter that names no field of the
+// request (a typo such as ?limt=5 or ?stal=true), as unknown body fields
+// are refused, instead of dropping it silently; then parses as the
+// gateway's default does. The gateway answers its error 400.
+type strictQueryParser struct{ runtime.DefaultQueryParser }
+
+func (p strictQueryParser) Parse(msg proto.Message, values url.Values, filter *utilities.DoubleArray) error {
+	md := msg.ProtoReflect().Descriptor()
+	for key := range values {
+		if err := knownField(md, key); err != nil {
+			return err
+		}
+	}
+	return p.DefaultQueryParser.Parse(msg, values, filter)
+}
+
+// knownField checks that a dotted query key (by JSON or proto field names)
+// names a field of md.
+func knownField(md protoreflect.MessageDescriptor, key string) error {
+	path := strings.Split(key, ".")
+	for i, name := range path {
+		fd := md.Fields().ByJSONName(name)
+		if fd == nil {
+			fd = md.Fields().ByName(protoreflect.Name(name))
+		}
+		if fd == nil {
+			return fmt.Errorf("unknown query parameter %q: %s has no field %q", key, md.FullName(), name)
+		}
+		if i < len(path)-1 {
+			if fd.Message() == nil {
+				return fmt.Errorf("unknown query parameter %q: %s is not a message", key, fd.FullName())
+			}
+			md = fd.Message()
+		}
+	}
+	return nil
 }

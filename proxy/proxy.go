@@ -112,6 +112,9 @@ func serverOptions(cfg Config, m *metrics) []grpc.ServerOption {
 		// forwarding needs: a new goroutine per call grew its stack on
 		// every call (runtime.newstack/copystack: 15% of the proxy's CPU).
 		grpc.NumStreamWorkers(streamWorkers),
+		// With taskstorepb.RegisterTaskStore: a request that does not
+		// decode is InvalidArgument, not Internal.
+		taskstorepb.ServerCodec(),
 	}
 	if cfg.Policy.Enabled() {
 		opts = append(opts, grpc.ChainUnaryInterceptor(cfg.Policy.UnaryServerInterceptor()),
@@ -184,8 +187,8 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		waitDone: make(chan struct{}),
 	}
 	s.setServing(false)
-	taskstorepb.RegisterTaskStoreServer(s.grpc, s)
-	taskstorepb.RegisterAdminServer(s.grpc, s)
+	taskstorepb.RegisterTaskStore(s.grpc, s)
+	taskstorepb.RegisterAdmin(s.grpc, s)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
 	m.grpcServer.InitializeMetrics(s.grpc)

@@ -1030,3 +1030,73 @@ func TestHTTPBodyLimit(t *testing.T) {
 		t.Errorf("a chunked 1 MiB value: %d %.200s", code, body)
 	}
 }
+
+// TestProxyRefusesWhatNodesRefuseAtOnce (issue 20, item 6): a queue that
+// names no consistency group ("/x") and a negative claim wait are refused
+// by the proxy as by a node, with the node's InvalidArgument and at once;
+// the proxy used to retry routing "/x" for 30 s and then answer 503, and to
+// accept the negative wait.
+func TestProxyRefusesWhatNodesRefuseAtOnce(t *testing.T) {
+	c := startCluster(t)
+	p := startProxy(t, c)
+	for name, addr := range map[string]string{"proxy": p.Addr(), "node": c.Nodes[0].Addr} {
+		ts := taskstorepb.NewTaskStoreClient(grpcConn(t, addr))
+		calls := map[string]func(ctx context.Context) error{
+			"insert into /x": func(ctx context.Context) error {
+				_, err := ts.Modify(ctx, &taskstorepb.ModifyRequest{Inserts: []*taskstorepb.TaskInsert{{Queue: "/x"}}})
+				return err
+			},
+			"claim /x": func(ctx context.Context) error {
+				_, err := ts.Claim(ctx, &taskstorepb.ClaimRequest{Queues: []string{"/x"}, Claimant: "w"})
+				return err
+			},
+			"list /x": func(ctx context.Context) error {
+				_, err := ts.Tasks(ctx, &taskstorepb.TasksRequest{Queue: "/x"})
+				return err
+			},
+			"claim with a negative wait": func(ctx context.Context) error {
+				_, err := ts.Claim(ctx, &taskstorepb.ClaimRequest{Queues: []string{"web/q"}, Claimant: "w", Wait: durationpb.New(-time.Second)})
+				return err
+			},
+		}
+		for call, f := range calls {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			start := time.Now()
+			err := f(ctx)
+			cancel()
+			if status.Code(err) != codes.InvalidArgument || time.Since(start) > 5*time.Second {
+				t.Errorf("%s, %s: %v after %v, want InvalidArgument at once", name, call, err, time.Since(start).Round(time.Millisecond))
+			}
+		}
+	}
+}
+
+// TestHTTPUnknownQueryParameter (issue 20, item 6): a query parameter that
+// names no field (a typo) is a 400 naming it, not silently dropped; the
+// known ones, by JSON or proto name, still work.
+func TestHTTPUnknownQueryParameter(t *testing.T) {
+	c := startCluster(t)
+	p := startProxy(t, c)
+	get := func(path string) (int, string) {
+		res, err := http.Get("http://" + p.HTTPAddr() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	for path, want := range map[string]int{
+		"/v1/tasks?queue=web/q&limt=5":          http.StatusBadRequest,
+		"/v1/tasks?queue=web/q&stal=true":       http.StatusBadRequest,
+		"/v1/queues?prefix=web/&shard.x=1":      http.StatusBadRequest,
+		"/v1/tasks?queue=web/q&limit=5":         http.StatusOK,
+		"/v1/tasks?queue=web/q&omitValues=true": http.StatusOK,
+		"/v1/tasks?queue=web/q&omit_values=1":   http.StatusOK,
+	} {
+		code, body := get(path)
+		if code != want || want == http.StatusBadRequest && !strings.Contains(body, "unknown query parameter") {
+			t.Errorf("%s: %d %s, want %d", path, code, body, want)
+		}
+	}
+}

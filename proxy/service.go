@@ -50,6 +50,34 @@ func anyNode[Resp any](ctx context.Context, s *Server, op string, fn func(ctx co
 	return resp, err
 }
 
+// groupless reports a queue name that names no consistency group ("/x":
+// the text before its first '/' is empty). No shard owns it, so routing by
+// it would retry until the budget ran out; such requests go to any node,
+// which refuses them with its own rule and message.
+func groupless(q string) bool { return q != "" && taskstorepb.GroupOf(q) == "" }
+
+// modifyGroupless reports a transaction that names a groupless queue.
+func modifyGroupless(req *taskstorepb.ModifyRequest) bool {
+	for _, in := range req.Inserts {
+		if groupless(in.Queue) {
+			return true
+		}
+	}
+	for _, ch := range req.Changes {
+		if groupless(ch.Queue) || groupless(ch.NewQueue) {
+			return true
+		}
+	}
+	for _, refs := range [][]*taskstorepb.TaskRef{req.Deletes, req.Depends} {
+		for _, r := range refs {
+			if groupless(r.Queue) {
+				return true
+			}
+		}
+	}
+	return slices.ContainsFunc(req.GetClaim().GetQueues(), groupless)
+}
+
 // namesQueue reports whether a transaction names a queue the client can
 // route by.
 func namesQueue(req *taskstorepb.ModifyRequest) bool {
@@ -100,7 +128,7 @@ func (s *Server) Modify(ctx context.Context, req *taskstorepb.ModifyRequest) (re
 	defer s.metrics.track("Modify")(&err)
 	bctx, cancel := s.withBudget(ctx, 0)
 	defer cancel()
-	if !namesQueue(req) {
+	if !namesQueue(req) || modifyGroupless(req) {
 		resp, err = anyNode(bctx, s, "Modify", func(ctx context.Context, cc *grpc.ClientConn) (*taskstorepb.ModifyResponse, error) {
 			return taskstorepb.NewTaskStoreClient(cc).Modify(ctx, req)
 		})
@@ -123,13 +151,13 @@ func (s *Server) Claim(ctx context.Context, req *taskstorepb.ClaimRequest) (resp
 		return nil, status.Error(codes.InvalidArgument, "claimant: required: say who is claiming")
 	}
 	var wait time.Duration
-	badWait := req.Wait != nil && (!req.Wait.IsValid() || req.Wait.AsDuration() > maxWait)
+	badWait := req.Wait != nil && (!req.Wait.IsValid() || req.Wait.AsDuration() < 0 || req.Wait.AsDuration() > maxWait)
 	if req.Wait != nil && !badWait {
 		wait = req.Wait.AsDuration()
 	}
 	bctx, cancel := s.withBudget(ctx, wait)
 	defer cancel()
-	if len(req.Queues) == 0 || slices.Contains(req.Queues, "") || req.Claimant == "" || badWait {
+	if len(req.Queues) == 0 || slices.Contains(req.Queues, "") || slices.ContainsFunc(req.Queues, groupless) || req.Claimant == "" || badWait {
 		// The node checks these before routing: any node answers. (The
 		// client would shorten a long wait to the deadline instead.)
 		resp, err = anyNode(bctx, s, "Claim", func(ctx context.Context, cc *grpc.ClientConn) (*taskstorepb.ClaimResponse, error) {
@@ -165,7 +193,7 @@ func (s *Server) Tasks(ctx context.Context, req *taskstorepb.TasksRequest) (resp
 	defer s.metrics.track("Tasks")(&err)
 	bctx, cancel := s.withBudget(ctx, 0)
 	defer cancel()
-	if req.Shard != 0 && !s.knownShard(bctx, req.Shard) || req.Shard == 0 && req.Queue == "" && len(req.Ids) == 0 {
+	if req.Shard != 0 && !s.knownShard(bctx, req.Shard) || req.Shard == 0 && (req.Queue == "" && len(req.Ids) == 0 || groupless(req.Queue)) {
 		resp, err = anyNode(bctx, s, "Tasks", func(ctx context.Context, cc *grpc.ClientConn) (*taskstorepb.TasksResponse, error) {
 			return taskstorepb.NewTaskStoreClient(cc).Tasks(ctx, req)
 		})
@@ -215,7 +243,7 @@ func (s *Server) Purge(ctx context.Context, req *taskstorepb.PurgeRequest) (resp
 		return err
 	}
 	switch {
-	case req.Queue == "":
+	case req.Queue == "" || groupless(req.Queue):
 		err = s.c.CallAnyNode(bctx, "Purge", purge)
 	case req.Request != nil:
 		err = s.c.CallGroup(bctx, "Purge", taskstorepb.GroupOf(req.Queue), purge)

@@ -21,6 +21,7 @@ import (
 	"github.com/e1158ecb/taskstore/rpc/auth"
 	"github.com/e1158ecb/taskstore/rpc/pprofhttp"
 	"github.com/e1158ecb/taskstore/rpc/statuspage"
+	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
 )
 
 // NodeServer is a running node: the cluster node, its gRPC server and its
@@ -62,6 +63,7 @@ func StartNode(cfg cluster.Config, opts ...grpc.ServerOption) (*NodeServer, erro
 // TLS (terminated by the node's listener, shared with Raft).
 func StartNodeWith(cfg cluster.Config, no NodeOptions) (*NodeServer, error) {
 	opts := append(no.Limits.ServerOptions(), no.GRPC...)
+	opts = append(opts, taskstorepb.ServerCodec()) // with RegisterTaskStore: undecodable requests are InvalidArgument
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()

@@ -61,8 +61,8 @@ func NewServer(node *cluster.Node, reg prometheus.Registerer, log *slog.Logger) 
 
 // Register adds TaskStore, Admin, grpc.health.v1 and reflection to s.
 func (srv *Server) Register(s *grpc.Server) {
-	taskstorepb.RegisterTaskStoreServer(s, srv)
-	taskstorepb.RegisterAdminServer(s, srv)
+	taskstorepb.RegisterTaskStore(s, srv)
+	taskstorepb.RegisterAdmin(s, srv)
 	healthpb.RegisterHealthServer(s, srv.health)
 	reflection.Register(s)
 }
@@ -418,6 +418,8 @@ func (srv *Server) readShard(ctx context.Context, shardID uint32, queue string, 
 	switch {
 	case shardID != 0:
 		shard, err = srv.node.ShardByID(shardID)
+	case queue != "" && taskstorepb.GroupOf(queue) == "":
+		return nil, invalid("queue", "%q: a queue name must not start with '/' (its group would be empty)", queue)
 	case queue != "":
 		shard, err = srv.node.ShardFor(taskstorepb.GroupOf(queue))
 	default:
