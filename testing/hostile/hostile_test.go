@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,6 +18,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/e1158ecb/taskstore/client"
 	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
@@ -253,4 +257,108 @@ func (s *secured) callRaw(t *testing.T, ctx context.Context, addr, method string
 	defer cc.Close()
 	var out []byte
 	return cc.Invoke(ctx, method, &body, &out, grpc.ForceCodec(rawCodec{}))
+}
+
+// TestAnonymousProxyRefused (item 3): a proxy with a certificate for the
+// cluster and no check of its callers refuses to start unless
+// --allow-anonymous, and then warns.
+func TestAnonymousProxyRefused(t *testing.T) {
+	sec := harness.NewSecurity(t)
+	f := sec.Files("proxy")
+	bin := filepath.Join(harness.Binaries(t), "taskproxy")
+	args := []string{"--cluster", "127.0.0.1:1", "--listen", "127.0.0.1:0", "--http", "", "--tls-cert", f.Cert, "--tls-key", f.Key, "--tls-ca", f.CA}
+	ctx := ctxT(t, 30*time.Second)
+	out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "checks none of its callers") {
+		t.Fatalf("an anonymous TLS proxy: %v\n%s", err, out)
+	}
+	// Allowed: it gets as far as reaching the (absent) cluster, warning first.
+	short, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	out, _ = exec.CommandContext(short, bin, append(args, "--allow-anonymous")...).CombinedOutput()
+	if !strings.Contains(string(out), "level=WARN") || !strings.Contains(string(out), "--allow-anonymous") {
+		t.Fatalf("--allow-anonymous did not warn:\n%s", out)
+	}
+}
+
+// TestHostileInputAtTheEdges (items 5 and 6) against a secured cluster and
+// an anonymous proxy in front of it (--allow-anonymous, so that its
+// HTTP/JSON API is on): a 100 MB body, chunked or not, is 413 without the
+// proxy's memory following it; undecodable requests, groupless queues, a
+// negative wait and unknown query parameters are refused as the caller's
+// fault, at once.
+func TestHostileInputAtTheEdges(t *testing.T) {
+	s := startSecured(t)
+	p := s.startProxy(t, "--allow-anonymous")
+	ctx := ctxT(t, 120*time.Second)
+
+	before := peakRSS(t, p.Pid())
+	huge := `{"inserts":[{"queue":"web/big","value":"` + strings.Repeat("AAAA", 25<<20) + `"}]}`
+	for _, chunked := range []bool{false, true} {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, p.HTTPURL()+"/v1/modify", strings.NewReader(huge))
+		if chunked {
+			req.ContentLength = -1
+			req.Body = io.NopCloser(strings.NewReader(huge))
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("100 MB body (chunked %v): %v", chunked, err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusRequestEntityTooLarge {
+			t.Errorf("100 MB body (chunked %v): %d, want 413", chunked, res.StatusCode)
+		}
+	}
+	grew := peakRSS(t, p.Pid()) - before
+	t.Logf("proxy peak RSS grew by %d MiB under two 100 MB bodies", grew>>20)
+	if grew > 64<<20 {
+		t.Errorf("the proxy's peak RSS grew by %d MiB under 100 MB bodies", grew>>20)
+	}
+
+	for path, want := range map[string]int{
+		"/v1/tasks?queue=demo/q&limt=5": http.StatusBadRequest,
+		"/v1/tasks?queue=demo/q":        http.StatusOK,
+	} {
+		res, err := http.Get(p.HTTPURL() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != want {
+			t.Errorf("GET %s: %d, want %d", path, res.StatusCode, want)
+		}
+	}
+
+	// ModifyRequest.claimant (field 1) with invalid UTF-8, to a node and to
+	// the proxy.
+	badUTF8 := protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), "w\xff")
+	for name, addr := range map[string]string{"node": s.pc.Nodes[0].Addr, "proxy": p.Addr} {
+		if err := s.callRaw(t, ctx, addr, "/taskstore.v1.TaskStore/Modify", badUTF8); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("%s, invalid UTF-8: %v, want InvalidArgument", name, err)
+		}
+	}
+	cc, err := grpc.NewClient(p.Addr, grpc.WithTransportCredentials(credentials.NewTLS(s.sec.ClientTLS(t, "admin"))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	admin := taskstorepb.NewTaskStoreClient(cc) // the stub: the Go client would clamp the wait
+	for name, call := range map[string]func(ctx context.Context) error{
+		"claim /x": func(ctx context.Context) error {
+			_, err := admin.Claim(ctx, &taskstorepb.ClaimRequest{Queues: []string{"/x"}, Claimant: "w"})
+			return err
+		},
+		"negative wait": func(ctx context.Context) error {
+			_, err := admin.Claim(ctx, &taskstorepb.ClaimRequest{Queues: []string{"demo/q"}, Claimant: "w", Wait: durationpb.New(-time.Second)})
+			return err
+		},
+	} {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		start := time.Now()
+		err := call(cctx)
+		cancel()
+		if status.Code(err) != codes.InvalidArgument || time.Since(start) > 5*time.Second {
+			t.Errorf("%s through the proxy: %v after %v, want InvalidArgument at once", name, err, time.Since(start).Round(time.Millisecond))
+		}
+	}
 }
