@@ -32,9 +32,10 @@ vet:
 race: build
 	TASKSTORE_BIN=$(CURDIR)/$(BIN) $(GO) test -race -count=1 -p 1 -timeout 30m $(PKGS)
 
-# Each fuzz target (decoders, validators, snapshot and gossip readers) runs
+# Each fuzz target (decoders, validators, snapshot and gossip readers, the
+# Raft stream, the HTTP/JSON gateway) runs
 # briefly; `make fuzz FUZZTIME=5m` runs longer.
-FUZZPKGS := ./fsm/ ./cluster/ ./cluster/nodelog/ ./rpc/auth/
+FUZZPKGS := ./fsm/ ./cluster/ ./cluster/nodelog/ ./rpc/auth/ ./proxy/
 fuzz-short:
 	@for p in $(FUZZPKGS); do for t in $$($(GO) test -list '^Fuzz' $$p | grep ^Fuzz); do \
 		echo "fuzz $$p $$t"; $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $$p || exit 1; \

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
@@ -72,6 +73,7 @@ func (s *Server) Gateway() (http.Handler, error) {
 			UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
 		}),
 		runtime.SetQueryParameterParser(strictQueryParser{}), // process-wide in grpc-gateway: every gateway here is strict
+		runtime.WithRoutingErrorHandler(routingError),
 	)
 	ctx := context.Background()
 	if err := taskstorepb.RegisterTaskStoreHandlerServer(ctx, mux, s); err != nil {
@@ -101,6 +103,15 @@ func limitBody(h http.Handler) http.Handler {
 		w.Write(b)
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !utf8.ValidString(r.URL.Path) {
+			// A path segment becomes a string field (a queue name),
+			// which protobuf will not encode.
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadRequest)
+			b, _ := json.Marshal(map[string]any{"code": codes.InvalidArgument, "message": "the path is not valid UTF-8", "details": []any{}})
+			w.Write(b)
+			return
+		}
 		if r.ContentLength > MaxJSONBodyBytes {
 			tooLarge(w, fmt.Sprintf("of %d bytes is", r.ContentLength))
 			return
@@ -133,9 +144,14 @@ type strictQueryParser struct{ runtime.DefaultQueryParser }
 
 func (p strictQueryParser) Parse(msg proto.Message, values url.Values, filter *utilities.DoubleArray) error {
 	md := msg.ProtoReflect().Descriptor()
-	for key := range values {
+	for key, vs := range values {
 		if err := knownField(md, key); err != nil {
 			return err
+		}
+		for _, v := range vs {
+			if !utf8.ValidString(v) {
+				return fmt.Errorf("query parameter %q: not valid UTF-8", key)
+			}
 		}
 	}
 	return p.DefaultQueryParser.Parse(msg, values, filter)
@@ -161,4 +177,18 @@ func knownField(md protoreflect.MessageDescriptor, key string) error {
 		}
 	}
 	return nil
+}
+
+// routingError answers a method the path does not take with 405 (the
+// gateway's default says 501, "not implemented", which blames the server);
+// other routing errors as the gateway does.
+func routingError(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, httpStatus int) {
+	if httpStatus != http.StatusMethodNotAllowed {
+		runtime.DefaultRoutingErrorHandler(ctx, mux, m, w, r, httpStatus)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusMethodNotAllowed)
+	b, _ := json.Marshal(map[string]any{"code": codes.Unimplemented, "message": fmt.Sprintf("%s is not a method of %s", r.Method, r.URL.Path), "details": []any{}})
+	w.Write(b)
 }

@@ -54,7 +54,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 
 // startProxy starts a proxy on loopback ports in front of c and waits until
 // it has read the routing table.
-func startProxy(t *testing.T, c *harness.Cluster) *proxy.Server {
+func startProxy(t testing.TB, c *harness.Cluster) *proxy.Server {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
