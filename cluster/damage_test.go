@@ -1,7 +1,6 @@
 package cluster_test
 
 import (
-	"encoding/binary"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -119,46 +118,10 @@ func TestDamagedReplicaStaysDownAloneAndIsRebuilt(t *testing.T) {
 	}
 }
 
-// flipNodeLogEntry flips a byte in the data of an entry of group shard in
-// the middle of the node's shared Raft log (<dir>/raftlog/*.wal; records
-// are [crc u32][len u32][kind u8][group u32][index u64]..., kind 1 an
-// entry, cluster/nodelog).
+// flipNodeLogEntry flips a byte of one of the shard's entries in the
+// middle of the node's shared Raft log.
 func flipNodeLogEntry(t *testing.T, dir string, shard uint32) error {
-	segs, err := filepath.Glob(filepath.Join(dir, "raftlog", "*.wal"))
-	if err != nil || len(segs) == 0 {
-		return fmt.Errorf("no node log segments in %s: %v", dir, err)
-	}
-	type rec struct {
-		path string
-		end  int
-	}
-	var entries []rec
-	for _, path := range segs {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		for o := 0; o+8 <= len(b); {
-			n := int(binary.BigEndian.Uint32(b[o+4:]))
-			if n == 0 || o+8+n > len(b) {
-				break
-			}
-			body := b[o+8 : o+8+n]
-			if body[0] == 1 && binary.BigEndian.Uint32(body[1:]) == shard {
-				entries = append(entries, rec{path, o + 8 + n})
-			}
-			o += 8 + n
-		}
-	}
-	if len(entries) < 3 {
-		return fmt.Errorf("%d entries of group %d in the node log", len(entries), shard)
-	}
-	victim := entries[len(entries)/2]
-	b, err := os.ReadFile(victim.path)
-	if err != nil {
-		return err
-	}
-	b[victim.end-1] ^= 0x40 // the last byte of the entry's extensions or data
-	t.Logf("flipped a byte of entry %d of %d of group %d in %s", len(entries)/2+1, len(entries), shard, victim.path)
-	return os.WriteFile(victim.path, b, 0o644)
+	what, err := harness.FlipNodeLogEntry(dir, shard)
+	t.Logf("flipped a byte of %s", what)
+	return err
 }
