@@ -169,6 +169,16 @@ func TestHTTPPortGivesNothingAway(t *testing.T) {
 		return res.StatusCode, string(b)
 	}
 	basicAdmin := "Basic " + base64.StdEncoding.EncodeToString([]byte("ops:"+s.sec.AdminToken))
+	// The page reads this node's replicas (stale): wait until its replica
+	// has the task, so that a 404 below can only mean a refusal gone wrong.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if code, _ := get("/queues/demo%2Fpage/tasks/"+tk.Id+"/value", "Bearer "+s.sec.AdminToken); code == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the node's replica never showed the task")
+		}
+	}
 	for _, path := range []string{"/", "/queues/demo%2Fpage", "/queues/demo%2Fpage/tasks/" + tk.Id + "/value"} {
 		for auth, want := range map[string]int{
 			"":                              http.StatusUnauthorized,

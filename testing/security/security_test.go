@@ -498,6 +498,17 @@ func TestHTTPPortNeedsAdmin(t *testing.T) {
 	}
 	none := cred{name: "no credential", tls: sec.ClientTLS(t, "")}
 	pages := []string{"/", "/queues/demo%2Fpage", "/queues/demo%2Fpage/tasks/" + tk.Id + "/value"}
+	// The page reads this node's replicas (stale): wait until its replica
+	// has the task, so that a 404 below can only mean a refusal gone wrong.
+	adminCred := cred{"admin token", sec.ClientTLS(t, ""), "Bearer " + sec.AdminToken}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if code, _ := get(adminCred, pages[2]); code == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the node's replica never showed the task")
+		}
+	}
 	for _, tc := range []struct {
 		cred cred
 		want int
