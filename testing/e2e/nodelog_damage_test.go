@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -17,16 +18,41 @@ import (
 	"github.com/e1158ecb/taskstore/testing/harness"
 )
 
-// TestDamagedNodeLogEntryStopsOneReplica (issue 19, item 3a) with real
-// processes: a byte flipped in one shard's entry in a stopped node's shared
-// Raft log. The node starts and runs its other replica; the damaged one
-// does not serve or vote and shows DAMAGED in status; `taskctl shard
-// rebuild` brings it back with every task, and a restart does not find the
-// damage again. Before, the whole node refused to start.
-func TestDamagedNodeLogEntryStopsOneReplica(t *testing.T) {
+// TestDamagedReplicaFilesProcesses (issue 19, item 3) with real processes:
+// one replica's files damaged on a stopped node: a byte flipped in one of
+// its entries in the node's shared Raft log (3a; before, the whole node
+// refused to start), its raft.db cut short (3b; before, bbolt panicked the
+// node) or emptied (3c: the term and vote lost). The node starts and runs
+// its other replica; the damaged one does not serve or vote and shows
+// DAMAGED in status; `taskctl shard rebuild` brings it back with every task
+// (3d), and a restart does not find the damage again.
+func TestDamagedReplicaFilesProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
 	}
+	raftDB := func(dir string, shard uint32) string {
+		return filepath.Join(dir, "shards", fmt.Sprint(shard), "raft.db")
+	}
+	for _, tc := range []struct {
+		name   string
+		damage func(dir string, shard uint32) (string, error)
+		want   string
+	}{
+		{"an entry in the node log flipped", func(dir string, shard uint32) (string, error) {
+			return harness.FlipNodeLogEntry(dir, shard)
+		}, "fails its checksum"},
+		{"raft.db cut short", func(dir string, shard uint32) (string, error) {
+			return "raft.db cut to 6000 bytes", os.Truncate(raftDB(dir, shard), 6000)
+		}, "raft.db"},
+		{"raft.db emptied", func(dir string, shard uint32) (string, error) {
+			return "raft.db emptied", os.Truncate(raftDB(dir, shard), 0)
+		}, "no term or vote recorded"},
+	} {
+		t.Run(tc.name, func(t *testing.T) { damagedReplicaProcesses(t, tc.damage, tc.want) })
+	}
+}
+
+func damagedReplicaProcesses(t *testing.T, damage func(dir string, shard uint32) (string, error), want string) {
 	pc := harness.StartProcesses(t, 3, "--shards", "2", "--raft-timeout-scale", "2")
 	pc.WaitReady(60 * time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -58,11 +84,11 @@ func TestDamagedNodeLogEntryStopsOneReplica(t *testing.T) {
 
 	bad := pc.Nodes[2]
 	bad.Stop()
-	what, err := harness.FlipNodeLogEntry(bad.DataDir(), sa)
+	what, err := damage(bad.DataDir(), sa)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("flipped a byte of %s", what)
+	t.Logf("damaged: %s", what)
 	if err := bad.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +116,7 @@ func TestDamagedNodeLogEntryStopsOneReplica(t *testing.T) {
 		}
 		return nil
 	}
-	if r := replica(local(), sa); r == nil || !strings.Contains(r.GetDivergence().GetDamaged(), "fails its checksum") {
+	if r := replica(local(), sa); r == nil || !strings.Contains(r.GetDivergence().GetDamaged(), want) {
 		t.Fatalf("%s's replica of shard %d after the flip: %v, want it damaged", bad.ID, sa, r)
 	}
 	// The other replica on the node runs and catches up; the shard itself
