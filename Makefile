@@ -5,8 +5,10 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 LDFLAGS   := -s -w -X github.com/e1158ecb/taskstore/cmd/internal/buildinfo.Version=$(VERSION)
 PKGS      := ./...
 FUZZTIME  ?= 10s
+# staticcheck's version is pinned here; `go run` fetches it through the module proxy.
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build run test fmt-check vet race fuzz-short fuzz proto clean certs
+.PHONY: all build run test fmt-check vet staticcheck race fuzz-short fuzz proto clean certs
 
 all: build
 
@@ -17,8 +19,8 @@ build:
 run:
 	$(GO) run ./cmd/taskstored dev
 
-## test: gofmt, vet, race tests, brief fuzzing
-test: fmt-check vet race fuzz-short
+## test: gofmt, vet, staticcheck, race tests, brief fuzzing
+test: fmt-check vet staticcheck race fuzz-short
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); \
@@ -26,6 +28,9 @@ fmt-check:
 
 vet:
 	$(GO) vet $(PKGS)
+
+staticcheck:
+	$(GO) run $(STATICCHECK) $(PKGS)
 
 # -p 1: one package at a time. Every package starts real Raft clusters; on
 # two cores, several at once under -race starve heartbeats into elections.

@@ -19,8 +19,8 @@
 //     (*NotLeaderError) means nothing was applied; ErrUnknownOutcome means it
 //     may have been: answer Unavailable so the client retries with the same
 //     request id.
-//  2. Read through Shard.ReadBarrier, then the machine, unless the caller
-//     asked for a stale read.
+//  2. Read through Shard.Read: linearizable unless the caller asked for a
+//     stale read (the fence belongs to the leader's term: IsLeader).
 //  3. Shard.Now is the only clock a command may carry.
 //
 // See DESIGN.md in this directory for the choices behind it.

@@ -449,10 +449,10 @@ func (n *Node) retireReplicas(cm *metapb.ClusterMap) {
 		}
 		since, ok := n.unplacedSince[id]
 		if !ok {
-			n.unplacedSince[id] = time.Now()
+			n.unplacedSince[id] = n.cfg.Clock()
 			continue
 		}
-		if time.Since(since) > grace && !s.IsLeader() {
+		if n.cfg.Clock().Sub(since) > grace && !s.IsLeader() {
 			retire = append(retire, s)
 			delete(n.shards, id)
 			delete(n.unplacedSince, id)
@@ -503,4 +503,14 @@ func (n *Node) Leaving() (bool, string) {
 		}
 	}
 	return true, ""
+}
+
+// MetaConfiguration is this node's view of the meta group's Raft
+// configuration: the servers membership has added.
+func (n *Node) MetaConfiguration() (raft.Configuration, error) {
+	f := n.metaGroup.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return raft.Configuration{}, err
+	}
+	return f.Configuration(), nil
 }

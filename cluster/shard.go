@@ -45,12 +45,19 @@ type Shard struct {
 	// leaderHint resolves a leader id to its gRPC address through the map.
 	leaderHint func(shard uint32, id raft.ServerID, addr raft.ServerAddress) *NotLeaderError
 
-	// ready is true while this replica leads and has applied everything
-	// committed before its term (Barrier done): linearizable reads may be
-	// served after one VerifyLeader.
-	ready atomic.Bool
-	stop  chan struct{}
-	wg    sync.WaitGroup
+	// readyTerm is the term in which this replica, as leader, applied
+	// everything committed before that term (its Barrier returned), or 0.
+	// Linearizable reads may be served after one VerifyLeader only while
+	// it leads in that same term: LeaderCh may drop a "lost" signal, so a
+	// replica that stepped down and was re-elected before watchLeadership
+	// ran would otherwise keep the flag of its earlier term and serve reads
+	// that miss what another leader committed in between (issue 17).
+	readyTerm atomic.Uint64
+	// watchHold is held by tests (export_test.go) to stall
+	// watchLeadership between receiving a signal and acting on it.
+	watchHold sync.Mutex
+	stop      chan struct{}
+	wg        sync.WaitGroup
 }
 
 func newShard(id uint32, clock func() time.Time, t Tuning, log *slog.Logger) *Shard {
@@ -69,7 +76,8 @@ func newShard(id uint32, clock func() time.Time, t Tuning, log *slog.Logger) *Sh
 // ID is the shard id.
 func (s *Shard) ID() uint32 { return s.id }
 
-// Machine is the shard's state machine, for reads.
+// Machine is the shard's state machine, for replica checks and tests:
+// the API reads through Read, which fences linearizable reads.
 func (s *Shard) Machine() *fsm.Machine { return s.machine }
 
 // Raft is the shard's Raft instance.
@@ -109,27 +117,42 @@ func (s *Shard) watchLeadership() {
 		case <-s.stop:
 			return
 		case leader := <-s.g.raft.LeaderCh():
-			s.ready.Store(false)
+			s.watchHold.Lock() // tests stall the watcher here
+			s.watchHold.Unlock()
+			s.readyTerm.Store(0)
 			if !leader {
 				s.log.Info("lost leadership")
 				s.waiters.wakeAll() // their claims answer "not leader"
 				continue
 			}
+			term := s.g.raft.CurrentTerm()
 			if err := s.g.raft.Barrier(s.tuning.ApplyTimeout).Error(); err != nil {
 				s.log.Warn("barrier after election failed", "err", err)
 				continue
 			}
-			if s.g.raft.State() == raft.Leader {
-				s.ready.Store(true)
+			// The barrier proves the log applied up to this term's start
+			// only if the term did not change while it ran.
+			if s.g.raft.State() == raft.Leader && s.g.raft.CurrentTerm() == term {
+				s.readyTerm.Store(term)
 				s.leaderChanges.Inc()
-				s.log.Info("leading", "term", s.g.raft.CurrentTerm())
+				s.log.Info("leading", "term", term)
 			}
 		}
 	}
 }
 
-// IsLeader reports whether this replica leads and is ready.
-func (s *Shard) IsLeader() bool { return s.ready.Load() && s.g.raft.State() == raft.Leader }
+// IsLeader reports whether this replica leads and is ready: it leads in
+// the term its post-election barrier ran in.
+func (s *Shard) IsLeader() bool {
+	t := s.readyTerm.Load()
+	if t == 0 || s.g.raft.CurrentTerm() != t {
+		return false
+	}
+	// A node leads at most once per term, so Leader in the barrier's term
+	// is the leadership the barrier ran for; the second term read closes
+	// the window where the state is read after a term change.
+	return s.g.raft.State() == raft.Leader && s.g.raft.CurrentTerm() == t
+}
 
 func (s *Shard) notLeader() error {
 	addr, id := s.g.raft.LeaderWithID()
@@ -191,9 +214,9 @@ func (s *Shard) Propose(ctx context.Context, cmd *fsmpb.Command) (*fsmpb.Result,
 	case <-ctx.Done():
 		// The entry may still commit. A future may never return after
 		// Shutdown (hashicorp/raft#498), hence the select.
-		return nil, fmt.Errorf("shard %d: %w: %v", s.id, ErrUnknownOutcome, ctx.Err())
+		return nil, fmt.Errorf("shard %d: %w: %w", s.id, ErrUnknownOutcome, ctx.Err())
 	case <-s.stop:
-		return nil, fmt.Errorf("shard %d: %w: %v", s.id, ErrUnknownOutcome, ErrShutdown)
+		return nil, fmt.Errorf("shard %d: %w: %w", s.id, ErrUnknownOutcome, ErrShutdown)
 	}
 	switch {
 	case err == nil:
@@ -202,7 +225,7 @@ func (s *Shard) Propose(ctx context.Context, cmd *fsmpb.Command) (*fsmpb.Result,
 		return nil, s.notLeader()
 	default:
 		// ErrLeadershipLost, ErrRaftShutdown, or anything else after enqueueing.
-		return nil, fmt.Errorf("shard %d: %w: %v", s.id, ErrUnknownOutcome, err)
+		return nil, fmt.Errorf("shard %d: %w: %w", s.id, ErrUnknownOutcome, err)
 	}
 	s.applySeconds.Observe(time.Since(start).Seconds())
 	res, ok := f.Response().(*fsmpb.Result)
@@ -210,6 +233,19 @@ func (s *Shard) Propose(ctx context.Context, cmd *fsmpb.Command) (*fsmpb.Result,
 		return nil, fmt.Errorf("shard %d: unexpected apply response %T", s.id, f.Response())
 	}
 	return res, nil
+}
+
+// Read runs fn on the shard's state machine. Unless stale, the read is
+// linearizable (ReadBarrier first): it sees every write acknowledged before
+// Read was called. A stale read sees this replica's state, however far it
+// trails. It is the one way the API reads a shard.
+func (s *Shard) Read(ctx context.Context, stale bool, fn func(*fsm.Machine) error) error {
+	if !stale {
+		if err := s.ReadBarrier(ctx); err != nil {
+			return err
+		}
+	}
+	return fn(s.machine)
 }
 
 // ReadBarrier makes a following read of the machine linearizable: this

@@ -19,8 +19,6 @@ type Options struct {
 	// that may have made tasks available in the named queues (inserts, changes
 	// that move or release a task, purge frees nothing). It must not block.
 	OnAvailable func(queues []string)
-	// Limits applied by Validate; zero value means DefaultLimits.
-	Limits Limits
 	// MaxSessions bounds the exactly-once memory (default 100000).
 	MaxSessions int
 	// MaxSessionBytes bounds it by the size of the answers it keeps
@@ -45,7 +43,7 @@ type Limits struct {
 	MaxErrBytes   int // default 4096
 }
 
-// DefaultLimits are the limits used when Options.Limits is the zero value.
+// DefaultLimits are the limits Validate uses for zero fields of its Limits.
 var DefaultLimits = Limits{
 	MaxValueBytes: 1 << 20,
 	MaxNameBytes:  256,
@@ -98,7 +96,6 @@ var (
 
 // New returns an empty machine.
 func New(opts Options) *Machine {
-	opts.Limits = opts.Limits.withDefaults()
 	if opts.MaxSessions <= 0 {
 		opts.MaxSessions = DefaultMaxSessions
 	}

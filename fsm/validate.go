@@ -38,6 +38,9 @@ func tooLarge(field string, n, limit int) error {
 	return &ValidationError{Field: field, Rule: fmt.Sprintf("%d bytes exceeds the limit of %d", n, limit), Kind: ErrTooLarge}
 }
 
+// WithDefaults returns l with each zero field set to DefaultLimits'.
+func (l Limits) WithDefaults() Limits { return l.withDefaults() }
+
 func (l Limits) withDefaults() Limits {
 	d := DefaultLimits
 	if l.MaxValueBytes > 0 {

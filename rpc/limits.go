@@ -65,6 +65,10 @@ type Limits struct {
 	Burst int
 	// Key names the client a call comes from; default ClientKey.
 	Key func(ctx context.Context) string
+	// Commands bound what one request may carry (operations per
+	// transaction, claim limit, name and value sizes); zero fields take
+	// fsm.DefaultLimits'. A node checks them before proposing.
+	Commands fsm.Limits
 }
 
 // DefaultLimits are the limits of a node or proxy: the shared message

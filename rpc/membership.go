@@ -33,6 +33,9 @@ func (srv *Server) metaLeader(ctx context.Context, err error) (taskstorepb.Admin
 
 // AddNode implements Admin.AddNode; any node forwards it to the meta leader.
 func (srv *Server) AddNode(ctx context.Context, req *taskstorepb.AddNodeRequest) (*taskstorepb.AddNodeResponse, error) {
+	if err := checkAddNode(req); err != nil {
+		return nil, toStatus(err)
+	}
 	_, err := srv.node.AddNode(ctx, req.Id, req.Address)
 	if err != nil {
 		if leader, fctx, ok := srv.metaLeader(ctx, err); ok {

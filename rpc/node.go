@@ -108,6 +108,7 @@ func StartNodeWith(cfg cluster.Config, no NodeOptions) (*NodeServer, error) {
 	ns := &NodeServer{Node: node, RPC: NewServer(node, cfg.Registry, log), GRPC: grpc.NewServer(opts...), Registry: cfg.Registry,
 		log: log.With("component", "server", "node", cfg.ID)}
 	ns.RPC.maxResponse = no.Limits.withDefaults().MaxResponseBytes
+	ns.RPC.limits = no.Limits.Commands.WithDefaults()
 	ns.RPC.Register(ns.GRPC)
 	grpcMetrics.InitializeMetrics(ns.GRPC)
 	ns.RPC.SetServing(true)

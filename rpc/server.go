@@ -408,32 +408,18 @@ func (srv *Server) fits(op string, resp proto.Message) error {
 	return nil
 }
 
-// readShard finds the shard a read addresses and, unless stale, makes the
-// read linearizable.
-func (srv *Server) readShard(ctx context.Context, shardID uint32, queue string, stale bool) (*cluster.Shard, error) {
-	var (
-		shard *cluster.Shard
-		err   error
-	)
+// readShard finds the shard a read addresses.
+func (srv *Server) readShard(shardID uint32, queue string) (*cluster.Shard, error) {
 	switch {
 	case shardID != 0:
-		shard, err = srv.node.ShardByID(shardID)
+		return srv.node.ShardByID(shardID)
 	case queue != "" && taskstorepb.GroupOf(queue) == "":
 		return nil, invalid("queue", "%q: a queue name must not start with '/' (its group would be empty)", queue)
 	case queue != "":
-		shard, err = srv.node.ShardFor(taskstorepb.GroupOf(queue))
+		return srv.node.ShardFor(taskstorepb.GroupOf(queue))
 	default:
 		return nil, invalid("queue", "give a queue or a shard")
 	}
-	if err != nil {
-		return nil, err
-	}
-	if !stale {
-		if err := shard.ReadBarrier(ctx); err != nil {
-			return nil, err
-		}
-	}
-	return shard, nil
 }
 
 // Tasks implements TaskStore.Tasks.
@@ -446,11 +432,19 @@ func (srv *Server) tasks(ctx context.Context, req *taskstorepb.TasksRequest) (*t
 	if len(req.Ids) > MaxRequestIDs {
 		return nil, tooMany("ids", "ids", len(req.Ids), MaxRequestIDs)
 	}
-	shard, err := srv.readShard(ctx, req.Shard, req.Queue, req.Stale)
+	shard, err := srv.readShard(req.Shard, req.Queue)
 	if err != nil {
 		return nil, err
 	}
-	m := shard.Machine()
+	var res *taskstorepb.TasksResponse
+	err = shard.Read(ctx, req.Stale, func(m *fsm.Machine) (err error) {
+		res, err = srv.readTasks(m, req)
+		return err
+	})
+	return res, err
+}
+
+func (srv *Server) readTasks(m *fsm.Machine, req *taskstorepb.TasksRequest) (*taskstorepb.TasksResponse, error) {
 	if len(req.Ids) > 0 {
 		// An id named twice is answered once, and the answer must fit one
 		// message: 1000 ids of 1 MiB values would otherwise make the node
@@ -499,26 +493,35 @@ func (srv *Server) Queues(ctx context.Context, req *taskstorepb.QueuesRequest) (
 func (srv *Server) queues(ctx context.Context, req *taskstorepb.QueuesRequest) (*taskstorepb.QueuesResponse, error) {
 	var shards []*cluster.Shard
 	if req.Shard != 0 {
-		s, err := srv.readShard(ctx, req.Shard, "", req.Stale)
+		s, err := srv.readShard(req.Shard, "")
 		if err != nil {
 			return nil, err
 		}
 		shards = []*cluster.Shard{s}
 	} else {
 		for _, s := range srv.node.LocalShards() {
-			if req.Stale {
-				shards = append(shards, s)
-			} else if s.IsLeader() && s.ReadBarrier(ctx) == nil {
+			if req.Stale || s.IsLeader() {
 				shards = append(shards, s)
 			}
 		}
 	}
 	out := &taskstorepb.QueuesResponse{}
 	for _, s := range shards {
+		var queues []fsm.QueueStats
+		err := s.Read(ctx, req.Stale, func(m *fsm.Machine) error {
+			queues = m.Queues(req.Prefix, int(req.Limit))
+			return nil
+		})
+		if err != nil {
+			if req.Shard != 0 {
+				return nil, err
+			}
+			continue // lost leadership since: another node answers for it
+		}
 		// Ages are measured against the serving node's time, not the
 		// machine's clock, which only moves when a command is applied.
 		clock := s.Now()
-		for _, q := range s.Machine().Queues(req.Prefix, int(req.Limit)) {
+		for _, q := range queues {
 			qs := &taskstorepb.QueueStats{Name: q.Name, Total: q.Total, Available: q.Available, Claimed: q.Claimed, Delayed: q.Delayed, Shard: s.ID()}
 			if q.OldestAvailableAt != 0 {
 				qs.OldestAvailableAge = durationpb.New(time.Duration(max(clock-q.OldestAvailableAt, 0)))

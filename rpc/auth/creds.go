@@ -30,7 +30,7 @@ func (acceptedTLS) ClientHandshake(context.Context, string, net.Conn) (net.Conn,
 }
 
 func (acceptedTLS) Info() credentials.ProtocolInfo {
-	return credentials.ProtocolInfo{SecurityProtocol: "tls", SecurityVersion: "1.2"}
+	return credentials.ProtocolInfo{SecurityProtocol: "tls"}
 }
 
 func (a acceptedTLS) Clone() credentials.TransportCredentials { return a }

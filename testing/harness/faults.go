@@ -346,3 +346,13 @@ func (c *Cluster) ReplicaLogs(states []ReplicaState) ([]checker.ReplicaLog, erro
 	}
 	return out, nil
 }
+
+// MetaVoters lists the servers of the meta group's Raft configuration as
+// node i sees it.
+func (c *Cluster) MetaVoters(i int) []raft.Server {
+	cfg, err := c.Nodes[i].srv.Node.MetaConfiguration()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return cfg.Servers
+}

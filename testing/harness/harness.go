@@ -51,6 +51,8 @@ type Options struct {
 	// HTTP serves every node's HTTP endpoints on a free port
 	// (Node.Server().HTTPAddr; HTTPS when Secure).
 	HTTP bool
+	// Limits, when set, are the nodes' rpc.Limits.
+	Limits rpc.Limits
 }
 
 // Cluster is a set of in-process nodes.
@@ -165,7 +167,7 @@ func (c *Cluster) startNode(cfg cluster.Config) (*rpc.NodeServer, error) {
 	if c.opts.HTTP {
 		cfg.HTTPAddr = "127.0.0.1:0"
 	}
-	return rpc.StartNodeWith(cfg, rpc.NodeOptions{Policy: pol})
+	return rpc.StartNodeWith(cfg, rpc.NodeOptions{Policy: pol, Limits: c.opts.Limits})
 }
 
 func tuned(t cluster.Tuning, f func(*cluster.Tuning)) cluster.Tuning {

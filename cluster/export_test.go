@@ -1,0 +1,8 @@
+package cluster
+
+// HoldLeadershipWatch stalls the shard's leadership watcher between
+// receiving a LeaderCh signal and acting on it, until release is called.
+func (s *Shard) HoldLeadershipWatch() (release func()) {
+	s.watchHold.Lock()
+	return s.watchHold.Unlock
+}
