@@ -390,6 +390,46 @@ func (n *Node) tickLoop() {
 	}
 }
 
+// dueEvery is how often a leader looks for tasks whose delay or lease has
+// run out on a shard nothing writes to.
+const dueEvery = 250 * time.Millisecond
+
+// dueLoop ticks each shard this node leads once a delayed or claimed task
+// has come due by the leader's clock and no command has moved the
+// machine's clock past it: queue counts (stats, the status page, the
+// taskstore_queue_tasks gauge, on every replica) then turn the task
+// available within about dueEvery, without waiting for an unrelated write
+// (issue 16: they froze until one came). A busy shard needs no tick: every
+// command moves the clock.
+func (n *Node) dueLoop() {
+	for n.sleep(dueEvery) {
+		for _, s := range n.LocalShards() {
+			ctx, cancel := context.WithTimeout(context.Background(), n.cfg.Tuning.ApplyTimeout)
+			if _, err := s.TickIfDue(ctx); err != nil {
+				n.log.Debug("tick shard with tasks due", "shard", s.id, "err", err)
+			}
+			cancel()
+		}
+	}
+}
+
+// TickIfDue proposes an OP_TICK when this replica leads and a task of the
+// shard came due by the leader's time after the machine's clock; it
+// reports whether it did.
+func (s *Shard) TickIfDue(ctx context.Context) (bool, error) {
+	if !s.IsLeader() {
+		return false, nil
+	}
+	at, ok := s.machine.NextDue()
+	if !ok || at > s.Now() {
+		return false, nil
+	}
+	if _, err := s.Propose(ctx, &fsmpb.Command{Op: fsmpb.Op_OP_TICK}); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
 // TickIfIdle proposes an OP_TICK when this replica leads and the machine's
 // clock is at least idle behind the leader's time; it reports whether it
 // did. A tick only moves the clock, so it is safe to repeat.

@@ -208,6 +208,7 @@ func Start(cfg Config) (*Node, error) {
 	n.loop(n.reconcileConfigs)
 	n.loop(n.checkReplicasLoop)
 	n.loop(n.tickLoop)
+	n.loop(n.dueLoop)
 	n.loop(n.boundLogs)
 	n.loop(n.measureClocks)
 	n.loop(n.watchDisk)

@@ -187,6 +187,20 @@ func (m *Machine) Clock() int64 {
 	return m.st.clock
 }
 
+// NextDue returns the earliest time at which a task that is delayed or
+// claimed now becomes available (a delay or a lease ends), if any. Until a
+// command moves the clock past it, the counts of Queues show it as it was:
+// the leader ticks a shard whose next task came due (cluster).
+func (m *Machine) NextDue() (at int64, ok bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	t, ok := m.st.pending.Min()
+	if !ok {
+		return 0, false
+	}
+	return t.at, true
+}
+
 // AppliedIndex is the index of the last applied log entry.
 func (m *Machine) AppliedIndex() uint64 {
 	m.mu.RLock()
