@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/e1158ecb/taskstore/fsm/fsmpb"
 )
 
@@ -65,7 +67,9 @@ func (a *applier) command(cmd *fsmpb.Command) *fsmpb.Result {
 			a.touch(s)
 			switch {
 			case cmd.Seq == s.seq:
-				return s.result
+				r := proto.Clone(s.result).(*fsmpb.Result)
+				r.Replayed = true
+				return r
 			case cmd.Seq < s.seq:
 				return &fsmpb.Result{Failure: &fsmpb.Failure{Message: StaleSequenceMessage}}
 			}

@@ -60,7 +60,8 @@ users; DESIGN.md §1 is the contract.
 
  10. Exactly once. A command with a client_id is answered once per
     (client_id, seq): the same seq again returns the stored result without
-    applying (a Modify's claimed tasks included); a lower seq fails with
+    applying (a Modify's claimed tasks included), marked Result.replayed so
+    that counters count the request once; a lower seq fails with
     StaleSequenceMessage. A claim that claimed nothing is not stored, so a waiting claim may re-propose its
     seq. Sessions are bounded (MaxSessions, least recently seen evicted,
     ties by client id) and expire SessionTTL of log time after they were

@@ -36,6 +36,10 @@ func TestExactlyOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	second := m.Apply(&raft.Log{Index: 3, Type: raft.LogCommand, Data: data}).(*fsmpb.Result)
+	if !second.Replayed || first.Replayed {
+		t.Fatalf("replayed: first %v, retry %v; want false, true", first.Replayed, second.Replayed)
+	}
+	second.Replayed = false
 	if !proto.Equal(first, second) {
 		t.Fatalf("retry returned %v, want %v", second, first)
 	}

@@ -126,6 +126,10 @@ func TestModifyClaimExactlyOnce(t *testing.T) {
 	}
 	for name, mm := range map[string]*Machine{"leader": m, "restored": replica} {
 		again := mm.Apply(&raft.Log{Index: 4, Type: raft.LogCommand, Data: data}).(*fsmpb.Result)
+		if !again.Replayed {
+			t.Fatalf("%s: the retry's answer is not marked replayed", name)
+		}
+		again.Replayed = false
 		if !proto.Equal(first, again) {
 			t.Fatalf("%s: retry returned %v, want %v", name, again, first)
 		}

@@ -49,7 +49,9 @@ func (r *refModel) apply(cmd *fsmpb.Command) *fsmpb.Result {
 		if s := r.sessions[cmd.ClientId]; s != nil {
 			s.lastSeen = r.clock
 			if cmd.Seq == s.seq {
-				return s.result
+				r := proto.Clone(s.result).(*fsmpb.Result)
+				r.Replayed = true
+				return r
 			}
 			if cmd.Seq < s.seq {
 				return &fsmpb.Result{Failure: &fsmpb.Failure{Message: "stale request sequence"}}

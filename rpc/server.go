@@ -248,7 +248,9 @@ func (srv *Server) modify(ctx context.Context, req *taskstorepb.ModifyRequest) (
 		return nil, err
 	}
 	if res.Failure != nil {
-		srv.metrics.refusal(res.Failure)
+		if !res.Replayed {
+			srv.metrics.refusal(res.Failure)
+		}
 		if strings.HasPrefix(res.Failure.Message, fsm.OutOfScope) {
 			return nil, &deniedError{msg: res.Failure.Message}
 		}
@@ -258,11 +260,13 @@ func (srv *Server) modify(ctx context.Context, req *taskstorepb.ModifyRequest) (
 		return nil, &refusedError{failure: res.Failure}
 	}
 	mr := res.GetModify()
-	srv.metrics.modified(g.group, req, mr)
-	srv.rates.modified(req, mr)
+	if !res.Replayed { // a retry's answer: counted when it was applied
+		srv.metrics.modified(g.group, req, mr)
+		srv.rates.modified(req, mr)
+	}
 	resp := &taskstorepb.ModifyResponse{Inserted: tasksToAPI(mr.GetInserted()), Changed: tasksToAPI(mr.GetChanged()), Coalesced: mr.GetCoalesced()}
 	if claim != nil {
-		resp.Claimed = srv.claimed(g.group, mr.GetClaim())
+		resp.Claimed = srv.claimed(g.group, mr.GetClaim(), res.Replayed)
 	}
 	return resp, srv.fits("Modify", resp)
 }
@@ -302,9 +306,14 @@ func modifyClaim(g *groupOf, req *taskstorepb.ModifyRequest) (*fsmpb.Claim, erro
 }
 
 // claimed counts what a claim (of a Claim, or of a Modify's claim part)
-// took and converts it for the answer.
-func (srv *Server) claimed(group string, res *fsmpb.ClaimResult) []*taskstorepb.Task {
+// took, unless its answer was replayed to a retry, and converts it for the
+// answer.
+func (srv *Server) claimed(group string, res *fsmpb.ClaimResult, replayed bool) []*taskstorepb.Task {
 	tasks := res.GetTasks()
+	out := tasksToAPI(tasks)
+	if replayed {
+		return out
+	}
 	if len(tasks) > 0 {
 		label := srv.metrics.groups.label(group)
 		srv.metrics.claimed.WithLabelValues(label).Add(float64(len(tasks)))
@@ -312,7 +321,6 @@ func (srv *Server) claimed(group string, res *fsmpb.ClaimResult) []*taskstorepb.
 			srv.metrics.leaseExpired.WithLabelValues(label).Add(float64(n))
 		}
 	}
-	out := tasksToAPI(tasks)
 	srv.rates.claimed(out)
 	return out
 }
@@ -379,7 +387,7 @@ func (srv *Server) claim(ctx context.Context, req *taskstorepb.ClaimRequest) (*t
 	if res.Failure != nil {
 		return nil, &refusedError{failure: res.Failure}
 	}
-	resp := &taskstorepb.ClaimResponse{Tasks: srv.claimed(g.group, res.GetClaim())}
+	resp := &taskstorepb.ClaimResponse{Tasks: srv.claimed(g.group, res.GetClaim(), res.Replayed)}
 	return resp, srv.fits("Claim", resp)
 }
 
@@ -606,7 +614,9 @@ func (srv *Server) purge(ctx context.Context, req *taskstorepb.PurgeRequest) (*t
 		return nil, &refusedError{failure: res.Failure}
 	}
 	deleted := res.GetPurge().GetDeleted()
-	srv.metrics.deleted.WithLabelValues(srv.metrics.groups.label(taskstorepb.GroupOf(req.Queue))).Add(float64(deleted))
-	srv.log.Info("queue purged", "queue", req.Queue, "deleted", deleted)
+	if !res.Replayed {
+		srv.metrics.deleted.WithLabelValues(srv.metrics.groups.label(taskstorepb.GroupOf(req.Queue))).Add(float64(deleted))
+		srv.log.Info("queue purged", "queue", req.Queue, "deleted", deleted)
+	}
 	return &taskstorepb.PurgeResponse{Deleted: deleted}, nil
 }

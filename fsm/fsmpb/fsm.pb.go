@@ -938,7 +938,10 @@ type Result struct {
 	Purge   *PurgeResult           `protobuf:"bytes,3,opt,name=purge,proto3" json:"purge,omitempty"`
 	Failure *Failure               `protobuf:"bytes,4,opt,name=failure,proto3" json:"failure,omitempty"`
 	// For OP_BATCH: one result per command, in order.
-	Batch         []*Result `protobuf:"bytes,5,rep,name=batch,proto3" json:"batch,omitempty"`
+	Batch []*Result `protobuf:"bytes,5,rep,name=batch,proto3" json:"batch,omitempty"`
+	// Set on the answer to a retried request (same client_id and seq): the
+	// stored answer, replayed; nothing was applied this time. Never stored.
+	Replayed      bool `protobuf:"varint,6,opt,name=replayed,proto3" json:"replayed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1006,6 +1009,13 @@ func (x *Result) GetBatch() []*Result {
 		return x.Batch
 	}
 	return nil
+}
+
+func (x *Result) GetReplayed() bool {
+	if x != nil {
+		return x.Replayed
+	}
+	return false
 }
 
 type ModifyResult struct {
@@ -1674,13 +1684,14 @@ const file_fsm_proto_rawDesc = "" +
 	" \x01(\x03R\bmodified\x12\x16\n" +
 	"\x06claims\x18\v \x01(\rR\x06claims\x12\x18\n" +
 	"\aattempt\x18\f \x01(\rR\aattempt\x12\x10\n" +
-	"\x03err\x18\r \x01(\tR\x03err\"\x8f\x02\n" +
+	"\x03err\x18\r \x01(\tR\x03err\"\xab\x02\n" +
 	"\x06Result\x126\n" +
 	"\x06modify\x18\x01 \x01(\v2\x1e.taskstore.fsm.v1.ModifyResultR\x06modify\x123\n" +
 	"\x05claim\x18\x02 \x01(\v2\x1d.taskstore.fsm.v1.ClaimResultR\x05claim\x123\n" +
 	"\x05purge\x18\x03 \x01(\v2\x1d.taskstore.fsm.v1.PurgeResultR\x05purge\x123\n" +
 	"\afailure\x18\x04 \x01(\v2\x19.taskstore.fsm.v1.FailureR\afailure\x12.\n" +
-	"\x05batch\x18\x05 \x03(\v2\x18.taskstore.fsm.v1.ResultR\x05batch\"\xc7\x01\n" +
+	"\x05batch\x18\x05 \x03(\v2\x18.taskstore.fsm.v1.ResultR\x05batch\x12\x1a\n" +
+	"\breplayed\x18\x06 \x01(\bR\breplayed\"\xc7\x01\n" +
 	"\fModifyResult\x122\n" +
 	"\binserted\x18\x01 \x03(\v2\x16.taskstore.fsm.v1.TaskR\binserted\x120\n" +
 	"\achanged\x18\x02 \x03(\v2\x16.taskstore.fsm.v1.TaskR\achanged\x12\x1c\n" +
