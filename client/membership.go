@@ -59,7 +59,7 @@ func PlacementSettled(st *taskstorepb.StatusResponse) (bool, string) {
 		}
 		for r := range want {
 			if !seen[r] {
-				return false, fmt.Sprintf("shard %d: %s has not joined yet", s.Id, r)
+				return false, fmt.Sprintf("shard %d: a replica is being added on %s", s.Id, r)
 			}
 		}
 	}

@@ -396,6 +396,20 @@ func TestFiveNodesPlaceThreeReplicas(t *testing.T) {
 			t.Fatalf("%s: insert not readable", q)
 		}
 	}
+	// A node without a replica of a shard points at one that has it, by
+	// name (it used to say "leader is  at ADDR", with a blank name).
+	sh := c.Nodes[0].Server().Node.Map().Shards[0]
+	for i, n := range c.Nodes {
+		if slices.Contains(sh.Replicas, n.ID) {
+			continue
+		}
+		_, err := taskstorepb.NewTaskStoreClient(c.Conn(i)).Tasks(ctxT(t, 10*time.Second), &taskstorepb.TasksRequest{Shard: sh.Id})
+		msg := status.Convert(err).Message()
+		if status.Code(err) != codes.Unavailable || !strings.Contains(msg, "no replica on this node; "+sh.Replicas[0]+" at ") {
+			t.Fatalf("read of shard %d on %s, which has no replica: %v", sh.Id, n.ID, err)
+		}
+		break
+	}
 }
 
 // TestMetricsReflectTheWork: per-shard and per-group series exist and move.

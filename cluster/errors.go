@@ -23,16 +23,22 @@ var (
 	ErrShutdown = errors.New("node is shutting down")
 )
 
-// NotLeaderError names the shard and, when known, its leader.
+// NotLeaderError names the shard and, when known, its leader. A node that
+// hosts no replica of the shard points at one that does instead: Replica
+// is then set, and LeaderID and LeaderAddress name that replica.
 type NotLeaderError struct {
 	Shard         uint32
 	LeaderID      string
 	LeaderAddress string
+	Replica       bool
 }
 
 func (e *NotLeaderError) Error() string {
 	if e.LeaderAddress == "" {
 		return fmt.Sprintf("shard %d: not the leader, leader unknown", e.Shard)
+	}
+	if e.Replica {
+		return fmt.Sprintf("shard %d: no replica on this node; %s at %s has one and knows the leader", e.Shard, e.LeaderID, e.LeaderAddress)
 	}
 	return fmt.Sprintf("shard %d: not the leader, leader is %s at %s", e.Shard, e.LeaderID, e.LeaderAddress)
 }

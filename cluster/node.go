@@ -493,7 +493,7 @@ func (n *Node) ShardByID(id uint32) (*Shard, error) {
 	e := &NotLeaderError{Shard: id}
 	for _, r := range sh.Replicas {
 		if node := findNode(cm, r); node != nil {
-			e.LeaderAddress = node.Address
+			e.LeaderID, e.LeaderAddress, e.Replica = node.Id, node.Address, true
 			break
 		}
 	}

@@ -54,7 +54,7 @@ func toStatus(err error) error {
 	switch {
 	case errors.As(err, &notLeader):
 		st := status.New(codes.Unavailable, err.Error())
-		if d, derr := st.WithDetails(&taskstorepb.NotLeader{Shard: notLeader.Shard, LeaderId: notLeader.LeaderID, LeaderAddress: notLeader.LeaderAddress}); derr == nil {
+		if d, derr := st.WithDetails(&taskstorepb.NotLeader{Shard: notLeader.Shard, LeaderId: leaderID(notLeader), LeaderAddress: notLeader.LeaderAddress}); derr == nil {
 			st = d
 		}
 		return st.Err()
@@ -125,3 +125,12 @@ func nanosToTimestamp(ns int64) *timestamppb.Timestamp {
 type deniedError struct{ msg string }
 
 func (e *deniedError) Error() string { return e.msg }
+
+// leaderID is the leader a NotLeader detail names: none when the node only
+// pointed at a replica of a shard it does not host.
+func leaderID(e *cluster.NotLeaderError) string {
+	if e.Replica {
+		return ""
+	}
+	return e.LeaderID
+}
