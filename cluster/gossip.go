@@ -220,6 +220,9 @@ func (w *levelFilterWriter) Write(p []byte) (int, error) {
 	line := string(bytes.TrimSpace(p))
 	switch {
 	case bytes.Contains(p, []byte("[DEBUG]")), bytes.Contains(p, []byte("[TRACE]")):
+	case bytes.Contains(p, []byte("use of closed network connection")):
+		// A send racing this node's own shutdown: expected.
+		w.log.Debug(line)
 	case bytes.Contains(p, []byte("[ERR]")), bytes.Contains(p, []byte("[ERROR]")):
 		w.log.Error(line)
 	case bytes.Contains(p, []byte("[WARN]")):

@@ -23,7 +23,28 @@ func newHCLog(l *slog.Logger, min slog.Level) hclog.Logger {
 	return &hclogAdapter{Logger: hclog.NewNullLogger(), log: l, min: min}
 }
 
+// raftLevels re-levels what hashicorp/raft reports of normal events: an
+// election on a fresh start or after a leader change, replication handing
+// over to a newer term, and the connection errors of a peer that restarts
+// or leaves in a planned change. They said WARN and ERROR, which tell an
+// operator to act; a peer that stays unreachable shows as an
+// under-replicated shard and a leader-less group instead, and its
+// failures still log at WARN.
+var raftLevels = map[string]slog.Level{
+	"heartbeat timeout reached, starting election": slog.LevelInfo,
+	"peer has newer term, stopping replication":    slog.LevelInfo,
+	"failed to decode incoming command":            slog.LevelWarn,
+	"failed to appendEntries to":                   slog.LevelWarn,
+	"failed to heartbeat to":                       slog.LevelWarn,
+	"failed to pipeline appendEntries":             slog.LevelWarn,
+	"failed to make requestVote RPC":               slog.LevelWarn,
+	"failed to contact":                            slog.LevelWarn,
+}
+
 func (a *hclogAdapter) emit(level slog.Level, msg string, args ...interface{}) {
+	if l, ok := raftLevels[msg]; ok && l < level {
+		level = l
+	}
 	if level < a.min || !a.log.Enabled(context.Background(), level) {
 		return
 	}

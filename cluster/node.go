@@ -154,7 +154,9 @@ func Start(cfg Config) (*Node, error) {
 	if cfg.ClusterName == "" {
 		cfg.ClusterName = "taskstore"
 	}
-	log := cfg.Logger.With("component", "node", "node", cfg.ID)
+	// Each part of a node logs with node=ID and its own component=.
+	base := cfg.Logger.With("node", cfg.ID)
+	log := base.With("component", "node")
 	if err := claimDataDir(cfg.DataDir, cfg.ID); err != nil {
 		return nil, err
 	}
@@ -194,7 +196,7 @@ func Start(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	g, err := startGossip(gossipConfig{ID: cfg.ID, BindAddr: cfg.GossipAddr, Keys: cfg.GossipKeys, Label: "taskstore/" + cfg.ClusterName},
-		gossipMeta{Address: n.addr, HTTPAddress: cfg.HTTPAddr}, log.With("component", "gossip"))
+		gossipMeta{Address: n.addr, HTTPAddress: cfg.HTTPAddr}, base.With("component", "gossip"))
 	if err != nil {
 		n.abort()
 		return nil, err
@@ -279,7 +281,7 @@ func (n *Node) initialMap() *metapb.ClusterMap {
 func (n *Node) startGroups() error {
 	var err error
 	if n.raftLog, err = nodelog.Open(filepath.Join(n.cfg.DataDir, "raftlog"), nodelog.Options{
-		Logger: n.log.With("component", "raftlog"),
+		Logger: n.cfg.Logger.With("node", n.cfg.ID, "component", "raftlog"),
 		OnSync: n.metrics.observeSync,
 	}); err != nil {
 		return fmt.Errorf("open the node's Raft log: %w", err)

@@ -105,7 +105,7 @@ func StartNodeWith(cfg cluster.Config, no NodeOptions) (*NodeServer, error) {
 		}
 		return nil, err
 	}
-	ns := &NodeServer{Node: node, RPC: NewServer(node, cfg.Registry, log), GRPC: grpc.NewServer(opts...), Registry: cfg.Registry,
+	ns := &NodeServer{Node: node, RPC: NewServer(node, cfg.Registry, log.With("node", cfg.ID)), GRPC: grpc.NewServer(opts...), Registry: cfg.Registry,
 		log: log.With("component", "server", "node", cfg.ID)}
 	ns.RPC.maxResponse = no.Limits.withDefaults().MaxResponseBytes
 	ns.RPC.limits = no.Limits.Commands.WithDefaults()

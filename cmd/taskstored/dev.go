@@ -49,7 +49,7 @@ Ctrl-C stops it gracefully. Remove the data directory to start afresh.`,
 					GossipAddr: fmt.Sprintf("127.0.0.1:%d", 7201+i), HTTPAddr: fmt.Sprintf("127.0.0.1:%d", 7301+i),
 					InitialCluster: peers, Shards: 8, Replicas: 3,
 					// Three nodes share this machine's cores: relax timeouts.
-					Tuning: cluster.DefaultTuning().Scaled(2), Logger: log.With("node", p.ID),
+					Tuning: cluster.DefaultTuning().Scaled(2), Logger: log, // the node adds node=ID
 				})
 			}
 			fmt.Fprintf(os.Stderr, `Taskstore dev cluster: 3 nodes, 8 shards, 3 replicas; data in %s
@@ -72,7 +72,7 @@ Metrics: http://127.0.0.1:7301/metrics (nodes), http://127.0.0.1:7300/metrics (p
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				defer cancel()
 				p, err := proxy.Start(ctx, proxy.Config{Version: buildinfo.Version, Cluster: "127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103",
-					ListenAddr: "127.0.0.1:7000", HTTPAddr: "127.0.0.1:7300", Logger: log.With("node", "proxy")})
+					ListenAddr: "127.0.0.1:7000", HTTPAddr: "127.0.0.1:7300", Logger: log}) // the proxy adds component=proxy
 				if err != nil {
 					return nil, err
 				}

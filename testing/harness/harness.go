@@ -53,6 +53,9 @@ type Options struct {
 	HTTP bool
 	// Limits, when set, are the nodes' rpc.Limits.
 	Limits rpc.Limits
+	// Logs, when set, also receives every node's log lines (slog text). It
+	// must be safe for concurrent writes.
+	Logs io.Writer
 }
 
 // Cluster is a set of in-process nodes.
@@ -127,13 +130,13 @@ func Start(t testing.TB, n int, opts ...Options) *Cluster {
 			ids = append(ids, node.ID)
 		}
 		c.Security = newSecurity(t, ids)
-		c.Security.Policy.Log = c.logger("auth")
+		c.Security.Policy.Log = c.logger().With("component", "auth")
 	}
 	for i, node := range c.Nodes {
 		node.cfg = cluster.Config{
 			ID: node.ID, DataDir: node.Dir, ListenAddr: node.Addr, GossipAddr: node.Gossip,
 			InitialCluster: peers, Shards: o.Shards, Replicas: o.Replicas,
-			Tuning: tuned(testTuning(o.Scale), o.Tune), Logger: c.logger(node.ID),
+			Tuning: tuned(testTuning(o.Scale), o.Tune), Logger: c.logger(),
 			Dialer: c.net.Dialer(node.ID, c.idOf),
 		}
 		node.cfg.DiskFree = node.measureDisk
@@ -194,8 +197,13 @@ func testTuning(scale float64) cluster.Tuning {
 	return t.Scaled(scale)
 }
 
-func (c *Cluster) logger(id string) *slog.Logger {
-	return slog.New(slog.NewTextHandler(testWriter{c.t}, &slog.HandlerOptions{Level: c.opts.LogLevel})).With("node", id)
+// logger is a node's base logger; the node adds node=ID itself.
+func (c *Cluster) logger() *slog.Logger {
+	var w io.Writer = testWriter{c.t}
+	if c.opts.Logs != nil {
+		w = io.MultiWriter(w, c.opts.Logs)
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: c.opts.LogLevel}))
 }
 
 type testWriter struct{ t testing.TB }
@@ -426,7 +434,7 @@ func (c *Cluster) StartJoining(id string) int {
 	node.cfg = cluster.Config{
 		ID: id, DataDir: node.Dir, ListenAddr: node.Addr, GossipAddr: node.Gossip,
 		Join: []string{c.Nodes[0].Gossip}, Shards: c.opts.Shards, Replicas: c.opts.Replicas,
-		Tuning: testTuning(c.opts.Scale), Logger: c.logger(id), Dialer: c.net.Dialer(id, c.idOf),
+		Tuning: testTuning(c.opts.Scale), Logger: c.logger(), Dialer: c.net.Dialer(id, c.idOf),
 	}
 	node.cfg.DiskFree = node.measureDisk
 	c.secure(&node.cfg)
