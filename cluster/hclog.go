@@ -5,6 +5,7 @@ import (
 	"io"
 	"log"
 	"log/slog"
+	"sync/atomic"
 
 	"github.com/hashicorp/go-hclog"
 )
@@ -109,4 +110,39 @@ func (a *hclogAdapter) StandardLogger(*hclog.StandardLoggerOptions) *log.Logger 
 
 func (a *hclogAdapter) StandardWriter(*hclog.StandardLoggerOptions) io.Writer {
 	return slog.NewLogLogger(a.log.Handler(), a.min).Writer()
+}
+
+// stopQuiet logs everything below ERROR at DEBUG while its node stops.
+type stopQuiet struct {
+	slog.Handler
+	stopping *atomic.Bool
+}
+
+func (h stopQuiet) level(l slog.Level) slog.Level {
+	if h.stopping.Load() && l < slog.LevelError {
+		return min(l, slog.LevelDebug)
+	}
+	return l
+}
+
+func (h stopQuiet) Enabled(ctx context.Context, l slog.Level) bool {
+	return h.Handler.Enabled(ctx, h.level(l))
+}
+
+func (h stopQuiet) Handle(ctx context.Context, r slog.Record) error {
+	if l := h.level(r.Level); l != r.Level {
+		if !h.Handler.Enabled(ctx, l) {
+			return nil
+		}
+		r.Level = l
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h stopQuiet) WithAttrs(as []slog.Attr) slog.Handler {
+	return stopQuiet{Handler: h.Handler.WithAttrs(as), stopping: h.stopping}
+}
+
+func (h stopQuiet) WithGroup(name string) slog.Handler {
+	return stopQuiet{Handler: h.Handler.WithGroup(name), stopping: h.stopping}
 }

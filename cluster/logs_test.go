@@ -118,3 +118,30 @@ func TestFreshStartLogsNoAlarm(t *testing.T) {
 		t.Fatal("no replica logged that it leads: the test read nothing")
 	}
 }
+
+// TestClusterStopLogsNoAlarm stops a whole cluster together, as Ctrl-C on
+// the dev cluster does: no WARN or ERROR line, and one "node stopped" per
+// node (it printed a screen of failed hand-offs and appendEntries errors).
+func TestClusterStopLogsNoAlarm(t *testing.T) {
+	var logs lockedBuffer
+	c := harness.Start(t, 3, harness.Options{Shards: 8, Scale: raceScale, Logs: &logs, LogLevel: slog.LevelDebug})
+	c.WaitReady()
+	insert(t, c, "stop/q", "a", "v")
+	time.Sleep(100 * time.Millisecond)
+	from := len(logs.String())
+	if err := c.StopAll(); err != nil {
+		t.Fatal(err)
+	}
+	stopped := 0
+	for _, l := range strings.Split(logs.String()[from:], "\n") {
+		if strings.Contains(l, `msg="node stopped"`) {
+			stopped++
+		}
+		if strings.Contains(l, "level=ERROR") || strings.Contains(l, "level=WARN") {
+			t.Errorf("stopping the cluster logged: %s", l)
+		}
+	}
+	if stopped != 3 {
+		t.Errorf("%d nodes said they stopped, want 3", stopped)
+	}
+}

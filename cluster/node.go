@@ -112,6 +112,9 @@ type Node struct {
 	// unplacedSince: when the map stopped placing a local replica here.
 	unplacedSince map[uint32]time.Time
 	closed        bool
+	// stopping quiets raft's and gossip's complaints about vanishing
+	// peers (BeginStop); noHandOff skips the hand-off of a whole-cluster stop.
+	stopping, noHandOff atomic.Bool
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -196,7 +199,7 @@ func Start(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	g, err := startGossip(gossipConfig{ID: cfg.ID, BindAddr: cfg.GossipAddr, Keys: cfg.GossipKeys, Label: "taskstore/" + cfg.ClusterName},
-		gossipMeta{Address: n.addr, HTTPAddress: cfg.HTTPAddr}, base.With("component", "gossip"))
+		gossipMeta{Address: n.addr, HTTPAddress: cfg.HTTPAddr}, n.quiet(base.With("component", "gossip")))
 	if err != nil {
 		n.abort()
 		return nil, err
@@ -286,7 +289,7 @@ func (n *Node) startGroups() error {
 	}); err != nil {
 		return fmt.Errorf("open the node's Raft log: %w", err)
 	}
-	if n.metaGroup, err = openGroup(MetaGroupID, n.cfg.DataDir, n.cfg.ID, n.meta, n.mux, n.cfg.Tuning, nil, n.log.With("group", "meta")); err != nil {
+	if n.metaGroup, err = openGroup(MetaGroupID, n.cfg.DataDir, n.cfg.ID, n.meta, n.mux, n.cfg.Tuning, nil, n.quiet(n.log.With("group", "meta"))); err != nil {
 		return err
 	}
 	n.wg.Add(1)
@@ -368,7 +371,7 @@ func (n *Node) openShard(id uint32) (*Shard, error) {
 	s.leaderChanges = n.metrics.leaderChanges.WithLabelValues(label)
 	snapshotSeconds := n.metrics.snapshotSeconds.WithLabelValues(label)
 	timed := timedFSM{Machine: s.machine, observe: func(d time.Duration) { snapshotSeconds.Observe(d.Seconds()) }}
-	g, err := openGroup(id, n.cfg.DataDir, n.cfg.ID, timed, n.mux, n.cfg.Tuning, n.raftLog.Group(id), n.log.With("shard", id))
+	g, err := openGroup(id, n.cfg.DataDir, n.cfg.ID, timed, n.mux, n.cfg.Tuning, n.raftLog.Group(id), n.quiet(n.log.With("shard", id)))
 	if err != nil {
 		// One replica whose files will not open must not keep the node's
 		// other replicas down: it stays stopped, shown like a diverged
@@ -526,7 +529,10 @@ func (n *Node) Close(ctx context.Context) error {
 		shards = append(shards, s)
 	}
 	n.mu.Unlock()
-	n.HandOff(ctx)
+	n.stopping.Store(true)
+	if !n.noHandOff.Load() {
+		n.HandOff(ctx)
+	}
 	close(n.stop)
 
 	n.gossip.leave(ctx.Err() == nil)
@@ -541,6 +547,26 @@ func (n *Node) Close(ctx context.Context) error {
 	n.peers.close()
 	n.log.Info("node stopped")
 	return errors.Join(errs...)
+}
+
+// BeginStop marks the node as stopping. From now on, what raft and gossip
+// report of peers that vanish logs at DEBUG: a stop makes them, and they
+// are not for an operator to act on. Without handOff, Shutdown and Close
+// do not hand leaderships to other replicas either: the whole cluster is
+// stopping, and hand-offs to stopping peers would only fail.
+func (n *Node) BeginStop(handOff bool) {
+	n.stopping.Store(true)
+	if !handOff {
+		n.noHandOff.Store(true)
+	}
+}
+
+// HandsOff reports whether stopping hands leaderships off (BeginStop).
+func (n *Node) HandsOff() bool { return !n.noHandOff.Load() }
+
+// quiet wraps a logger for parts whose warnings a stop makes (BeginStop).
+func (n *Node) quiet(l *slog.Logger) *slog.Logger {
+	return slog.New(stopQuiet{Handler: l.Handler(), stopping: &n.stopping})
 }
 
 // HandOff transfers every leadership this node holds to another replica, so

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"sync"
 	"net/http"
 	"time"
 
@@ -178,7 +179,11 @@ func (ns *NodeServer) Ready() error {
 func (ns *NodeServer) Shutdown(ctx context.Context) error {
 	ns.log.Info("shutting down")
 	ns.RPC.SetServing(false)
-	ns.Node.HandOff(ctx)
+	handOff := ns.Node.HandsOff()
+	ns.Node.BeginStop(handOff)
+	if handOff {
+		ns.Node.HandOff(ctx)
+	}
 	stopped := make(chan struct{})
 	go func() {
 		ns.GRPC.GracefulStop()
@@ -193,6 +198,26 @@ func (ns *NodeServer) Shutdown(ctx context.Context) error {
 		ns.HTTP.Shutdown(ctx)
 	}
 	return ns.Node.Close(ctx)
+}
+
+// ShutdownCluster stops nodes that make up a whole cluster (the dev
+// cluster, a test's) together: no node hands its leaderships to another
+// that is stopping too, and none logs the others' going as a fault.
+func ShutdownCluster(ctx context.Context, nodes ...*NodeServer) error {
+	for _, ns := range nodes {
+		ns.Node.BeginStop(false)
+	}
+	errs := make([]error, len(nodes))
+	var wg sync.WaitGroup
+	for i, ns := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = ns.Shutdown(ctx)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // Kill stops the node at once, without hand-off (tests).

@@ -215,6 +215,13 @@ func run(log *slog.Logger, shutdownTimeout time.Duration, after func() (shutdown
 			log.Warn("shutdown", "err", err)
 		}
 	}
+	if len(servers) > 1 {
+		// The whole cluster runs here (dev): stop it together.
+		if err := rpc.ShutdownCluster(sctx, servers...); err != nil {
+			log.Warn("shutdown", "err", err)
+		}
+		return nil
+	}
 	for _, s := range servers {
 		if err := s.Shutdown(sctx); err != nil {
 			log.Warn("shutdown", "node", s.Node.ID(), "err", err)

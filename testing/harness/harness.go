@@ -248,6 +248,24 @@ func (c *Cluster) Close() {
 	wg.Wait()
 }
 
+// StopAll stops every running node together, as the dev cluster's Ctrl-C
+// does (rpc.ShutdownCluster).
+func (c *Cluster) StopAll() error {
+	var running []*rpc.NodeServer
+	for _, n := range c.Nodes {
+		if n.srv != nil {
+			running = append(running, n.srv)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := rpc.ShutdownCluster(ctx, running...)
+	for _, n := range c.Nodes {
+		n.srv = nil
+	}
+	return err
+}
+
 // Kill stops node i at once, as kill -9 would (no hand-off, no flush beyond
 // what Raft already fsynced).
 func (c *Cluster) Kill(i int) {
