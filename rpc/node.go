@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"sync"
 	"net/http"
+	"sync"
 	"time"
 
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
