@@ -52,6 +52,15 @@ Ctrl-C stops it gracefully. Remove the data directory to start afresh.`,
 					Tuning: cluster.DefaultTuning().Scaled(2), Logger: log, // the node adds node=ID
 				})
 			}
+			ports := []port{{addr: "127.0.0.1:7000", what: "proxy gRPC"}, {addr: "127.0.0.1:7300", what: "proxy HTTP"}}
+			for i, c := range cfgs {
+				ports = append(ports, port{addr: c.ListenAddr, what: peers[i].ID + " gRPC and Raft"},
+					port{addr: c.GossipAddr, what: peers[i].ID + " gossip", udp: true},
+					port{addr: c.HTTPAddr, what: peers[i].ID + " HTTP"})
+			}
+			if err := checkPorts(ports); err != nil {
+				return err
+			}
 			fmt.Fprintf(os.Stderr, `Taskstore dev cluster: 3 nodes, 8 shards, 3 replicas; data in %s
 
   export TASKSTORE_ENDPOINTS=127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103
