@@ -306,6 +306,33 @@ func decode(op, addr string, err error) error {
 	return &Error{Op: op, Addr: addr, Status: st}
 }
 
+// tlsRefusals are what a TLS handshake says when one side will never
+// accept the other's credentials: retrying until the deadline only hides
+// the reason behind "did not answer in time".
+var tlsRefusals = []string{
+	"tls: certificate required",
+	"tls: bad certificate",
+	"tls: unknown certificate authority",
+	"certificate signed by unknown authority",
+	"x509: certificate is valid for",
+	"tls: first record does not look like a TLS handshake",
+}
+
+// tlsRefused reports a connection refused at its TLS handshake for its
+// credentials.
+func tlsRefused(err error) bool {
+	if status.Code(err) != codes.Unavailable {
+		return false
+	}
+	msg := status.Convert(err).Message()
+	for _, r := range tlsRefusals {
+		if strings.Contains(msg, r) {
+			return true
+		}
+	}
+	return false
+}
+
 // retryable reports whether a decoded error may be retried: the request
 // was not applied, or it carries a request id that makes a repeat harmless.
 // ctx is the caller's context: a deadline of the caller is final, one of a
@@ -324,6 +351,9 @@ func retryable(ctx context.Context, err error) bool {
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		return true // the attempt's own timeout
+	}
+	if tlsRefused(err) {
+		return false // the same credentials get the same answer
 	}
 	switch status.Code(err) {
 	case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted:
