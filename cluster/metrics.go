@@ -102,8 +102,29 @@ var (
 	descGossip    = prometheus.NewDesc("taskstore_gossip_members", "Nodes gossip sees, by health.", []string{"health"}, nil)
 	descDiverged  = prometheus.NewDesc("taskstore_shard_diverged", "1 while this node's replica of the shard is stopped because its state diverged from the majority's (rebuild it with taskctl shard rebuild), else 0.", []string{"shard"}, nil)
 	descDisagree  = prometheus.NewDesc("taskstore_shard_replicas_disagree", "1 while the shard's voters' state checkpoints disagree with no majority for one digest, as this node sees them, else 0.", []string{"shard"}, nil)
-	shardDescList = []*prometheus.Desc{descLeader, descTerm, descCommit, descApplied, descLogBytes, descTasks, descQueue, descQueueAge, descGossip, descDiverged, descDisagree}
+	descHealthy   = prometheus.NewDesc("taskstore_shard_replicas_healthy", "On the shard's leader: voters of the shard on nodes gossip sees alive, the leader included. Below taskstore_shard_replicas_placed, the shard is under-replicated.", []string{"shard"}, nil)
+	descPlaced    = prometheus.NewDesc("taskstore_shard_replicas_placed", "On the shard's leader: replicas the cluster map places for the shard.", []string{"shard"}, nil)
+	shardDescList = []*prometheus.Desc{descHealthy, descPlaced, descLeader, descTerm, descCommit, descApplied, descLogBytes, descTasks, descQueue, descQueueAge, descGossip, descDiverged, descDisagree}
 )
+
+// healthyVoters counts the voters of s's Raft configuration whose node
+// gossip sees alive; this node counts as alive.
+func (c *shardCollector) healthyVoters(s *Shard, members map[string]gossipMember) int {
+	f := s.g.raft.GetConfiguration()
+	if f.Error() != nil {
+		return 0
+	}
+	n := 0
+	for _, srv := range f.Configuration().Servers {
+		if srv.Suffrage != raft.Voter {
+			continue
+		}
+		if id := string(srv.ID); id == c.n.cfg.ID || members[id].Health == HealthAlive {
+			n++
+		}
+	}
+	return n
+}
 
 // shardCollector reads per-shard state when Prometheus scrapes.
 type shardCollector struct{ n *Node }
@@ -138,6 +159,8 @@ func (c *shardCollector) Collect(ch chan<- prometheus.Metric) {
 		local = append(local, s)
 	}
 	c.n.mu.RUnlock()
+	cm := c.n.meta.Map()
+	members := c.n.gossip.snapshot()
 	for _, s := range local {
 		label := shardLabel(s.id)
 		gauge(descDiverged, 0, label)
@@ -162,6 +185,10 @@ func (c *shardCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		if leader == 0 {
 			continue
+		}
+		if sh := findShard(cm, s.id); sh != nil {
+			gauge(descPlaced, float64(len(sh.Replicas)), label)
+			gauge(descHealthy, float64(c.healthyVoters(s, members)), label)
 		}
 		for _, q := range s.machine.Queues("", 0) {
 			name := q.Name

@@ -190,6 +190,9 @@ func shardState(s *taskstorepb.ShardStatus) string {
 	if len(disagree) > 0 {
 		out = append(out, "REPLICAS-DISAGREE(seen by "+strings.Join(disagree, ",")+")")
 	}
+	if healthy, placed := taskstorepb.HealthyReplicas(s); healthy < placed {
+		out = append(out, fmt.Sprintf("UNDER-REPLICATED(%d/%d)", healthy, placed))
+	}
 	if len(out) == 0 {
 		return "ok"
 	}

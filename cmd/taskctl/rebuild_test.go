@@ -8,8 +8,9 @@ import (
 	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
 )
 
-// status shows a diverged replica, and replicas that disagree, in the
-// shard's STATE column; a healthy shard says ok.
+// status shows a diverged replica, replicas that disagree and a shard with
+// fewer healthy replicas than placed in the shard's STATE column; a healthy
+// shard says ok.
 func TestShardTableShowsDivergence(t *testing.T) {
 	var out bytes.Buffer
 	err := printShards(&out, []*taskstorepb.ShardStatus{
@@ -22,12 +23,16 @@ func TestShardTableShowsDivergence(t *testing.T) {
 			{Node: "n2", Role: "leader", Disagreement: "at index 7 ..."},
 		}},
 		{Id: 3, Leader: "n3", Term: 3, ReplicaStatus: []*taskstorepb.ReplicaStatus{{Node: "n3", Role: "leader"}}},
+		// n2 is down: no report from it.
+		{Id: 4, Leader: "n3", Term: 3, Replicas: []string{"n1", "n2", "n3"}, ReplicaStatus: []*taskstorepb.ReplicaStatus{
+			{Node: "n3", Role: "leader"}, {Node: "n1", Role: "follower"}}},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(out.String(), "\n")
-	if !strings.Contains(lines[0], "STATE") || !strings.HasSuffix(strings.TrimSpace(lines[1]), "DIVERGED:n2") ||
+	if !strings.Contains(lines[0], "STATE") || !strings.HasSuffix(strings.TrimSpace(lines[1]), "DIVERGED:n2 UNDER-REPLICATED(2/3)") ||
+		!strings.HasSuffix(strings.TrimSpace(lines[4]), "UNDER-REPLICATED(2/3)") ||
 		!strings.HasSuffix(strings.TrimSpace(lines[2]), "REPLICAS-DISAGREE(seen by n2)") || !strings.HasSuffix(strings.TrimSpace(lines[3]), "ok") {
 		t.Fatalf("shard table:\n%s", out.String())
 	}

@@ -52,3 +52,40 @@ func TestOverviewShowsDivergedReplicas(t *testing.T) {
 		t.Fatal("healthy overview shows a divergence alert")
 	}
 }
+
+// deadNodeFake has one member dead (c), one node removed (d) and one
+// waiting to be added (e); shard 1's replica on c does not report.
+type deadNodeFake struct{ fake }
+
+func (deadNodeFake) Status(ctx context.Context, localOnly bool) *taskstorepb.StatusResponse {
+	return &taskstorepb.StatusResponse{
+		Node: "a",
+		Nodes: []*taskstorepb.NodeStatus{{Id: "a", State: "member", Health: "alive"}, {Id: "b", State: "member", Health: "alive"},
+			{Id: "c", State: "member", Health: "dead"}, {Id: "d", State: "removed", Health: "alive"}, {Id: "e", State: "waiting", Health: "alive"}},
+		Shards: []*taskstorepb.ShardStatus{
+			{Id: 1, Leader: "a", Term: 3, Replicas: []string{"a", "b", "c"}, ReplicaStatus: []*taskstorepb.ReplicaStatus{
+				{Node: "a", Role: "leader", AppliedIndex: 50}, {Node: "b", Role: "follower", AppliedIndex: 50}}},
+			{Id: 2, Leader: "b", Term: 3, Replicas: []string{"a", "b"}, ReplicaStatus: []*taskstorepb.ReplicaStatus{
+				{Node: "a", Role: "follower", AppliedIndex: 9}, {Node: "b", Role: "leader", AppliedIndex: 9}}},
+		},
+	}
+}
+
+// With a member dead, the overview counts only members as nodes and says
+// plainly which shards lost redundancy (issue 16 item 3: it read "Nodes
+// alive 3 of 5" and "8 of 8 shards with a leader, lag 0").
+func TestOverviewShowsUnderReplicatedShards(t *testing.T) {
+	code, body := fetch(t, New(deadNodeFake{}, fake{}), "/")
+	for _, want := range []string{
+		`<b>Under-replicated:</b> shard 1 (2 of 3 replicas healthy).`, `taskctl node remove NODE --force`,
+		`Members alive</div><div class="v">2 <small>of 3</small>`,
+		`Fully replicated</div><div class="v">1 <small>of 2</small>`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("overview lacks %s", want)
+		}
+	}
+	if code != 200 || t.Failed() {
+		t.Fatalf("overview %d:\n%s", code, body)
+	}
+}

@@ -234,8 +234,15 @@ type overviewData struct {
 	Nodes       []nodeRow
 	Shards      []shardRow
 	Meta        *shardRow
-	NodesAlive  int
-	ShardsLed   int
+	// NodesAlive counts members (not removed or waiting nodes) gossip sees
+	// alive, out of Members.
+	NodesAlive, Members int
+	ShardsLed           int
+	// FullyReplicated counts shards whose placed replicas all report as
+	// leader or follower; UnderReplicated says which do not, and how many
+	// of their replicas are healthy.
+	FullyReplicated int
+	UnderReplicated []string
 	MaxLag      uint64
 	LagAlert    uint64
 	ReplicaRows int
@@ -272,8 +279,11 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 		if n.GetHttpAddress() != "" {
 			row.HTTPLink = "http://" + n.GetHttpAddress() + "/"
 		}
-		if n.GetHealth() == "alive" {
-			d.NodesAlive++
+		if st := n.GetState(); st == "member" || st == "draining" {
+			d.Members++
+			if n.GetHealth() == "alive" {
+				d.NodesAlive++
+			}
 		}
 		d.Nodes = append(d.Nodes, row)
 	}
@@ -309,6 +319,11 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 		row := mk(s)
 		if s.GetLeader() != "" {
 			d.ShardsLed++
+		}
+		if healthy, placed := taskstorepb.HealthyReplicas(s); healthy < placed {
+			d.UnderReplicated = append(d.UnderReplicated, fmt.Sprintf("shard %d (%d of %d replicas healthy)", s.GetId(), healthy, placed))
+		} else {
+			d.FullyReplicated++
 		}
 		d.Shards = append(d.Shards, row)
 	}

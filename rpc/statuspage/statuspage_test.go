@@ -232,7 +232,10 @@ func TestStatusPage(t *testing.T) {
 		if n := strings.Count(body, `class="n lag `); n != 9 {
 			t.Errorf("%d replica lag cells, want 9", n)
 		}
-		contains(t, "overview", body, "Shards with a leader", ">2 <small>of 2</small>", "Nodes alive", ">3 <small>of 3</small>")
+		contains(t, "overview", body, "Shards with a leader", ">2 <small>of 2</small>", "Members alive", ">3 <small>of 3</small>", "Fully replicated")
+		if strings.Contains(body, "Under-replicated") {
+			t.Errorf("a healthy cluster is shown under-replicated")
+		}
 	})
 
 	t.Run("queues", func(t *testing.T) {
