@@ -231,9 +231,9 @@ type errorData struct {
 // ---- / ----
 
 type overviewData struct {
-	Nodes       []nodeRow
-	Shards      []shardRow
-	Meta        *shardRow
+	Nodes  []nodeRow
+	Shards []shardRow
+	Meta   *shardRow
 	// NodesAlive counts members (not removed or waiting nodes) gossip sees
 	// alive, out of Members.
 	NodesAlive, Members int
@@ -243,9 +243,9 @@ type overviewData struct {
 	// of their replicas are healthy.
 	FullyReplicated int
 	UnderReplicated []string
-	MaxLag      uint64
-	LagAlert    uint64
-	ReplicaRows int
+	MaxLag          uint64
+	LagAlert        uint64
+	ReplicaRows     int
 	// Problems found by the replicas' state checkpoints (issue 22):
 	// "shard 3 on n2" for each diverged replica, and shards whose voters
 	// disagree with no majority.
