@@ -42,6 +42,9 @@ var raftLevels = map[string]slog.Level{
 	"failed to contact":                            slog.LevelWarn,
 }
 
+// reservedKeys are the keys slog's own attributes and the node's use.
+var reservedKeys = map[string]bool{"time": true, "level": true, "msg": true, "node": true, "component": true, "shard": true, "group": true}
+
 func (a *hclogAdapter) emit(level slog.Level, msg string, args ...interface{}) {
 	if l, ok := raftLevels[msg]; ok && l < level {
 		level = l
@@ -50,6 +53,13 @@ func (a *hclogAdapter) emit(level slog.Level, msg string, args ...interface{}) {
 		return
 	}
 	all := append(append([]interface{}{}, a.args...), args...)
+	for i := 0; i+1 < len(all); i += 2 {
+		// raft's "failed to contact" says time=1s: a second time= in the
+		// line, which log readers take for the timestamp.
+		if k, ok := all[i].(string); ok && reservedKeys[k] {
+			all[i] = "raft_" + k
+		}
+	}
 	if a.name != "" {
 		all = append(all, "lib", a.name)
 	}
