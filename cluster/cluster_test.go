@@ -680,6 +680,18 @@ func TestAddAndRemoveNodesOnline(t *testing.T) {
 		}
 	}
 	insert(t, c, "grow0/q", "after", "v")
+	// The removed node, still running, learns that it was removed
+	// (taskstored then stops it; it used to run on, unaware).
+	for i, n := range c.Nodes {
+		if n.ID != "n2" {
+			continue
+		}
+		select {
+		case <-c.Nodes[i].Server().Node.Removed():
+		case <-time.After(30 * time.Second):
+			t.Fatal("the removed node n2 did not learn that it was removed")
+		}
+	}
 }
 
 // TestRollingRestartKeepsShardsAvailable stops and restarts each node in

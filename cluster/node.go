@@ -117,7 +117,9 @@ type Node struct {
 	stopping, noHandOff atomic.Bool
 
 	stop chan struct{}
-	wg   sync.WaitGroup
+	// removed is closed when this node learns it was removed (removal.go).
+	removed chan struct{}
+	wg      sync.WaitGroup
 }
 
 // Start opens the data directory, starts the groups and gossip, and begins
@@ -176,13 +178,14 @@ func Start(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{
-		cfg:    cfg,
-		log:    log,
-		addr:   addr,
-		meta:   newMetaFSM(),
-		shards: make(map[uint32]*Shard),
-		stop:   make(chan struct{}),
-		peers:  newConnPool(cfg.DialOptions),
+		cfg:     cfg,
+		log:     log,
+		addr:    addr,
+		meta:    newMetaFSM(),
+		shards:  make(map[uint32]*Shard),
+		stop:    make(chan struct{}),
+		removed: make(chan struct{}),
+		peers:   newConnPool(cfg.DialOptions),
 
 		diverged: make(map[uint32]*divergenceRecord),
 		disagree: make(map[uint32]string),
@@ -214,6 +217,7 @@ func Start(cfg Config) (*Node, error) {
 	n.loop(n.checkReplicasLoop)
 	n.loop(n.tickLoop)
 	n.loop(n.dueLoop)
+	n.loop(n.watchRemoval)
 	n.loop(n.boundLogs)
 	n.loop(n.measureClocks)
 	n.loop(n.watchDisk)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -58,7 +59,7 @@ With -o json it prints the StatusResponse message.`,
 					fmt.Fprintf(a.stdout, "answered by %s\n\n", resp.Node)
 				}
 				fmt.Fprintln(a.stdout, "NODES")
-				if err := printNodes(a.stdout, resp.Nodes); err != nil {
+				if err := printNodes(a.stdout, currentNodes(resp.Nodes)); err != nil {
 					return err
 				}
 				fmt.Fprintln(a.stdout, "\nSHARDS")
@@ -139,27 +140,41 @@ are added), even below the replication factor.`,
 	remove.Flags().BoolVar(&force, "force", false, "remove a node that is dead for good, at once")
 	remove.Flags().BoolVar(&noWait, "no-wait", false, "return at once, without waiting for the drain")
 	cmd.AddCommand(add, remove)
-	cmd.AddCommand(&cobra.Command{
+	var all bool
+	list := &cobra.Command{
 		Use:   "list",
 		Short: "List nodes with their state, health and shards",
-		Long: `node list prints each node's id, gRPC address, state (member or waiting),
-health (alive, suspect, dead), the shards it replicates and those it leads,
-as the answering node sees the cluster.
+		Long: `node list prints each node's id, gRPC address, state (member, draining,
+or waiting to be added), health (alive, suspect, dead), the shards it
+replicates and those it leads, as the answering node sees the cluster.
+Removed nodes are history: --all lists them too.
 
 With -o json it prints a StatusResponse holding only "nodes".`,
 		Example: `  taskctl node list
+  taskctl node list --all
   taskctl -o json node list | jq -r '.nodes[] | select(.health != "alive") | .id'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.status(func(resp *taskstorepb.StatusResponse) error {
-				if a.output == "json" {
-					return printJSON(a.stdout, &taskstorepb.StatusResponse{Nodes: resp.Nodes})
+				nodes := resp.Nodes
+				if !all {
+					nodes = currentNodes(nodes)
 				}
-				return printNodes(a.stdout, resp.Nodes)
+				if a.output == "json" {
+					return printJSON(a.stdout, &taskstorepb.StatusResponse{Nodes: nodes})
+				}
+				return printNodes(a.stdout, nodes)
 			})
 		},
-	})
+	}
+	list.Flags().BoolVar(&all, "all", false, "also list removed nodes")
+	cmd.AddCommand(list)
 	return cmd
+}
+
+// currentNodes leaves out removed nodes: history, listed with --all.
+func currentNodes(nodes []*taskstorepb.NodeStatus) []*taskstorepb.NodeStatus {
+	return slices.DeleteFunc(slices.Clone(nodes), func(n *taskstorepb.NodeStatus) bool { return n.State == "removed" })
 }
 
 func (a *app) shardCmd() *cobra.Command {

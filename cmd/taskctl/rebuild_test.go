@@ -52,3 +52,18 @@ func TestShardRebuildNeedsANodeAndTeaches(t *testing.T) {
 		}
 	}
 }
+
+// node list and status leave removed nodes out; --all keeps them.
+func TestCurrentNodesLeaveOutRemoved(t *testing.T) {
+	nodes := []*taskstorepb.NodeStatus{{Id: "n1", State: "member"}, {Id: "n2", State: "removed"}, {Id: "n3", State: "draining"}, {Id: "n4", State: "waiting"}}
+	var ids []string
+	for _, n := range currentNodes(nodes) {
+		ids = append(ids, n.Id)
+	}
+	if strings.Join(ids, ",") != "n1,n3,n4" || len(nodes) != 4 {
+		t.Fatalf("current nodes %v (of %d), want n1,n3,n4 and the input untouched", ids, len(nodes))
+	}
+	if r := runOffline(t, "node", "list", "--help"); !strings.Contains(r.stdout, "--all") {
+		t.Fatalf("node list --help lacks --all:\n%s", r.stdout)
+	}
+}

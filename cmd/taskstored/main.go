@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -206,7 +207,40 @@ func run(log *slog.Logger, shutdownTimeout time.Duration, after func() (shutdown
 			return err
 		}
 	}
-	<-ctx.Done()
+	// A node removed from the cluster stops; the process exits (0) once
+	// every node it runs has stopped or a signal came.
+	removed := make(chan *rpc.NodeServer, len(servers))
+	for _, s := range servers {
+		go func() {
+			select {
+			case <-s.Node.Removed():
+				removed <- s
+			case <-ctx.Done():
+			}
+		}()
+	}
+	for running := len(servers); running > 0 && ctx.Err() == nil; {
+		select {
+		case s := <-removed:
+			sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+			if err := s.Shutdown(sctx); err != nil {
+				log.Warn("shutdown", "node", s.Node.ID(), "err", err)
+			}
+			cancel()
+			servers = slices.DeleteFunc(servers, func(x *rpc.NodeServer) bool { return x == s })
+			running--
+			log.Info("node stopped: it was removed from the cluster", "node", s.Node.ID())
+		case <-ctx.Done():
+		}
+	}
+	if len(servers) == 0 {
+		if shutdownAfter != nil {
+			sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+			defer cancel()
+			shutdownAfter(sctx)
+		}
+		return nil
+	}
 	log.Info("signal received, stopping")
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()

@@ -80,10 +80,14 @@ func TestOverviewShowsUnderReplicatedShards(t *testing.T) {
 		`<b>Under-replicated:</b> shard 1 (2 of 3 replicas healthy).`, `taskctl node remove NODE --force`,
 		`Members alive</div><div class="v">2 <small>of 3</small>`,
 		`Fully replicated</div><div class="v">1 <small>of 2</small>`,
+		`1 removed, not shown (taskctl node list --all)`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("overview lacks %s", want)
 		}
+	}
+	if strings.Contains(body, "<b>d</b>") {
+		t.Error("the removed node d is listed")
 	}
 	if code != 200 || t.Failed() {
 		t.Fatalf("overview %d:\n%s", code, body)

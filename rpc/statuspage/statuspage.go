@@ -237,6 +237,7 @@ type overviewData struct {
 	// NodesAlive counts members (not removed or waiting nodes) gossip sees
 	// alive, out of Members.
 	NodesAlive, Members int
+	Removed             int // removed nodes, not listed
 	ShardsLed           int
 	// FullyReplicated counts shards whose placed replicas all report as
 	// leader or follower; UnderReplicated says which do not, and how many
@@ -275,6 +276,10 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 	st := h.cluster.Status(r.Context(), false)
 	d := overviewData{LagAlert: h.opts.LagAlert}
 	for _, n := range st.GetNodes() {
+		if n.GetState() == "removed" {
+			d.Removed++ // history: taskctl node list --all
+			continue
+		}
 		row := nodeRow{NodeStatus: n, Self: n.GetId() == st.GetNode()}
 		if n.GetHttpAddress() != "" {
 			row.HTTPLink = "http://" + n.GetHttpAddress() + "/"

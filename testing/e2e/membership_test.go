@@ -138,7 +138,10 @@ func TestGrowShrinkAndForceRemoveUnderLoad(t *testing.T) {
 			time.Sleep(500 * time.Millisecond)
 		}
 		t.Logf("draining %s took %v", id, time.Since(start))
-		pc.Node(id).Stop()
+		// The removed process learns it was removed and exits by itself.
+		if code, ok := pc.Node(id).WaitExit(time.Minute); !ok || code != 0 {
+			t.Fatalf("removed %s: exited %v with code %d, want to exit 0 by itself", id, ok, code)
+		}
 	}
 	settle("shrunk to 3", []string{"n1", "n3", "n5"})
 

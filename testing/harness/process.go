@@ -88,8 +88,12 @@ type Process struct {
 	Log  string
 
 	bin string
-	mu  sync.Mutex // guards cmd
+	mu  sync.Mutex // guards cmd and exited
 	cmd *exec.Cmd
+	// exited is closed when the last started process has exited, with
+	// exitCode its status.
+	exited   chan struct{}
+	exitCode int
 }
 
 // ProcessCluster is a cluster of real taskstored processes on loopback.
@@ -196,11 +200,37 @@ func (p *Process) Start() error {
 		return fmt.Errorf("start %s: %w", p.ID, err)
 	}
 	p.cmd = cmd
+	exited := make(chan struct{})
+	p.exited = exited
 	go func() {
 		cmd.Wait()
 		logf.Close()
+		p.mu.Lock()
+		p.exitCode = cmd.ProcessState.ExitCode()
+		p.mu.Unlock()
+		close(exited)
 	}()
 	return nil
+}
+
+// WaitExit waits up to timeout for the process to exit on its own and
+// returns its exit code; ok is false if it is still running.
+func (p *Process) WaitExit(timeout time.Duration) (code int, ok bool) {
+	p.mu.Lock()
+	exited := p.exited
+	p.mu.Unlock()
+	if exited == nil {
+		return 0, false
+	}
+	select {
+	case <-exited:
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.cmd = nil
+		return p.exitCode, true
+	case <-time.After(timeout):
+		return 0, false
+	}
 }
 
 // Kill sends SIGKILL and waits for the process to go.

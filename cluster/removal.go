@@ -1,0 +1,60 @@
+package cluster
+
+import (
+	"context"
+	"time"
+)
+
+// removalCheckEvery is how often a node that may have been removed asks
+// its peers whether it was.
+const removalCheckEvery = 2 * time.Second
+
+// Removed is closed once this node learns that it was removed from the
+// cluster. taskstored then stops it and exits: a removed node serves
+// nothing, and its data directory may be deleted.
+func (n *Node) Removed() <-chan struct{} { return n.removed }
+
+// watchRemoval finds out whether this node was removed. The meta group
+// records the removal only after the node has left the group, so the
+// node's own map never shows it: once the map says it is draining, or the
+// meta group has had no leader it can see, it asks the members how they
+// see it.
+func (n *Node) watchRemoval() {
+	for n.sleep(removalCheckEvery) {
+		cm := n.meta.Map()
+		me := findNode(cm, n.cfg.ID)
+		if me == nil {
+			continue // not added yet
+		}
+		removed := me.State == NodeRemoved
+		if !removed && (me.State == NodeDraining || n.metaGroup.raft.Leader() == "") {
+			removed = n.peersSayRemoved()
+		}
+		if removed {
+			n.log.Warn("this node was removed from the cluster: it stops now; its data directory may be deleted")
+			close(n.removed)
+			return
+		}
+	}
+}
+
+// peersSayRemoved asks the other members how they see this node.
+func (n *Node) peersSayRemoved() bool {
+	for _, node := range n.meta.Map().Nodes {
+		if node.Id == n.cfg.ID || node.State == NodeRemoved || node.Address == "" {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		st := n.peerStatus(ctx, node.Address)
+		cancel()
+		for _, ns := range st.GetNodes() {
+			if ns.GetId() == n.cfg.ID {
+				if ns.GetState() == NodeRemoved {
+					return true
+				}
+				break
+			}
+		}
+	}
+	return false
+}
