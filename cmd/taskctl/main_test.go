@@ -106,7 +106,8 @@ func TestTaskInsertListGet(t *testing.T) {
 
 	out = mustRun(t, fc, "task", "list", "crawl/fetch")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 4 || !strings.HasPrefix(lines[0], "ID") || !strings.Contains(lines[0], "VALUE") {
+	if len(lines) != 4 || !strings.HasPrefix(lines[0], "ID") || !strings.Contains(lines[0], "VALUE") ||
+		!strings.Contains(lines[0], "ATTEMPT") || !strings.Contains(lines[0], "ERR") {
 		t.Fatalf("task list:\n%s", out)
 	}
 	if !strings.HasPrefix(lines[1], "t1 ") || !strings.Contains(lines[1], "https://example.com") {
@@ -125,6 +126,20 @@ func TestTaskInsertListGet(t *testing.T) {
 	}
 	if r := run(t, fc, "task", "get", "nope"); r.code == 0 || !strings.Contains(r.stderr, "not found") {
 		t.Errorf("task get of a missing task: %+v", r)
+	}
+}
+
+// An --if-absent insert whose key is taken says that it inserted nothing
+// and prints the holder (it printed the holder as if it were new).
+func TestTaskInsertIfAbsentSaysTheKeyWasTaken(t *testing.T) {
+	fc := clienttest.New(t, 3, 2)
+	first := run(t, fc, "task", "insert", "mr/map", "--value", "a", "--key", "k7", "--if-absent", "--id", "h1")
+	if first.code != 0 || strings.Contains(first.stderr, "taken") {
+		t.Fatalf("first insert: %+v", first)
+	}
+	again := run(t, fc, "task", "insert", "mr/map", "--value", "b", "--key", "k7", "--if-absent")
+	if again.code != 0 || !strings.Contains(again.stderr, `key "k7" is taken in mr/map: nothing inserted`) || !strings.Contains(again.stdout, "h1") {
+		t.Fatalf("second insert: %+v", again)
 	}
 }
 

@@ -22,6 +22,9 @@ import (
 // valueWidth is how many characters of a value a table shows.
 const valueWidth = 40
 
+// errWidth bounds the ERR column of task tables.
+const errWidth = 30
+
 // printJSON writes m as protobuf's canonical JSON, indented. protojson's own
 // whitespace is deliberately unstable, so it is normalized here.
 func printJSON(w io.Writer, m proto.Message) error {
@@ -113,10 +116,11 @@ func u64(v uint64) string { return strconv.FormatUint(v, 10) }
 
 // printTasks writes tasks as a table, one row each.
 func printTasks(w io.Writer, tasks []*taskstorepb.Task) error {
-	t := newTable(w, "ID", "VERSION", "QUEUE", "AT", "CLAIMANT", "PRIORITY", "CLAIMS", "KEY", "VALUE")
+	t := newTable(w, "ID", "VERSION", "QUEUE", "AT", "CLAIMANT", "PRIORITY", "CLAIMS", "ATTEMPT", "KEY", "ERR", "VALUE")
 	for _, task := range tasks {
 		t.row(task.Id, u64(task.Version), task.Queue, formatTime(task.At), orDash(task.Claimant),
-			strconv.Itoa(int(task.Priority)), u64(uint64(task.Claims)), orDash(task.Key), formatValue(task.Value, valueWidth))
+			strconv.Itoa(int(task.Priority)), u64(uint64(task.Claims)), u64(uint64(task.Attempt)), orDash(task.Key),
+			formatValue([]byte(task.Err), errWidth), formatValue(task.Value, valueWidth))
 	}
 	return t.flush()
 }

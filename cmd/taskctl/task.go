@@ -97,12 +97,24 @@ With -o json it prints {"tasks":[TASK]}.`,
 				}
 				opts = append(opts, client.IfAbsent())
 			}
+			in := &taskstorepb.TaskInsert{Queue: args[0], Value: data}
+			for _, o := range opts {
+				o(in)
+			}
 			return a.withClient(0, func(ctx context.Context, c *client.Client) error {
-				task, err := c.Insert(ctx, args[0], data, opts...)
+				resp, err := c.Modify(ctx, &taskstorepb.ModifyRequest{Inserts: []*taskstorepb.TaskInsert{in}})
 				if err != nil {
 					return err
 				}
-				return a.printTaskList([]*taskstorepb.Task{task}, "")
+				if len(resp.Inserted) != 1 {
+					return fmt.Errorf("insert: the cluster returned %d tasks for one insert", len(resp.Inserted))
+				}
+				if len(resp.Coalesced) > 0 {
+					// --if-absent found the key taken: say so, or the holder
+					// reads as a new task.
+					fmt.Fprintf(a.stderr, "key %q is taken in %s: nothing inserted; this is the task that holds it\n", key, args[0])
+				}
+				return a.printTaskList(resp.Inserted, "")
 			})
 		},
 	}
