@@ -82,6 +82,10 @@ func (n *Node) RemoveNode(ctx context.Context, id string, force bool) (*metapb.N
 	cm := n.meta.Map()
 	node := findNode(cm, id)
 	if node == nil || node.State == NodeRemoved {
+		if _, ok := n.gossip.snapshot()[id]; ok && node == nil {
+			// Listed as waiting: it gossips but was never added.
+			return nil, fmt.Errorf("%w: %s is waiting to be added, not a member: there is nothing to remove; stop its process, and the node list drops it once gossip sees it gone", ErrInvalidRequest, id)
+		}
 		return nil, &NotFoundError{What: "node", Name: id}
 	}
 	members := 0

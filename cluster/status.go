@@ -96,8 +96,10 @@ func (n *Node) localStatus(cm *metapb.ClusterMap) *taskstorepb.StatusResponse {
 		st.Nodes = append(st.Nodes, ns)
 	}
 	// Nodes that gossip but are not in the map wait for `taskctl node add`.
+	// One that died or left while waiting is nothing to list: not a
+	// member, nothing to remove (it is listed again if it comes back).
 	for id, m := range health {
-		if seen[id] {
+		if seen[id] || m.Health == HealthDead || m.Health == HealthLeft {
 			continue
 		}
 		st.Nodes = append(st.Nodes, &taskstorepb.NodeStatus{Id: id, Address: m.Meta.Address, GossipAddress: m.GossipAddress,

@@ -3,8 +3,12 @@ package cluster_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
 	"github.com/e1158ecb/taskstore/testing/harness"
@@ -46,6 +50,46 @@ func TestUnderReplicatedShardIsReported(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("with %s down: status %d of %d healthy, metric %v of %v; want 2 of 3", c.Nodes[victim].ID, healthy, placed, h, p)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestWaitingNodeThatDiesLeavesTheList starts a node that gossips but is
+// never added: removing it says it is waiting, not a member (it said
+// NotFound while node list showed it), and once it dies the list drops it
+// (issue 16 item 5: it stayed listed, and could not be removed).
+func TestWaitingNodeThatDiesLeavesTheList(t *testing.T) {
+	c := harness.Start(t, 3, harness.Options{Shards: 1, Scale: raceScale})
+	c.WaitReady()
+	j := c.StartJoining("n4")
+	listed := func() string {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		for _, n := range c.Nodes[0].Server().Node.Status(ctx, false).Nodes {
+			if n.Id == "n4" {
+				return n.State + "/" + n.Health
+			}
+		}
+		return ""
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for listed() != "waiting/alive" {
+		if time.Now().After(deadline) {
+			t.Fatalf("n4 not listed as waiting: %q", listed())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	admin := taskstorepb.NewAdminClient(c.Conn(0))
+	_, err := admin.RemoveNode(ctxT(t, 10*time.Second), &taskstorepb.RemoveNodeRequest{Id: "n4"})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), "waiting to be added") {
+		t.Fatalf("remove a waiting node: %v", err)
+	}
+	c.Kill(j)
+	deadline = time.Now().Add(60 * time.Second)
+	for listed() != "" {
+		if time.Now().After(deadline) {
+			t.Fatalf("n4 died while waiting and is still listed: %q", listed())
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
