@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/e1158ecb/taskstore/testing/freeport"
+	"github.com/e1158ecb/taskstore/internal/freeport"
 )
 
 // localCluster is N taskstored processes (and optionally one taskproxy) on

@@ -14,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/e1158ecb/taskstore/testing/freeport"
+	"github.com/e1158ecb/taskstore/internal/freeport"
 )
 
 // pgServer is a throwaway PostgreSQL server for --baseline postgres

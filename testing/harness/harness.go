@@ -31,7 +31,7 @@ import (
 	"github.com/e1158ecb/taskstore/rpc"
 	"github.com/e1158ecb/taskstore/rpc/auth"
 	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
-	"github.com/e1158ecb/taskstore/testing/freeport"
+	"github.com/e1158ecb/taskstore/internal/freeport"
 )
 
 // Options shape a test cluster.
