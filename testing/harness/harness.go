@@ -28,10 +28,10 @@ import (
 
 	"github.com/e1158ecb/taskstore/cluster"
 	"github.com/e1158ecb/taskstore/cluster/metapb"
+	"github.com/e1158ecb/taskstore/internal/freeport"
 	"github.com/e1158ecb/taskstore/rpc"
 	"github.com/e1158ecb/taskstore/rpc/auth"
 	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
-	"github.com/e1158ecb/taskstore/internal/freeport"
 )
 
 // Options shape a test cluster.
