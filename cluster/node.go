@@ -125,8 +125,8 @@ type Node struct {
 // Start opens the data directory, starts the groups and gossip, and begins
 // serving Raft traffic. Serve gRPC on GRPCListener.
 func Start(cfg Config) (*Node, error) {
-	if cfg.ID == "" || cfg.DataDir == "" {
-		return nil, errors.New("node id and data directory are required")
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("cluster: invalid configuration: %w", err)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -142,9 +142,6 @@ func Start(cfg Config) (*Node, error) {
 	}
 	if cfg.Replicas <= 0 {
 		cfg.Replicas = 3
-	}
-	if (cfg.TLS == nil) != (cfg.PeerTLS == nil) {
-		return nil, errors.New("cluster: TLS and PeerTLS go together")
 	}
 	if len(cfg.DialOptions) == 0 {
 		creds := insecure.NewCredentials()

@@ -129,8 +129,8 @@ func (f *flags) config(log *slog.Logger) (cluster.Config, error) {
 	if err != nil {
 		return cluster.Config{}, err
 	}
-	if f.shards < 1 || f.shards > 1024 {
-		return cluster.Config{}, fmt.Errorf("--shards %d: must be between 1 and 1024", f.shards)
+	if f.shards < 1 || f.shards > cluster.MaxShards {
+		return cluster.Config{}, fmt.Errorf("--shards %d: must be between 1 and %d", f.shards, cluster.MaxShards)
 	}
 	if f.replicas < 1 {
 		return cluster.Config{}, fmt.Errorf("--replicas %d: must be at least 1", f.replicas)
