@@ -184,6 +184,22 @@ func parseInitialCluster(s string) ([]cluster.Peer, error) {
 func run(log *slog.Logger, shutdownTimeout time.Duration, after func() (shutdown func(context.Context) error, err error), no rpc.NodeOptions, cfgs ...cluster.Config) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// SIGUSR1: the whole cluster stops together (taskstored dev stops its
+	// node processes so): no hand-offs to peers that are stopping too.
+	clusterStop := make(chan os.Signal, 1)
+	signal.Notify(clusterStop, syscall.SIGUSR1)
+	defer signal.Stop(clusterStop)
+	wholeCluster := false
+	ctx, cancelRun := context.WithCancel(ctx)
+	defer cancelRun()
+	go func() {
+		select {
+		case <-clusterStop:
+			wholeCluster = true
+			cancelRun()
+		case <-ctx.Done():
+		}
+	}()
 	var servers []*rpc.NodeServer
 	for _, cfg := range cfgs {
 		cfg.Registry = prometheus.NewRegistry()
@@ -249,8 +265,8 @@ func run(log *slog.Logger, shutdownTimeout time.Duration, after func() (shutdown
 			log.Warn("shutdown", "err", err)
 		}
 	}
-	if len(servers) > 1 {
-		// The whole cluster runs here (dev): stop it together.
+	if len(servers) > 1 || wholeCluster {
+		// The whole cluster stops: stop the nodes together.
 		if err := rpc.ShutdownCluster(sctx, servers...); err != nil {
 			log.Warn("shutdown", "err", err)
 		}
