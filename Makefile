@@ -15,7 +15,7 @@ all: build
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
 
-## run: a local 3-node cluster plus proxy in one process (data in ./data/dev)
+## run: a local 3-node cluster (a process per node) and a proxy (data in ./data/dev)
 run:
 	$(GO) run ./cmd/taskstored dev
 

@@ -73,7 +73,7 @@ in 'taskctl status', until an operator adds it.`,
     --initial-cluster n1=127.0.0.1:7101,n2=127.0.0.1:7102,n3=127.0.0.1:7103
   # (n2 and n3 alike, with their own ports and data directories)
 
-  # everything in one process, for trying it out
+  # a local 3-node cluster and a proxy, for trying it out (make run)
   taskstored dev`,
 		Version:       buildinfo.Version,
 		SilenceUsage:  true,
