@@ -158,3 +158,35 @@ func checkScreenshot(t *testing.T, name string, b []byte) {
 		t.Fatalf("%s screenshot does not look like the status page: %s", name, strings.Join(problems, "; "))
 	}
 }
+
+// renderedDOM loads url in headless Chromium and returns the DOM it
+// rendered (--dump-dom); the test is skipped without Chromium, except in
+// CI, as screenshotPages is.
+func renderedDOM(t *testing.T, url string) string {
+	t.Helper()
+	bin := chromium()
+	if bin == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("chromium is not installed (CI must install Debian's chromium package; see .ci/run)")
+		}
+		t.Skip("chromium not found on PATH")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+		"--no-first-run", "--no-default-browser-check", "--disable-extensions",
+		"--user-data-dir="+t.TempDir(), "--dump-dom", url)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
+	err := cmd.Run()
+	if cmd.Process != nil {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // stragglers
+	}
+	if err != nil {
+		t.Fatalf("chromium --dump-dom %s: %v\n%s", url, err, errb.String())
+	}
+	return out.String()
+}
