@@ -16,8 +16,10 @@ build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
 
 ## run: a local 3-node cluster (a process per node) and a proxy (data in ./data/dev)
-run:
-	$(GO) run ./cmd/taskstored dev
+# The built binary, not `go run`: go run exits 1 on Ctrl-C even when the
+# program stopped cleanly, and make then reports an error.
+run: build
+	$(BIN)/taskstored dev
 
 ## test: gofmt, vet, staticcheck, race tests, brief fuzzing
 test: fmt-check vet staticcheck race fuzz-short
