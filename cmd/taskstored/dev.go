@@ -113,6 +113,10 @@ start afresh.`,
 				wg.Wait()
 				return err
 			}
+			// The banner's commands work once the cluster has a map.
+			for deadline := time.Now().Add(time.Minute); p.Ready() != nil && time.Now().Before(deadline) && ctx.Err() == nil; {
+				time.Sleep(100 * time.Millisecond)
+			}
 			fmt.Fprintf(os.Stderr, devBanner, dataDir, dataDir)
 			<-ctx.Done()
 			log.Info("signal received, stopping the dev cluster")
