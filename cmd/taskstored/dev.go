@@ -44,7 +44,8 @@ and one proxy (taskproxy) in front of them, in this process:
 
 Each node's process id is in --data-dir/ID.pid: kill one (kill -9 works)
 to watch its shards fail over; dev starts it again after 10 seconds, and it
-catches up. Ctrl-C stops the whole cluster. Remove the data directory to
+catches up (a node that exits cleanly, such as one removed from the
+cluster, is not started again). Ctrl-C stops the whole cluster. Remove the data directory to
 start afresh.`,
 		Example: `  taskstored dev
   taskctl --endpoints 127.0.0.1:7101 status
@@ -211,6 +212,13 @@ func (n *devNode) supervise(ctx context.Context) {
 		stopping := n.stopping
 		n.mu.Unlock()
 		if stopping {
+			return
+		}
+		if cmd.ProcessState.Success() {
+			// A clean exit: the node stopped on purpose (it was removed
+			// from the cluster, or was told to stop); starting it again
+			// would only repeat that.
+			n.log.Info("a node process exited cleanly; not starting it again", "node", n.id)
 			return
 		}
 		n.log.Warn("a node process exited; starting it again soon", "node", n.id, "exit", cmd.ProcessState.String(), "in", devRestartAfter)
