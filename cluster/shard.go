@@ -126,7 +126,20 @@ func (s *Shard) watchLeadership() {
 				continue
 			}
 			term := s.g.raft.CurrentTerm()
-			if err := s.g.raft.Barrier(s.tuning.ApplyTimeout).Error(); err != nil {
+			// A raft future may never return once the group shuts down
+			// (hashicorp/raft#498): wait for the barrier or the stop, or
+			// close would wait for this goroutine for good (seen in CI: a
+			// chaos run hung 12 minutes in the harness's Close).
+			barrier := s.g.raft.Barrier(s.tuning.ApplyTimeout)
+			done := make(chan error, 1)
+			go func() { done <- barrier.Error() }()
+			var err error
+			select {
+			case err = <-done:
+			case <-s.stop:
+				return
+			}
+			if err != nil {
 				s.log.Warn("barrier after election failed", "err", err)
 				continue
 			}
