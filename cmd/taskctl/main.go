@@ -125,7 +125,17 @@ func (a *app) withClient(extra time.Duration, fn func(ctx context.Context, c *cl
 		return err
 	}
 	defer c.Close()
-	return fn(ctx, c)
+	err = fn(ctx, c)
+	if errors.Is(err, client.ErrUnavailable) && errors.Is(err, context.DeadlineExceeded) && a.sec.TLS.Enabled() {
+		// The client retried until the deadline; ask the endpoints
+		// whether they refuse these credentials (see probeTLS).
+		if cfg, cerr := a.sec.TLS.ClientConfig(); cerr == nil {
+			if addr, perr := probeTLS(a.ctx, a.endpoints, cfg, 2*time.Second); perr != nil {
+				return &tlsRefusedError{addr: addr, cause: perr, call: err}
+			}
+		}
+	}
+	return err
 }
 
 // printError writes err to w; a refused transaction gets one line per
