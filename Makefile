@@ -42,7 +42,7 @@ race: build
 # Each fuzz target (decoders, validators, snapshot and gossip readers, the
 # Raft stream, the HTTP/JSON gateway) runs
 # briefly; `make fuzz FUZZTIME=5m` runs longer.
-FUZZPKGS := ./fsm/ ./cluster/ ./cluster/nodelog/ ./rpc/ ./rpc/auth/ ./proxy/
+FUZZPKGS := ./fsm/ ./fsm/ondisk/ ./cluster/ ./cluster/nodelog/ ./rpc/ ./rpc/auth/ ./proxy/
 fuzz-short:
 	@for p in $(FUZZPKGS); do for t in $$($(GO) test -list '^Fuzz' $$p | grep ^Fuzz); do \
 		echo "fuzz $$p $$t"; $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $$p || exit 1; \

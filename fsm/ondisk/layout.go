@@ -1,0 +1,125 @@
+package ondisk
+
+import (
+	"encoding/binary"
+	"errors"
+	"math"
+)
+
+// Tables: the byte after the shard in every key.
+const (
+	// TableTask maps a task id to its record: shard|'t'|id.
+	TableTask byte = 't'
+	// TableClaim is a queue's claim order, the index a claim reads:
+	// shard|'c'|queue(4)|priority(4, descending)|at(8)|id, no value.
+	TableClaim byte = 'c'
+	// TableDue holds the tasks whose at is in the future, in at order, so
+	// that advancing the clock finds those that came due:
+	// shard|'d'|at(8)|queue(4)|id, no value.
+	TableDue byte = 'd'
+	// TableKey maps a queue's unique key to the id holding it:
+	// shard|'k'|queue(4)|key → id.
+	TableKey byte = 'k'
+	// TableQueue maps a queue name to its number and counters:
+	// shard|'q'|name → QueueRecord.
+	TableQueue byte = 'q'
+	// TableMeta holds the shard's applied index, clock, digest and next
+	// queue number: shard|'m'|name.
+	TableMeta byte = 'm'
+)
+
+// ShardPrefix is the first key of a shard's range; ShardEnd is the first
+// key after it.
+func ShardPrefix(shard uint32) []byte { return binary.BigEndian.AppendUint32(nil, shard) }
+
+// ShardEnd is the exclusive upper bound of a shard's range.
+func ShardEnd(shard uint32) []byte {
+	if shard == math.MaxUint32 {
+		return []byte{0xff, 0xff, 0xff, 0xff, 0xff}
+	}
+	return binary.BigEndian.AppendUint32(nil, shard+1)
+}
+
+func tableKey(shard uint32, table byte, n int) []byte {
+	b := make([]byte, 5, 5+n)
+	binary.BigEndian.PutUint32(b, shard)
+	b[4] = table
+	return b
+}
+
+// TaskKey is the key of a task's record.
+func TaskKey(shard uint32, id string) []byte {
+	return append(tableKey(shard, TableTask, len(id)), id...)
+}
+
+// ClaimPrefix is the first key of a queue's claim order; ClaimPriority
+// narrows it to one priority.
+func ClaimPrefix(shard, queue uint32) []byte {
+	return binary.BigEndian.AppendUint32(tableKey(shard, TableClaim, 4), queue)
+}
+
+// ClaimPriority is the first key of one priority of a queue's claim order.
+func ClaimPriority(shard, queue uint32, priority int32) []byte {
+	return binary.BigEndian.AppendUint32(ClaimPrefix(shard, queue), descending(priority))
+}
+
+// ClaimKey is a task's key in its queue's claim order: priority
+// descending, then at ascending, then id.
+func ClaimKey(shard, queue uint32, priority int32, at int64, id string) []byte {
+	b := ClaimPriority(shard, queue, priority)
+	b = binary.BigEndian.AppendUint64(b, ascending(at))
+	return append(b, id...)
+}
+
+// ParseClaimKey splits a claim key.
+func ParseClaimKey(k []byte) (shard, queue uint32, priority int32, at int64, id string, err error) {
+	if len(k) < 5+4+4+8 || k[4] != TableClaim {
+		return 0, 0, 0, 0, "", errors.New("ondisk: not a claim key")
+	}
+	shard = binary.BigEndian.Uint32(k)
+	queue = binary.BigEndian.Uint32(k[5:])
+	priority = int32(^binary.BigEndian.Uint32(k[9:]) ^ 1<<31)
+	at = int64(binary.BigEndian.Uint64(k[13:]) ^ 1<<63)
+	return shard, queue, priority, at, string(k[21:]), nil
+}
+
+// DueKey is a task's key in the due-time index.
+func DueKey(shard uint32, at int64, queue uint32, id string) []byte {
+	b := tableKey(shard, TableDue, 12+len(id))
+	b = binary.BigEndian.AppendUint64(b, ascending(at))
+	b = binary.BigEndian.AppendUint32(b, queue)
+	return append(b, id...)
+}
+
+// ParseDueKey splits a due-time key.
+func ParseDueKey(k []byte) (shard uint32, at int64, queue uint32, id string, err error) {
+	if len(k) < 5+8+4 || k[4] != TableDue {
+		return 0, 0, 0, "", errors.New("ondisk: not a due key")
+	}
+	return binary.BigEndian.Uint32(k), int64(binary.BigEndian.Uint64(k[5:]) ^ 1<<63),
+		binary.BigEndian.Uint32(k[13:]), string(k[17:]), nil
+}
+
+// UniqueKey is the key of a queue's unique key.
+func UniqueKey(shard, queue uint32, key string) []byte {
+	b := binary.BigEndian.AppendUint32(tableKey(shard, TableKey, 4+len(key)), queue)
+	return append(b, key...)
+}
+
+// QueueKey is the key of a queue's record.
+func QueueKey(shard uint32, name string) []byte {
+	return append(tableKey(shard, TableQueue, len(name)), name...)
+}
+
+// MetaKey is the key of one of the shard's own values.
+func MetaKey(shard uint32, name string) []byte {
+	return append(tableKey(shard, TableMeta, len(name)), name...)
+}
+
+// ascending maps an int64 to a uint64 whose big-endian bytes sort as the
+// signed value does.
+func ascending(v int64) uint64 { return uint64(v) ^ 1<<63 }
+
+// descending maps an int32 to a uint32 whose big-endian bytes sort in the
+// opposite order of the signed value (higher priority first).
+func descending(p int32) uint32 { return ^(uint32(p) ^ 1<<31) }

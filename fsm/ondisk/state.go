@@ -1,0 +1,519 @@
+package ondisk
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// State is one shard's state in an engine shared by the node's shards:
+// tasks and their indexes on disk, and in memory only what is per queue
+// (its number, counters and claim head) and per shard (applied index,
+// clock, digest). Changes go through a Txn, one per log entry or batch of
+// entries. A State is not safe for concurrent use.
+type State struct {
+	db     *pebble.DB
+	shard  uint32
+	queues map[string]*queueInfo
+	byNum  map[uint32]*queueInfo
+	meta   meta
+	// dueHead: every due key of the shard below it is deleted (see
+	// DESIGN.md, "Queue heads").
+	dueHead []byte
+}
+
+// meta is the shard's own record, written with every commit.
+type meta struct {
+	applied   uint64
+	clock     int64
+	nextQueue uint32
+	digest    Digest
+}
+
+const metaLen = 8 + 8 + 4 + 32
+
+func (m meta) encode() []byte {
+	b := make([]byte, 0, metaLen)
+	b = binary.BigEndian.AppendUint64(b, m.applied)
+	b = binary.BigEndian.AppendUint64(b, uint64(m.clock))
+	b = binary.BigEndian.AppendUint32(b, m.nextQueue)
+	d := m.digest.Bytes()
+	return append(b, d[:]...)
+}
+
+func decodeMeta(b []byte) (meta, error) {
+	if len(b) != metaLen {
+		return meta{}, fmt.Errorf("ondisk: shard record of %d bytes, want %d", len(b), metaLen)
+	}
+	m := meta{applied: binary.BigEndian.Uint64(b), clock: int64(binary.BigEndian.Uint64(b[8:])), nextQueue: binary.BigEndian.Uint32(b[16:])}
+	m.digest = DigestFromBytes([32]byte(b[20:]))
+	return m, nil
+}
+
+// queueInfo is what is kept in memory per queue.
+type queueInfo struct {
+	name string
+	num  uint32
+	// total tasks; claimed and delayed count those with at > clock, with
+	// and without a claimant.
+	total, claimed, delayed uint64
+	// head: every claim key of the queue below it is deleted.
+	head []byte
+}
+
+func (q *queueInfo) encode() []byte {
+	b := binary.AppendUvarint(nil, uint64(q.num))
+	b = binary.AppendUvarint(b, q.total)
+	b = binary.AppendUvarint(b, q.claimed)
+	return binary.AppendUvarint(b, q.delayed)
+}
+
+func decodeQueue(name string, b []byte) (*queueInfo, error) {
+	q := &queueInfo{name: name}
+	var vs [4]uint64
+	for i := range vs {
+		v, n := binary.Uvarint(b)
+		if n <= 0 {
+			return nil, fmt.Errorf("ondisk: queue %q: bad record %x", name, b)
+		}
+		vs[i], b = v, b[n:]
+	}
+	if len(b) != 0 || vs[0] > 1<<32-1 {
+		return nil, fmt.Errorf("ondisk: queue %q: bad record", name)
+	}
+	q.num, q.total, q.claimed, q.delayed = uint32(vs[0]), vs[1], vs[2], vs[3]
+	return q, nil
+}
+
+// Open loads shard's per-queue and per-shard records from db.
+func Open(db *pebble.DB, shard uint32) (*State, error) {
+	s := &State{db: db, shard: shard, queues: map[string]*queueInfo{}, byNum: map[uint32]*queueInfo{}}
+	v, c, err := db.Get(MetaKey(shard, "shard"))
+	switch {
+	case errors.Is(err, pebble.ErrNotFound):
+	case err != nil:
+		return nil, err
+	default:
+		s.meta, err = decodeMeta(v)
+		c.Close()
+		if err != nil {
+			return nil, err
+		}
+	}
+	prefix := QueueKey(shard, "")
+	it, err := db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: tableKey(shard, TableQueue+1, 0)})
+	if err != nil {
+		return nil, err
+	}
+	for it.First(); it.Valid(); it.Next() {
+		q, err := decodeQueue(string(it.Key()[len(prefix):]), it.Value())
+		if err != nil {
+			it.Close()
+			return nil, err
+		}
+		s.queues[q.name] = q
+		s.byNum[q.num] = q
+	}
+	if err := it.Close(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Applied is the index of the last log entry committed into the state.
+func (s *State) Applied() uint64 { return s.meta.applied }
+
+// Clock is the state's log time.
+func (s *State) Clock() int64 { return s.meta.clock }
+
+// Digest is the digest of the state's records.
+func (s *State) Digest() Digest { return s.meta.digest }
+
+// QueueStats counts a queue's tasks at the state's clock.
+type QueueStats struct {
+	Total, Available, Claimed, Delayed uint64
+}
+
+// Stats returns a queue's counts; ok is false for a queue with no tasks.
+func (s *State) Stats(queue string) (st QueueStats, ok bool) {
+	q := s.queues[queue]
+	if q == nil {
+		return QueueStats{}, false
+	}
+	return QueueStats{Total: q.total, Claimed: q.claimed, Delayed: q.delayed, Available: q.total - q.claimed - q.delayed}, true
+}
+
+// Queues is the number of queues that hold tasks.
+func (s *State) Queues() int { return len(s.queues) }
+
+// Txn is a set of changes that commit together, with the applied index of
+// the last entry they apply. Its reads see its own writes.
+type Txn struct {
+	s       *State
+	b       *pebble.Batch
+	meta    meta
+	dueHead []byte
+	dirty   map[string]*queueInfo // copies of the queues changed, by name
+	byNum   map[uint32]*queueInfo // the same, by number
+}
+
+// Begin starts a transaction.
+func (s *State) Begin() *Txn {
+	return &Txn{s: s, b: s.db.NewIndexedBatch(), meta: s.meta, dueHead: s.dueHead, dirty: map[string]*queueInfo{}, byNum: map[uint32]*queueInfo{}}
+}
+
+// Discard drops the transaction's changes.
+func (t *Txn) Discard() { t.b.Close() }
+
+// Commit writes the changes and the applied index, without a sync (the
+// Raft log is the durable record), and makes them the State's.
+func (t *Txn) Commit(applied uint64) error {
+	if applied > t.meta.applied {
+		t.meta.applied = applied
+	}
+	for _, q := range t.dirty {
+		if old := t.s.queues[q.name]; old != nil {
+			t.meta.digest.Remove(QueueKey(t.s.shard, q.name), old.encode())
+		}
+		if q.total == 0 {
+			if err := t.b.Delete(QueueKey(t.s.shard, q.name), nil); err != nil {
+				return err
+			}
+			continue
+		}
+		rec := q.encode()
+		t.meta.digest.Add(QueueKey(t.s.shard, q.name), rec)
+		if err := t.b.Set(QueueKey(t.s.shard, q.name), rec, nil); err != nil {
+			return err
+		}
+	}
+	if err := t.b.Set(MetaKey(t.s.shard, "shard"), t.meta.encode(), nil); err != nil {
+		return err
+	}
+	if err := t.b.Commit(pebble.NoSync); err != nil {
+		return err
+	}
+	t.b.Close()
+	s := t.s
+	for _, q := range t.dirty {
+		if old := s.queues[q.name]; old != nil {
+			delete(s.byNum, old.num)
+		}
+		if q.total == 0 {
+			delete(s.queues, q.name)
+			continue
+		}
+		s.queues[q.name] = q
+		s.byNum[q.num] = q
+	}
+	s.meta, s.dueHead = t.meta, t.dueHead
+	return nil
+}
+
+// queue returns the transaction's copy of a queue, creating the queue if
+// create is set; nil if it does not exist and create is not set.
+func (t *Txn) queue(name string, create bool) *queueInfo {
+	if q := t.dirty[name]; q != nil {
+		return q
+	}
+	if q := t.s.queues[name]; q != nil {
+		c := *q
+		t.dirty[name], t.byNum[c.num] = &c, &c
+		return &c
+	}
+	if !create {
+		return nil
+	}
+	q := &queueInfo{name: name, num: t.meta.nextQueue}
+	t.meta.nextQueue++
+	t.dirty[name], t.byNum[q.num] = q, q
+	return q
+}
+
+func (t *Txn) queueByNum(num uint32) (*queueInfo, error) {
+	if q := t.byNum[num]; q != nil {
+		return q, nil
+	}
+	if q := t.s.byNum[num]; q != nil {
+		return t.queue(q.name, false), nil
+	}
+	return nil, fmt.Errorf("ondisk: shard %d: no queue numbered %d", t.s.shard, num)
+}
+
+// Clock is the transaction's log time.
+func (t *Txn) Clock() int64 { return t.meta.clock }
+
+// Get returns the task with id, or nil.
+func (t *Txn) Get(id string) (*Task, error) {
+	v, c, err := t.b.Get(TaskKey(t.s.shard, id))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	return DecodeTask(v)
+}
+
+// QueueName is the name of the queue a task read from this transaction is
+// in.
+func (t *Txn) QueueName(tk *Task) (string, error) {
+	q, err := t.queueByNum(tk.Queue)
+	if err != nil {
+		return "", err
+	}
+	return q.name, nil
+}
+
+// Put stores tk as the task id in queue (tk.Queue is set here), replacing
+// the task's previous version and its index entries.
+func (t *Txn) Put(id, queue string, tk *Task) error {
+	old, err := t.Get(id)
+	if err != nil {
+		return err
+	}
+	if old != nil {
+		if err := t.unindex(id, old); err != nil {
+			return err
+		}
+	}
+	q := t.queue(queue, true)
+	tk.Queue = q.num
+	rec := AppendTask(nil, tk)
+	k := TaskKey(t.s.shard, id)
+	t.meta.digest.Add(k, rec)
+	if err := t.b.Set(k, rec, nil); err != nil {
+		return err
+	}
+	return t.index(id, q, tk)
+}
+
+// Delete removes the task id; it is not an error if there is none.
+func (t *Txn) Delete(id string) error {
+	old, err := t.Get(id)
+	if err != nil || old == nil {
+		return err
+	}
+	return t.unindex(id, old)
+}
+
+// index adds a stored task's index entries and counts (Put wrote the
+// record).
+func (t *Txn) index(id string, q *queueInfo, tk *Task) error {
+	q.total++
+	ck := ClaimKey(t.s.shard, q.num, tk.Priority, tk.At, id)
+	if q.head != nil && bytes.Compare(ck, q.head) < 0 {
+		q.head = ck
+	}
+	t.meta.digest.Add(ck, nil)
+	if err := t.b.Set(ck, nil, nil); err != nil {
+		return err
+	}
+	if tk.Key != "" {
+		uk := UniqueKey(t.s.shard, q.num, tk.Key)
+		t.meta.digest.Add(uk, []byte(id))
+		if err := t.b.Set(uk, []byte(id), nil); err != nil {
+			return err
+		}
+	}
+	if tk.At > t.meta.clock {
+		if tk.Claimant != "" {
+			q.claimed++
+		} else {
+			q.delayed++
+		}
+		dk := DueKey(t.s.shard, tk.At, q.num, id)
+		if t.dueHead != nil && bytes.Compare(dk, t.dueHead) < 0 {
+			t.dueHead = dk
+		}
+		t.meta.digest.Add(dk, nil)
+		if err := t.b.Set(dk, nil, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// unindex removes a stored task: its record, index entries and counts.
+func (t *Txn) unindex(id string, old *Task) error {
+	q, err := t.queueByNum(old.Queue)
+	if err != nil {
+		return err
+	}
+	k := TaskKey(t.s.shard, id)
+	t.meta.digest.Remove(k, AppendTask(nil, old))
+	if err := t.b.Delete(k, nil); err != nil {
+		return err
+	}
+	q.total--
+	ck := ClaimKey(t.s.shard, q.num, old.Priority, old.At, id)
+	t.meta.digest.Remove(ck, nil)
+	if err := t.b.Delete(ck, nil); err != nil {
+		return err
+	}
+	if old.Key != "" {
+		uk := UniqueKey(t.s.shard, q.num, old.Key)
+		v, c, err := t.b.Get(uk)
+		if err == nil {
+			owner := string(v)
+			c.Close()
+			if owner == id {
+				t.meta.digest.Remove(uk, []byte(id))
+				if err := t.b.Delete(uk, nil); err != nil {
+					return err
+				}
+			}
+		} else if !errors.Is(err, pebble.ErrNotFound) {
+			return err
+		}
+	}
+	if old.At > t.meta.clock {
+		if old.Claimant != "" {
+			q.claimed--
+		} else {
+			q.delayed--
+		}
+		dk := DueKey(t.s.shard, old.At, q.num, id)
+		t.meta.digest.Remove(dk, nil)
+		if err := t.b.Delete(dk, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// KeyOwner returns the id of the task holding key in queue.
+func (t *Txn) KeyOwner(queue, key string) (id string, ok bool, err error) {
+	q := t.queue(queue, false)
+	if q == nil {
+		return "", false, nil
+	}
+	v, c, err := t.b.Get(UniqueKey(t.s.shard, q.num, key))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, err
+	}
+	defer c.Close()
+	return string(v), true, nil
+}
+
+// Claimable calls fn with the queue's available tasks (at <= clock) in
+// claim order (priority descending, at, id) while fn returns true. fn may
+// not change the transaction; collect, then change.
+func (t *Txn) Claimable(queue string, fn func(id string, tk *Task) bool) error {
+	q := t.queue(queue, false)
+	if q == nil {
+		return nil
+	}
+	from := q.head
+	if from == nil {
+		from = ClaimPrefix(t.s.shard, q.num)
+	}
+	it, err := t.b.NewIter(&pebble.IterOptions{LowerBound: ClaimPrefix(t.s.shard, q.num), UpperBound: ClaimPrefix(t.s.shard, q.num+1)})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	first := true
+	for ok := it.SeekGE(from); ok; {
+		k := it.Key()
+		if first {
+			// Everything of the queue below the first live key is gone:
+			// the next claim starts here (DESIGN.md, "Queue heads").
+			q.head, first = bytes.Clone(k), false
+		}
+		_, _, prio, at, id, err := ParseClaimKey(k)
+		if err != nil {
+			return err
+		}
+		if at > t.meta.clock {
+			// The rest of this priority is in the future: go to the next.
+			if prio == -1<<31 {
+				return nil
+			}
+			ok = it.SeekGE(ClaimPriority(t.s.shard, q.num, prio-1))
+			continue
+		}
+		tk, err := t.Get(id)
+		if err != nil {
+			return err
+		}
+		if tk == nil {
+			return fmt.Errorf("ondisk: shard %d: claim key of %q has no task", t.s.shard, id)
+		}
+		if !fn(id, tk) {
+			return nil
+		}
+		ok = it.Next()
+	}
+	return it.Error()
+}
+
+// Advance moves the clock forward to now (never back); tasks that come
+// due leave the due index and their queues' future counts, and became is
+// called with each one's queue.
+func (t *Txn) Advance(now int64, became func(queue string)) error {
+	if now <= t.meta.clock {
+		return nil
+	}
+	t.meta.clock = now
+	lo := tableKey(t.s.shard, TableDue, 0)
+	from := t.dueHead
+	if from == nil {
+		from = lo
+	}
+	it, err := t.b.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: tableKey(t.s.shard, TableDue+1, 0)})
+	if err != nil {
+		return err
+	}
+	var due [][]byte
+	for ok := it.SeekGE(from); ok; ok = it.Next() {
+		_, at, _, _, err := ParseDueKey(it.Key())
+		if err != nil {
+			it.Close()
+			return err
+		}
+		if at > now {
+			t.dueHead = bytes.Clone(it.Key())
+			break
+		}
+		due = append(due, bytes.Clone(it.Key()))
+	}
+	if len(due) > 0 && (t.dueHead == nil || bytes.Compare(t.dueHead, due[len(due)-1]) <= 0) {
+		t.dueHead = due[len(due)-1] // all came due: nothing live below the last
+	}
+	if err := it.Close(); err != nil {
+		return err
+	}
+	for _, k := range due {
+		_, _, num, id, _ := ParseDueKey(k)
+		q, err := t.queueByNum(num)
+		if err != nil {
+			return err
+		}
+		tk, err := t.Get(id)
+		if err != nil {
+			return err
+		}
+		if tk == nil {
+			return fmt.Errorf("ondisk: shard %d: due key of %q has no task", t.s.shard, id)
+		}
+		if tk.Claimant != "" {
+			q.claimed--
+		} else {
+			q.delayed--
+		}
+		t.meta.digest.Remove(k, nil)
+		if err := t.b.Delete(k, nil); err != nil {
+			return err
+		}
+		became(q.name)
+	}
+	return nil
+}

@@ -1,0 +1,275 @@
+package ondisk
+
+import (
+	"bytes"
+	"cmp"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+func openMem(t *testing.T) *pebble.DB {
+	t.Helper()
+	db, err := pebble.Open("", &pebble.Options{FS: vfs.NewMem(), DisableWAL: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// model is the state as fsm defines it, in plain maps.
+type model struct {
+	clock int64
+	tasks map[string]modelTask
+}
+
+type modelTask struct {
+	queue string
+	Task
+}
+
+func (m *model) claimable(queue string) []string {
+	var ids []string
+	for id, t := range m.tasks {
+		if t.queue == queue && t.At <= m.clock {
+			ids = append(ids, id)
+		}
+	}
+	slices.SortFunc(ids, func(a, b string) int {
+		x, y := m.tasks[a], m.tasks[b]
+		if c := cmp.Compare(y.Priority, x.Priority); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(x.At, y.At); c != 0 {
+			return c
+		}
+		return cmp.Compare(a, b)
+	})
+	return ids
+}
+
+func (m *model) stats(queue string) (QueueStats, bool) {
+	var st QueueStats
+	for _, t := range m.tasks {
+		if t.queue != queue {
+			continue
+		}
+		st.Total++
+		switch {
+		case t.At <= m.clock:
+			st.Available++
+		case t.Claimant != "":
+			st.Claimed++
+		default:
+			st.Delayed++
+		}
+	}
+	return st, st.Total > 0
+}
+
+// TestStateAgreesWithModel applies random transactions (inserts, changes,
+// deletes, clock moves, claims that take the first available tasks, some
+// transactions discarded) to a State and to a model, and after each
+// commit compares tasks, claim order, counts and unique keys, the
+// incremental digest with one computed from scratch, and a State reopened
+// from the engine with the live one.
+func TestStateAgreesWithModel(t *testing.T) {
+	for seed := range uint64(4) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { checkAgainstModel(t, seed) })
+	}
+}
+
+func checkAgainstModel(t *testing.T, seed uint64) {
+	db := openMem(t)
+	s, err := Open(db, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A neighbour shard in the same engine must not be disturbed.
+	other, err := Open(db, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	otx := other.Begin()
+	if err := otx.Put("x", "q0", &Task{At: 1, Value: []byte("other shard")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := otx.Commit(1); err != nil {
+		t.Fatal(err)
+	}
+
+	r := rand.New(rand.NewPCG(seed, 99))
+	m := &model{tasks: map[string]modelTask{}}
+	queues := []string{"q0", "q1", "q2", "g/q3"}
+	var version uint64
+	for step := range 400 {
+		tx := s.Begin()
+		next := &model{clock: m.clock, tasks: maps(m.tasks)}
+		for range 1 + r.IntN(6) {
+			id := fmt.Sprintf("t%d", r.IntN(60))
+			switch op := r.IntN(10); {
+			case op < 5: // insert or change
+				version++
+				tk := Task{Version: version, Priority: int32(r.IntN(3) - 1), At: next.clock + int64(r.IntN(40)-20),
+					Value: []byte(fmt.Sprint(step)), Created: int64(step)}
+				if r.IntN(3) == 0 {
+					tk.Claimant = "w"
+				}
+				q := queues[r.IntN(len(queues))]
+				if r.IntN(4) == 0 {
+					tk.Key = fmt.Sprintf("k%d", r.IntN(5))
+					if owner, ok, err := tx.KeyOwner(q, tk.Key); err != nil {
+						t.Fatal(err)
+					} else if ok && owner != id {
+						tk.Key = "" // fsm refuses a taken key; the model keeps it simple
+					}
+				}
+				put := tk
+				if err := tx.Put(id, q, &put); err != nil {
+					t.Fatal(err)
+				}
+				next.tasks[id] = modelTask{queue: q, Task: tk}
+			case op < 7:
+				if err := tx.Delete(id); err != nil {
+					t.Fatal(err)
+				}
+				delete(next.tasks, id)
+			case op < 8:
+				now := next.clock + int64(r.IntN(15))
+				if err := tx.Advance(now, func(string) {}); err != nil {
+					t.Fatal(err)
+				}
+				if now > next.clock {
+					next.clock = now
+				}
+			default: // claim up to 2: take them out of the claim order with a lease
+				q := queues[r.IntN(len(queues))]
+				var got []string
+				if err := tx.Claimable(q, func(id string, tk *Task) bool {
+					got = append(got, id)
+					return len(got) < 2
+				}); err != nil {
+					t.Fatal(err)
+				}
+				if want := next.claimable(q); !slices.Equal(got, want[:min(2, len(want))]) {
+					t.Fatalf("step %d: claimable %s = %v, model %v", step, q, got, want)
+				}
+				for _, id := range got {
+					c := next.tasks[id]
+					version++
+					c.Version, c.Claimant, c.At = version, "w", next.clock+10
+					put := c.Task
+					if err := tx.Put(id, q, &put); err != nil {
+						t.Fatal(err)
+					}
+					next.tasks[id] = c
+				}
+			}
+		}
+		if r.IntN(8) == 0 {
+			tx.Discard()
+			continue
+		}
+		if err := tx.Commit(uint64(step + 10)); err != nil {
+			t.Fatal(err)
+		}
+		m = next
+		compare(t, step, s, m, queues)
+	}
+	reopened, err := Open(db, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reopened.meta != s.meta || len(reopened.queues) != len(s.queues) {
+		t.Fatalf("reopened: meta %+v queues %d, live %+v %d", reopened.meta, len(reopened.queues), s.meta, len(s.queues))
+	}
+	compare(t, -1, reopened, m, queues)
+	if got := fromScratch(t, db, 4); got != other.Digest() {
+		t.Fatal("the neighbour shard's digest changed")
+	}
+}
+
+func maps(in map[string]modelTask) map[string]modelTask {
+	out := make(map[string]modelTask, len(in))
+	for k, v := range in {
+		out[k] = v
+	}
+	return out
+}
+
+func compare(t *testing.T, step int, s *State, m *model, queues []string) {
+	t.Helper()
+	if s.Clock() != m.clock {
+		t.Fatalf("step %d: clock %d, model %d", step, s.Clock(), m.clock)
+	}
+	tx := s.Begin()
+	defer tx.Discard()
+	for i := range 60 {
+		id := fmt.Sprintf("t%d", i)
+		got, err := tx.Get(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, ok := m.tasks[id]
+		if (got != nil) != ok {
+			t.Fatalf("step %d: %s present %v, model %v", step, id, got != nil, ok)
+		}
+		if !ok {
+			continue
+		}
+		name, err := tx.QueueName(got)
+		if err != nil || name != want.queue {
+			t.Fatalf("step %d: %s in queue %q (%v), model %q", step, id, name, err, want.queue)
+		}
+		w := want.Task
+		w.Queue = got.Queue
+		if !bytes.Equal(AppendTask(nil, got), AppendTask(nil, &w)) {
+			t.Fatalf("step %d: %s = %+v, model %+v", step, id, got, w)
+		}
+		if w.Key != "" {
+			owner, ok, err := tx.KeyOwner(want.queue, w.Key)
+			if err != nil || !ok || owner != id {
+				t.Fatalf("step %d: key %s/%s owner %q %v %v, want %s", step, want.queue, w.Key, owner, ok, err, id)
+			}
+		}
+	}
+	for _, q := range queues {
+		got, gok := s.Stats(q)
+		want, wok := m.stats(q)
+		if got != want || gok != wok {
+			t.Fatalf("step %d: stats %s = %+v %v, model %+v %v", step, q, got, gok, want, wok)
+		}
+		var ids []string
+		if err := tx.Claimable(q, func(id string, _ *Task) bool { ids = append(ids, id); return true }); err != nil {
+			t.Fatal(err)
+		}
+		if want := m.claimable(q); !slices.Equal(ids, want) {
+			t.Fatalf("step %d: claim order of %s = %v, model %v", step, q, ids, want)
+		}
+	}
+	if d := fromScratch(t, s.db, s.shard); d != s.Digest() {
+		t.Fatalf("step %d: incremental digest %x, from scratch %x", step, s.Digest().Bytes(), d.Bytes())
+	}
+}
+
+// fromScratch hashes every record of shard but its own meta record.
+func fromScratch(t *testing.T, db *pebble.DB, shard uint32) Digest {
+	it, err := db.NewIter(&pebble.IterOptions{LowerBound: ShardPrefix(shard), UpperBound: ShardEnd(shard)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer it.Close()
+	var d Digest
+	for it.First(); it.Valid(); it.Next() {
+		if it.Key()[4] == TableMeta {
+			continue
+		}
+		d.Add(it.Key(), it.Value())
+	}
+	return d
+}
