@@ -63,7 +63,7 @@ func (n *Node) MeasureClocks(ctx context.Context) {
 	ch := make(chan sample)
 	peers := 0
 	for _, node := range cm.GetNodes() {
-		if node.Id == n.cfg.ID || node.State == NodeRemoved || node.Address == "" {
+		if node.Id == n.cfg.ID || node.Membership == NodeRemoved || node.Address == "" {
 			continue
 		}
 		peers++

@@ -18,10 +18,47 @@ const MetaGroupID = 0
 
 // Node membership states recorded in the cluster map.
 const (
-	NodeMember   = "member"
-	NodeDraining = "draining"
-	NodeRemoved  = "removed"
+	NodeMember   = metapb.NodeState_NODE_MEMBER
+	NodeDraining = metapb.NodeState_NODE_DRAINING
+	NodeRemoved  = metapb.NodeState_NODE_REMOVED
 )
+
+// nodeStateNames are the names of the membership states, as the meta log
+// wrote them before it had the enum (Node.state) and as the API shows them.
+var nodeStateNames = map[metapb.NodeState]string{
+	NodeMember:   "member",
+	NodeDraining: "draining",
+	NodeRemoved:  "removed",
+}
+
+// NodeStateName is the name of a membership state ("member", "draining",
+// "removed"), or "" for none.
+func NodeStateName(s metapb.NodeState) string { return nodeStateNames[s] }
+
+// normalizeNode makes n.Membership decide: a node written before the enum
+// has only the name, which is parsed; one written since gets the name for
+// readers of the older version. An unknown name leaves the membership
+// unspecified, and so does a state of a newer version (applyMeta ignores
+// such a change on every replica alike).
+func normalizeNode(n *metapb.Node) {
+	if _, known := nodeStateNames[n.Membership]; !known {
+		n.Membership = metapb.NodeState_NODE_STATE_UNSPECIFIED
+	}
+	if n.Membership == metapb.NodeState_NODE_STATE_UNSPECIFIED {
+		for s, name := range nodeStateNames {
+			if n.State == name {
+				n.Membership = s
+			}
+		}
+	}
+	n.State = nodeStateNames[n.Membership]
+}
+
+// withState returns a node record (for a command) in membership state s.
+func withState(n *metapb.Node, s metapb.NodeState) *metapb.Node {
+	n.Membership, n.State = s, nodeStateNames[s]
+	return n
+}
 
 // metaFSM is the meta group's state machine: the cluster map. Apply runs on
 // raft's goroutine; Map may be called concurrently.
@@ -89,6 +126,9 @@ func applyMeta(cm *metapb.ClusterMap, cmd *metapb.Command) bool {
 			return false
 		}
 		proto.Merge(cm, cmd.Init)
+		for _, node := range cm.Nodes {
+			normalizeNode(node)
+		}
 		return true
 	case metapb.Op_OP_UPDATE_NODE:
 		n := cmd.Node
@@ -110,15 +150,24 @@ func applyMeta(cm *metapb.ClusterMap, cmd *metapb.Command) bool {
 			}
 		}
 		node := proto.Clone(n).(*metapb.Node)
-		if node.State == "" {
-			node.State = NodeMember
+		normalizeNode(node)
+		if node.Membership == metapb.NodeState_NODE_STATE_UNSPECIFIED {
+			withState(node, NodeMember)
 		}
 		cm.Nodes = append(cm.Nodes, node)
 		return true
 	case metapb.Op_OP_SET_NODE_STATE:
+		if cmd.Node == nil {
+			return false
+		}
+		want := proto.Clone(cmd.Node).(*metapb.Node)
+		normalizeNode(want)
+		if want.Membership == metapb.NodeState_NODE_STATE_UNSPECIFIED {
+			return false // no state this version knows: the same on every replica
+		}
 		for _, have := range cm.Nodes {
-			if cmd.Node != nil && have.Id == cmd.Node.Id {
-				have.State = cmd.Node.State
+			if have.Id == want.Id {
+				withState(have, want.Membership)
 				return true
 			}
 		}
@@ -160,6 +209,9 @@ func (f *metaFSM) Restore(rc io.ReadCloser) error {
 	if err := proto.Unmarshal(data, &cm); err != nil {
 		return fmt.Errorf("meta: decode snapshot: %w", err)
 	}
+	for _, node := range cm.Nodes {
+		normalizeNode(node) // a snapshot from before the enum
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.cm = &cm
@@ -199,7 +251,7 @@ func InitialMap(clusterID string, peers []Peer, shards, rf int) *metapb.ClusterM
 	}
 	cm := &metapb.ClusterMap{ClusterId: clusterID, ReplicationFactor: uint32(rf)}
 	for _, p := range peers {
-		cm.Nodes = append(cm.Nodes, &metapb.Node{Id: p.ID, Address: p.Address, State: NodeMember})
+		cm.Nodes = append(cm.Nodes, withState(&metapb.Node{Id: p.ID, Address: p.Address}, NodeMember))
 	}
 	for i := 0; i < shards; i++ {
 		s := &metapb.Shard{Id: uint32(i + 1)}

@@ -92,7 +92,9 @@ func FuzzApplyMeta(f *testing.F) {
 		{Op: metapb.Op_OP_SET_REPLICAS, Shard: &metapb.Shard{Id: 2, Replicas: []string{"n1", "n4"}}},
 		{Op: metapb.Op_OP_SET_REPLICAS, Shard: &metapb.Shard{Id: 99}},
 		{Op: metapb.Op_OP_SET_REPLICAS},
-		{Op: metapb.Op_OP_SET_NODE_STATE, Node: &metapb.Node{Id: "n2", State: NodeDraining}},
+		{Op: metapb.Op_OP_SET_NODE_STATE, Node: &metapb.Node{Id: "n2", State: "draining"}},
+		{Op: metapb.Op_OP_SET_NODE_STATE, Node: &metapb.Node{Id: "n3", Membership: NodeRemoved}},
+		{Op: metapb.Op_OP_SET_NODE_STATE, Node: &metapb.Node{Id: "n3", State: "bogus"}},
 		{Op: metapb.Op_OP_SET_NODE_STATE},
 	} {
 		b, err := proto.Marshal(cmd)

@@ -706,7 +706,7 @@ func (n *Node) joinGossip() {
 		addrs = append(addrs, n.cfg.Join...)
 		cm := n.meta.Map()
 		for _, node := range cm.Nodes {
-			if node.Id == n.cfg.ID || node.GossipAddress == "" || node.State == NodeRemoved {
+			if node.Id == n.cfg.ID || node.GossipAddress == "" || node.Membership == NodeRemoved {
 				continue
 			}
 			if m, ok := known[node.Id]; !ok || m.Health == HealthDead {

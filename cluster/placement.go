@@ -42,10 +42,10 @@ func (n *Node) AddNode(ctx context.Context, id, addr string) (*metapb.Node, erro
 		return nil, n.metaNotLeader()
 	}
 	cm := n.meta.Map()
-	if have := findNode(cm, id); have != nil && have.State == NodeMember {
+	if have := findNode(cm, id); have != nil && have.Membership == NodeMember {
 		return have, nil // already a member: adding again is a no-op
-	} else if have != nil && have.State != NodeRemoved {
-		return nil, fmt.Errorf("%w: node %s is %s", ErrInvalidRequest, id, have.State)
+	} else if have != nil && have.Membership != NodeRemoved {
+		return nil, fmt.Errorf("%w: node %s is %s", ErrInvalidRequest, id, NodeStateName(have.Membership))
 	}
 	g, ok := n.gossip.snapshot()[id]
 	if addr == "" {
@@ -54,7 +54,7 @@ func (n *Node) AddNode(ctx context.Context, id, addr string) (*metapb.Node, erro
 		}
 		addr = g.Meta.Address
 	}
-	node := &metapb.Node{Id: id, Address: addr, GossipAddress: g.GossipAddress, HttpAddress: g.Meta.HTTPAddress, State: NodeMember}
+	node := withState(&metapb.Node{Id: id, Address: addr, GossipAddress: g.GossipAddress, HttpAddress: g.Meta.HTTPAddress}, NodeMember)
 	// Meta membership first: the new node must receive the map to learn
 	// which replicas it hosts.
 	if err := n.changeConfig(ctx, n.metaGroup.raft, func(prev uint64) raft.IndexFuture {
@@ -65,7 +65,7 @@ func (n *Node) AddNode(ctx context.Context, id, addr string) (*metapb.Node, erro
 	if err := n.proposeMeta(ctx, &metapb.Command{Op: metapb.Op_OP_UPDATE_NODE, Node: node}); err != nil {
 		return nil, err
 	}
-	if err := n.proposeMeta(ctx, &metapb.Command{Op: metapb.Op_OP_SET_NODE_STATE, Node: &metapb.Node{Id: id, State: NodeMember}}); err != nil {
+	if err := n.proposeMeta(ctx, &metapb.Command{Op: metapb.Op_OP_SET_NODE_STATE, Node: withState(&metapb.Node{Id: id}, NodeMember)}); err != nil {
 		return nil, err
 	}
 	n.log.Info("node added", "peer", id, "addr", addr)
@@ -81,7 +81,7 @@ func (n *Node) RemoveNode(ctx context.Context, id string, force bool) (*metapb.N
 	}
 	cm := n.meta.Map()
 	node := findNode(cm, id)
-	if node == nil || node.State == NodeRemoved {
+	if node == nil || node.Membership == NodeRemoved {
 		if _, ok := n.gossip.snapshot()[id]; ok && node == nil {
 			// Listed as waiting: it gossips but was never added.
 			return nil, fmt.Errorf("%w: %s is waiting to be added, not a member: there is nothing to remove; stop its process, and the node list drops it once gossip sees it gone", ErrInvalidRequest, id)
@@ -90,7 +90,7 @@ func (n *Node) RemoveNode(ctx context.Context, id string, force bool) (*metapb.N
 	}
 	members := 0
 	for _, m := range cm.Nodes {
-		if m.State == NodeMember && m.Id != id {
+		if m.Membership == NodeMember && m.Id != id {
 			members++
 		}
 	}
@@ -110,13 +110,13 @@ func (n *Node) RemoveNode(ctx context.Context, id string, force bool) (*metapb.N
 		}); err != nil {
 			return nil, fmt.Errorf("remove %s from the meta group: %w", id, err)
 		}
-		if err := n.proposeMeta(ctx, &metapb.Command{Op: metapb.Op_OP_SET_NODE_STATE, Node: &metapb.Node{Id: id, State: NodeRemoved}}); err != nil {
+		if err := n.proposeMeta(ctx, &metapb.Command{Op: metapb.Op_OP_SET_NODE_STATE, Node: withState(&metapb.Node{Id: id}, NodeRemoved)}); err != nil {
 			return nil, err
 		}
 		n.log.Warn("node removed by force", "peer", id)
 		return findNode(n.meta.Map(), id), nil
 	}
-	if err := n.proposeMeta(ctx, &metapb.Command{Op: metapb.Op_OP_SET_NODE_STATE, Node: &metapb.Node{Id: id, State: NodeDraining}}); err != nil {
+	if err := n.proposeMeta(ctx, &metapb.Command{Op: metapb.Op_OP_SET_NODE_STATE, Node: withState(&metapb.Node{Id: id}, NodeDraining)}); err != nil {
 		return nil, err
 	}
 	n.log.Info("node draining", "peer", id, "force", force)
@@ -166,7 +166,7 @@ func (n *Node) placeOnce(ctx context.Context) error {
 	// Retire drained nodes: no replica left in the map or in any shard's
 	// configuration as far as the map says; then leave the meta group.
 	for _, node := range cm.Nodes {
-		if node.State != NodeDraining || hostsAny(cm, node.Id) {
+		if node.Membership != NodeDraining || hostsAny(cm, node.Id) {
 			continue
 		}
 		if node.Id == n.cfg.ID {
@@ -179,7 +179,7 @@ func (n *Node) placeOnce(ctx context.Context) error {
 			return err
 		}
 		n.log.Info("node removed", "peer", node.Id)
-		return n.proposeMeta(ctx, &metapb.Command{Op: metapb.Op_OP_SET_NODE_STATE, Node: &metapb.Node{Id: node.Id, State: NodeRemoved}})
+		return n.proposeMeta(ctx, &metapb.Command{Op: metapb.Op_OP_SET_NODE_STATE, Node: withState(&metapb.Node{Id: node.Id}, NodeRemoved)})
 	}
 	return nil
 }
@@ -197,10 +197,10 @@ func hostsAny(cm *metapb.ClusterMap, id string) bool {
 // placement is as it should be. It is deterministic in the map.
 func planPlacement(cm *metapb.ClusterMap) *metapb.Shard {
 	var members []string
-	state := map[string]string{}
+	state := map[string]metapb.NodeState{}
 	for _, node := range cm.Nodes {
-		state[node.Id] = node.State
-		if node.State == NodeMember {
+		state[node.Id] = node.Membership
+		if node.Membership == NodeMember {
 			members = append(members, node.Id)
 		}
 	}
@@ -487,7 +487,7 @@ func (n *Node) retireReplicas(cm *metapb.ClusterMap) {
 func (n *Node) Leaving() (bool, string) {
 	cm := n.meta.Map()
 	self := findNode(cm, n.cfg.ID)
-	leaving := self != nil && self.State != NodeMember
+	leaving := self != nil && self.Membership != NodeMember
 	if f := n.metaGroup.raft.GetConfiguration(); f.Error() == nil && self != nil {
 		in := false
 		for _, srv := range f.Configuration().Servers {
@@ -502,7 +502,7 @@ func (n *Node) Leaving() (bool, string) {
 		return true, string(addr)
 	}
 	for _, node := range cm.Nodes {
-		if node.State == NodeMember && node.Id != n.cfg.ID {
+		if node.Membership == NodeMember && node.Id != n.cfg.ID {
 			return true, node.Address
 		}
 	}

@@ -37,7 +37,7 @@ func TestPlacementGrowsShrinksAndStaysBalanced(t *testing.T) {
 		t.Fatal("the initial map is already balanced, yet placement changed it")
 	}
 	for _, id := range []string{"n4", "n5"} {
-		applyMeta(cm, &metapb.Command{Op: metapb.Op_OP_UPDATE_NODE, Node: &metapb.Node{Id: id, Address: id + ":1", State: NodeMember}})
+		applyMeta(cm, &metapb.Command{Op: metapb.Op_OP_UPDATE_NODE, Node: &metapb.Node{Id: id, Address: id + ":1", Membership: NodeMember}})
 	}
 	moves := settle(t, cm)
 	l := loads(cm)
@@ -60,7 +60,7 @@ func TestPlacementGrowsShrinksAndStaysBalanced(t *testing.T) {
 	}
 
 	// Drain n2: its replicas move to the others, RF kept.
-	applyMeta(cm, &metapb.Command{Op: metapb.Op_OP_SET_NODE_STATE, Node: &metapb.Node{Id: "n2", State: NodeDraining}})
+	applyMeta(cm, &metapb.Command{Op: metapb.Op_OP_SET_NODE_STATE, Node: &metapb.Node{Id: "n2", Membership: NodeDraining}})
 	settle(t, cm)
 	if hostsAny(cm, "n2") {
 		t.Fatalf("n2 still hosts replicas: %v", cm.Shards)
@@ -75,10 +75,10 @@ func TestPlacementGrowsShrinksAndStaysBalanced(t *testing.T) {
 	// With only RF members left, draining one more keeps its replicas
 	// (nowhere to go) rather than dropping below the replication factor.
 	for _, id := range []string{"n4", "n5"} {
-		applyMeta(cm, &metapb.Command{Op: metapb.Op_OP_SET_NODE_STATE, Node: &metapb.Node{Id: id, State: NodeDraining}})
+		applyMeta(cm, &metapb.Command{Op: metapb.Op_OP_SET_NODE_STATE, Node: &metapb.Node{Id: id, Membership: NodeDraining}})
 	}
 	settle(t, cm)
-	applyMeta(cm, &metapb.Command{Op: metapb.Op_OP_SET_NODE_STATE, Node: &metapb.Node{Id: "n3", State: NodeDraining}})
+	applyMeta(cm, &metapb.Command{Op: metapb.Op_OP_SET_NODE_STATE, Node: &metapb.Node{Id: "n3", Membership: NodeDraining}})
 	settle(t, cm)
 	for _, s := range cm.Shards {
 		if len(s.Replicas) != 3 {

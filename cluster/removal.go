@@ -26,8 +26,8 @@ func (n *Node) watchRemoval() {
 		if me == nil {
 			continue // not added yet
 		}
-		removed := me.State == NodeRemoved
-		if !removed && (me.State == NodeDraining || n.metaGroup.raft.Leader() == "") {
+		removed := me.Membership == NodeRemoved
+		if !removed && (me.Membership == NodeDraining || n.metaGroup.raft.Leader() == "") {
 			removed = n.peersSayRemoved()
 		}
 		if removed {
@@ -41,7 +41,7 @@ func (n *Node) watchRemoval() {
 // peersSayRemoved asks the other members how they see this node.
 func (n *Node) peersSayRemoved() bool {
 	for _, node := range n.meta.Map().Nodes {
-		if node.Id == n.cfg.ID || node.State == NodeRemoved || node.Address == "" {
+		if node.Id == n.cfg.ID || node.Membership == NodeRemoved || node.Address == "" {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -49,7 +49,7 @@ func (n *Node) peersSayRemoved() bool {
 		cancel()
 		for _, ns := range st.GetNodes() {
 			if ns.GetId() == n.cfg.ID {
-				if ns.GetState() == NodeRemoved {
+				if ns.GetState() == NodeStateName(NodeRemoved) {
 					return true
 				}
 				break

@@ -29,7 +29,7 @@ func (n *Node) Status(ctx context.Context, localOnly bool) *taskstorepb.StatusRe
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for _, node := range cm.Nodes {
-		if node.Id == n.cfg.ID || node.State == NodeRemoved || node.Address == "" {
+		if node.Id == n.cfg.ID || node.Membership == NodeRemoved || node.Address == "" {
 			continue
 		}
 		wg.Add(1)
@@ -76,7 +76,7 @@ func (n *Node) localStatus(cm *metapb.ClusterMap) *taskstorepb.StatusResponse {
 	for _, node := range cm.Nodes {
 		seen[node.Id] = true
 		ns := &taskstorepb.NodeStatus{Id: node.Id, Address: node.Address, GossipAddress: node.GossipAddress,
-			HttpAddress: node.HttpAddress, State: node.State, Health: HealthUnknown}
+			HttpAddress: node.HttpAddress, State: NodeStateName(node.Membership), Health: HealthUnknown}
 		if m, ok := health[node.Id]; ok {
 			ns.Health = m.Health
 			// The meta leader copies gossip addresses into the map a little

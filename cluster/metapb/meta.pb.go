@@ -83,6 +83,62 @@ func (Op) EnumDescriptor() ([]byte, []int) {
 	return file_meta_proto_rawDescGZIP(), []int{0}
 }
 
+// A node's membership of the cluster.
+type NodeState int32
+
+const (
+	NodeState_NODE_STATE_UNSPECIFIED NodeState = 0
+	// Holds replicas and may be given more.
+	NodeState_NODE_MEMBER NodeState = 1
+	// Its replicas are being moved away; it gets no new ones.
+	NodeState_NODE_DRAINING NodeState = 2
+	// No longer part of the cluster; kept in the map as history.
+	NodeState_NODE_REMOVED NodeState = 3
+)
+
+// Enum value maps for NodeState.
+var (
+	NodeState_name = map[int32]string{
+		0: "NODE_STATE_UNSPECIFIED",
+		1: "NODE_MEMBER",
+		2: "NODE_DRAINING",
+		3: "NODE_REMOVED",
+	}
+	NodeState_value = map[string]int32{
+		"NODE_STATE_UNSPECIFIED": 0,
+		"NODE_MEMBER":            1,
+		"NODE_DRAINING":          2,
+		"NODE_REMOVED":           3,
+	}
+)
+
+func (x NodeState) Enum() *NodeState {
+	p := new(NodeState)
+	*p = x
+	return p
+}
+
+func (x NodeState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (NodeState) Descriptor() protoreflect.EnumDescriptor {
+	return file_meta_proto_enumTypes[1].Descriptor()
+}
+
+func (NodeState) Type() protoreflect.EnumType {
+	return &file_meta_proto_enumTypes[1]
+}
+
+func (x NodeState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use NodeState.Descriptor instead.
+func (NodeState) EnumDescriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{1}
+}
+
 type Command struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Op            Op                     `protobuf:"varint,1,opt,name=op,proto3,enum=taskstore.meta.v1.Op" json:"op,omitempty"`
@@ -157,8 +213,11 @@ type Node struct {
 	Address       string                 `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
 	GossipAddress string                 `protobuf:"bytes,3,opt,name=gossip_address,json=gossipAddress,proto3" json:"gossip_address,omitempty"`
 	HttpAddress   string                 `protobuf:"bytes,4,opt,name=http_address,json=httpAddress,proto3" json:"http_address,omitempty"`
-	// member, draining or removed.
-	State         string `protobuf:"bytes,5,opt,name=state,proto3" json:"state,omitempty"`
+	// The name of membership ("member", "draining", "removed"). Logs written
+	// before membership existed carry only this; entries written since carry
+	// both, this one for readers of that older version. membership decides.
+	State         string    `protobuf:"bytes,5,opt,name=state,proto3" json:"state,omitempty"`
+	Membership    NodeState `protobuf:"varint,6,opt,name=membership,proto3,enum=taskstore.meta.v1.NodeState" json:"membership,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -226,6 +285,13 @@ func (x *Node) GetState() string {
 		return x.State
 	}
 	return ""
+}
+
+func (x *Node) GetMembership() NodeState {
+	if x != nil {
+		return x.Membership
+	}
+	return NodeState_NODE_STATE_UNSPECIFIED
 }
 
 type Shard struct {
@@ -378,13 +444,16 @@ const file_meta_proto_rawDesc = "" +
 	"\x02op\x18\x01 \x01(\x0e2\x15.taskstore.meta.v1.OpR\x02op\x121\n" +
 	"\x04init\x18\x02 \x01(\v2\x1d.taskstore.meta.v1.ClusterMapR\x04init\x12+\n" +
 	"\x04node\x18\x03 \x01(\v2\x17.taskstore.meta.v1.NodeR\x04node\x12.\n" +
-	"\x05shard\x18\x04 \x01(\v2\x18.taskstore.meta.v1.ShardR\x05shard\"\x90\x01\n" +
+	"\x05shard\x18\x04 \x01(\v2\x18.taskstore.meta.v1.ShardR\x05shard\"\xce\x01\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12%\n" +
 	"\x0egossip_address\x18\x03 \x01(\tR\rgossipAddress\x12!\n" +
 	"\fhttp_address\x18\x04 \x01(\tR\vhttpAddress\x12\x14\n" +
-	"\x05state\x18\x05 \x01(\tR\x05state\"3\n" +
+	"\x05state\x18\x05 \x01(\tR\x05state\x12<\n" +
+	"\n" +
+	"membership\x18\x06 \x01(\x0e2\x1c.taskstore.meta.v1.NodeStateR\n" +
+	"membership\"3\n" +
 	"\x05Shard\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x1a\n" +
 	"\breplicas\x18\x02 \x03(\tR\breplicas\"\xe7\x01\n" +
@@ -402,7 +471,12 @@ const file_meta_proto_rawDesc = "" +
 	"\aOP_INIT\x10\x01\x12\x12\n" +
 	"\x0eOP_UPDATE_NODE\x10\x02\x12\x13\n" +
 	"\x0fOP_SET_REPLICAS\x10\x03\x12\x15\n" +
-	"\x11OP_SET_NODE_STATE\x10\x04B5Z3github.com/e1158ecb/taskstore/cluster/metapb;metapbb\x06proto3"
+	"\x11OP_SET_NODE_STATE\x10\x04*]\n" +
+	"\tNodeState\x12\x1a\n" +
+	"\x16NODE_STATE_UNSPECIFIED\x10\x00\x12\x0f\n" +
+	"\vNODE_MEMBER\x10\x01\x12\x11\n" +
+	"\rNODE_DRAINING\x10\x02\x12\x10\n" +
+	"\fNODE_REMOVED\x10\x03B5Z3github.com/e1158ecb/taskstore/cluster/metapb;metapbb\x06proto3"
 
 var (
 	file_meta_proto_rawDescOnce sync.Once
@@ -416,27 +490,29 @@ func file_meta_proto_rawDescGZIP() []byte {
 	return file_meta_proto_rawDescData
 }
 
-var file_meta_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_meta_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
 var file_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_meta_proto_goTypes = []any{
 	(Op)(0),            // 0: taskstore.meta.v1.Op
-	(*Command)(nil),    // 1: taskstore.meta.v1.Command
-	(*Node)(nil),       // 2: taskstore.meta.v1.Node
-	(*Shard)(nil),      // 3: taskstore.meta.v1.Shard
-	(*ClusterMap)(nil), // 4: taskstore.meta.v1.ClusterMap
+	(NodeState)(0),     // 1: taskstore.meta.v1.NodeState
+	(*Command)(nil),    // 2: taskstore.meta.v1.Command
+	(*Node)(nil),       // 3: taskstore.meta.v1.Node
+	(*Shard)(nil),      // 4: taskstore.meta.v1.Shard
+	(*ClusterMap)(nil), // 5: taskstore.meta.v1.ClusterMap
 }
 var file_meta_proto_depIdxs = []int32{
 	0, // 0: taskstore.meta.v1.Command.op:type_name -> taskstore.meta.v1.Op
-	4, // 1: taskstore.meta.v1.Command.init:type_name -> taskstore.meta.v1.ClusterMap
-	2, // 2: taskstore.meta.v1.Command.node:type_name -> taskstore.meta.v1.Node
-	3, // 3: taskstore.meta.v1.Command.shard:type_name -> taskstore.meta.v1.Shard
-	2, // 4: taskstore.meta.v1.ClusterMap.nodes:type_name -> taskstore.meta.v1.Node
-	3, // 5: taskstore.meta.v1.ClusterMap.shards:type_name -> taskstore.meta.v1.Shard
-	6, // [6:6] is the sub-list for method output_type
-	6, // [6:6] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	5, // 1: taskstore.meta.v1.Command.init:type_name -> taskstore.meta.v1.ClusterMap
+	3, // 2: taskstore.meta.v1.Command.node:type_name -> taskstore.meta.v1.Node
+	4, // 3: taskstore.meta.v1.Command.shard:type_name -> taskstore.meta.v1.Shard
+	1, // 4: taskstore.meta.v1.Node.membership:type_name -> taskstore.meta.v1.NodeState
+	3, // 5: taskstore.meta.v1.ClusterMap.nodes:type_name -> taskstore.meta.v1.Node
+	4, // 6: taskstore.meta.v1.ClusterMap.shards:type_name -> taskstore.meta.v1.Shard
+	7, // [7:7] is the sub-list for method output_type
+	7, // [7:7] is the sub-list for method input_type
+	7, // [7:7] is the sub-list for extension type_name
+	7, // [7:7] is the sub-list for extension extendee
+	0, // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_meta_proto_init() }
@@ -449,7 +525,7 @@ func file_meta_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meta_proto_rawDesc), len(file_meta_proto_rawDesc)),
-			NumEnums:      1,
+			NumEnums:      2,
 			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   0,
