@@ -405,7 +405,7 @@ func TestFiveNodesPlaceThreeReplicas(t *testing.T) {
 		}
 		_, err := taskstorepb.NewTaskStoreClient(c.Conn(i)).Tasks(ctxT(t, 10*time.Second), &taskstorepb.TasksRequest{Shard: sh.Id})
 		msg := status.Convert(err).Message()
-		if status.Code(err) != codes.Unavailable || !strings.Contains(msg, "no replica on this node; "+sh.Replicas[0]+" at ") {
+		if status.Code(err) != codes.Unavailable || !strings.Contains(msg, "no replica on this node; "+sh.PreferredLeader+" at ") {
 			t.Fatalf("read of shard %d on %s, which has no replica: %v", sh.Id, n.ID, err)
 		}
 		break

@@ -54,6 +54,20 @@ func normalizeNode(n *metapb.Node) {
 	n.State = nodeStateNames[n.Membership]
 }
 
+// normalizeShard makes sure a shard names a preferred leader among its
+// replicas: entries and snapshots from before the field name none, and then
+// the first replica was the preferred one; a name that is not a replica
+// falls back the same way. Deterministic in the record, so every replica
+// of the meta group agrees.
+func normalizeShard(sh *metapb.Shard) {
+	if !slices.Contains(sh.Replicas, sh.PreferredLeader) {
+		sh.PreferredLeader = ""
+		if len(sh.Replicas) > 0 {
+			sh.PreferredLeader = sh.Replicas[0]
+		}
+	}
+}
+
 // withState returns a node record (for a command) in membership state s.
 func withState(n *metapb.Node, s metapb.NodeState) *metapb.Node {
 	n.Membership, n.State = s, nodeStateNames[s]
@@ -129,6 +143,9 @@ func applyMeta(cm *metapb.ClusterMap, cmd *metapb.Command) bool {
 		for _, node := range cm.Nodes {
 			normalizeNode(node)
 		}
+		for _, sh := range cm.Shards {
+			normalizeShard(sh)
+		}
 		return true
 	case metapb.Op_OP_UPDATE_NODE:
 		n := cmd.Node
@@ -176,13 +193,15 @@ func applyMeta(cm *metapb.ClusterMap, cmd *metapb.Command) bool {
 		if cmd.Shard == nil {
 			return false
 		}
+		want := proto.Clone(cmd.Shard).(*metapb.Shard)
+		normalizeShard(want)
 		for _, s := range cm.Shards {
-			if s.Id == cmd.Shard.Id {
-				s.Replicas = slices.Clone(cmd.Shard.Replicas)
+			if s.Id == want.Id {
+				s.Replicas, s.PreferredLeader = want.Replicas, want.PreferredLeader
 				return true
 			}
 		}
-		cm.Shards = append(cm.Shards, proto.Clone(cmd.Shard).(*metapb.Shard))
+		cm.Shards = append(cm.Shards, want)
 		return true
 	default:
 		// An op code from a newer version: ignoring it would let replicas
@@ -211,6 +230,9 @@ func (f *metaFSM) Restore(rc io.ReadCloser) error {
 	}
 	for _, node := range cm.Nodes {
 		normalizeNode(node) // a snapshot from before the enum
+	}
+	for _, sh := range cm.Shards {
+		normalizeShard(sh) // a snapshot from before preferred_leader
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -243,8 +265,8 @@ type Peer struct {
 // InitialMap computes the bootstrap cluster map. It is deterministic in its
 // inputs, so every node started with the same --initial-cluster, --shards and
 // --replicas bootstraps the same shard groups. Shard i (1-based) is placed on
-// rf consecutive peers starting at peer (i-1) mod n, which spreads replicas and
-// first-listed (preferred leader) replicas evenly.
+// rf consecutive peers starting at peer (i-1) mod n, the first of them its
+// preferred leader, which spreads replicas and preferred leaders evenly.
 func InitialMap(clusterID string, peers []Peer, shards, rf int) *metapb.ClusterMap {
 	if rf > len(peers) {
 		rf = len(peers)
@@ -258,6 +280,7 @@ func InitialMap(clusterID string, peers []Peer, shards, rf int) *metapb.ClusterM
 		for j := 0; j < rf; j++ {
 			s.Replicas = append(s.Replicas, peers[(i+j)%len(peers)].ID)
 		}
+		normalizeShard(s)
 		cm.Shards = append(cm.Shards, s)
 	}
 	cm.Slots = make([]uint32, taskstorepb.DefaultSlots)

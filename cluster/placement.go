@@ -160,7 +160,7 @@ func (n *Node) placeOnce(ctx context.Context) error {
 	}
 	plan := planPlacement(cm)
 	if plan != nil {
-		n.log.Info("placement change", "shard", plan.Id, "replicas", plan.Replicas)
+		n.log.Info("placement change", "shard", plan.Id, "replicas", plan.Replicas, "preferred_leader", plan.PreferredLeader)
 		return n.proposeMeta(ctx, &metapb.Command{Op: metapb.Op_OP_SET_REPLICAS, Shard: plan})
 	}
 	// Retire drained nodes: no replica left in the map or in any shard's
@@ -238,21 +238,24 @@ func planPlacement(cm *metapb.ClusterMap) *metapb.Shard {
 			}
 			next := slices.Clone(s.Replicas)
 			if t := pick(s.Replicas); t != "" {
-				next[i] = t // in place: keeps the preferred-leader spread
+				next[i] = t
+				// The replacement takes over the preference too: keeps the
+				// preferred-leader spread.
+				return replaced(s, next, r, t)
 			} else if len(s.Replicas) > int(cm.ReplicationFactor) || (state[r] == NodeRemoved && len(s.Replicas) > 1) {
 				// Surplus, or on a node removed for good: drop it.
 				next = slices.Delete(next, i, i+1)
 			} else {
 				continue // draining, nowhere to go: keep it until a node joins
 			}
-			return &metapb.Shard{Id: s.Id, Replicas: next}
+			return replaced(s, next, r, "")
 		}
 	}
 	// 2. Fill shards below the replication factor.
 	for _, s := range shards {
 		if len(s.Replicas) < rf {
 			if t := pick(s.Replicas); t != "" {
-				return &metapb.Shard{Id: s.Id, Replicas: append(slices.Clone(s.Replicas), t)}
+				return replaced(s, append(slices.Clone(s.Replicas), t), "", "")
 			}
 		}
 	}
@@ -273,16 +276,16 @@ func planPlacement(cm *metapb.ClusterMap) *metapb.Shard {
 			if i >= 0 && !slices.Contains(s.Replicas, least) {
 				next := slices.Clone(s.Replicas)
 				next[i] = least
-				return &metapb.Shard{Id: s.Id, Replicas: next}
+				return replaced(s, next, most, least)
 			}
 		}
 	}
-	// 4. Balance preferred leaders (the first replica of each list, which
-	// the leadership balancer follows): reorder a list, no Raft change.
+	// 4. Balance preferred leaders (which the leadership balancer
+	// follows): move a preference, no Raft change.
 	firsts := map[string]int{}
 	for _, s := range shards {
 		if len(s.Replicas) > 0 {
-			firsts[s.Replicas[0]]++
+			firsts[preferred(s)]++
 		}
 	}
 	most, least = members[0], members[0]
@@ -298,16 +301,35 @@ func planPlacement(cm *metapb.ClusterMap) *metapb.Shard {
 		return nil
 	}
 	for _, s := range shards {
-		if len(s.Replicas) == 0 || s.Replicas[0] != most {
+		if len(s.Replicas) == 0 || preferred(s) != most {
 			continue
 		}
-		if i := slices.Index(s.Replicas, least); i > 0 {
-			next := slices.Clone(s.Replicas)
-			next[0], next[i] = next[i], next[0]
-			return &metapb.Shard{Id: s.Id, Replicas: next}
+		if slices.Contains(s.Replicas, least) {
+			return &metapb.Shard{Id: s.Id, Replicas: slices.Clone(s.Replicas), PreferredLeader: least}
 		}
 	}
 	return nil
+}
+
+// preferred is a shard's preferred leader (the first replica for a record
+// from before the field; normalizeShard).
+func preferred(s *metapb.Shard) string {
+	c := &metapb.Shard{Replicas: s.Replicas, PreferredLeader: s.PreferredLeader}
+	normalizeShard(c)
+	return c.PreferredLeader
+}
+
+// replaced is s with replicas next, where from (if set) was replaced by to
+// (if set): a preference for from moves to to, and one for a replica that
+// is gone moves to the first that is left.
+func replaced(s *metapb.Shard, next []string, from, to string) *metapb.Shard {
+	p := preferred(s)
+	if p == from && from != "" && to != "" {
+		p = to
+	}
+	out := &metapb.Shard{Id: s.Id, Replicas: next, PreferredLeader: p}
+	normalizeShard(out)
+	return out
 }
 
 // reconcileConfigs runs on every node: for each shard it leads, one step of
@@ -397,8 +419,9 @@ func (n *Node) reconcileShardConfig(ctx context.Context, s *Shard, cm *metapb.Cl
 			continue
 		}
 		if id == n.cfg.ID {
-			n.log.Info("handing off leadership of a shard this node leaves", "shard", s.id, "to", sh.Replicas[0])
-			return waitFuture(ctx, r.LeadershipTransferToServer(raft.ServerID(sh.Replicas[0]), addrOf(sh.Replicas[0])))
+			to := preferred(sh)
+			n.log.Info("handing off leadership of a shard this node leaves", "shard", s.id, "to", to)
+			return waitFuture(ctx, r.LeadershipTransferToServer(raft.ServerID(to), addrOf(to)))
 		}
 		return change("remove "+id, func(prev uint64) raft.IndexFuture { return r.RemoveServer(srv.ID, prev, 0) })
 	}

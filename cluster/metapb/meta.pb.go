@@ -298,9 +298,14 @@ type Shard struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
 	// Node ids; order is not meaningful.
-	Replicas      []string `protobuf:"bytes,2,rep,name=replicas,proto3" json:"replicas,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Replicas []string `protobuf:"bytes,2,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	// The replica the leadership balancer hands the shard's leadership to
+	// when it is healthy; one of replicas. Entries and snapshots written
+	// before this field existed name none: the first replica was the
+	// preferred one then, and is taken as such when they are read.
+	PreferredLeader string `protobuf:"bytes,3,opt,name=preferred_leader,json=preferredLeader,proto3" json:"preferred_leader,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Shard) Reset() {
@@ -345,6 +350,13 @@ func (x *Shard) GetReplicas() []string {
 		return x.Replicas
 	}
 	return nil
+}
+
+func (x *Shard) GetPreferredLeader() string {
+	if x != nil {
+		return x.PreferredLeader
+	}
+	return ""
 }
 
 type ClusterMap struct {
@@ -453,10 +465,11 @@ const file_meta_proto_rawDesc = "" +
 	"\x05state\x18\x05 \x01(\tR\x05state\x12<\n" +
 	"\n" +
 	"membership\x18\x06 \x01(\x0e2\x1c.taskstore.meta.v1.NodeStateR\n" +
-	"membership\"3\n" +
+	"membership\"^\n" +
 	"\x05Shard\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x1a\n" +
-	"\breplicas\x18\x02 \x03(\tR\breplicas\"\xe7\x01\n" +
+	"\breplicas\x18\x02 \x03(\tR\breplicas\x12)\n" +
+	"\x10preferred_leader\x18\x03 \x01(\tR\x0fpreferredLeader\"\xe7\x01\n" +
 	"\n" +
 	"ClusterMap\x12\x1d\n" +
 	"\n" +
