@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
 )
 
@@ -54,10 +55,11 @@ func (c *Client) call(ctx context.Context, op string, t target, extra time.Durat
 		avoid   string // an address that failed twice in a row
 		hops    int
 		bound   = c.opts.backoffBase
+		tried   attempts
 	)
 	for attempt := 0; ; attempt++ {
 		if err := ctx.Err(); err != nil {
-			return giveUp(op, t, err, lastErr)
+			return giveUp(op, t, err, lastErr, tried)
 		}
 		addr := hint
 		hint = ""
@@ -69,7 +71,7 @@ func (c *Client) call(ctx context.Context, op string, t target, extra time.Durat
 				}
 				lastErr = err
 				if !c.pause(ctx, &bound) {
-					return giveUp(op, t, ctx.Err(), lastErr)
+					return giveUp(op, t, ctx.Err(), lastErr, tried)
 				}
 				continue
 			}
@@ -78,10 +80,21 @@ func (c *Client) call(ctx context.Context, op string, t target, extra time.Durat
 		if err != nil {
 			return err
 		}
+		// Any node answers a read of the cluster (Status, Routing, Time),
+		// and one that holds a live connection is not gone: it gets the
+		// whole attempt, not half of what is left. Halving made an answer
+		// that takes a little over half of --timeout (a node under load
+		// asking its peers) fail every time (issue 16 item 13).
+		connected := cc.GetState() == connectivity.Ready
 		actx, cancel := ctx, context.CancelFunc(func() {})
 		if c.opts.attemptTimeout > 0 {
-			actx, cancel = context.WithTimeout(ctx, attemptTimeout(ctx, c.opts.attemptTimeout, extra))
+			base := attemptTimeout(ctx, c.opts.attemptTimeout, extra)
+			if t.anyNode && connected {
+				base = c.opts.attemptTimeout
+			}
+			actx, cancel = context.WithTimeout(ctx, base)
 		}
+		start := time.Now()
 		err = fn(actx, cc)
 		attemptExpired := actx.Err() != nil && ctx.Err() == nil
 		cancel()
@@ -89,6 +102,7 @@ func (c *Client) call(ctx context.Context, op string, t target, extra time.Durat
 			return nil
 		}
 		err = decode(op, addr, err)
+		tried.add(addr, time.Since(start), connected || cc.GetState() == connectivity.Ready, err)
 		if attemptExpired && status.Code(err) == codes.DeadlineExceeded {
 			err = fmt.Errorf("%s: attempt at %s timed out: %w", op, addr, context.DeadlineExceeded)
 		}
@@ -96,7 +110,7 @@ func (c *Client) call(ctx context.Context, op string, t target, extra time.Durat
 			if !onlyTimedOut(err) {
 				lastErr = err
 			}
-			return giveUp(op, t, ctx.Err(), lastErr)
+			return giveUp(op, t, ctx.Err(), lastErr, tried)
 		}
 		if !retryable(ctx, err) {
 			return err
@@ -145,7 +159,7 @@ func (c *Client) call(ctx context.Context, op string, t target, extra time.Durat
 		hops = 0
 		c.log.Debug("retrying", "op", op, "target", t.String(), "addr", addr, "attempt", attempt, "err", err)
 		if !c.pause(ctx, &bound) {
-			return giveUp(op, t, ctx.Err(), lastErr)
+			return giveUp(op, t, ctx.Err(), lastErr, tried)
 		}
 	}
 }
@@ -212,12 +226,94 @@ func (c *Client) pause(ctx context.Context, bound *time.Duration) bool {
 // giveUp is the error of a call whose context ended before it succeeded. It
 // matches the context's error and, when an attempt failed before, also
 // ErrUnavailable and that attempt's error.
-func giveUp(op string, t target, ctxErr, lastErr error) error {
+func giveUp(op string, t target, ctxErr, lastErr error, tried attempts) error {
 	op = strings.ToLower(op)
-	if lastErr == nil {
+	if lastErr == nil && len(tried) == 0 {
 		return fmt.Errorf("%s (%s): %w", op, t, ctxErr)
 	}
-	return fmt.Errorf("%s (%s): %w: %w; last error: %w", op, t, ErrUnavailable, ctxErr, lastErr)
+	if lastErr == nil {
+		return &slowError{msg: fmt.Sprintf("%s (%s): %v: %v; %s", op, t, ErrUnavailable, ctxErr, tried), errs: []error{ErrUnavailable, ctxErr}, tried: tried}
+	}
+	return &slowError{msg: fmt.Sprintf("%s (%s): %v: %v; last error: %v; %s", op, t, ErrUnavailable, ctxErr, lastErr, tried),
+		errs: []error{ErrUnavailable, ctxErr, lastErr}, tried: tried}
+}
+
+// attempts records what each attempt of a call met, so that a call that
+// runs out of time can say what was slow: a node that could not be reached
+// is a different problem (the address, the network) from one that was
+// connected and did not answer in time (load; a longer --timeout).
+type attempts []attempt
+
+type attempt struct {
+	addr      string
+	took      time.Duration
+	connected bool
+	err       error
+}
+
+func (a *attempts) add(addr string, took time.Duration, connected bool, err error) {
+	*a = append(*a, attempt{addr: addr, took: took, connected: connected, err: err})
+}
+
+// maxListed bounds the attempts an error message lists (the last ones).
+const maxListed = 4
+
+func (a attempts) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d attempt(s)", len(a))
+	from := max(0, len(a)-maxListed)
+	if from > 0 {
+		fmt.Fprintf(&b, ", the last %d", maxListed)
+	}
+	b.WriteString(":")
+	for i, at := range a[from:] {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		took := at.took.Round(time.Millisecond)
+		switch {
+		case !at.connected && onlyTimedOut(at.err):
+			fmt.Fprintf(&b, " %s not reached in %v", at.addr, took)
+		case onlyTimedOut(at.err):
+			fmt.Fprintf(&b, " %s connected, no answer in %v", at.addr, took)
+		default:
+			fmt.Fprintf(&b, " %s failed after %v (%s)", at.addr, took, status.Code(at.err))
+		}
+	}
+	return b.String()
+}
+
+// Slow reports whether every attempt reached a node that then did not
+// answer in time: the nodes are up but slow (overloaded, or waiting on
+// their peers), and a longer timeout, not another address, is the cure.
+func (a attempts) slow() bool {
+	if len(a) == 0 {
+		return false
+	}
+	for _, at := range a {
+		if !at.connected || !onlyTimedOut(at.err) {
+			return false
+		}
+	}
+	return true
+}
+
+// slowError is a call that ran out of time, with what its attempts met.
+type slowError struct {
+	msg   string
+	errs  []error
+	tried attempts
+}
+
+func (e *slowError) Error() string   { return e.msg }
+func (e *slowError) Unwrap() []error { return e.errs }
+
+// ConnectedButSlow reports whether err is a call that ran out of time
+// although every attempt reached a node: the nodes were slow to answer,
+// not unreachable.
+func ConnectedButSlow(err error) bool {
+	var se *slowError
+	return errors.As(err, &se) && se.tried.slow()
 }
 
 // onlyTimedOut reports whether err says no more than that a deadline passed

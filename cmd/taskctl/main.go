@@ -150,7 +150,9 @@ func printError(w io.Writer, err error) {
 		return
 	}
 	msg := err.Error()
-	if errors.Is(err, client.ErrUnavailable) && errors.Is(err, context.DeadlineExceeded) {
+	if errors.Is(err, client.ErrUnavailable) && errors.Is(err, context.DeadlineExceeded) && client.ConnectedButSlow(err) {
+		msg += "\n(the nodes were reached but did not answer in time: they are busy, or waiting on their peers; raise --timeout)"
+	} else if errors.Is(err, client.ErrUnavailable) && errors.Is(err, context.DeadlineExceeded) {
 		msg += "\n(the cluster did not answer in time: check --endpoints, or raise --timeout)"
 		if strings.Contains(msg, "certificate") || strings.Contains(msg, "handshake") || strings.Contains(msg, "tls:") {
 			msg += "\n(a TLS problem: check --tls-ca names the cluster's CA and the nodes' certificates cover the addresses dialled)"
