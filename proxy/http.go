@@ -16,10 +16,12 @@ import (
 	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/e1158ecb/taskstore/rpc/auth"
 	"github.com/e1158ecb/taskstore/rpc/pprofhttp"
 	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
 )
@@ -33,14 +35,7 @@ func (s *Server) httpHandler() (http.Handler, error) {
 		return nil, err
 	}
 	mux := http.NewServeMux()
-	if s.secured {
-		// The in-process gateway would skip the authorization interceptor.
-		mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
-			http.Error(w, "the HTTP/JSON API is off on a proxy that checks callers (--auth-tokens or --tls-client-auth): use gRPC", http.StatusForbidden)
-		})
-	} else {
-		mux.Handle("/v1/", limitBody(gw))
-	}
+	mux.Handle("/v1/", limitBody(s.authenticateHTTP(gw)))
 	mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "ok")
@@ -58,15 +53,48 @@ func (s *Server) httpHandler() (http.Handler, error) {
 	return mux, nil
 }
 
+// authenticateHTTP establishes the caller of an API request when the proxy
+// checks callers (a token in the Authorization header or as the basic-auth
+// password, or a client certificate over HTTPS) and refuses one without a
+// credential with 401, in the gateway's JSON error shape. What the caller
+// may do is decided by the gRPC interceptors of the call the gateway makes
+// for it (the principal travels in auth.PrincipalHeader).
+func (s *Server) authenticateHTTP(h http.Handler) http.Handler {
+	if !s.policy.Enabled() {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p, code, err := s.policy.AuthenticateHTTP(r)
+		if err != nil {
+			if s.policy.Log != nil {
+				s.policy.Log.Warn("http request refused", "path", r.URL.Path, "peer", r.RemoteAddr, "code", code, "err", err)
+			}
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("WWW-Authenticate", `Basic realm="taskstore", charset="UTF-8"`)
+			w.WriteHeader(code)
+			body, _ := json.Marshal(map[string]any{"code": codes.Unauthenticated, "message": err.Error(), "details": []any{}})
+			w.Write(body)
+			return
+		}
+		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), httpPrincipalKey{}, p)))
+	})
+}
+
+type httpPrincipalKey struct{}
+
 // Gateway returns the HTTP/JSON face of the proxy's services: the handlers
 // grpc-gateway generated from the proto and rpc/proto/taskstore/v1/
 // taskstore_http.yaml (rpc/taskstorepb/taskstore.pb.gw.go), calling the
-// proxy's own gRPC methods in process. Bodies and answers are protobuf's
+// proxy's own gRPC server over an in-process connection (selfConn), so
+// that every interceptor applies. Bodies and answers are protobuf's
 // canonical JSON; unknown fields are refused (a typo must not silently
 // become a default); errors carry the gRPC status as JSON, details included,
 // with the HTTP code grpc-gateway maps it to. docs/http.md lists the
 // endpoints.
 func (s *Server) Gateway() (http.Handler, error) {
+	if s.self == nil {
+		return nil, errors.New("proxy: http gateway: no in-process connection")
+	}
 	mux := runtime.NewServeMux(
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
 			MarshalOptions:   protojson.MarshalOptions{},
@@ -74,12 +102,19 @@ func (s *Server) Gateway() (http.Handler, error) {
 		}),
 		runtime.SetQueryParameterParser(strictQueryParser{}), // process-wide in grpc-gateway: every gateway here is strict
 		runtime.WithRoutingErrorHandler(routingError),
+		runtime.WithMetadata(func(ctx context.Context, r *http.Request) metadata.MD {
+			if p, ok := r.Context().Value(httpPrincipalKey{}).(auth.Principal); ok {
+				p.Via = "http, " + p.Via
+				return p.Metadata()
+			}
+			return nil
+		}),
 	)
 	ctx := context.Background()
-	if err := taskstorepb.RegisterTaskStoreHandlerServer(ctx, mux, s); err != nil {
+	if err := taskstorepb.RegisterTaskStoreHandler(ctx, mux, s.self); err != nil {
 		return nil, fmt.Errorf("proxy: http gateway: %w", err)
 	}
-	if err := taskstorepb.RegisterAdminHandlerServer(ctx, mux, s); err != nil {
+	if err := taskstorepb.RegisterAdminHandler(ctx, mux, s.self); err != nil {
 		return nil, fmt.Errorf("proxy: http gateway: %w", err)
 	}
 	return mux, nil

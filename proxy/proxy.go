@@ -55,9 +55,9 @@ type Config struct {
 	// nodes is configured through ClientOptions (client.WithTLS, with a
 	// certificate of role proxy when the nodes check callers).
 	TLS *tls.Config
-	// Policy authenticates and authorizes callers as a node would; the
-	// caller's principal travels to the nodes in auth.PrincipalHeader. When
-	// enabled, the HTTP/JSON API is off (it has no caller identity yet).
+	// Policy authenticates and authorizes callers as a node would, over
+	// gRPC and HTTP/JSON alike; the caller's principal travels to the nodes
+	// in auth.PrincipalHeader.
 	Policy *auth.Policy
 	// Pprof serves /debug/pprof on HTTPAddr. Off by default: a profile
 	// shows memory contents and /debug/pprof/cmdline the flags.
@@ -88,8 +88,13 @@ type Server struct {
 	stopWait context.CancelFunc
 	waitDone chan struct{} // closed when the readiness loop ends
 
+	// self is the HTTP gateway's connection to this proxy's own gRPC
+	// server (selfConn); closeSelf closes it and its listener.
+	self      *grpc.ClientConn
+	closeSelf func()
+	policy    *auth.Policy
+
 	shutdownOnce sync.Once
-	secured      bool // the policy checks callers: no HTTP/JSON API
 	pprof        bool // serve /debug/pprof
 }
 
@@ -180,7 +185,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		log:      log,
 		metrics:  m,
 		grpc:     grpc.NewServer(append(serverOptions(cfg, m), cfg.GRPCOptions...)...),
-		secured:  cfg.Policy.Enabled(),
+		policy:   cfg.Policy,
 		pprof:    cfg.Pprof,
 		health:   health.NewServer(),
 		lis:      lis,
@@ -202,11 +207,22 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	go s.waitForRouting(wctx)
 	if httpL != nil {
 		s.httpAddr = httpL.Addr().String()
+		if s.self, s.closeSelf, err = selfConn(s.grpc, cfg.TLS); err != nil {
+			s.Close()
+			httpL.Close()
+			return nil, err
+		}
 		h, err := s.httpHandler()
 		if err != nil {
 			s.Close()
 			httpL.Close()
 			return nil, err
+		}
+		if cfg.TLS != nil {
+			// Tokens and certificates do not cross the network in the
+			// clear: --http is HTTPS whenever the gRPC port is TLS. A
+			// certificate is optional here (tokens, /metrics, probes).
+			httpL = tls.NewListener(httpL, httpTLS(cfg.TLS))
 		}
 		s.http = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 		go func() {
@@ -217,6 +233,15 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.log.Info("proxy started", "grpc", s.Addr(), "http", s.httpAddr, "cluster", cfg.Cluster)
 	return s, nil
+}
+
+// httpTLS is the HTTPS side of --http: the gRPC listener's certificate,
+// client certificates verified when given, HTTP/1.1 and h2.
+func httpTLS(grpcTLS *tls.Config) *tls.Config {
+	c := grpcTLS.Clone()
+	c.ClientAuth = tls.VerifyClientCertIfGiven
+	c.NextProtos = []string{"h2", "http/1.1"}
+	return c
 }
 
 // Addr is the gRPC address the proxy listens on.
@@ -292,6 +317,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			if herr := s.http.Shutdown(ctx); herr != nil {
 				s.http.Close()
 			}
+		}
+		if s.closeSelf != nil {
+			s.closeSelf() // after the HTTP server: its calls use it
 		}
 		select {
 		case <-stopped:

@@ -79,8 +79,9 @@ gRPC health (grpc.health.v1) and reflection are served on --listen.
 Security (docs/security.md): --tls-cert/--tls-key/--tls-ca serve TLS and
 identify the proxy to the nodes (give it a certificate of role proxy);
 --auth-tokens and --tls-client-auth check callers here, as the nodes do,
-and pass each caller's identity on to the nodes. With either, the HTTP/JSON
-API is off.`,
+and pass each caller's identity on to the nodes, over gRPC and HTTP/JSON
+alike (with TLS, --http is HTTPS; send a token as "Authorization: Bearer
+TOKEN" or present a client certificate).`,
 		Example: `  # in front of a three-node cluster
   taskproxy --listen 127.0.0.1:7000 --http 127.0.0.1:7300 \
     --cluster 127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103

@@ -36,6 +36,11 @@ type Principal struct {
 }
 
 // encode is the PrincipalHeader value.
+// Metadata is the outgoing metadata by which a node or proxy speaks for
+// p (PrincipalHeader), for callers that build their metadata whole (the
+// proxy's HTTP gateway) rather than through WithPrincipal.
+func (p Principal) Metadata() metadata.MD { return metadata.Pairs(PrincipalHeader, p.encode()) }
+
 func (p Principal) encode() string {
 	v := url.Values{"role": {p.Role}, "name": {p.Name}, "via": {p.Via}}
 	if p.Prefixes != nil {
@@ -281,7 +286,7 @@ func (pol *Policy) RequireAdminHTTP(h http.Handler) http.Handler {
 		return h
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p, code, err := pol.authenticateHTTP(r)
+		p, code, err := pol.AuthenticateHTTP(r)
 		if err == nil && p.Role != RoleAdmin && p.Role != RoleNode {
 			code, err = http.StatusForbidden, fmt.Errorf("the status page shows every queue's tasks: it needs the admin role; %s has role %s", p.Name, p.Role)
 		}
@@ -299,7 +304,12 @@ func (pol *Policy) RequireAdminHTTP(h http.Handler) http.Handler {
 	})
 }
 
-func (pol *Policy) authenticateHTTP(r *http.Request) (Principal, int, error) {
+// AuthenticateHTTP establishes the caller of an HTTP request as
+// Authenticate does for gRPC: an "Authorization: Bearer TOKEN" header, HTTP
+// basic authentication with the token as the password, or a verified
+// client certificate. On failure it returns the HTTP status to answer
+// (401). It does not authorize: a gRPC call made for the principal is.
+func (pol *Policy) AuthenticateHTTP(r *http.Request) (Principal, int, error) {
 	if h := r.Header.Get("Authorization"); h != "" {
 		tok, ok := strings.CutPrefix(h, "Bearer ")
 		if !ok {
@@ -320,5 +330,5 @@ func (pol *Policy) authenticateHTTP(r *http.Request) (Principal, int, error) {
 		leaf := r.TLS.VerifiedChains[0][0]
 		return Principal{Name: leaf.Subject.CommonName, Role: RoleOf(leaf), Via: "cert"}, 0, nil
 	}
-	return Principal{}, http.StatusUnauthorized, errors.New("this cluster requires a credential: an admin token (bearer, or as the basic-auth password) or an admin client certificate (see docs/security.md)")
+	return Principal{}, http.StatusUnauthorized, errors.New("this cluster requires a credential: a token (bearer, or as the basic-auth password) or a client certificate (see docs/security.md)")
 }

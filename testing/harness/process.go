@@ -275,9 +275,9 @@ func (p *Process) Pid() int {
 }
 
 // HTTPURL is the base URL of the process's --http port: https when it was
-// started with --tls-cert (a node serves HTTPS then).
+// started with --tls-cert (a node or proxy serves HTTPS then).
 func (p *Process) HTTPURL() string {
-	if slices.Contains(p.Args, "--tls-cert") && !strings.Contains(p.bin, "taskproxy") {
+	if slices.Contains(p.Args, "--tls-cert") {
 		return "https://" + p.HTTP
 	}
 	return "http://" + p.HTTP

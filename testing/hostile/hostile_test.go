@@ -293,7 +293,8 @@ func TestAnonymousProxyRefused(t *testing.T) {
 
 // TestHostileInputAtTheEdges (items 5 and 6) against a secured cluster and
 // an anonymous proxy in front of it (--allow-anonymous, so that its
-// HTTP/JSON API is on): a 100 MB body, chunked or not, is 413 without the
+// HTTP/JSON API takes calls without a credential; HTTPS, as its gRPC port
+// is TLS): a 100 MB body, chunked or not, is 413 without the
 // proxy's memory following it; undecodable requests, groupless queues, a
 // negative wait and unknown query parameters are refused as the caller's
 // fault, at once.
@@ -302,6 +303,7 @@ func TestHostileInputAtTheEdges(t *testing.T) {
 	p := s.startProxy(t, "--allow-anonymous")
 	ctx := ctxT(t, 120*time.Second)
 
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: s.sec.ClientTLS(t, "")}, Timeout: 60 * time.Second}
 	before := peakRSS(t, p.Pid())
 	huge := `{"inserts":[{"queue":"web/big","value":"` + strings.Repeat("AAAA", 25<<20) + `"}]}`
 	for _, chunked := range []bool{false, true} {
@@ -310,7 +312,7 @@ func TestHostileInputAtTheEdges(t *testing.T) {
 			req.ContentLength = -1
 			req.Body = io.NopCloser(strings.NewReader(huge))
 		}
-		res, err := http.DefaultClient.Do(req)
+		res, err := hc.Do(req)
 		if err != nil {
 			t.Fatalf("100 MB body (chunked %v): %v", chunked, err)
 		}
@@ -329,7 +331,7 @@ func TestHostileInputAtTheEdges(t *testing.T) {
 		"/v1/tasks?queue=demo/q&limt=5": http.StatusBadRequest,
 		"/v1/tasks?queue=demo/q":        http.StatusOK,
 	} {
-		res, err := http.Get(p.HTTPURL() + path)
+		res, err := hc.Get(p.HTTPURL() + path)
 		if err != nil {
 			t.Fatal(err)
 		}
