@@ -111,7 +111,7 @@ func serverOptions(cfg Config, m *metrics) []grpc.ServerOption {
 		// cmd/taskproxy adds rpc.Limits (streams, rate) through GRPCOptions.
 		grpc.MaxRecvMsgSize(taskstorepb.MaxMessageBytes),
 		grpc.MaxSendMsgSize(taskstorepb.MaxResponseBytes),
-		grpc.ChainUnaryInterceptor(m.grpcServer.UnaryServerInterceptor()),
+		grpc.ChainUnaryInterceptor(m.grpcServer.UnaryServerInterceptor(), m.unary()),
 		grpc.ChainStreamInterceptor(m.grpcServer.StreamServerInterceptor()),
 		// Calls run on reused goroutines whose stacks have grown to what
 		// forwarding needs: a new goroutine per call grew its stack on

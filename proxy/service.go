@@ -125,7 +125,6 @@ func (s *Server) knownShard(ctx context.Context, id uint32) bool {
 // unchanged; without one, the client's own id makes the proxy's retries
 // safe.
 func (s *Server) Modify(ctx context.Context, req *taskstorepb.ModifyRequest) (resp *taskstorepb.ModifyResponse, err error) {
-	defer s.metrics.track("Modify")(&err)
 	bctx, cancel := s.withBudget(ctx, 0)
 	defer cancel()
 	if !namesQueue(req) || modifyGroupless(req) {
@@ -142,7 +141,6 @@ func (s *Server) Modify(ctx context.Context, req *taskstorepb.ModifyRequest) (re
 // of several consistency groups: their shards are tried in turn, as the Go
 // client does.
 func (s *Server) Claim(ctx context.Context, req *taskstorepb.ClaimRequest) (resp *taskstorepb.ClaimResponse, err error) {
-	defer s.metrics.track("Claim")(&err)
 	groups := map[string]bool{}
 	for _, q := range req.Queues {
 		groups[taskstorepb.GroupOf(q)] = true
@@ -190,7 +188,6 @@ func (s *Server) Claim(ctx context.Context, req *taskstorepb.ClaimRequest) (resp
 // Tasks implements TaskStore.Tasks. Ids without a queue or shard are looked
 // up on every shard.
 func (s *Server) Tasks(ctx context.Context, req *taskstorepb.TasksRequest) (resp *taskstorepb.TasksResponse, err error) {
-	defer s.metrics.track("Tasks")(&err)
 	bctx, cancel := s.withBudget(ctx, 0)
 	defer cancel()
 	if req.Shard != 0 && !s.knownShard(bctx, req.Shard) || req.Shard == 0 && (req.Queue == "" && len(req.Ids) == 0 || groupless(req.Queue)) {
@@ -206,7 +203,6 @@ func (s *Server) Tasks(ctx context.Context, req *taskstorepb.TasksRequest) (resp
 // Queues implements TaskStore.Queues. Without a shard every shard is asked
 // at its leader.
 func (s *Server) Queues(ctx context.Context, req *taskstorepb.QueuesRequest) (resp *taskstorepb.QueuesResponse, err error) {
-	defer s.metrics.track("Queues")(&err)
 	bctx, cancel := s.withBudget(ctx, 0)
 	defer cancel()
 	if req.Shard != 0 && !s.knownShard(bctx, req.Shard) {
@@ -221,7 +217,6 @@ func (s *Server) Queues(ctx context.Context, req *taskstorepb.QueuesRequest) (re
 
 // Time implements TaskStore.Time: a node's clock.
 func (s *Server) Time(ctx context.Context, req *taskstorepb.TimeRequest) (resp *taskstorepb.TimeResponse, err error) {
-	defer s.metrics.track("Time")(&err)
 	bctx, cancel := s.withBudget(ctx, 0)
 	defer cancel()
 	now, err := s.c.Time(bctx)
@@ -235,7 +230,6 @@ func (s *Server) Time(ctx context.Context, req *taskstorepb.TimeRequest) (resp *
 // unchanged; without one, the client's own id makes the proxy's retries
 // safe.
 func (s *Server) Purge(ctx context.Context, req *taskstorepb.PurgeRequest) (resp *taskstorepb.PurgeResponse, err error) {
-	defer s.metrics.track("Purge")(&err)
 	bctx, cancel := s.withBudget(ctx, 0)
 	defer cancel()
 	purge := func(ctx context.Context, cc *grpc.ClientConn) (err error) {
@@ -260,7 +254,6 @@ func (s *Server) Purge(ctx context.Context, req *taskstorepb.PurgeRequest) (resp
 
 // Status implements Admin.Status: any node's view of the cluster.
 func (s *Server) Status(ctx context.Context, req *taskstorepb.StatusRequest) (resp *taskstorepb.StatusResponse, err error) {
-	defer s.metrics.track("Status")(&err)
 	bctx, cancel := s.withBudget(ctx, 0)
 	defer cancel()
 	resp, err = s.c.Status(bctx, req)
@@ -271,7 +264,6 @@ func (s *Server) Status(ctx context.Context, req *taskstorepb.StatusRequest) (re
 // addresses (a Go client given a proxy's address and told to route directly
 // goes to the nodes from then on). The proxy routes by the answer too.
 func (s *Server) Routing(ctx context.Context, req *taskstorepb.RoutingRequest) (resp *taskstorepb.RoutingResponse, err error) {
-	defer s.metrics.track("Routing")(&err)
 	bctx, cancel := s.withBudget(ctx, 0)
 	defer cancel()
 	resp, err = s.c.Routing(bctx)
@@ -281,7 +273,6 @@ func (s *Server) Routing(ctx context.Context, req *taskstorepb.RoutingRequest) (
 // TransferLeader implements Admin.TransferLeader, sent to the shard's
 // current leader.
 func (s *Server) TransferLeader(ctx context.Context, req *taskstorepb.TransferLeaderRequest) (resp *taskstorepb.TransferLeaderResponse, err error) {
-	defer s.metrics.track("TransferLeader")(&err)
 	bctx, cancel := s.withBudget(ctx, 0)
 	defer cancel()
 	if req.Shard == 0 || !s.knownShard(bctx, req.Shard) {
@@ -296,7 +287,6 @@ func (s *Server) TransferLeader(ctx context.Context, req *taskstorepb.TransferLe
 
 // AddNode implements Admin.AddNode: any node hands it to the meta leader.
 func (s *Server) AddNode(ctx context.Context, req *taskstorepb.AddNodeRequest) (resp *taskstorepb.AddNodeResponse, err error) {
-	defer s.metrics.track("AddNode")(&err)
 	bctx, cancel := s.withBudget(ctx, 0)
 	defer cancel()
 	resp, err = anyNode(bctx, s, "AddNode", func(ctx context.Context, cc *grpc.ClientConn) (*taskstorepb.AddNodeResponse, error) {
@@ -308,7 +298,6 @@ func (s *Server) AddNode(ctx context.Context, req *taskstorepb.AddNodeRequest) (
 // RemoveNode implements Admin.RemoveNode: any node hands it to the meta
 // leader.
 func (s *Server) RemoveNode(ctx context.Context, req *taskstorepb.RemoveNodeRequest) (resp *taskstorepb.RemoveNodeResponse, err error) {
-	defer s.metrics.track("RemoveNode")(&err)
 	bctx, cancel := s.withBudget(ctx, 0)
 	defer cancel()
 	resp, err = anyNode(bctx, s, "RemoveNode", func(ctx context.Context, cc *grpc.ClientConn) (*taskstorepb.RemoveNodeResponse, error) {
@@ -320,7 +309,6 @@ func (s *Server) RemoveNode(ctx context.Context, req *taskstorepb.RemoveNodeRequ
 // RebuildReplica implements Admin.RebuildReplica: any node hands it to the
 // shard's leader.
 func (s *Server) RebuildReplica(ctx context.Context, req *taskstorepb.RebuildReplicaRequest) (resp *taskstorepb.RebuildReplicaResponse, err error) {
-	defer s.metrics.track("RebuildReplica")(&err)
 	bctx, cancel := s.withBudget(ctx, 0)
 	defer cancel()
 	resp, err = anyNode(bctx, s, "RebuildReplica", func(ctx context.Context, cc *grpc.ClientConn) (*taskstorepb.RebuildReplicaResponse, error) {
