@@ -42,7 +42,7 @@ race: build
 # Each fuzz target (decoders, validators, snapshot and gossip readers, the
 # Raft stream, the HTTP/JSON gateway) runs
 # briefly; `make fuzz FUZZTIME=5m` runs longer.
-FUZZPKGS := ./fsm/ ./fsm/ondisk/ ./cluster/ ./cluster/nodelog/ ./rpc/ ./rpc/auth/ ./proxy/
+FUZZPKGS := ./fsm/ ./fsm/ondisk/ ./cluster/ ./cluster/nodelog/ ./rpc/ ./auth/ ./proxy/
 fuzz-short:
 	@for p in $(FUZZPKGS); do for t in $$($(GO) test -list '^Fuzz' $$p | grep ^Fuzz); do \
 		echo "fuzz $$p $$t"; $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $$p || exit 1; \
@@ -56,11 +56,11 @@ fuzz:
 ##   GOFLAGS= go install github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway@v2.32.0)
 ## The HTTP/JSON bindings come from taskstore_http.yaml, not from annotations in the .proto.
 proto:
-	protoc -I rpc/proto -I /usr/include --go_out=. --go_opt=module=github.com/e1158ecb/taskstore \
+	protoc -I api/proto -I /usr/include --go_out=. --go_opt=module=github.com/e1158ecb/taskstore \
 		--go-grpc_out=. --go-grpc_opt=module=github.com/e1158ecb/taskstore \
 		--grpc-gateway_out=. --grpc-gateway_opt=module=github.com/e1158ecb/taskstore \
-		--grpc-gateway_opt=grpc_api_configuration=rpc/proto/taskstore/v1/taskstore_http.yaml \
-		rpc/proto/taskstore/v1/taskstore.proto
+		--grpc-gateway_opt=grpc_api_configuration=api/proto/taskstore/v1/taskstore_http.yaml \
+		api/proto/taskstore/v1/taskstore.proto
 	protoc -I fsm/fsmpb --go_out=. --go_opt=module=github.com/e1158ecb/taskstore fsm/fsmpb/fsm.proto
 	protoc -I cluster/metapb --go_out=. --go_opt=module=github.com/e1158ecb/taskstore cluster/metapb/meta.proto
 

@@ -14,9 +14,9 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/e1158ecb/taskstore/api/taskstorepb"
 	"github.com/e1158ecb/taskstore/client"
 	"github.com/e1158ecb/taskstore/client/clienttest"
-	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
 )
 
 func ctxFor(t *testing.T, d time.Duration) context.Context {

@@ -14,8 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/e1158ecb/taskstore/api/taskstorepb"
 	"github.com/e1158ecb/taskstore/client"
-	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
 )
 
 // The examples below need a running cluster, so they have no "Output:"

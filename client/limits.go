@@ -3,7 +3,7 @@ package client
 import (
 	"google.golang.org/grpc"
 
-	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
+	"github.com/e1158ecb/taskstore/api/taskstorepb"
 )
 
 // limitDialOptions make a connection agree with the servers' message size

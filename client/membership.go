@@ -6,7 +6,7 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
+	"github.com/e1158ecb/taskstore/api/taskstorepb"
 )
 
 // AddNode makes a waiting node (started with --join) a member. Any node

@@ -3,8 +3,8 @@ package client_test
 import (
 	"testing"
 
+	"github.com/e1158ecb/taskstore/api/taskstorepb"
 	"github.com/e1158ecb/taskstore/client"
-	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
 )
 
 // TestPlacementSettledSaysWhatMoves pins the progress lines a drain or a

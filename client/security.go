@@ -6,7 +6,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
-	"github.com/e1158ecb/taskstore/rpc/auth"
+	"github.com/e1158ecb/taskstore/auth"
 )
 
 // WithTLS makes every connection TLS with cfg: its RootCAs verify the nodes'

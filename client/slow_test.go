@@ -10,8 +10,8 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/e1158ecb/taskstore/api/taskstorepb"
 	"github.com/e1158ecb/taskstore/client"
-	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
 )
 
 // slowAdmin answers Status after a delay, like a node under load whose

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/e1158ecb/taskstore/api/taskstorepb"
 	"github.com/e1158ecb/taskstore/client"
-	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
 )
 
 // TestWorkerPatterns runs the patterns of example_test.go, with the same

@@ -9,8 +9,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/e1158ecb/taskstore/api/taskstorepb"
 	"github.com/e1158ecb/taskstore/cluster"
-	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
 	"github.com/e1158ecb/taskstore/testing/harness"
 )
 

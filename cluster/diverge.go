@@ -17,9 +17,9 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/e1158ecb/taskstore/api/taskstorepb"
 	"github.com/e1158ecb/taskstore/fsm"
 	"github.com/e1158ecb/taskstore/fsm/fsmpb"
-	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
 )
 
 // Run-time divergence detection (issue 22; cluster/DESIGN.md "Replicas

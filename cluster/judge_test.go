@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
+	"github.com/e1158ecb/taskstore/api/taskstorepb"
 )
 
 func cps(pairs ...any) []*taskstorepb.Checkpoint {

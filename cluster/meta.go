@@ -9,8 +9,8 @@ import (
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/e1158ecb/taskstore/api/taskstorepb"
 	"github.com/e1158ecb/taskstore/cluster/metapb"
-	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
 )
 
 // MetaGroupID is the Raft group id of the meta group; shards are 1..N.

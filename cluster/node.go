@@ -27,9 +27,9 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/e1158ecb/taskstore/api/taskstorepb"
 	"github.com/e1158ecb/taskstore/cluster/metapb"
 	"github.com/e1158ecb/taskstore/cluster/nodelog"
-	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
 )
 
 // Config describes one node.

@@ -10,8 +10,8 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/e1158ecb/taskstore/api/taskstorepb"
 	"github.com/e1158ecb/taskstore/cluster/metapb"
-	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
 )
 
 // Placement works in two levels, both level-triggered so that a crash at

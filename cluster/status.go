@@ -13,8 +13,8 @@ import (
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
 
+	"github.com/e1158ecb/taskstore/api/taskstorepb"
 	"github.com/e1158ecb/taskstore/cluster/metapb"
-	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
 )
 
 // Status describes the cluster as this node sees it; unless localOnly it

@@ -16,7 +16,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/soheilhy/cmux"
 
-	"github.com/e1158ecb/taskstore/rpc/auth"
+	"github.com/e1158ecb/taskstore/auth"
 )
 
 // raftMagic opens every Raft connection so that it can share the node's gRPC

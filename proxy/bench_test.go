@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/e1158ecb/taskstore/api/taskstorepb"
 	"github.com/e1158ecb/taskstore/client"
 	"github.com/e1158ecb/taskstore/proxy"
-	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
 	"github.com/e1158ecb/taskstore/testing/harness"
 )
 

@@ -21,9 +21,9 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
-	"github.com/e1158ecb/taskstore/rpc/auth"
+	"github.com/e1158ecb/taskstore/api/taskstorepb"
+	"github.com/e1158ecb/taskstore/auth"
 	"github.com/e1158ecb/taskstore/rpc/pprofhttp"
-	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
 )
 
 // httpHandler serves /metrics, /healthz, /readyz, /debug/pprof when asked
@@ -83,8 +83,8 @@ func (s *Server) authenticateHTTP(h http.Handler) http.Handler {
 type httpPrincipalKey struct{}
 
 // Gateway returns the HTTP/JSON face of the proxy's services: the handlers
-// grpc-gateway generated from the proto and rpc/proto/taskstore/v1/
-// taskstore_http.yaml (rpc/taskstorepb/taskstore.pb.gw.go), calling the
+// grpc-gateway generated from the proto and api/proto/taskstore/v1/
+// taskstore_http.yaml (api/taskstorepb/taskstore.pb.gw.go), calling the
 // proxy's own gRPC server over an in-process connection (selfConn), so
 // that every interceptor applies. Bodies and answers are protobuf's
 // canonical JSON; unknown fields are refused (a typo must not silently

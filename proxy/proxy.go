@@ -19,9 +19,9 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
+	"github.com/e1158ecb/taskstore/api/taskstorepb"
+	"github.com/e1158ecb/taskstore/auth"
 	"github.com/e1158ecb/taskstore/client"
-	"github.com/e1158ecb/taskstore/rpc/auth"
-	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
 )
 
 // DefaultRetryBudget is how long the proxy keeps retrying a request whose

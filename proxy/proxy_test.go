@@ -28,10 +28,10 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/e1158ecb/taskstore/api/taskstorepb"
 	"github.com/e1158ecb/taskstore/client"
 	"github.com/e1158ecb/taskstore/proxy"
 	"github.com/e1158ecb/taskstore/rpc"
-	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
 	"github.com/e1158ecb/taskstore/testing/harness"
 )
 

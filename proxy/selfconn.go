@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/test/bufconn"
 
-	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
+	"github.com/e1158ecb/taskstore/api/taskstorepb"
 )
 
 // selfConnBuffer is the in-memory connection's buffer per direction.

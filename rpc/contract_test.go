@@ -4,9 +4,9 @@ import (
 	"maps"
 	"testing"
 
+	"github.com/e1158ecb/taskstore/api/taskstorepb"
 	"github.com/e1158ecb/taskstore/fsm"
 	"github.com/e1158ecb/taskstore/fsm/fsmpb"
-	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
 )
 
 // TestRefErrorCategoriesMatch pins the enum the server converts with an

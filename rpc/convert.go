@@ -3,8 +3,8 @@ package rpc
 import (
 	"time"
 
+	"github.com/e1158ecb/taskstore/api/taskstorepb"
 	"github.com/e1158ecb/taskstore/fsm/fsmpb"
-	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
 )
 
 func timeFromNanos(ns int64) time.Time { return time.Unix(0, ns).UTC() }

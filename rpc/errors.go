@@ -9,10 +9,10 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/e1158ecb/taskstore/api/taskstorepb"
 	"github.com/e1158ecb/taskstore/cluster"
 	"github.com/e1158ecb/taskstore/fsm"
 	"github.com/e1158ecb/taskstore/fsm/fsmpb"
-	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
 )
 
 // invalidError is bad input found at the API edge: InvalidArgument.

@@ -6,8 +6,8 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/e1158ecb/taskstore/api/taskstorepb"
 	"github.com/e1158ecb/taskstore/fsm/fsmpb"
-	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
 )
 
 // Queue introspection, as TaskMaster offers it: enqueue, claim and commit

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/e1158ecb/taskstore/api/taskstorepb"
 	"github.com/e1158ecb/taskstore/fsm/fsmpb"
-	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
 )
 
 func TestIntrospectionRatesAndClaimToCommit(t *testing.T) {

@@ -12,8 +12,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/e1158ecb/taskstore/api/taskstorepb"
 	"github.com/e1158ecb/taskstore/fsm"
-	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
 	"github.com/e1158ecb/taskstore/testing/harness"
 )
 

@@ -6,8 +6,8 @@ import (
 
 	"google.golang.org/grpc/metadata"
 
+	"github.com/e1158ecb/taskstore/api/taskstorepb"
 	"github.com/e1158ecb/taskstore/cluster"
-	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
 )
 
 // forwardedKey marks a membership call one node forwarded to the meta

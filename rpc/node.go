@@ -18,11 +18,11 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/e1158ecb/taskstore/api/taskstorepb"
+	"github.com/e1158ecb/taskstore/auth"
 	"github.com/e1158ecb/taskstore/cluster"
-	"github.com/e1158ecb/taskstore/rpc/auth"
 	"github.com/e1158ecb/taskstore/rpc/pprofhttp"
 	"github.com/e1158ecb/taskstore/rpc/statuspage"
-	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
 )
 
 // NodeServer is a running node: the cluster node, its gRPC server and its

@@ -12,7 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/e1158ecb/taskstore/rpc/auth"
+	"github.com/e1158ecb/taskstore/auth"
 )
 
 // certCmd makes the CA, certificates, gossip keys and tokens of a secured

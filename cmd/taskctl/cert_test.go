@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/e1158ecb/taskstore/auth"
 	"github.com/e1158ecb/taskstore/cmd/internal/secflags"
-	"github.com/e1158ecb/taskstore/rpc/auth"
 )
 
 func runOffline(t *testing.T, args ...string) result {

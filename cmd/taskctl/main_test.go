@@ -10,8 +10,8 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/e1158ecb/taskstore/api/taskstorepb"
 	"github.com/e1158ecb/taskstore/client/clienttest"
-	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
 )
 
 type result struct {

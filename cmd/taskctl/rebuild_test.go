@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
+	"github.com/e1158ecb/taskstore/api/taskstorepb"
 )
 
 // status shows a diverged replica, replicas that disagree and a shard with

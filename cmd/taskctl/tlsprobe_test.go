@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/e1158ecb/taskstore/auth"
 	"github.com/e1158ecb/taskstore/client"
-	"github.com/e1158ecb/taskstore/rpc/auth"
 )
 
 // tlsServer serves TLS on a real socket with the cluster's server

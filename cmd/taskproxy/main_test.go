@@ -16,9 +16,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/e1158ecb/taskstore/auth"
 	"github.com/e1158ecb/taskstore/client"
 	"github.com/e1158ecb/taskstore/client/clienttest"
-	"github.com/e1158ecb/taskstore/rpc/auth"
 )
 
 func freeAddr(t *testing.T) string {

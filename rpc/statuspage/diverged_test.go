@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
+	"github.com/e1158ecb/taskstore/api/taskstorepb"
 )
 
 // divergedFake reports shard 1's replica on b as diverged and shard 2's

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/e1158ecb/taskstore/api/taskstorepb"
 	"github.com/e1158ecb/taskstore/client"
-	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
 )
 
 // diskSize is the victim's data volume: a tmpfs that the writes below fill.

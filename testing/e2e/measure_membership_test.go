@@ -10,8 +10,8 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/e1158ecb/taskstore/api/taskstorepb"
 	"github.com/e1158ecb/taskstore/client"
-	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
 	"github.com/e1158ecb/taskstore/testing/harness"
 )
 

@@ -26,12 +26,12 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/e1158ecb/taskstore/api/taskstorepb"
+	"github.com/e1158ecb/taskstore/auth"
 	"github.com/e1158ecb/taskstore/cluster"
 	"github.com/e1158ecb/taskstore/cluster/metapb"
 	"github.com/e1158ecb/taskstore/internal/freeport"
 	"github.com/e1158ecb/taskstore/rpc"
-	"github.com/e1158ecb/taskstore/rpc/auth"
-	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
 )
 
 // Options shape a test cluster.

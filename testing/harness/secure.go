@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/e1158ecb/taskstore/rpc/auth"
+	"github.com/e1158ecb/taskstore/auth"
 )
 
 // Security is a secured test cluster's material: a CA and certificates in

@@ -21,10 +21,10 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/e1158ecb/taskstore/api/taskstorepb"
+	"github.com/e1158ecb/taskstore/auth"
 	"github.com/e1158ecb/taskstore/client"
 	"github.com/e1158ecb/taskstore/proxy"
-	"github.com/e1158ecb/taskstore/rpc/auth"
-	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
 	"github.com/e1158ecb/taskstore/testing/harness"
 )
 

@@ -10,8 +10,8 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/e1158ecb/taskstore/api/taskstorepb"
 	"github.com/e1158ecb/taskstore/client"
-	"github.com/e1158ecb/taskstore/rpc/taskstorepb"
 )
 
 // Config shapes a workload. Zero fields take the defaults of Defaults.

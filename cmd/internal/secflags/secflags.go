@@ -15,9 +15,9 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/e1158ecb/taskstore/auth"
 	"github.com/e1158ecb/taskstore/client"
 	"github.com/e1158ecb/taskstore/rpc"
-	"github.com/e1158ecb/taskstore/rpc/auth"
 )
 
 // GossipKeyEnv holds a node's gossip key when neither --gossip-key nor

@@ -20,6 +20,6 @@
 // tokens listed in a file) or else from the verified client certificate
 // (role = the certificate's organizational unit). See docs/security.md.
 //
-// The package imports only the API types (rpc/taskstorepb), so that
+// The package imports only the API types (api/taskstorepb), so that
 // cluster, rpc, proxy, client and the commands can all use it.
 package auth

@@ -3289,7 +3289,7 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\aAddNode\x12\x1c.taskstore.v1.AddNodeRequest\x1a\x1d.taskstore.v1.AddNodeResponse\x12O\n" +
 	"\n" +
 	"RemoveNode\x12\x1f.taskstore.v1.RemoveNodeRequest\x1a .taskstore.v1.RemoveNodeResponse\x12[\n" +
-	"\x0eRebuildReplica\x12#.taskstore.v1.RebuildReplicaRequest\x1a$.taskstore.v1.RebuildReplicaResponseB;Z9github.com/e1158ecb/taskstore/rpc/taskstorepb;taskstorepbb\x06proto3"
+	"\x0eRebuildReplica\x12#.taskstore.v1.RebuildReplicaRequest\x1a$.taskstore.v1.RebuildReplicaResponseB;Z9github.com/e1158ecb/taskstore/api/taskstorepb;taskstorepbb\x06proto3"
 
 var (
 	file_taskstore_v1_taskstore_proto_rawDescOnce sync.Once

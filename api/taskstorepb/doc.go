@@ -1,0 +1,11 @@
+// Package taskstorepb is Taskstore's API contract (issue 17): the messages
+// and services of api/proto/taskstore/v1/taskstore.proto and the code
+// generated from them (gRPC, and the HTTP/JSON gateway from
+// taskstore_http.yaml; `make proto`), with the rules every side must apply
+// alike: the consistency group and hash slot of a queue (GroupOf, SlotOf),
+// message limits, request decoding, health service names.
+//
+// It is a leaf: it imports nothing of this module, so the client, the
+// proxy, the node's server and the cluster layer all speak it without
+// importing each other.
+package taskstorepb
