@@ -9,3 +9,5 @@
 // proxy, the node's server and the cluster layer all speak it without
 // importing each other.
 package taskstorepb
+
+//go:generate make -C ../.. proto-api
