@@ -23,6 +23,7 @@ import (
 
 	"github.com/e1158ecb/taskstore/api/taskstorepb"
 	"github.com/e1158ecb/taskstore/auth"
+	"github.com/e1158ecb/taskstore/internal/serving"
 	"github.com/e1158ecb/taskstore/rpc/pprofhttp"
 )
 
@@ -37,16 +38,7 @@ func (s *Server) httpHandler() (http.Handler, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", limitBody(s.authenticateHTTP(gw)))
 	mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintln(w, "ok")
-	})
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
-		if err := s.Ready(); err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ready")
-	})
+	serving.HealthHandlers(mux, s.Ready)
 	if s.pprof {
 		pprofhttp.Register(mux)
 	}

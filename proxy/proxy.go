@@ -16,12 +16,12 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
 	"github.com/e1158ecb/taskstore/api/taskstorepb"
 	"github.com/e1158ecb/taskstore/auth"
 	"github.com/e1158ecb/taskstore/client"
+	"github.com/e1158ecb/taskstore/internal/serving"
 )
 
 // DefaultRetryBudget is how long the proxy keeps retrying a request whose
@@ -104,8 +104,7 @@ const streamWorkers = 64
 
 func serverOptions(cfg Config, m *metrics) []grpc.ServerOption {
 	opts := []grpc.ServerOption{
-		// Clients ping every 5 s to notice vanished peers: allow it.
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 2 * time.Second, PermitWithoutStream: true}),
+		serving.Keepalive(),
 		// The sizes clients and nodes agree on (taskstorepb/limits.go), so a
 		// request a client may send is one the proxy reads and forwards.
 		// cmd/taskproxy adds rpc.Limits (streams, rate) through GRPCOptions.
@@ -222,7 +221,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 			// Tokens and certificates do not cross the network in the
 			// clear: --http is HTTPS whenever the gRPC port is TLS. A
 			// certificate is optional here (tokens, /metrics, probes).
-			httpL = tls.NewListener(httpL, httpTLS(cfg.TLS))
+			httpL = tls.NewListener(httpL, serving.HTTPTLS(cfg.TLS))
 		}
 		s.http = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 		go func() {
@@ -233,15 +232,6 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.log.Info("proxy started", "grpc", s.Addr(), "http", s.httpAddr, "cluster", cfg.Cluster)
 	return s, nil
-}
-
-// httpTLS is the HTTPS side of --http: the gRPC listener's certificate,
-// client certificates verified when given, HTTP/1.1 and h2.
-func httpTLS(grpcTLS *tls.Config) *tls.Config {
-	c := grpcTLS.Clone()
-	c.ClientAuth = tls.VerifyClientCertIfGiven
-	c.NextProtos = []string{"h2", "http/1.1"}
-	return c
 }
 
 // Addr is the gRPC address the proxy listens on.
@@ -287,15 +277,7 @@ func (s *Server) waitForRouting(ctx context.Context) {
 	}
 }
 
-func (s *Server) setServing(ok bool) {
-	st := healthpb.HealthCheckResponse_NOT_SERVING
-	if ok {
-		st = healthpb.HealthCheckResponse_SERVING
-	}
-	for _, name := range []string{"", taskstorepb.TaskStore_ServiceDesc.ServiceName, taskstorepb.Admin_ServiceDesc.ServiceName} {
-		s.health.SetServingStatus(name, st)
-	}
-}
+func (s *Server) setServing(ok bool) { serving.SetServing(s.health, ok) }
 
 // Shutdown stops gracefully: health goes NOT_SERVING, new connections are
 // refused, requests in flight finish (until ctx ends, when they are cut

@@ -16,11 +16,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/keepalive"
 
 	"github.com/e1158ecb/taskstore/api/taskstorepb"
 	"github.com/e1158ecb/taskstore/auth"
 	"github.com/e1158ecb/taskstore/cluster"
+	"github.com/e1158ecb/taskstore/internal/serving"
 	"github.com/e1158ecb/taskstore/rpc/pprofhttp"
 	"github.com/e1158ecb/taskstore/rpc/statuspage"
 )
@@ -79,7 +79,7 @@ func StartNodeWith(cfg cluster.Config, no NodeOptions) (*NodeServer, error) {
 		if cfg.TLS != nil {
 			// The status page needs a credential when the policy is on,
 			// and credentials do not cross the network in the clear.
-			httpL = tls.NewListener(httpL, httpTLS(cfg.TLS))
+			httpL = tls.NewListener(httpL, serving.HTTPTLS(cfg.TLS))
 		}
 	}
 	if cfg.Registry == nil {
@@ -96,9 +96,7 @@ func StartNodeWith(cfg cluster.Config, no NodeOptions) (*NodeServer, error) {
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(auth.AcceptedTLS()))
 	}
-	opts = append(opts,
-		// Clients ping every 5 s to notice vanished nodes: allow it.
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 2 * time.Second, PermitWithoutStream: true}))
+	opts = append(opts, serving.Keepalive())
 	node, err := cluster.Start(cfg)
 	if err != nil {
 		if httpL != nil {
@@ -126,32 +124,13 @@ func StartNodeWith(cfg cluster.Config, no NodeOptions) (*NodeServer, error) {
 	return ns, nil
 }
 
-// httpTLS is the HTTP port's TLS: the node's certificate, with client
-// certificates verified when given but not required, so that a browser
-// without one can still offer a token (basic authentication).
-func httpTLS(grpcTLS *tls.Config) *tls.Config {
-	c := grpcTLS.Clone()
-	c.ClientAuth = tls.VerifyClientCertIfGiven
-	c.NextProtos = []string{"h2", "http/1.1"}
-	return c
-}
-
 // httpHandler serves /metrics, /healthz and /readyz to anyone (Prometheus
 // and load balancers probe them), /debug/pprof only with no.Pprof, and the
 // status page (task values included) to admins when the policy is on.
 func (ns *NodeServer) httpHandler(no NodeOptions) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(ns.Registry, promhttp.HandlerOpts{Registry: ns.Registry}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintln(w, "ok")
-	})
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
-		if err := ns.Ready(); err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ready")
-	})
+	serving.HealthHandlers(mux, ns.Ready)
 	if no.Pprof {
 		pprofhttp.Register(mux)
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/e1158ecb/taskstore/cluster"
 	"github.com/e1158ecb/taskstore/fsm"
 	"github.com/e1158ecb/taskstore/fsm/fsmpb"
+	"github.com/e1158ecb/taskstore/internal/serving"
 )
 
 // Request defaults and bounds that are not state machine limits.
@@ -69,15 +70,7 @@ func (srv *Server) Register(s *grpc.Server) {
 
 // SetServing flips gRPC health for every service (NOT_SERVING while
 // draining on shutdown).
-func (srv *Server) SetServing(ok bool) {
-	st := healthpb.HealthCheckResponse_NOT_SERVING
-	if ok {
-		st = healthpb.HealthCheckResponse_SERVING
-	}
-	for _, name := range []string{"", taskstorepb.TaskStore_ServiceDesc.ServiceName, taskstorepb.Admin_ServiceDesc.ServiceName} {
-		srv.health.SetServingStatus(name, st)
-	}
-}
+func (srv *Server) SetServing(ok bool) { serving.SetServing(srv.health, ok) }
 
 // newID returns a leader-chosen task id: 128 random bits, hex.
 func newID() string {
