@@ -4,6 +4,8 @@ go 1.26.8
 
 require (
 	github.com/anishathalye/porcupine v1.3.1
+	// The state machine's on-disk store (fsm/ondisk/DESIGN.md says why Pebble).
+	github.com/cockroachdb/pebble/v2 v2.1.7
 	github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus v1.1.1
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.32.0
 	github.com/hashicorp/raft v1.7.3
@@ -12,8 +14,6 @@ require (
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12
 )
-
-require github.com/cockroachdb/pebble/v2 v2.1.7
 
 require (
 	github.com/DataDog/zstd v1.5.7 // indirect
