@@ -36,16 +36,3 @@ func (acceptedTLS) Info() credentials.ProtocolInfo {
 func (a acceptedTLS) Clone() credentials.TransportCredentials { return a }
 
 func (acceptedTLS) OverrideServerName(string) error { return nil }
-
-// BearerToken returns per-RPC credentials that send "authorization: Bearer
-// token" with every call. They require TLS: a token sent in the clear is a
-// token given away.
-func BearerToken(token string) credentials.PerRPCCredentials { return bearer(token) }
-
-type bearer string
-
-func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
-	return map[string]string{"authorization": "Bearer " + string(b)}, nil
-}
-
-func (bearer) RequireTransportSecurity() bool { return true }

@@ -98,7 +98,7 @@ func dial(t *testing.T, addr string, cfg *tls.Config, token string) *grpc.Client
 	t.Helper()
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(cfg))}
 	if token != "" {
-		opts = append(opts, grpc.WithPerRPCCredentials(auth.BearerToken(token)))
+		opts = append(opts, grpc.WithPerRPCCredentials(client.BearerToken(token)))
 	}
 	cc, err := grpc.NewClient(addr, opts...)
 	if err != nil {
