@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"errors"
 
 	"github.com/hashicorp/raft"
@@ -68,7 +69,10 @@ func (n *Node) boundLog(s *Shard, t Tuning) {
 	}
 	s.logBound = want
 	if bytes > t.MaxLogBytes {
-		err := s.g.raft.Snapshot().Error()
+		err, stopped := awaitFuture(context.Background(), s.stop, s.g.raft.Snapshot())
+		if stopped != nil {
+			return
+		}
 		if err != nil && !errors.Is(err, raft.ErrNothingNewToSnapshot) {
 			n.log.Warn("snapshot to bound the Raft log by bytes", "shard", s.id, "log_bytes", bytes, "err", err)
 		}

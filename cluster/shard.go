@@ -126,17 +126,8 @@ func (s *Shard) watchLeadership() {
 				continue
 			}
 			term := s.g.raft.CurrentTerm()
-			// A raft future may never return once the group shuts down
-			// (hashicorp/raft#498): wait for the barrier or the stop, or
-			// close would wait for this goroutine for good (seen in CI: a
-			// chaos run hung 12 minutes in the harness's Close).
-			barrier := s.g.raft.Barrier(s.tuning.ApplyTimeout)
-			done := make(chan error, 1)
-			go func() { done <- barrier.Error() }()
-			var err error
-			select {
-			case err = <-done:
-			case <-s.stop:
+			err, stopped := awaitFuture(context.Background(), s.stop, s.g.raft.Barrier(s.tuning.ApplyTimeout))
+			if stopped != nil {
 				return
 			}
 			if err != nil {
@@ -220,16 +211,10 @@ func (s *Shard) Propose(ctx context.Context, cmd *fsmpb.Command) (*fsmpb.Result,
 	}
 	start := time.Now()
 	f := s.g.raft.Apply(data, timeout)
-	done := make(chan error, 1)
-	go func() { done <- f.Error() }()
-	select {
-	case err = <-done:
-	case <-ctx.Done():
-		// The entry may still commit. A future may never return after
-		// Shutdown (hashicorp/raft#498), hence the select.
-		return nil, fmt.Errorf("shard %d: %w: %w", s.id, ErrUnknownOutcome, ctx.Err())
-	case <-s.stop:
-		return nil, fmt.Errorf("shard %d: %w: %w", s.id, ErrUnknownOutcome, ErrShutdown)
+	err, stopped := awaitFuture(ctx, s.stop, f)
+	if stopped != nil {
+		// The entry may still commit.
+		return nil, fmt.Errorf("shard %d: %w: %w", s.id, ErrUnknownOutcome, stopped)
 	}
 	switch {
 	case err == nil:
@@ -269,20 +254,14 @@ func (s *Shard) ReadBarrier(ctx context.Context) error {
 	if !s.IsLeader() {
 		return s.notLeader()
 	}
-	f := s.g.raft.VerifyLeader()
-	done := make(chan error, 1)
-	go func() { done <- f.Error() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			return s.notLeader()
-		}
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-s.stop:
-		return ErrShutdown
+	err, stopped := awaitFuture(ctx, s.stop, s.g.raft.VerifyLeader())
+	if stopped != nil {
+		return stopped
 	}
+	if err != nil {
+		return s.notLeader()
+	}
+	return nil
 }
 
 // Claim proposes a claim and, when nothing is available and wait > 0, parks
