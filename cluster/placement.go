@@ -72,6 +72,21 @@ func (n *Node) AddNode(ctx context.Context, id, addr string) (*metapb.Node, erro
 	return findNode(n.meta.Map(), id), nil
 }
 
+// WaitingError is the answer to removing a node that this node's gossip
+// sees but the cluster map does not hold (listed as waiting): nothing to
+// remove. Nil for any other node. The node a caller asked answers it too
+// when the meta leader, whose gossip may not have heard of the node yet,
+// says NotFound: the caller saw it listed by this node.
+func (n *Node) WaitingError(id string) error {
+	if findNode(n.meta.Map(), id) != nil {
+		return nil
+	}
+	if _, ok := n.gossip.snapshot()[id]; !ok {
+		return nil
+	}
+	return fmt.Errorf("%w: %s is waiting to be added, not a member: there is nothing to remove; stop its process, and the node list drops it once gossip sees it gone", ErrInvalidRequest, id)
+}
+
 // RemoveNode marks a node draining; the controller moves its replicas away
 // and then removes it from the meta group. Without force it refuses to
 // leave fewer members than the replication factor.
@@ -82,9 +97,8 @@ func (n *Node) RemoveNode(ctx context.Context, id string, force bool) (*metapb.N
 	cm := n.meta.Map()
 	node := findNode(cm, id)
 	if node == nil || node.Membership == NodeRemoved {
-		if _, ok := n.gossip.snapshot()[id]; ok && node == nil {
-			// Listed as waiting: it gossips but was never added.
-			return nil, fmt.Errorf("%w: %s is waiting to be added, not a member: there is nothing to remove; stop its process, and the node list drops it once gossip sees it gone", ErrInvalidRequest, id)
+		if err := n.WaitingError(id); err != nil {
+			return nil, err
 		}
 		return nil, &NotFoundError{What: "node", Name: id}
 	}
