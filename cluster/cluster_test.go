@@ -410,6 +410,25 @@ func TestFiveNodesPlaceThreeReplicas(t *testing.T) {
 		}
 		break
 	}
+	// Status names each shard's preferred leader, as the map has it, and
+	// the preferences are spread: one per node for five shards.
+	st := c.Nodes[1].Server().Node.Status(ctxT(t, 10*time.Second), false)
+	prefs := map[string]int{}
+	for _, s := range st.Shards {
+		want := ""
+		for _, m := range c.Nodes[0].Server().Node.Map().Shards {
+			if m.Id == s.Id {
+				want = m.PreferredLeader
+			}
+		}
+		if s.PreferredLeader == "" || s.PreferredLeader != want || !slices.Contains(s.Replicas, s.PreferredLeader) {
+			t.Fatalf("shard %d: status says preferred %q, map %q, replicas %v", s.Id, s.PreferredLeader, want, s.Replicas)
+		}
+		prefs[s.PreferredLeader]++
+	}
+	if len(prefs) != 5 {
+		t.Fatalf("preferred leaders %v, want one per node", prefs)
+	}
 }
 
 // TestMetricsReflectTheWork: per-shard and per-group series exist and move.

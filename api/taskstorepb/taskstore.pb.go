@@ -2252,8 +2252,12 @@ type ShardStatus struct {
 	Replicas      []string         `protobuf:"bytes,4,rep,name=replicas,proto3" json:"replicas,omitempty"`
 	ReplicaStatus []*ReplicaStatus `protobuf:"bytes,5,rep,name=replica_status,json=replicaStatus,proto3" json:"replica_status,omitempty"`
 	Slots         uint32           `protobuf:"varint,6,opt,name=slots,proto3" json:"slots,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// The replica the leadership balancer hands the shard's leadership to
+	// while it is healthy (one of replicas; empty for the meta group). The
+	// order of replicas means nothing.
+	PreferredLeader string `protobuf:"bytes,7,opt,name=preferred_leader,json=preferredLeader,proto3" json:"preferred_leader,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ShardStatus) Reset() {
@@ -2326,6 +2330,13 @@ func (x *ShardStatus) GetSlots() uint32 {
 		return x.Slots
 	}
 	return 0
+}
+
+func (x *ShardStatus) GetPreferredLeader() string {
+	if x != nil {
+		return x.PreferredLeader
+	}
+	return ""
 }
 
 type StatusResponse struct {
@@ -3227,14 +3238,15 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\x0fmajority_digest\x18\x03 \x01(\fR\x0emajorityDigest\x12\x1a\n" +
 	"\bmajority\x18\x04 \x03(\tR\bmajority\x126\n" +
 	"\bdetected\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\bdetected\x12\x18\n" +
-	"\adamaged\x18\x06 \x01(\tR\adamaged\"\xbf\x01\n" +
+	"\adamaged\x18\x06 \x01(\tR\adamaged\"\xea\x01\n" +
 	"\vShardStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x16\n" +
 	"\x06leader\x18\x02 \x01(\tR\x06leader\x12\x12\n" +
 	"\x04term\x18\x03 \x01(\x04R\x04term\x12\x1a\n" +
 	"\breplicas\x18\x04 \x03(\tR\breplicas\x12B\n" +
 	"\x0ereplica_status\x18\x05 \x03(\v2\x1b.taskstore.v1.ReplicaStatusR\rreplicaStatus\x12\x14\n" +
-	"\x05slots\x18\x06 \x01(\rR\x05slots\"\xe4\x01\n" +
+	"\x05slots\x18\x06 \x01(\rR\x05slots\x12)\n" +
+	"\x10preferred_leader\x18\a \x01(\tR\x0fpreferredLeader\"\xe4\x01\n" +
 	"\x0eStatusResponse\x12.\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x18.taskstore.v1.NodeStatusR\x05nodes\x121\n" +
 	"\x06shards\x18\x02 \x03(\v2\x19.taskstore.v1.ShardStatusR\x06shards\x12-\n" +

@@ -189,9 +189,10 @@ func (a *app) shardCmd() *cobra.Command {
 	cmd.AddCommand(&cobra.Command{
 		Use:   "list",
 		Short: "List shards with leader, term, replicas and lag",
-		Long: `shard list prints each shard's id, leader, Raft term, replicas (node ids),
-the number of hash slots it owns, the leader's commit and applied index and
-the largest replica lag. The meta group is the row "meta".
+		Long: `shard list prints each shard's id, leader, Raft term, replicas (node ids,
+the preferred leader marked with "*": leadership goes back to it while it is
+healthy), the number of hash slots it owns, the leader's commit and applied
+index and the largest replica lag. The meta group is the row "meta".
 
 With -o json it prints a StatusResponse holding "shards" (and "meta").`,
 		Example: `  taskctl shard list

@@ -320,3 +320,21 @@ func TestEveryCommandIsDocumented(t *testing.T) {
 	}
 	walk(a.rootCmd())
 }
+
+// TestShardTableMarksThePreferredLeader: REPLICAS marks the preferred
+// leader with "*" (the list's order means nothing since the preference is
+// a field of the map, issue 17 item 3).
+func TestShardTableMarksThePreferredLeader(t *testing.T) {
+	var out bytes.Buffer
+	err := printShards(&out, []*taskstorepb.ShardStatus{
+		{Id: 1, Leader: "n1", Term: 2, Replicas: []string{"n1", "n2", "n3"}, PreferredLeader: "n3"},
+		{Id: 2, Leader: "n2", Term: 2, Replicas: []string{"n2", "n3"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 3 || !strings.Contains(lines[1], " n1,n2,n3* ") || !strings.Contains(lines[2], " n2,n3 ") {
+		t.Fatalf("shard table:\n%s", out.String())
+	}
+}

@@ -203,6 +203,18 @@ func shardState(s *taskstorepb.ShardStatus) string {
 	return strings.Join(out, " ")
 }
 
+// replicaList is a shard's replicas, the preferred leader marked with "*".
+func replicaList(s *taskstorepb.ShardStatus) string {
+	out := make([]string, len(s.Replicas))
+	for i, r := range s.Replicas {
+		out[i] = r
+		if r == s.PreferredLeader {
+			out[i] += "*"
+		}
+	}
+	return strings.Join(out, ",")
+}
+
 // printShards writes one row per shard: the leader's commit and applied
 // index, the largest lag of any replica, and the largest Raft log any
 // replica retains.
@@ -235,7 +247,7 @@ func printShards(w io.Writer, shards []*taskstorepb.ShardStatus) error {
 		if s.Id != 0 {
 			slots = u64(uint64(s.Slots))
 		}
-		t.row(id, orDash(s.Leader), u64(s.Term), orDash(strings.Join(s.Replicas, ",")), slots, commit, applied, lag, logBytes, shardState(s))
+		t.row(id, orDash(s.Leader), u64(s.Term), orDash(replicaList(s)), slots, commit, applied, lag, logBytes, shardState(s))
 	}
 	return t.flush()
 }
