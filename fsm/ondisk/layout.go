@@ -26,6 +26,13 @@ const (
 	// TableMeta holds the shard's applied index, clock, digest and next
 	// queue number: shard|'m'|name.
 	TableMeta byte = 'm'
+	// TableSession holds each client's exactly-once record (its last
+	// request's sequence number, when it was last seen, the answer):
+	// shard|'s'|client id → SessionRecord.
+	TableSession byte = 's'
+	// TableSessionOrder orders the sessions least recently seen first, for
+	// expiry and eviction: shard|'o'|last seen(8)|client id, no value.
+	TableSessionOrder byte = 'o'
 )
 
 // ShardPrefix is the first key of a shard's range; ShardEnd is the first
@@ -109,6 +116,25 @@ func UniqueKey(shard, queue uint32, key string) []byte {
 // QueueKey is the key of a queue's record.
 func QueueKey(shard uint32, name string) []byte {
 	return append(tableKey(shard, TableQueue, len(name)), name...)
+}
+
+// SessionKey is the key of a client's exactly-once record.
+func SessionKey(shard uint32, client string) []byte {
+	return append(tableKey(shard, TableSession, len(client)), client...)
+}
+
+// SessionOrderKey is a session's key in least-recently-seen order.
+func SessionOrderKey(shard uint32, lastSeen int64, client string) []byte {
+	b := binary.BigEndian.AppendUint64(tableKey(shard, TableSessionOrder, 8+len(client)), ascending(lastSeen))
+	return append(b, client...)
+}
+
+// ParseSessionOrderKey splits a session order key.
+func ParseSessionOrderKey(k []byte) (lastSeen int64, client string, err error) {
+	if len(k) < 5+8 || k[4] != TableSessionOrder {
+		return 0, "", errors.New("ondisk: not a session order key")
+	}
+	return int64(binary.BigEndian.Uint64(k[5:]) ^ 1<<63), string(k[13:]), nil
 }
 
 // MetaKey is the key of one of the shard's own values.

@@ -70,7 +70,8 @@ func TestClaimKeysSortInClaimOrder(t *testing.T) {
 func TestShardRangesHoldTheirKeys(t *testing.T) {
 	for _, shard := range []uint32{0, 1, 7, math.MaxUint32 - 1, math.MaxUint32} {
 		keys := [][]byte{TaskKey(shard, "\xff\xff"), ClaimKey(shard, math.MaxUint32, math.MinInt32, math.MaxInt64, "\xff"),
-			DueKey(shard, math.MaxInt64, math.MaxUint32, "\xff"), UniqueKey(shard, 3, "k"), QueueKey(shard, "q"), MetaKey(shard, "applied")}
+			DueKey(shard, math.MaxInt64, math.MaxUint32, "\xff"), UniqueKey(shard, 3, "k"), QueueKey(shard, "q"), MetaKey(shard, "applied"),
+			SessionKey(shard, "\xff"), SessionOrderKey(shard, math.MaxInt64, "\xff")}
 		for _, k := range keys {
 			if bytes.Compare(k, ShardPrefix(shard)) < 0 || bytes.Compare(k, ShardEnd(shard)) >= 0 {
 				t.Errorf("shard %d: key %x outside [%x, %x)", shard, k, ShardPrefix(shard), ShardEnd(shard))

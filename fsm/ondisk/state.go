@@ -20,9 +20,9 @@ type State struct {
 	queues map[string]*queueInfo
 	byNum  map[uint32]*queueInfo
 	meta   meta
-	// dueHead: every due key of the shard below it is deleted (see
-	// DESIGN.md, "Queue heads").
-	dueHead []byte
+	// dueHead, sessionHead: every due key (session order key) of the shard
+	// below it is deleted (see DESIGN.md, "Queue heads").
+	dueHead, sessionHead []byte
 }
 
 // meta is the shard's own record, written with every commit.
@@ -31,9 +31,12 @@ type meta struct {
 	clock     int64
 	nextQueue uint32
 	digest    Digest
+	// sessions and sessionBytes count the exactly-once records and their
+	// sizes (SessionSize).
+	sessions, sessionBytes uint64
 }
 
-const metaLen = 8 + 8 + 4 + 32
+const metaLen = 8 + 8 + 4 + 32 + 8 + 8
 
 func (m meta) encode() []byte {
 	b := make([]byte, 0, metaLen)
@@ -41,7 +44,9 @@ func (m meta) encode() []byte {
 	b = binary.BigEndian.AppendUint64(b, uint64(m.clock))
 	b = binary.BigEndian.AppendUint32(b, m.nextQueue)
 	d := m.digest.Bytes()
-	return append(b, d[:]...)
+	b = append(b, d[:]...)
+	b = binary.BigEndian.AppendUint64(b, m.sessions)
+	return binary.BigEndian.AppendUint64(b, m.sessionBytes)
 }
 
 func decodeMeta(b []byte) (meta, error) {
@@ -49,7 +54,8 @@ func decodeMeta(b []byte) (meta, error) {
 		return meta{}, fmt.Errorf("ondisk: shard record of %d bytes, want %d", len(b), metaLen)
 	}
 	m := meta{applied: binary.BigEndian.Uint64(b), clock: int64(binary.BigEndian.Uint64(b[8:])), nextQueue: binary.BigEndian.Uint32(b[16:])}
-	m.digest = DigestFromBytes([32]byte(b[20:]))
+	m.digest = DigestFromBytes([32]byte(b[20:52]))
+	m.sessions, m.sessionBytes = binary.BigEndian.Uint64(b[52:]), binary.BigEndian.Uint64(b[60:])
 	return m, nil
 }
 
@@ -152,17 +158,17 @@ func (s *State) Queues() int { return len(s.queues) }
 // Txn is a set of changes that commit together, with the applied index of
 // the last entry they apply. Its reads see its own writes.
 type Txn struct {
-	s       *State
-	b       *pebble.Batch
-	meta    meta
-	dueHead []byte
-	dirty   map[string]*queueInfo // copies of the queues changed, by name
-	byNum   map[uint32]*queueInfo // the same, by number
+	s                    *State
+	b                    *pebble.Batch
+	meta                 meta
+	dueHead, sessionHead []byte
+	dirty                map[string]*queueInfo // copies of the queues changed, by name
+	byNum                map[uint32]*queueInfo // the same, by number
 }
 
 // Begin starts a transaction.
 func (s *State) Begin() *Txn {
-	return &Txn{s: s, b: s.db.NewIndexedBatch(), meta: s.meta, dueHead: s.dueHead, dirty: map[string]*queueInfo{}, byNum: map[uint32]*queueInfo{}}
+	return &Txn{s: s, b: s.db.NewIndexedBatch(), meta: s.meta, dueHead: s.dueHead, sessionHead: s.sessionHead, dirty: map[string]*queueInfo{}, byNum: map[uint32]*queueInfo{}}
 }
 
 // Discard drops the transaction's changes.
@@ -209,7 +215,7 @@ func (t *Txn) Commit(applied uint64) error {
 		s.queues[q.name] = q
 		s.byNum[q.num] = q
 	}
-	s.meta, s.dueHead = t.meta, t.dueHead
+	s.meta, s.dueHead, s.sessionHead = t.meta, t.dueHead, t.sessionHead
 	return nil
 }
 

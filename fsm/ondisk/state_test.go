@@ -24,8 +24,19 @@ func openMem(t *testing.T) *pebble.DB {
 
 // model is the state as fsm defines it, in plain maps.
 type model struct {
-	clock int64
-	tasks map[string]modelTask
+	clock    int64
+	tasks    map[string]modelTask
+	sessions map[string]Session
+}
+
+func (m *model) oldestSession() (string, int64) {
+	best, seen := "", int64(0)
+	for c, s := range m.sessions {
+		if best == "" || s.LastSeen < seen || s.LastSeen == seen && c < best {
+			best, seen = c, s.LastSeen
+		}
+	}
+	return best, seen
 }
 
 type modelTask struct {
@@ -104,14 +115,44 @@ func checkAgainstModel(t *testing.T, seed uint64) {
 	}
 
 	r := rand.New(rand.NewPCG(seed, 99))
-	m := &model{tasks: map[string]modelTask{}}
+	m := &model{tasks: map[string]modelTask{}, sessions: map[string]Session{}}
 	queues := []string{"q0", "q1", "q2", "g/q3"}
 	var version uint64
 	for step := range 400 {
 		tx := s.Begin()
-		next := &model{clock: m.clock, tasks: maps(m.tasks)}
+		next := &model{clock: m.clock, tasks: maps(m.tasks), sessions: clone(m.sessions)}
 		for range 1 + r.IntN(6) {
 			id := fmt.Sprintf("t%d", r.IntN(60))
+			if r.IntN(3) == 0 { // an exactly-once record: store, forget or evict the oldest
+				client := fmt.Sprintf("c%d", r.IntN(8))
+				switch r.IntN(4) {
+				case 0, 1:
+					rec := Session{Seq: uint64(step), LastSeen: next.clock + int64(r.IntN(5)), Result: []byte(fmt.Sprint("answer ", step))}
+					if err := tx.PutSession(client, &rec); err != nil {
+						t.Fatal(err)
+					}
+					next.sessions[client] = rec
+				case 2:
+					if err := tx.DeleteSession(client); err != nil {
+						t.Fatal(err)
+					}
+					delete(next.sessions, client)
+				default:
+					got, seen, err := tx.OldestSession()
+					if err != nil {
+						t.Fatal(err)
+					}
+					if want, wseen := next.oldestSession(); got != want || (want != "" && seen != wseen) {
+						t.Fatalf("step %d: oldest session %q at %d, model %q at %d", step, got, seen, want, wseen)
+					}
+					if got != "" {
+						if err := tx.DeleteSession(got); err != nil {
+							t.Fatal(err)
+						}
+						delete(next.sessions, got)
+					}
+				}
+			}
 			switch op := r.IntN(10); {
 			case op < 5: // insert or change
 				version++
@@ -194,6 +235,14 @@ func checkAgainstModel(t *testing.T, seed uint64) {
 	}
 }
 
+func clone(in map[string]Session) map[string]Session {
+	out := make(map[string]Session, len(in))
+	for k, v := range in {
+		out[k] = v
+	}
+	return out
+}
+
 func maps(in map[string]modelTask) map[string]modelTask {
 	out := make(map[string]modelTask, len(in))
 	for k, v := range in {
@@ -251,6 +300,27 @@ func compare(t *testing.T, step int, s *State, m *model, queues []string) {
 		if want := m.claimable(q); !slices.Equal(ids, want) {
 			t.Fatalf("step %d: claim order of %s = %v, model %v", step, q, ids, want)
 		}
+	}
+	var size uint64
+	for c := range 8 {
+		client := fmt.Sprintf("c%d", c)
+		got, err := tx.Session(client)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, ok := m.sessions[client]
+		if (got != nil) != ok || ok && (got.Seq != want.Seq || got.LastSeen != want.LastSeen || !bytes.Equal(got.Result, want.Result)) {
+			t.Fatalf("step %d: session %s = %+v, model %+v (%v)", step, client, got, want, ok)
+		}
+		if ok {
+			size += SessionSize(client, &want)
+		}
+	}
+	if n, b := s.Sessions(); n != uint64(len(m.sessions)) || b != size {
+		t.Fatalf("step %d: %d sessions of %d bytes, model %d of %d", step, n, b, len(m.sessions), size)
+	}
+	if got, _, err := tx.OldestSession(); err != nil || got != func() string { c, _ := m.oldestSession(); return c }() {
+		t.Fatalf("step %d: oldest session %q (%v)", step, got, err)
 	}
 	if d := fromScratch(t, s.db, s.shard); d != s.Digest() {
 		t.Fatalf("step %d: incremental digest %x, from scratch %x", step, s.Digest().Bytes(), d.Bytes())

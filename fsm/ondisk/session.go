@@ -1,0 +1,131 @@
+package ondisk
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// Session is a client's exactly-once record: the sequence number of its
+// last request, when it was last seen (log time), and the encoded answer
+// (fsmpb.Result) a repeat of that request gets.
+type Session struct {
+	Seq      uint64
+	LastSeen int64
+	Result   []byte
+}
+
+// SessionOverheadBytes is what a session counts for besides its client id
+// and answer, as fsm counts it against MaxSessionBytes.
+const SessionOverheadBytes = 64
+
+// SessionSize is what a session counts for against the shard's bound.
+func SessionSize(client string, s *Session) uint64 {
+	return uint64(len(client)+len(s.Result)) + SessionOverheadBytes
+}
+
+func (s *Session) encode() []byte {
+	b := binary.AppendUvarint(nil, s.Seq)
+	b = binary.AppendVarint(b, s.LastSeen)
+	return append(b, s.Result...)
+}
+
+func decodeSession(b []byte) (*Session, error) {
+	seq, n := binary.Uvarint(b)
+	if n <= 0 {
+		return nil, errors.New("ondisk: bad session record")
+	}
+	b = b[n:]
+	seen, n := binary.Varint(b)
+	if n <= 0 {
+		return nil, errors.New("ondisk: bad session record")
+	}
+	return &Session{Seq: seq, LastSeen: seen, Result: bytes.Clone(b[n:])}, nil
+}
+
+// Sessions is how many sessions the shard holds and their total size
+// (SessionSize), the two bounds fsm evicts by.
+func (s *State) Sessions() (count, size uint64) { return s.meta.sessions, s.meta.sessionBytes }
+
+// Sessions is the transaction's view of Sessions.
+func (t *Txn) Sessions() (count, size uint64) { return t.meta.sessions, t.meta.sessionBytes }
+
+// Session returns client's record, or nil.
+func (t *Txn) Session(client string) (*Session, error) {
+	v, c, err := t.b.Get(SessionKey(t.s.shard, client))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	return decodeSession(v)
+}
+
+// PutSession stores client's record, replacing its earlier one.
+func (t *Txn) PutSession(client string, s *Session) error {
+	if err := t.DeleteSession(client); err != nil {
+		return err
+	}
+	k, rec := SessionKey(t.s.shard, client), s.encode()
+	ok := SessionOrderKey(t.s.shard, s.LastSeen, client)
+	t.meta.digest.Add(k, rec)
+	t.meta.digest.Add(ok, nil)
+	if t.sessionHead != nil && bytes.Compare(ok, t.sessionHead) < 0 {
+		t.sessionHead = ok
+	}
+	t.meta.sessions++
+	t.meta.sessionBytes += SessionSize(client, s)
+	if err := t.b.Set(k, rec, nil); err != nil {
+		return err
+	}
+	return t.b.Set(ok, nil, nil)
+}
+
+// DeleteSession forgets client's record; it is not an error if there is
+// none.
+func (t *Txn) DeleteSession(client string) error {
+	old, err := t.Session(client)
+	if err != nil || old == nil {
+		return err
+	}
+	k, ok := SessionKey(t.s.shard, client), SessionOrderKey(t.s.shard, old.LastSeen, client)
+	t.meta.digest.Remove(k, old.encode())
+	t.meta.digest.Remove(ok, nil)
+	t.meta.sessions--
+	t.meta.sessionBytes -= SessionSize(client, old)
+	if err := t.b.Delete(k, nil); err != nil {
+		return err
+	}
+	return t.b.Delete(ok, nil)
+}
+
+// OldestSession returns the least recently seen session (ties by client
+// id), or "" when there is none.
+func (t *Txn) OldestSession() (client string, lastSeen int64, err error) {
+	lo := tableKey(t.s.shard, TableSessionOrder, 0)
+	from := t.sessionHead
+	if from == nil {
+		from = lo
+	}
+	it, err := t.b.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: tableKey(t.s.shard, TableSessionOrder+1, 0)})
+	if err != nil {
+		return "", 0, err
+	}
+	defer it.Close()
+	if !it.SeekGE(from) {
+		return "", 0, it.Error()
+	}
+	// Everything below the first live key is gone: start there next time
+	// (the tombstones of expired sessions, as for queue heads).
+	t.sessionHead = bytes.Clone(it.Key())
+	lastSeen, client, err = ParseSessionOrderKey(it.Key())
+	if err != nil {
+		return "", 0, fmt.Errorf("ondisk: shard %d: %w", t.s.shard, err)
+	}
+	return client, lastSeen, nil
+}
