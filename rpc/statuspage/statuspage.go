@@ -267,9 +267,10 @@ type shardRow struct {
 }
 
 type replicaRow struct {
-	Node     string
-	Status   *taskstorepb.ReplicaStatus // nil: no report from that node
-	IsLeader bool
+	Node      string
+	Status    *taskstorepb.ReplicaStatus // nil: no report from that node
+	IsLeader  bool
+	Preferred bool // the shard's preferred leader
 }
 
 func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
@@ -307,13 +308,13 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 			if rs.GetDisagreement() != "" {
 				d.Disagree = append(d.Disagree, fmt.Sprintf("shard %d (seen by %s)", s.GetId(), rs.GetNode()))
 			}
-			row.Replicas = append(row.Replicas, replicaRow{Node: rs.GetNode(), Status: rs, IsLeader: rs.GetNode() == s.GetLeader()})
+			row.Replicas = append(row.Replicas, replicaRow{Node: rs.GetNode(), Status: rs, IsLeader: rs.GetNode() == s.GetLeader(), Preferred: rs.GetNode() == s.GetPreferredLeader()})
 			d.MaxLag = max(d.MaxLag, rs.GetLag())
 			d.ReplicaRows++
 		}
 		for _, id := range s.GetReplicas() {
 			if !seen[id] {
-				row.Replicas = append(row.Replicas, replicaRow{Node: id, IsLeader: id == s.GetLeader()})
+				row.Replicas = append(row.Replicas, replicaRow{Node: id, IsLeader: id == s.GetLeader(), Preferred: id == s.GetPreferredLeader()})
 				d.ReplicaRows++
 			}
 		}
