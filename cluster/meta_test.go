@@ -41,7 +41,7 @@ func TestInitialMapSpreadsReplicasAndPreferredLeaders(t *testing.T) {
 					seen[r] = true
 					replicas[r]++
 				}
-				firsts[preferred(s)]++
+				firsts[s.PreferredLeader]++
 			}
 			spread := func(m map[string]int) int {
 				lo, hi := 1<<30, 0

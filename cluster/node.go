@@ -498,7 +498,7 @@ func (n *Node) ShardByID(id uint32) (*Shard, error) {
 	// Not hosted here: point at a replica, which knows the leader (the
 	// preferred one, which most likely is the leader).
 	e := &NotLeaderError{Shard: id}
-	for _, r := range append([]string{preferred(sh)}, sh.Replicas...) {
+	for _, r := range append([]string{sh.PreferredLeader}, sh.Replicas...) {
 		if node := findNode(cm, r); node != nil {
 			e.LeaderID, e.LeaderAddress, e.Replica = node.Id, node.Address, true
 			break
@@ -865,10 +865,9 @@ func (n *Node) preferredLeader(s *Shard, sh *metapb.Shard, health map[string]gos
 	if f.Error() != nil {
 		return nil
 	}
-	// The preferred replica first, then the others in list order.
-	first := preferred(sh)
-	order := append([]string{first}, slices.DeleteFunc(slices.Clone(sh.Replicas), func(id string) bool { return id == first })...)
-	for _, id := range order {
+	// The preferred replica first, then the others in list order (it is
+	// looked at twice: harmless).
+	for _, id := range append([]string{sh.PreferredLeader}, sh.Replicas...) {
 		if id != n.cfg.ID && (health[id].Health != HealthAlive || n.peerClockFar(id)) {
 			continue
 		}

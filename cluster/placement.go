@@ -72,12 +72,10 @@ func (n *Node) AddNode(ctx context.Context, id, addr string) (*metapb.Node, erro
 	return findNode(n.meta.Map(), id), nil
 }
 
-// WaitingError is the answer to removing a node that this node's gossip
+// waitingError is the answer to removing a node that this node's gossip
 // sees but the cluster map does not hold (listed as waiting): nothing to
-// remove. Nil for any other node. The node a caller asked answers it too
-// when the meta leader, whose gossip may not have heard of the node yet,
-// says NotFound: the caller saw it listed by this node.
-func (n *Node) WaitingError(id string) error {
+// remove. Nil for any other node.
+func (n *Node) waitingError(id string) error {
 	if findNode(n.meta.Map(), id) != nil {
 		return nil
 	}
@@ -91,15 +89,18 @@ func (n *Node) WaitingError(id string) error {
 // and then removes it from the meta group. Without force it refuses to
 // leave fewer members than the replication factor.
 func (n *Node) RemoveNode(ctx context.Context, id string, force bool) (*metapb.Node, error) {
+	// Any node answers this from its own view, before forwarding to the
+	// meta leader: the caller saw the node listed as waiting by this node,
+	// and the leader's gossip may not have heard of it yet.
+	if err := n.waitingError(id); err != nil {
+		return nil, err
+	}
 	if !n.metaReady.Load() {
 		return nil, n.metaNotLeader()
 	}
 	cm := n.meta.Map()
 	node := findNode(cm, id)
 	if node == nil || node.Membership == NodeRemoved {
-		if err := n.WaitingError(id); err != nil {
-			return nil, err
-		}
 		return nil, &NotFoundError{What: "node", Name: id}
 	}
 	members := 0
@@ -299,7 +300,7 @@ func planPlacement(cm *metapb.ClusterMap) *metapb.Shard {
 	firsts := map[string]int{}
 	for _, s := range shards {
 		if len(s.Replicas) > 0 {
-			firsts[preferred(s)]++
+			firsts[s.PreferredLeader]++
 		}
 	}
 	most, least = members[0], members[0]
@@ -315,7 +316,7 @@ func planPlacement(cm *metapb.ClusterMap) *metapb.Shard {
 		return nil
 	}
 	for _, s := range shards {
-		if len(s.Replicas) == 0 || preferred(s) != most {
+		if len(s.Replicas) == 0 || s.PreferredLeader != most {
 			continue
 		}
 		if slices.Contains(s.Replicas, least) {
@@ -325,19 +326,11 @@ func planPlacement(cm *metapb.ClusterMap) *metapb.Shard {
 	return nil
 }
 
-// preferred is a shard's preferred leader (the first replica for a record
-// from before the field; normalizeShard).
-func preferred(s *metapb.Shard) string {
-	c := &metapb.Shard{Replicas: s.Replicas, PreferredLeader: s.PreferredLeader}
-	normalizeShard(c)
-	return c.PreferredLeader
-}
-
 // replaced is s with replicas next, where from (if set) was replaced by to
 // (if set): a preference for from moves to to, and one for a replica that
 // is gone moves to the first that is left.
 func replaced(s *metapb.Shard, next []string, from, to string) *metapb.Shard {
-	p := preferred(s)
+	p := s.PreferredLeader
 	if p == from && from != "" && to != "" {
 		p = to
 	}
@@ -433,7 +426,7 @@ func (n *Node) reconcileShardConfig(ctx context.Context, s *Shard, cm *metapb.Cl
 			continue
 		}
 		if id == n.cfg.ID {
-			to := preferred(sh)
+			to := sh.PreferredLeader
 			n.log.Info("handing off leadership of a shard this node leaves", "shard", s.id, "to", to)
 			return waitFuture(ctx, r.LeadershipTransferToServer(raft.ServerID(to), addrOf(to)))
 		}

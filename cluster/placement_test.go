@@ -51,7 +51,7 @@ func TestPlacementGrowsShrinksAndStaysBalanced(t *testing.T) {
 		if len(s.Replicas) != 3 || len(slices.Compact(slices.Sorted(slices.Values(s.Replicas)))) != 3 {
 			t.Fatalf("shard %d replicas %v", s.Id, s.Replicas)
 		}
-		firsts[preferred(s)]++
+		firsts[s.PreferredLeader]++
 	}
 	for _, id := range []string{"n1", "n2", "n3", "n4", "n5"} {
 		if firsts[id] < 1 || firsts[id] > 2 { // 8 preferred leaders over 5 nodes

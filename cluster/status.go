@@ -143,7 +143,7 @@ func (n *Node) localStatus(cm *metapb.ClusterMap) *taskstorepb.StatusResponse {
 			ss = &taskstorepb.ShardStatus{Id: s.Id}
 		}
 		ss.Replicas = slices.Clone(s.Replicas)
-		ss.PreferredLeader = preferred(s)
+		ss.PreferredLeader = s.PreferredLeader
 		st.Shards = append(st.Shards, ss)
 	}
 	// A node that restarted has not yet replayed its copy of the map, but it

@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 
 	"github.com/e1158ecb/taskstore/api/taskstorepb"
 	"github.com/e1158ecb/taskstore/cluster"
@@ -54,13 +52,7 @@ func (srv *Server) RemoveNode(ctx context.Context, req *taskstorepb.RemoveNodeRe
 	_, err := srv.node.RemoveNode(ctx, req.Id, req.Force)
 	if err != nil {
 		if leader, fctx, ok := srv.metaLeader(ctx, err); ok {
-			resp, err := leader.RemoveNode(fctx, req)
-			if status.Code(err) == codes.NotFound {
-				if werr := srv.node.WaitingError(req.Id); werr != nil {
-					return nil, toStatus(werr) // the caller saw it listed here
-				}
-			}
-			return resp, err
+			return leader.RemoveNode(fctx, req)
 		}
 		return nil, toStatus(err)
 	}
