@@ -44,9 +44,7 @@ race: build
 # briefly; `make fuzz FUZZTIME=5m` runs longer.
 FUZZPKGS := ./fsm/ ./fsm/ondisk/ ./cluster/ ./cluster/nodelog/ ./rpc/ ./auth/ ./proxy/
 fuzz-short:
-	@for p in $(FUZZPKGS); do for t in $$($(GO) test -list '^Fuzz' $$p | grep ^Fuzz); do \
-		echo "fuzz $$p $$t"; $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $$p || exit 1; \
-	done; done
+	GO=$(GO) scripts/fuzz-short.sh $(FUZZTIME) $(FUZZPKGS)
 
 fuzz:
 	$(MAKE) fuzz-short FUZZTIME=5m
