@@ -58,8 +58,8 @@ PROTOC_GEN_GO_GRPC := google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.5.1
 PROTOC_GEN_GW      := github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway@v2.32.0
 PROTO_BIN          := $(CURDIR)/bin/proto
 PROTOC             := PATH=$(PROTO_BIN):$$PATH protoc
-.PHONY: proto-tools proto-api proto-fsm proto-meta proto-check
-proto: proto-api proto-fsm proto-meta
+.PHONY: proto-tools proto-api proto-fsm proto-meta proto-peer proto-check
+proto: proto-api proto-fsm proto-meta proto-peer
 proto-tools:
 	@command -v protoc >/dev/null || { echo "protoc not found: apt-get install protobuf-compiler"; exit 1; }
 	@for t in $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC) $(PROTOC_GEN_GW); do \
@@ -74,6 +74,9 @@ proto-fsm: proto-tools
 	$(PROTOC) -I fsm/fsmpb --go_out=. --go_opt=module=github.com/e1158ecb/taskstore fsm/fsmpb/fsm.proto
 proto-meta: proto-tools
 	$(PROTOC) -I cluster/metapb --go_out=. --go_opt=module=github.com/e1158ecb/taskstore cluster/metapb/meta.proto
+proto-peer: proto-tools
+	$(PROTOC) -I cluster/peerpb -I cluster/metapb --go_out=. --go_opt=module=github.com/e1158ecb/taskstore \
+		--go-grpc_out=. --go-grpc_opt=module=github.com/e1158ecb/taskstore cluster/peerpb/peer.proto
 
 ## proto-check: regenerate and fail if the generated code differs from what is
 ## committed (a .proto edited without `make proto`, or a generator version drift).

@@ -86,6 +86,14 @@ func TestAuthorize(t *testing.T) {
 		// Deleting a replica's files: only the shard's leader, a node.
 		{admin, ad + "RebuildReplica", &taskstorepb.RebuildReplicaRequest{Shard: 1, Node: "n2", Wipe: true}, codes.PermissionDenied},
 		{node, ad + "RebuildReplica", &taskstorepb.RebuildReplicaRequest{Shard: 1, Node: "n2", Wipe: true}, codes.OK},
+		// The nodes' internal service: nodes (and admins, to debug), never
+		// clients or proxies; the wipe, only nodes.
+		{node, "/taskstore.peer.v1.Peer/Report", nil, codes.OK},
+		{admin, "/taskstore.peer.v1.Peer/Clock", nil, codes.OK},
+		{proxy, "/taskstore.peer.v1.Peer/Report", nil, codes.PermissionDenied},
+		{anyClient, "/taskstore.peer.v1.Peer/Clock", nil, codes.PermissionDenied},
+		{node, "/taskstore.peer.v1.Peer/WipeReplica", nil, codes.OK},
+		{admin, "/taskstore.peer.v1.Peer/WipeReplica", nil, codes.PermissionDenied},
 		{anyClient, ts + "Purge", &taskstorepb.PurgeRequest{Queue: "x/y"}, codes.PermissionDenied},
 		{anyClient, ts + "Modify", modify("x/y"), codes.OK},
 		{anyClient, ad + "Routing", nil, codes.OK},

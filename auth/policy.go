@@ -171,10 +171,18 @@ var methodPerms = map[string]int{
 	"/taskstore.v1.Admin/AddNode":        permAdmin,
 	"/taskstore.v1.Admin/RemoveNode":     permAdmin,
 	"/taskstore.v1.Admin/RebuildReplica": permAdmin,
-	"/grpc.health.v1.Health/Check":       permAny,
-	"/grpc.health.v1.Health/Watch":       permAny,
-	"/grpc.health.v1.Health/List":        permAny,
+	// The nodes' internal service (cluster/peerpb): nodes, and admins
+	// debugging them.
+	"/taskstore.peer.v1.Peer/Report": permAdmin,
+	"/taskstore.peer.v1.Peer/Clock":  permAdmin,
+	"/grpc.health.v1.Health/Check":   permAny,
+	"/grpc.health.v1.Health/Watch":   permAny,
+	"/grpc.health.v1.Health/List":    permAny,
 }
+
+// wipeReplicaMethod deletes a replica's files: only a node asks (the
+// shard's leader, after removing the replica from its group).
+const wipeReplicaMethod = "/taskstore.peer.v1.Peer/WipeReplica"
 
 // Authorize decides whether p may call method with req (nil for streams).
 // Unknown methods (reflection, future calls) need the admin role.
@@ -193,6 +201,9 @@ func Authorize(p Principal, method string, req any) error {
 		// removed it from the group: only a node (that leader) asks for it.
 		if r, ok := req.(*taskstorepb.RebuildReplicaRequest); ok && r.GetWipe() && p.Role != RoleNode {
 			return status.Errorf(codes.PermissionDenied, "%s with wipe is sent by the shard's leader only; %s has role %s", short, p.Name, p.Role)
+		}
+		if method == wipeReplicaMethod && p.Role != RoleNode {
+			return status.Errorf(codes.PermissionDenied, "%s is sent by the shard's leader only; %s has role %s", short, p.Name, p.Role)
 		}
 	case permClient:
 		for _, q := range queuesOf(req) {

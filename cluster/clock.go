@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
-
-	"github.com/e1158ecb/taskstore/api/taskstorepb"
 )
 
 // clockState is what this node knows of its clock against its peers'
@@ -34,21 +32,17 @@ type clockState struct {
 // clockSample measures one peer: offset is this clock minus the peer's at
 // the middle of the round trip, good to within half the round trip.
 func (n *Node) clockSample(ctx context.Context, addr string) (offset, uncertainty time.Duration, ok bool) {
-	conn, err := n.peers.get(addr)
-	if err != nil {
-		return 0, 0, false
-	}
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	start := time.Now()
 	local := n.cfg.Clock()
-	st, err := taskstorepb.NewAdminClient(conn).Status(cctx, &taskstorepb.StatusRequest{ClockOnly: true})
+	now, err := n.askClock(cctx, addr)
 	rtt := time.Since(start)
-	if err != nil || st.GetNow() == nil {
+	if err != nil {
 		return 0, 0, false
 	}
 	mid := local.Add(rtt / 2)
-	return mid.Sub(st.GetNow().AsTime()), rtt / 2, true
+	return mid.Sub(time.Unix(0, now)), rtt / 2, true
 }
 
 // MeasureClocks measures the offset to every member once and updates

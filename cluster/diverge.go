@@ -14,10 +14,10 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/e1158ecb/taskstore/api/taskstorepb"
+	"github.com/e1158ecb/taskstore/cluster/peerpb"
 	"github.com/e1158ecb/taskstore/fsm"
 	"github.com/e1158ecb/taskstore/fsm/fsmpb"
 )
@@ -171,8 +171,8 @@ func (n *Node) CheckReplicas(ctx context.Context) {
 	if len(shards) == 0 {
 		return
 	}
-	// One local-only Status per peer covers all its shards.
-	reports := map[string]*taskstorepb.StatusResponse{}
+	// One report per peer covers all its shards.
+	reports := map[string]*peerpb.NodeReport{}
 	addrs := map[string]string{}
 	for _, s := range shards {
 		for _, srv := range s.voters() {
@@ -183,18 +183,18 @@ func (n *Node) CheckReplicas(ctx context.Context) {
 	}
 	type answer struct {
 		id string
-		st *taskstorepb.StatusResponse
+		r  *peerpb.NodeReport
 	}
 	ch := make(chan answer, len(addrs))
 	for id, addr := range addrs {
 		go func() {
-			ch <- answer{id, n.peerStatus(ctx, addr)}
+			ch <- answer{id, n.askReport(ctx, addr)}
 		}()
 	}
 	for range addrs {
 		a := <-ch
-		if a.st != nil {
-			reports[a.id] = a.st
+		if a.r != nil {
+			reports[a.id] = a.r
 		}
 	}
 	for _, s := range shards {
@@ -203,43 +203,20 @@ func (n *Node) CheckReplicas(ctx context.Context) {
 			continue // a non-voter catching up judges nothing
 		}
 		var ids []string
-		seen := map[string][]*taskstorepb.Checkpoint{n.cfg.ID: checkpointsOf(s.machine)}
+		seen := map[string][]*peerpb.Checkpoint{n.cfg.ID: replicaReport(s.id, s.g.raft, n.cfg.ID, s.machine).Checkpoints}
 		for _, srv := range voters {
 			id := string(srv.ID)
 			ids = append(ids, id)
 			if id == n.cfg.ID || reports[id] == nil {
 				continue
 			}
-			for _, ss := range reports[id].Shards {
-				if ss.Id != s.id {
-					continue
-				}
-				for _, rs := range ss.ReplicaStatus {
-					if rs.Node == id && rs.Divergence == nil {
-						seen[id] = rs.Checkpoints
-					}
-				}
+			if rep := replicaOf(reports[id], s.id); rep != nil && reports[id].Node == id && !rep.Diverged {
+				seen[id] = rep.Checkpoints
 			}
 		}
 		v := judge(n.cfg.ID, ids, seen)
 		n.act(s, v)
 	}
-}
-
-// peerStatus asks a node for its local status, nil on failure.
-func (n *Node) peerStatus(ctx context.Context, addr string) *taskstorepb.StatusResponse {
-	conn, err := n.peers.get(addr)
-	if err != nil {
-		return nil
-	}
-	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	st, err := taskstorepb.NewAdminClient(conn).Status(cctx, &taskstorepb.StatusRequest{LocalOnly: true})
-	if err != nil {
-		n.log.Debug("replica check: peer status", "addr", addr, "err", err)
-		return nil
-	}
-	return st
 }
 
 // voters is the shard's current Raft voters (nil if unknown).
@@ -277,7 +254,7 @@ type verdict struct {
 // than self's means self diverged; no digest with a strict majority means
 // the replicas disagree. Only self is ever judged: each node stops only its
 // own replica, so a wrong verdict elsewhere cannot take a healthy one down.
-func judge(self string, voters []string, seen map[string][]*taskstorepb.Checkpoint) verdict {
+func judge(self string, voters []string, seen map[string][]*peerpb.Checkpoint) verdict {
 	quorum := len(voters)/2 + 1
 	digests := map[uint64]map[string][]byte{} // index -> voter -> digest
 	for _, id := range voters {
@@ -482,20 +459,13 @@ func (n *Node) RebuildReplica(ctx context.Context, shard uint32, node string) er
 	if err != nil {
 		return err
 	}
-	admin := taskstorepb.NewAdminClient(conn)
 	// Refuse a healthy replica: rebuilding one costs a copy of the shard
 	// and, while it catches up, a vote.
-	st := n.peerStatus(ctx, target.Address)
-	if st == nil {
+	rep := n.askReport(ctx, target.Address)
+	if rep == nil {
 		return fmt.Errorf("%w: node %s does not answer; rebuild it when it is up", ErrRefused, node)
 	}
-	diverged := false
-	for _, ss := range st.Shards {
-		for _, rs := range ss.ReplicaStatus {
-			diverged = diverged || ss.Id == shard && rs.Node == node && rs.Divergence != nil
-		}
-	}
-	if !diverged {
+	if r := replicaOf(rep, shard); rep.Node != node || r == nil || !r.Diverged {
 		return fmt.Errorf("%w: %s's replica of shard %d is not diverged", ErrRefused, node, shard)
 	}
 	f := s.g.raft.GetConfiguration()
@@ -513,8 +483,7 @@ func (n *Node) RebuildReplica(ctx context.Context, shard uint32, node string) er
 			return fmt.Errorf("remove %s from shard %d: %w", node, shard, err)
 		}
 	}
-	wctx := metadata.AppendToOutgoingContext(ctx, ForwardedKey, "1")
-	if _, err := admin.RebuildReplica(wctx, &taskstorepb.RebuildReplicaRequest{Shard: shard, Node: node, Wipe: true}); err != nil {
+	if err := wipeRemote(ctx, conn, shard, node); err != nil {
 		return fmt.Errorf("tell %s to delete its copy of shard %d: %w", node, shard, err)
 	}
 	n.log.Warn("rebuild: diverged replica deleted; it rejoins as a non-voter and is promoted once caught up", "shard", shard, "peer", node)
@@ -534,12 +503,9 @@ func (n *Node) shardLeaderError(ctx context.Context, shard uint32, s *Shard) err
 			if r == n.cfg.ID || node == nil {
 				continue
 			}
-			st := n.peerStatus(ctx, node.Address)
-			for _, ss := range st.GetShards() {
-				if ss.Id == shard && ss.Leader != "" {
-					if l := findNode(cm, ss.Leader); l != nil && l.Id != n.cfg.ID {
-						return &NotLeaderError{Shard: shard, LeaderID: l.Id, LeaderAddress: l.Address}
-					}
+			if rep := replicaOf(n.askReport(ctx, node.Address), shard); rep != nil && rep.Leader != "" {
+				if l := findNode(cm, rep.Leader); l != nil && l.Id != n.cfg.ID {
+					return &NotLeaderError{Shard: shard, LeaderID: l.Id, LeaderAddress: l.Address}
 				}
 			}
 		}

@@ -6,3 +6,7 @@ func (s *Shard) HoldLeadershipWatch() (release func()) {
 	s.watchHold.Lock()
 	return s.watchHold.Unlock
 }
+
+// ReportFromStatus is the conversion a node uses for a peer that does not
+// serve Peer.
+var ReportFromStatus = reportFromStatus

@@ -762,18 +762,8 @@ func (n *Node) joinGossip() {
 func (n *Node) askGossipAddress(p Peer) string {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	conn, err := n.peers.get(p.Address)
-	if err != nil {
-		return ""
-	}
-	st, err := taskstorepb.NewAdminClient(conn).Status(ctx, &taskstorepb.StatusRequest{LocalOnly: true})
-	if err != nil {
-		return ""
-	}
-	for _, node := range st.Nodes {
-		if node.Id == p.ID {
-			return node.GossipAddress
-		}
+	if r := n.askReport(ctx, p.Address); r.GetNode() == p.ID {
+		return r.GetGossipAddress()
 	}
 	return ""
 }
@@ -830,34 +820,26 @@ const maxTransferLag = 256
 func (n *Node) notReadyToLead(s *Shard, to *raft.Server) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	st := n.peerStatus(ctx, string(to.Address))
-	if st == nil {
+	r := n.askReport(ctx, string(to.Address))
+	switch {
+	case r == nil:
 		return "does not answer"
+	case r.Node != string(to.ID):
+		return fmt.Sprintf("its address answers as %s", r.Node)
+	case r.DiskLow:
+		return "data disk nearly full"
 	}
-	for _, node := range st.Nodes {
-		if node.Id == string(to.ID) && node.DiskLow {
-			return "data disk nearly full"
-		}
+	rep := replicaOf(r, s.id)
+	if rep == nil {
+		return "does not run the shard"
 	}
-	commit := s.g.raft.CommitIndex()
-	for _, ss := range st.Shards {
-		if ss.Id != s.id {
-			continue
-		}
-		for _, rs := range ss.ReplicaStatus {
-			if rs.Node != string(to.ID) {
-				continue
-			}
-			if rs.Role != "follower" {
-				return "replica is " + rs.Role
-			}
-			if rs.AppliedIndex+maxTransferLag < commit {
-				return fmt.Sprintf("behind: applied %d of %d", rs.AppliedIndex, commit)
-			}
-			return ""
-		}
+	if rep.Role != "follower" {
+		return "replica is " + rep.Role
 	}
-	return "does not run the shard"
+	if commit := s.g.raft.CommitIndex(); rep.AppliedIndex+maxTransferLag < commit {
+		return fmt.Sprintf("behind: applied %d of %d", rep.AppliedIndex, commit)
+	}
+	return ""
 }
 
 func (n *Node) preferredLeader(s *Shard, sh *metapb.Shard, health map[string]gossipMember) *raft.Server {

@@ -10,7 +10,6 @@ import (
 
 	"github.com/hashicorp/raft"
 
-	"github.com/e1158ecb/taskstore/api/taskstorepb"
 	"github.com/e1158ecb/taskstore/cluster/metapb"
 )
 
@@ -437,28 +436,11 @@ func (n *Node) reconcileShardConfig(ctx context.Context, s *Shard, cm *metapb.Cl
 
 // caughtUp asks a replica how far it has applied the shard.
 func (n *Node) caughtUp(ctx context.Context, s *Shard, id, addr string) bool {
-	conn, err := n.peers.get(addr)
-	if err != nil {
-		return false
-	}
 	cctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	st, err := taskstorepb.NewAdminClient(conn).Status(cctx, &taskstorepb.StatusRequest{LocalOnly: true})
-	if err != nil {
-		return false
-	}
-	commit := s.g.raft.CommitIndex()
-	for _, sh := range st.Shards {
-		if sh.Id != s.id {
-			continue
-		}
-		for _, rs := range sh.ReplicaStatus {
-			if rs.Node == id && rs.AppliedIndex+catchUpLag >= commit {
-				return true
-			}
-		}
-	}
-	return false
+	r := n.askReport(cctx, addr)
+	rep := replicaOf(r, s.id)
+	return r.GetNode() == id && rep != nil && rep.AppliedIndex+catchUpLag >= s.g.raft.CommitIndex()
 }
 
 // retireReplicas stops local replicas the map no longer places here, once

@@ -45,15 +45,10 @@ func (n *Node) peersSayRemoved() bool {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		st := n.peerStatus(ctx, node.Address)
+		r := n.askReport(ctx, node.Address)
 		cancel()
-		for _, ns := range st.GetNodes() {
-			if ns.GetId() == n.cfg.ID {
-				if ns.GetState() == NodeStateName(NodeRemoved) {
-					return true
-				}
-				break
-			}
+		if state, ok := memberState(r, n.cfg.ID); ok && state == NodeRemoved {
+			return true
 		}
 	}
 	return false

@@ -192,23 +192,10 @@ func groupStatus(id uint32, r *raft.Raft, self string, s *Shard) *taskstorepb.Sh
 	num := func(k string) uint64 { v, _ := strconv.ParseUint(stats[k], 10, 64); return v }
 	_, leader := r.LeaderWithID()
 	ss := &taskstorepb.ShardStatus{Id: id, Leader: string(leader), Term: num("term")}
-	role := "follower"
-	switch r.State() {
-	case raft.Leader:
-		role = "leader"
-	case raft.Candidate:
-		role = "candidate"
-	case raft.Shutdown:
-		role = "shutdown"
-	}
-	if f := r.GetConfiguration(); f.Error() == nil {
+	role := replicaRole(r, self)
+	if f := r.GetConfiguration(); f.Error() == nil && id == MetaGroupID {
 		for _, srv := range f.Configuration().Servers {
-			if string(srv.ID) == self && srv.Suffrage == raft.Nonvoter {
-				role = "nonvoter"
-			}
-			if id == MetaGroupID {
-				ss.Replicas = append(ss.Replicas, string(srv.ID))
-			}
+			ss.Replicas = append(ss.Replicas, string(srv.ID))
 		}
 	}
 	rs := &taskstorepb.ReplicaStatus{

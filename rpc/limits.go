@@ -24,18 +24,6 @@ import (
 	"github.com/e1158ecb/taskstore/fsm"
 )
 
-// Bounds on how many things one request may name, beyond the state
-// machine's limits (fsm.Limits bounds operations per transaction and the
-// claim limit, both 1000 by default). Over them the answer is
-// ResourceExhausted; the request never reaches a Raft log.
-const (
-	// MaxClaimQueues is the most queues one Claim may name. A claim, and
-	// every retry of a waiting claim, is a log entry carrying the names.
-	MaxClaimQueues = 1000
-	// MaxRequestIDs is the most ids one Tasks request may name.
-	MaxRequestIDs = 1000
-)
-
 // DefaultMaxConcurrentStreams is the default bound on concurrent calls over
 // one connection. A proxy forwards all of its callers' calls (waiting claims
 // among them, up to MaxWait each) over one connection per node, so the bound

@@ -83,7 +83,7 @@ func (srv *Server) askMember(ctx context.Context, localOnly bool) (taskstorepb.A
 // the shard's leader, which removes the diverged replica from the group and
 // then sends the same request with wipe to the replica's node.
 func (srv *Server) RebuildReplica(ctx context.Context, req *taskstorepb.RebuildReplicaRequest) (*taskstorepb.RebuildReplicaResponse, error) {
-	if req.Wipe {
+	if req.Wipe { // a leader of an older version asks so (cluster.wipeRemote)
 		if md, ok := metadata.FromIncomingContext(ctx); !ok || len(md.Get(forwardedKey)) == 0 {
 			return nil, toStatus(invalid("wipe", "set only by the shard's leader, after it removed the replica from the group: use taskctl shard rebuild"))
 		}

@@ -60,10 +60,12 @@ func NewServer(node *cluster.Node, reg prometheus.Registerer, log *slog.Logger) 
 		rates: newIntrospection(time.Now), log: log.With("component", "rpc")}
 }
 
-// Register adds TaskStore, Admin, grpc.health.v1 and reflection to s.
+// Register adds TaskStore, Admin, the nodes' internal Peer service,
+// grpc.health.v1 and reflection to s.
 func (srv *Server) Register(s *grpc.Server) {
 	taskstorepb.RegisterTaskStore(s, srv)
 	taskstorepb.RegisterAdmin(s, srv)
+	srv.node.RegisterPeer(s)
 	healthpb.RegisterHealthServer(s, srv.health)
 	reflection.Register(s)
 }
@@ -274,8 +276,8 @@ func modifyClaim(g *groupOf, req *taskstorepb.ModifyRequest) (*fsmpb.Claim, erro
 	if len(c.Queues) == 0 {
 		return nil, invalid("claim.queues", "name at least one queue")
 	}
-	if len(c.Queues) > MaxClaimQueues {
-		return nil, tooMany("claim.queues", "queues", len(c.Queues), MaxClaimQueues)
+	if len(c.Queues) > taskstorepb.MaxClaimQueues {
+		return nil, tooMany("claim.queues", "queues", len(c.Queues), taskstorepb.MaxClaimQueues)
 	}
 	for i, q := range c.Queues {
 		if q == "" {
@@ -328,8 +330,8 @@ func (srv *Server) claim(ctx context.Context, req *taskstorepb.ClaimRequest) (*t
 	if len(req.Queues) == 0 {
 		return nil, invalid("queues", "name at least one queue")
 	}
-	if len(req.Queues) > MaxClaimQueues {
-		return nil, tooMany("queues", "queues", len(req.Queues), MaxClaimQueues)
+	if len(req.Queues) > taskstorepb.MaxClaimQueues {
+		return nil, tooMany("queues", "queues", len(req.Queues), taskstorepb.MaxClaimQueues)
 	}
 	var g groupOf
 	for i, q := range req.Queues {
@@ -430,8 +432,8 @@ func (srv *Server) Tasks(ctx context.Context, req *taskstorepb.TasksRequest) (*t
 }
 
 func (srv *Server) tasks(ctx context.Context, req *taskstorepb.TasksRequest) (*taskstorepb.TasksResponse, error) {
-	if len(req.Ids) > MaxRequestIDs {
-		return nil, tooMany("ids", "ids", len(req.Ids), MaxRequestIDs)
+	if len(req.Ids) > taskstorepb.MaxRequestIDs {
+		return nil, tooMany("ids", "ids", len(req.Ids), taskstorepb.MaxRequestIDs)
 	}
 	shard, err := srv.readShard(req.Shard, req.Queue)
 	if err != nil {

@@ -29,7 +29,21 @@ package taskstorepb
 //     Modify.max_answer_bytes in fsm/fsmpb; docs/semantics.md). A Tasks
 //     page whose values add up to more fails with ResourceExhausted: ask
 //     for fewer tasks, or omit_values.
+//
+// Each limit has one name (docs/semantics.md, "Limits"): what a message may
+// weigh and how many things it may name are here, in the API contract;
+// what a command may carry (sizes of values and names, operations per
+// transaction, the claim limit, the lease) is fsm.Limits, which a node
+// enforces before proposing (rpc.Limits.Commands configures it); rpc.Limits
+// holds a server's configurable instances of these and its rate limits.
 const (
+	// MaxClaimQueues is the most queues one Claim (or a Modify's claim) may
+	// name. A claim, and every retry of a waiting claim, is a log entry
+	// carrying the names. Over it: ResourceExhausted.
+	MaxClaimQueues = 1000
+	// MaxRequestIDs is the most ids one Tasks request may name. Over it:
+	// ResourceExhausted.
+	MaxRequestIDs = 1000
 	// MaxMessageBytes is the largest request a server reads and a client
 	// sends: 8 MiB.
 	MaxMessageBytes = 8 << 20

@@ -2937,7 +2937,9 @@ type RebuildReplicaRequest struct {
 	// Set only by the shard's leader once it has removed the replica from
 	// the shard's Raft group: the node then deletes its copy and starts an
 	// empty one. Never set it by hand: a voter that loses its files can vote
-	// twice in one term.
+	// twice in one term. Only leaders of versions before the nodes' internal
+	// Peer service (cluster/peerpb, Peer.WipeReplica) send it; nodes still
+	// obey it for the length of a rolling upgrade.
 	Wipe          bool `protobuf:"varint,3,opt,name=wipe,proto3" json:"wipe,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
