@@ -34,3 +34,7 @@ func tasksToAPI(ts []*fsmpb.Task) []*taskstorepb.Task {
 	}
 	return out
 }
+
+// TaskToAPI converts a task of the state machine into the API's, as every
+// answer does (client/clienttest reads its machines through it).
+func TaskToAPI(t *fsmpb.Task) *taskstorepb.Task { return taskToAPI(t) }

@@ -41,7 +41,9 @@ type Server struct {
 	taskstorepb.UnimplementedTaskStoreServer
 	taskstorepb.UnimplementedAdminServer
 
-	node   *cluster.Node
+	node *cluster.Node
+	// shards serves the task API (a node's shards, or clienttest's).
+	shards Shards
 	limits fsm.Limits
 	// maxResponse is the largest answer the node's gRPC server sends
 	// (Limits.MaxResponseBytes): claims and transactions are bounded so that
@@ -56,7 +58,16 @@ type Server struct {
 // NewServer returns the services of node; reg (may be nil) receives the
 // API counters.
 func NewServer(node *cluster.Node, reg prometheus.Registerer, log *slog.Logger) *Server {
-	return &Server{node: node, limits: fsm.DefaultLimits, maxResponse: taskstorepb.MaxResponseBytes, health: health.NewServer(), metrics: newAPIMetrics(reg),
+	srv := NewTaskStore(nodeShards{node}, reg, log)
+	srv.node = node
+	return srv
+}
+
+// NewTaskStore returns a server of the task API (TaskStore) alone over
+// shards: what client/clienttest runs in process. Its Admin methods and
+// Register need a node; register it with taskstorepb.RegisterTaskStore.
+func NewTaskStore(shards Shards, reg prometheus.Registerer, log *slog.Logger) *Server {
+	return &Server{shards: shards, limits: fsm.DefaultLimits, maxResponse: taskstorepb.MaxResponseBytes, health: health.NewServer(), metrics: newAPIMetrics(reg),
 		rates: newIntrospection(time.Now), log: log.With("component", "rpc")}
 }
 
@@ -190,7 +201,7 @@ func (srv *Server) modify(ctx context.Context, req *taskstorepb.ModifyRequest) (
 		}
 		return nil, invalid("queue", "no queue named: give the queue of at least one referenced task so the request can be routed to its consistency group")
 	}
-	shard, err := srv.node.ShardFor(g.group)
+	shard, err := srv.shards.ShardFor(g.group)
 	if err != nil {
 		return nil, err
 	}
@@ -371,7 +382,7 @@ func (srv *Server) claim(ctx context.Context, req *taskstorepb.ClaimRequest) (*t
 	if err := fsm.Validate(cmd, srv.limits); err != nil {
 		return nil, err
 	}
-	shard, err := srv.node.ShardFor(g.group)
+	shard, err := srv.shards.ShardFor(g.group)
 	if err != nil {
 		return nil, err
 	}
@@ -412,14 +423,14 @@ func (srv *Server) fits(op string, resp proto.Message) error {
 }
 
 // readShard finds the shard a read addresses.
-func (srv *Server) readShard(shardID uint32, queue string) (*cluster.Shard, error) {
+func (srv *Server) readShard(shardID uint32, queue string) (Shard, error) {
 	switch {
 	case shardID != 0:
-		return srv.node.ShardByID(shardID)
+		return srv.shards.ShardByID(shardID)
 	case queue != "" && taskstorepb.GroupOf(queue) == "":
 		return nil, invalid("queue", "%q: a queue name must not start with '/' (its group would be empty)", queue)
 	case queue != "":
-		return srv.node.ShardFor(taskstorepb.GroupOf(queue))
+		return srv.shards.ShardFor(taskstorepb.GroupOf(queue))
 	default:
 		return nil, invalid("queue", "give a queue or a shard")
 	}
@@ -494,15 +505,15 @@ func (srv *Server) Queues(ctx context.Context, req *taskstorepb.QueuesRequest) (
 }
 
 func (srv *Server) queues(ctx context.Context, req *taskstorepb.QueuesRequest) (*taskstorepb.QueuesResponse, error) {
-	var shards []*cluster.Shard
+	var shards []Shard
 	if req.Shard != 0 {
 		s, err := srv.readShard(req.Shard, "")
 		if err != nil {
 			return nil, err
 		}
-		shards = []*cluster.Shard{s}
+		shards = []Shard{s}
 	} else {
-		for _, s := range srv.node.LocalShards() {
+		for _, s := range srv.shards.LocalShards() {
 			if req.Stale || s.IsLeader() {
 				shards = append(shards, s)
 			}
@@ -538,7 +549,7 @@ func (srv *Server) queues(ctx context.Context, req *taskstorepb.QueuesRequest) (
 
 // Time implements TaskStore.Time.
 func (srv *Server) Time(ctx context.Context, req *taskstorepb.TimeRequest) (*taskstorepb.TimeResponse, error) {
-	return &taskstorepb.TimeResponse{Now: timestamppb.New(srv.node.Clock())}, nil
+	return &taskstorepb.TimeResponse{Now: timestamppb.New(srv.shards.Clock())}, nil
 }
 
 // Status implements Admin.Status. A node that is leaving the cluster asks
@@ -597,7 +608,7 @@ func (srv *Server) purge(ctx context.Context, req *taskstorepb.PurgeRequest) (*t
 	if err := fsm.Validate(cmd, srv.limits); err != nil {
 		return nil, err
 	}
-	shard, err := srv.node.ShardFor(taskstorepb.GroupOf(req.Queue))
+	shard, err := srv.shards.ShardFor(taskstorepb.GroupOf(req.Queue))
 	if err != nil {
 		return nil, err
 	}
