@@ -302,17 +302,25 @@ func (pol *Policy) RequireAdminHTTP(h http.Handler) http.Handler {
 			code, err = http.StatusForbidden, fmt.Errorf("the status page shows every queue's tasks: it needs the admin role; %s has role %s", p.Name, p.Role)
 		}
 		if err != nil {
-			if pol.Log != nil {
-				pol.Log.Warn("http request refused", "path", r.URL.Path, "peer", r.RemoteAddr, "principal", p.Name, "role", p.Role, "code", code, "err", err)
-			}
-			if code == http.StatusUnauthorized {
-				w.Header().Set("WWW-Authenticate", `Basic realm="taskstore", charset="UTF-8"`)
-			}
+			pol.RefuseHTTP(w, r, p, code, err)
 			http.Error(w, err.Error(), code)
 			return
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// RefuseHTTP logs a refused HTTP request as the gRPC interceptor logs a
+// refused call and, for 401, sets the Basic challenge a browser answers.
+// The caller writes the status and body after it (their formats differ: the
+// status page's is text, the HTTP/JSON API's a JSON status).
+func (pol *Policy) RefuseHTTP(w http.ResponseWriter, r *http.Request, p Principal, code int, err error) {
+	if pol.Log != nil {
+		pol.Log.Warn("http request refused", "path", r.URL.Path, "peer", r.RemoteAddr, "principal", p.Name, "role", p.Role, "code", code, "err", err)
+	}
+	if code == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Basic realm="taskstore", charset="UTF-8"`)
+	}
 }
 
 // AuthenticateHTTP establishes the caller of an HTTP request as

@@ -58,11 +58,8 @@ func (s *Server) authenticateHTTP(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p, code, err := s.policy.AuthenticateHTTP(r)
 		if err != nil {
-			if s.policy.Log != nil {
-				s.policy.Log.Warn("http request refused", "path", r.URL.Path, "peer", r.RemoteAddr, "code", code, "err", err)
-			}
+			s.policy.RefuseHTTP(w, r, p, code, err)
 			w.Header().Set("Content-Type", "application/json")
-			w.Header().Set("WWW-Authenticate", `Basic realm="taskstore", charset="UTF-8"`)
 			w.WriteHeader(code)
 			body, _ := json.Marshal(map[string]any{"code": codes.Unauthenticated, "message": err.Error(), "details": []any{}})
 			w.Write(body)

@@ -88,9 +88,7 @@ start afresh.`,
 			defer stop()
 			for _, n := range nodes {
 				if err := n.start(); err != nil {
-					for _, m := range nodes {
-						m.stop(time.Second)
-					}
+					stopNodes(nodes, time.Second)
 					return err
 				}
 			}
@@ -108,9 +106,7 @@ start afresh.`,
 			cancel()
 			if err != nil {
 				stop()
-				for _, n := range nodes {
-					n.stop(defaultShutdown)
-				}
+				stopNodes(nodes, defaultShutdown)
 				wg.Wait()
 				return err
 			}
@@ -126,15 +122,7 @@ start afresh.`,
 			if err := p.Shutdown(sctx); err != nil {
 				log.Warn("proxy shutdown", "err", err)
 			}
-			var sw sync.WaitGroup
-			for _, n := range nodes {
-				sw.Add(1)
-				go func() {
-					defer sw.Done()
-					n.stop(defaultShutdown)
-				}()
-			}
-			sw.Wait()
+			stopNodes(nodes, defaultShutdown)
 			wg.Wait()
 			return nil
 		},
@@ -162,6 +150,20 @@ Fail over: kill -9 $(cat %s/n1.pid)   (the node is started again after 10 s)
 Ctrl-C to stop.
 
 `
+
+// stopNodes stops the nodes at once (each gets timeout to exit cleanly)
+// and returns when all have.
+func stopNodes(nodes []*devNode, timeout time.Duration) {
+	var wg sync.WaitGroup
+	for _, n := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n.stop(timeout)
+		}()
+	}
+	wg.Wait()
+}
 
 // devNode is one node process of the dev cluster.
 type devNode struct {
