@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -582,5 +583,60 @@ func TestTasksByIDsDoesNotReportAbsentWhatAFailedShardHolds(t *testing.T) {
 	resp, err = c.Tasks(shortCtx2, &taskstorepb.TasksRequest{Ids: []string{a.Id}})
 	if err != nil || len(resp.Tasks) != 1 || resp.Tasks[0].Id != a.Id {
 		t.Fatalf("Tasks(%s) with another shard failing = %v, %v; want the task", a.Id, resp, err)
+	}
+}
+
+// TestSameIDInTwoGroups: ids are unique within a consistency group only,
+// so two groups (here on different shards) may hold the same id. A lookup
+// by id alone used to return whichever shard answered first, and Delete
+// without a queue then deleted that one (issue 15: `task delete` removed
+// the wrong copy). Now Get reports both and refuses to pick, Delete and
+// Release without a queue refuse and change nothing, and with the queue
+// they act on the task of that queue only.
+func TestSameIDInTwoGroups(t *testing.T) {
+	fc := clienttest.New(t, 3, 2)
+	c := mustDial(t, fc.Addrs())
+	ctx := ctxFor(t, 10*time.Second)
+	queues := queuesOnDistinctShards(t, fc, 2)
+	for _, q := range queues {
+		if _, err := c.Insert(ctx, q, []byte(q), client.WithID("theta-task-1")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	found, err := c.Find(ctx, "theta-task-1")
+	if err != nil || len(found) != 2 || found[0].Queue == found[1].Queue {
+		t.Fatalf("Find = %v, %v; want one task in each of %v", found, err, queues)
+	}
+	_, err = c.Get(ctx, "theta-task-1")
+	var amb *client.AmbiguousIDError
+	if !errors.As(err, &amb) || !errors.Is(err, client.ErrAmbiguous) || len(amb.Tasks) != 2 {
+		t.Fatalf("Get of an id in two groups: %v, want an AmbiguousIDError listing both", err)
+	}
+	for _, q := range queues {
+		if !strings.Contains(err.Error(), q) {
+			t.Errorf("the error does not name queue %s: %v", q, err)
+		}
+	}
+	if err := c.Delete(ctx, "theta-task-1", 1); !errors.Is(err, client.ErrAmbiguous) {
+		t.Errorf("Delete without a queue: %v, want ErrAmbiguous", err)
+	}
+	if _, err := c.Release(ctx, "theta-task-1", 1); !errors.Is(err, client.ErrAmbiguous) {
+		t.Errorf("Release without a queue: %v, want ErrAmbiguous", err)
+	}
+	if found, _ := c.Find(ctx, "theta-task-1"); len(found) != 2 {
+		t.Fatalf("a refused delete changed something: %v", found)
+	}
+	if err := c.Delete(ctx, "theta-task-1", 1, client.InQueue(queues[1])); err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.Get(ctx, "theta-task-1")
+	if err != nil || got.Queue != queues[0] {
+		t.Fatalf("after deleting the copy in %s: Get = %v, %v; want the one in %s", queues[1], got, err, queues[0])
+	}
+	if got, err := c.GetIn(ctx, queues[0], "theta-task-1"); err != nil || got.Queue != queues[0] {
+		t.Errorf("GetIn(%s) = %v, %v", queues[0], got, err)
+	}
+	if _, err := c.GetIn(ctx, queues[1], "theta-task-1"); !errors.Is(err, client.ErrNotFound) {
+		t.Errorf("GetIn(%s) after its delete: %v, want ErrNotFound", queues[1], err)
 	}
 }

@@ -1,8 +1,10 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -57,17 +59,53 @@ func (c *Client) Insert(ctx context.Context, queue string, value []byte, opts ..
 
 // Get returns the task with id, looked up on every shard (each at its
 // leader). It returns an error matching ErrNotFound when no shard has it.
+// An id is unique within a consistency group only: when tasks of several
+// groups have it, Get returns an *AmbiguousIDError listing them (and
+// matching ErrAmbiguous) rather than pick one; GetIn or Find then.
 func (c *Client) Get(ctx context.Context, id string) (*Task, error) {
-	resp, err := c.Tasks(ctx, &taskstorepb.TasksRequest{Ids: []string{id}})
+	found, err := c.Find(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	switch len(found) {
+	case 0:
+		return nil, fmt.Errorf("task %q: %w", id, ErrNotFound)
+	case 1:
+		return found[0], nil
+	}
+	return nil, &AmbiguousIDError{ID: id, Tasks: found}
+}
+
+// GetIn returns the task with id in queue's consistency group, if it is in
+// queue. It returns an error matching ErrNotFound otherwise.
+func (c *Client) GetIn(ctx context.Context, queue, id string) (*Task, error) {
+	resp, err := c.Tasks(ctx, &taskstorepb.TasksRequest{Queue: queue, Ids: []string{id}})
 	if err != nil {
 		return nil, err
 	}
 	for _, t := range resp.Tasks {
-		if t.Id == id {
+		if t.Id == id && t.Queue == queue {
 			return t, nil
 		}
 	}
-	return nil, fmt.Errorf("task %q: %w", id, ErrNotFound)
+	return nil, fmt.Errorf("task %q in queue %q: %w", id, queue, ErrNotFound)
+}
+
+// Find returns every task with id, one per consistency group that has one,
+// looked up on every shard and sorted by queue. None is not an error.
+func (c *Client) Find(ctx context.Context, id string) ([]*Task, error) {
+	resp, err := c.Tasks(ctx, &taskstorepb.TasksRequest{Ids: []string{id}})
+	if err != nil {
+		return nil, err
+	}
+	var out []*Task
+	for _, t := range resp.Tasks {
+		if t.Id == id {
+			out = append(out, t)
+		}
+	}
+	slices.SortFunc(out, func(a, b *Task) int { return cmp.Compare(a.Queue, b.Queue) })
+	return out, nil
 }
 
 // ListQueues returns the queues whose names start with prefix, from every
@@ -89,7 +127,9 @@ type refOptions struct {
 }
 
 // InQueue gives the task's current queue, which routes the request. Without
-// it the Client looks the task up first (Get).
+// it the Client looks the task up first (Get), and refuses an id that
+// tasks of several consistency groups have (ErrAmbiguous) rather than pick
+// one of them.
 func InQueue(queue string) RefOption { return func(o *refOptions) { o.queue = queue } }
 
 // AsClaimant acts as claimant, which may change or delete a task it holds.

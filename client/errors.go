@@ -43,9 +43,32 @@ var (
 	// Unauthenticated: no or unknown certificate or token) or does not let
 	// it do this (PermissionDenied: role or queue prefix). Never retried.
 	ErrPermission = errors.New("taskstore: permission denied")
+	// ErrAmbiguous: a task named by id alone (no queue) was found in more
+	// than one consistency group; ids are unique within a group only. The
+	// error is an *AmbiguousIDError listing them. Name the queue.
+	ErrAmbiguous = errors.New("taskstore: ambiguous task id")
 	// ErrClosed: the Client was closed.
 	ErrClosed = errors.New("taskstore: client closed")
 )
+
+// AmbiguousIDError is a lookup by id alone that found tasks of several
+// consistency groups with that id. Nothing was changed.
+type AmbiguousIDError struct {
+	ID    string
+	Tasks []*taskstorepb.Task // one per group, sorted by queue
+}
+
+func (e *AmbiguousIDError) Error() string {
+	var where []string
+	for _, t := range e.Tasks {
+		where = append(where, fmt.Sprintf("queue %s (version %d)", t.Queue, t.Version))
+	}
+	return fmt.Sprintf("task %q is in %d consistency groups: %s; ids are unique within a group only, so name the task's queue",
+		e.ID, len(e.Tasks), strings.Join(where, ", "))
+}
+
+// Unwrap makes errors.Is(err, ErrAmbiguous) true.
+func (e *AmbiguousIDError) Unwrap() error { return ErrAmbiguous }
 
 // Error is a call the cluster answered with an error status that has no more
 // specific type here. It keeps the gRPC status: status.Code(err) works, and

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -336,5 +337,51 @@ func TestShardTableMarksThePreferredLeader(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	if len(lines) != 3 || !strings.Contains(lines[1], " n1,n2,n3* ") || !strings.Contains(lines[2], " n2,n3 ") {
 		t.Fatalf("shard table:\n%s", out.String())
+	}
+}
+
+// TestTaskByIDInTwoGroups: the same id in two consistency groups (issue 15:
+// `task delete ID --version V` removed one of them, whichever a lookup found
+// first). task get prints both and says so; task delete without --queue is
+// refused, names both queues and deletes nothing; with --queue it deletes
+// that queue's task only.
+func TestTaskByIDInTwoGroups(t *testing.T) {
+	fc := clienttest.New(t, 3, 2)
+	var queues []string
+	for i := 0; len(queues) < 2; i++ {
+		q := fmt.Sprintf("g%d/work", i)
+		if len(queues) == 0 || fc.ShardOf(q) != fc.ShardOf(queues[0]) {
+			queues = append(queues, q)
+		}
+	}
+	for _, q := range queues {
+		mustRun(t, fc, "task", "insert", q, "--id", "theta-task-1", "--value", q)
+	}
+	r := run(t, fc, "-o", "json", "task", "get", "theta-task-1")
+	if r.code != 0 {
+		t.Fatalf("task get: exit %d\n%s", r.code, r.stderr)
+	}
+	if got := tasksJSON(t, r.stdout); len(got) != 2 || got[0].Queue != queues[0] || got[1].Queue != queues[1] {
+		t.Errorf("task get printed %v, want the task of %s and of %s", got, queues[0], queues[1])
+	}
+	if !strings.Contains(r.stderr, "2 tasks have id") {
+		t.Errorf("task get does not say the id is in two groups:\n%s", r.stderr)
+	}
+	r = run(t, fc, "task", "delete", "theta-task-1", "--version", "1")
+	if r.code == 0 {
+		t.Fatalf("task delete of an ambiguous id succeeded:\n%s", r.stdout)
+	}
+	for _, want := range append([]string{"--queue"}, queues...) {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("the refusal lacks %q:\n%s", want, r.stderr)
+		}
+	}
+	if fc.Count() != 2 {
+		t.Fatalf("a refused delete left %d tasks, want 2", fc.Count())
+	}
+	mustRun(t, fc, "task", "delete", "theta-task-1", "--version", "1", "--queue", queues[1])
+	got := tasksJSON(t, mustRun(t, fc, "-o", "json", "task", "get", "theta-task-1"))
+	if len(got) != 1 || got[0].Queue != queues[0] {
+		t.Errorf("after deleting the copy in %s: %v, want only the one in %s", queues[1], got, queues[0])
 	}
 }

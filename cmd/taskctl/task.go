@@ -236,29 +236,61 @@ With -o json it prints the TasksResponse: {"tasks":[...],"nextPageToken":...}.`,
 }
 
 func (a *app) taskGetCmd() *cobra.Command {
-	return &cobra.Command{
+	var queue string
+	cmd := &cobra.Command{
 		Use:   "get ID",
 		Short: "Show one task with its whole value",
 		Long: `task get looks the task up by id on every shard and prints all its fields,
 the value in full (as escaped text when valid UTF-8, else as hex).
 
-With -o json it prints {"tasks":[TASK]}. A missing task is an error.`,
+An id is unique within a consistency group, not across the cluster: when
+tasks of several groups have it, task get prints each of them (and says so
+on stderr). --queue looks in that queue only.
+
+With -o json it prints {"tasks":[TASK...]}. A missing task is an error.`,
 		Example: `  taskctl task get 3f2a9c0e
+  taskctl task get job-17 --queue crawl/fetch
   taskctl -o json task get 3f2a9c0e | jq -r '.tasks[0].version'`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.withClient(0, func(ctx context.Context, c *client.Client) error {
-				task, err := c.Get(ctx, args[0])
-				if err != nil {
-					return err
+				var tasks []*taskstorepb.Task
+				if queue != "" {
+					task, err := c.GetIn(ctx, queue, args[0])
+					if err != nil {
+						return err
+					}
+					tasks = append(tasks, task)
+				} else {
+					found, err := c.Find(ctx, args[0])
+					if err != nil {
+						return err
+					}
+					if len(found) == 0 {
+						return fmt.Errorf("task %q: %w", args[0], client.ErrNotFound)
+					}
+					tasks = found
+				}
+				if len(tasks) > 1 {
+					fmt.Fprintf(a.stderr, "note: %d tasks have id %q, one in each of these queues' consistency groups: name the queue (--queue) to act on one\n", len(tasks), args[0])
 				}
 				if a.output == "json" {
-					return printJSON(a.stdout, &taskstorepb.TasksResponse{Tasks: []*taskstorepb.Task{task}})
+					return printJSON(a.stdout, &taskstorepb.TasksResponse{Tasks: tasks})
 				}
-				return printTask(a.stdout, task)
+				for i, task := range tasks {
+					if i > 0 {
+						fmt.Fprintln(a.stdout)
+					}
+					if err := printTask(a.stdout, task); err != nil {
+						return err
+					}
+				}
+				return nil
 			})
 		},
 	}
+	cmd.Flags().StringVar(&queue, "queue", "", "look in this queue only")
+	return cmd
 }
 
 // refFlags are the flags of commands that name one task version.
@@ -289,7 +321,13 @@ func (r *refFlags) resolve(ctx context.Context, c *client.Client, cmd *cobra.Com
 func (r *refFlags) resolveClaimant(ctx context.Context, c *client.Client, cmd *cobra.Command, id string) ([]client.RefOption, string, error) {
 	queue, claimant := r.queue, r.claimant
 	if queue == "" || !cmd.Flags().Changed("claimant") {
-		task, err := c.Get(ctx, id)
+		// By id alone, a task of another group with the same id must not
+		// be the one acted on: Get refuses an ambiguous id.
+		get := func() (*taskstorepb.Task, error) { return c.Get(ctx, id) }
+		if queue != "" {
+			get = func() (*taskstorepb.Task, error) { return c.GetIn(ctx, queue, id) }
+		}
+		task, err := get()
 		if err != nil {
 			return nil, "", err
 		}
