@@ -128,6 +128,12 @@ func (pol *Policy) Authenticate(ctx context.Context) (Principal, error) {
 		if err != nil {
 			return Principal{}, status.Errorf(codes.InvalidArgument, "bad %s: %v", PrincipalHeader, err)
 		}
+		if p.Role == RoleNode && cert.Role != RoleNode {
+			// A node's identity is its own certificate: a proxy speaking
+			// "for a node" would reach what only nodes may do (the Peer
+			// service, the wipe of a replica).
+			return Principal{}, status.Errorf(codes.PermissionDenied, "%s (role %s) may not speak for a caller with role node", cert.Name, cert.Role)
+		}
 		p.Via = "via " + cert.Name + ", " + p.Via
 		return p, nil
 	}

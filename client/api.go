@@ -211,10 +211,12 @@ func (c *Client) Tasks(ctx context.Context, req *taskstorepb.TasksRequest) (*tas
 	return resp, err
 }
 
-// tasksEverywhere asks every shard for req.Ids. When some shard failed to
-// answer, the others' answer stands only if it found every id asked for:
-// otherwise a missing id may be on the shard that failed, and reporting it
-// absent would be a wrong answer, so the shards' errors are returned.
+// tasksEverywhere asks every shard for req.Ids, and answers only when every
+// shard did. A shard that failed may hold a task the others do not (it
+// would be reported absent) or another group's task with an id the others
+// found (ids are unique within a group only: Get would take one copy for
+// the only one, and a delete by id alone would act on it), so the shards'
+// errors are returned instead.
 func (c *Client) tasksEverywhere(ctx context.Context, req *taskstorepb.TasksRequest) (*taskstorepb.TasksResponse, error) {
 	out := &taskstorepb.TasksResponse{}
 	var mu sync.Mutex
@@ -231,15 +233,7 @@ func (c *Client) tasksEverywhere(ctx context.Context, req *taskstorepb.TasksRequ
 		}
 	}, &errs)
 	if len(errs) > 0 {
-		found := make(map[string]bool, len(out.Tasks))
-		for _, t := range out.Tasks {
-			found[t.Id] = true
-		}
-		for _, id := range req.Ids {
-			if !found[id] {
-				return nil, errors.Join(errs...)
-			}
-		}
+		return nil, errors.Join(errs...)
 	}
 	order := make(map[string]int, len(req.Ids))
 	for i, id := range req.Ids {

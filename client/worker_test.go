@@ -432,17 +432,25 @@ func testWorkerPausedWorkerCommitIsRefused(t *testing.T, addrs string) {
 	mustInsert(t, ca, q, "p1", "job")
 
 	var aCalls, bCalls atomic.Int32
+	// An outside system that fences by the token (issue 18 item 6): A's
+	// write after B's must be refused there too, not only its commit here.
+	ext := &fencedStore{}
+	var aWrite atomic.Value
 	started, resume := make(chan struct{}), make(chan struct{})
 	a := newWorker(t, ca, []string{q}, func(ctx context.Context, task *client.Task) (client.Result, error) {
 		aCalls.Add(1)
 		close(started)
 		<-resume // paused: no renewal, context ignored
+		aWrite.Store(writeResult{ext.write(task.Id, client.FencingToken(task), "by A")})
 		return client.Result{}, nil
 	}, client.WithWorkerClaimant("paused-a"), client.WithLease(lease), client.WithRenewal(0))
 	var bSaw atomic.Pointer[client.Task]
 	b := newWorker(t, cb, []string{q}, func(ctx context.Context, task *client.Task) (client.Result, error) {
 		bCalls.Add(1)
 		bSaw.Store(task)
+		if err := ext.write(task.Id, client.FencingToken(task), "by B"); err != nil {
+			return client.Result{}, err
+		}
 		return client.Result{MoveTo: "paused/done", Value: []byte("by B")}, nil
 	}, client.WithWorkerClaimant("paused-b"), client.WithLease(lease))
 
@@ -483,6 +491,39 @@ func testWorkerPausedWorkerCommitIsRefused(t *testing.T, addrs string) {
 	}
 	// A's refused commit changed nothing.
 	checkTask(t, mustGet(t, cb, "p1"), taskWant{Queue: "paused/done", Version: 4, Value: "by B", Claims: 2})
+	// Nor did its late write outside: A held token 1, B token 2.
+	if r, _ := aWrite.Load().(writeResult); r.err == nil || ext.value("p1") != "by B" {
+		t.Errorf("the fenced store took A's late write (err %v), holds %q; want it refused and %q kept", r.err, ext.value("p1"), "by B")
+	}
+}
+
+type writeResult struct{ err error }
+
+// fencedStore is a system outside the cluster that refuses a write whose
+// fencing token is lower than the highest it has seen for the task.
+type fencedStore struct {
+	mu     sync.Mutex
+	tokens map[string]uint32
+	values map[string]string
+}
+
+func (s *fencedStore) write(id string, token uint32, v string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.tokens == nil {
+		s.tokens, s.values = map[string]uint32{}, map[string]string{}
+	}
+	if token < s.tokens[id] {
+		return fmt.Errorf("fenced: token %d is older than %d", token, s.tokens[id])
+	}
+	s.tokens[id], s.values[id] = token, v
+	return nil
+}
+
+func (s *fencedStore) value(id string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.values[id]
 }
 
 func testWorkerShutdownReleases(t *testing.T, addrs string) {

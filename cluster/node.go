@@ -86,10 +86,13 @@ type Config struct {
 // Node is one taskstored process: the meta group, the shards it replicates,
 // gossip, and the shared listener. It is safe for concurrent use.
 type Node struct {
-	cfg  Config
-	log  *slog.Logger
-	mux  *Mux
-	addr string
+	// noPeer: peer address -> when it answered the Peer service with
+	// Unimplemented (an older version); see legacyPeer.
+	noPeer sync.Map
+	cfg    Config
+	log    *slog.Logger
+	mux    *Mux
+	addr   string
 
 	metrics   *nodeMetrics
 	meta      *metaFSM

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"time"
 
@@ -46,7 +47,13 @@ func (p *peerServer) WipeReplica(_ context.Context, req *peerpb.WipeReplicaReque
 		return nil, status.Errorf(codes.FailedPrecondition, "this is node %s, not %s", p.n.cfg.ID, req.Node)
 	}
 	if err := p.n.WipeReplica(req.Shard); err != nil {
-		return nil, err
+		// As rpc answers the public calls: a refusal is FailedPrecondition,
+		// so the leader's caller (taskctl shard rebuild) sees ErrRefused.
+		code := codes.Internal
+		if errors.Is(err, ErrRefused) {
+			code = codes.FailedPrecondition
+		}
+		return nil, status.Error(code, err.Error())
 	}
 	return &peerpb.WipeReplicaResponse{}, nil
 }
@@ -58,7 +65,12 @@ func (p *peerServer) Clock(context.Context, *peerpb.ClockRequest) (*peerpb.Clock
 // report describes this node and its replicas for a peer.
 func (n *Node) report() *peerpb.NodeReport {
 	cm := n.meta.Map()
+	// The gossip address: the map's, else what gossip advertises (a
+	// --gossip of ":7201" is no address to dial), else the flag.
 	r := &peerpb.NodeReport{Node: n.cfg.ID, GossipAddress: n.cfg.GossipAddr, DiskLow: n.DiskLow()}
+	if m, ok := n.gossip.snapshot()[n.cfg.ID]; ok && m.GossipAddress != "" {
+		r.GossipAddress = m.GossipAddress
+	}
 	for _, node := range cm.GetNodes() {
 		r.Members = append(r.Members, &peerpb.Member{Id: node.Id, State: node.Membership})
 		if node.Id == n.cfg.ID && node.GossipAddress != "" {
@@ -111,6 +123,23 @@ func replicaRole(r *raft.Raft, self string) string {
 	return role
 }
 
+// legacyPeerMemo is how long a peer that answered Peer with Unimplemented
+// is asked the public calls directly, before Peer is tried again (it may
+// have been upgraded).
+const legacyPeerMemo = 5 * time.Minute
+
+// legacyPeer reports whether addr answered Peer with Unimplemented lately.
+func (n *Node) legacyPeer(addr string) bool {
+	v, ok := n.noPeer.Load(addr)
+	return ok && time.Since(v.(time.Time)) < legacyPeerMemo
+}
+
+func (n *Node) noteLegacy(addr string, legacy bool) {
+	if legacy {
+		n.noPeer.Store(addr, time.Now())
+	}
+}
+
 // askReport asks the node at addr for its report; nil if it does not
 // answer.
 func (n *Node) askReport(ctx context.Context, addr string) *peerpb.NodeReport {
@@ -120,7 +149,8 @@ func (n *Node) askReport(ctx context.Context, addr string) *peerpb.NodeReport {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	r, err := fetchReport(ctx, conn)
+	r, legacy, err := fetchReport(ctx, conn, n.legacyPeer(addr))
+	n.noteLegacy(addr, legacy)
 	if err != nil {
 		n.log.Debug("peer report", "addr", addr, "err", err)
 		return nil
@@ -128,17 +158,20 @@ func (n *Node) askReport(ctx context.Context, addr string) *peerpb.NodeReport {
 	return r
 }
 
-// fetchReport asks Peer.Report, or Admin.Status of a node without Peer.
-func fetchReport(ctx context.Context, conn grpc.ClientConnInterface) (*peerpb.NodeReport, error) {
-	r, err := peerpb.NewPeerClient(conn).Report(ctx, &peerpb.ReportRequest{})
-	if status.Code(err) != codes.Unimplemented {
-		return r, err
+// fetchReport asks Peer.Report, or Admin.Status of a node without Peer
+// (legacy: known not to serve it). It says whether it had to fall back.
+func fetchReport(ctx context.Context, conn grpc.ClientConnInterface, legacy bool) (*peerpb.NodeReport, bool, error) {
+	if !legacy {
+		r, err := peerpb.NewPeerClient(conn).Report(ctx, &peerpb.ReportRequest{})
+		if status.Code(err) != codes.Unimplemented {
+			return r, false, err
+		}
 	}
 	st, err := taskstorepb.NewAdminClient(conn).Status(ctx, &taskstorepb.StatusRequest{LocalOnly: true})
 	if err != nil {
-		return nil, err
+		return nil, true, err
 	}
-	return reportFromStatus(st), nil
+	return reportFromStatus(st), true, nil
 }
 
 // askClock asks the node at addr for its clock (Unix nanoseconds).
@@ -147,23 +180,29 @@ func (n *Node) askClock(ctx context.Context, addr string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	return fetchClock(ctx, conn)
+	now, legacy, err := fetchClock(ctx, conn, n.legacyPeer(addr))
+	n.noteLegacy(addr, legacy)
+	return now, err
 }
 
-// fetchClock asks Peer.Clock, or Admin.Status of a node without Peer.
-func fetchClock(ctx context.Context, conn grpc.ClientConnInterface) (int64, error) {
-	c, err := peerpb.NewPeerClient(conn).Clock(ctx, &peerpb.ClockRequest{})
-	if status.Code(err) != codes.Unimplemented {
-		return c.GetNow(), err
+// fetchClock asks Peer.Clock, or Admin.Status of a node without Peer. The
+// first sample of an older peer includes the refused call in its round
+// trip; the memo (legacyPeer) keeps the rest to one call.
+func fetchClock(ctx context.Context, conn grpc.ClientConnInterface, legacy bool) (int64, bool, error) {
+	if !legacy {
+		c, err := peerpb.NewPeerClient(conn).Clock(ctx, &peerpb.ClockRequest{})
+		if status.Code(err) != codes.Unimplemented {
+			return c.GetNow(), false, err
+		}
 	}
 	st, err := taskstorepb.NewAdminClient(conn).Status(ctx, &taskstorepb.StatusRequest{ClockOnly: true})
 	if err != nil {
-		return 0, err
+		return 0, true, err
 	}
 	if st.GetNow() == nil {
-		return 0, status.Error(codes.Unavailable, "the node's Status carries no clock")
+		return 0, true, status.Error(codes.Unavailable, "the node's Status carries no clock")
 	}
-	return st.GetNow().AsTime().UnixNano(), nil
+	return st.GetNow().AsTime().UnixNano(), true, nil
 }
 
 // wipeRemote tells node (at conn) to delete its diverged replica of shard:

@@ -3,21 +3,34 @@ package cluster
 import (
 	"context"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/e1158ecb/taskstore/api/taskstorepb"
 )
 
-// olderNode serves Admin.Status only, like a node of a version before the
-// Peer service.
+// olderNode serves Admin only, like a node of a version before the Peer
+// service.
 type olderNode struct {
 	taskstorepb.UnimplementedAdminServer
-	now time.Time
+	now   time.Time
+	wiped chan *taskstorepb.RebuildReplicaRequest
+}
+
+func (o *olderNode) RebuildReplica(ctx context.Context, req *taskstorepb.RebuildReplicaRequest) (*taskstorepb.RebuildReplicaResponse, error) {
+	if md, _ := metadata.FromIncomingContext(ctx); len(md.Get(ForwardedKey)) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "wipe without the forwarded mark")
+	}
+	o.wiped <- req
+	return &taskstorepb.RebuildReplicaResponse{}, nil
 }
 
 func (o *olderNode) Status(_ context.Context, req *taskstorepb.StatusRequest) (*taskstorepb.StatusResponse, error) {
@@ -51,7 +64,7 @@ func TestPeerWithoutPeerService(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := grpc.NewServer()
-	old := &olderNode{now: time.Unix(1700000000, 5)}
+	old := &olderNode{now: time.Unix(1700000000, 5), wiped: make(chan *taskstorepb.RebuildReplicaRequest, 1)}
 	taskstorepb.RegisterAdminServer(s, old)
 	go s.Serve(l)
 	defer s.Stop()
@@ -63,13 +76,13 @@ func TestPeerWithoutPeerService(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
-	now, err := fetchClock(ctx, conn)
-	if err != nil || now != old.now.UnixNano() {
-		t.Fatalf("clock: %d, %v; want %d", now, err, old.now.UnixNano())
+	now, legacy, err := fetchClock(ctx, conn, false)
+	if err != nil || now != old.now.UnixNano() || !legacy {
+		t.Fatalf("clock: %d, %v (fell back: %v); want %d from Status", now, err, legacy, old.now.UnixNano())
 	}
-	r, err := fetchReport(ctx, conn)
-	if err != nil {
-		t.Fatal(err)
+	r, legacy, err := fetchReport(ctx, conn, false)
+	if err != nil || !legacy {
+		t.Fatalf("report: %v (fell back: %v)", err, legacy)
 	}
 	if r.Node != "n2" || r.GossipAddress != "10.0.0.2:7946" || !r.DiskLow {
 		t.Errorf("node %q gossip %q disk low %v", r.Node, r.GossipAddress, r.DiskLow)
@@ -91,5 +104,48 @@ func TestPeerWithoutPeerService(t *testing.T) {
 	}
 	if rep := replicaOf(r, 3); rep != nil {
 		t.Errorf("shard 3 is not on n2, but the report has %v", rep)
+	}
+	// The wipe goes as an older leader sent it: RebuildReplica with wipe
+	// set and the forwarded mark.
+	if err := wipeRemote(ctx, conn, 2, "n2"); err != nil {
+		t.Fatal(err)
+	}
+	if req := <-old.wiped; req.Shard != 2 || req.Node != "n2" || !req.Wipe {
+		t.Errorf("older node got %v, want a wipe of shard 2 on n2", req)
+	}
+}
+
+// TestWipeReplicaAnswers: Peer.WipeReplica refuses to act for another node
+// (an address reused) and a replica that is not diverged, both as
+// FailedPrecondition, which the leader's caller sees as a refusal (as the
+// public RebuildReplica answered before; a bare error would be Unknown).
+func TestWipeReplicaAnswers(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer()
+	n := &Node{cfg: Config{ID: "n1"}}
+	n.RegisterPeer(s)
+	go s.Serve(l)
+	defer s.Stop()
+	conn, err := grpc.NewClient(l.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, tc := range []struct {
+		node string
+		msg  string
+	}{
+		{"n2", "not n2"},
+		{"n1", "not diverged"},
+	} {
+		err := wipeRemote(ctx, conn, 3, tc.node)
+		if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), tc.msg) {
+			t.Errorf("wipe of shard 3 on %s: %v, want FailedPrecondition saying %q", tc.node, err, tc.msg)
+		}
 	}
 }

@@ -115,7 +115,12 @@ type Task struct {
 	Value    []byte                 `protobuf:"bytes,8,opt,name=value,proto3" json:"value,omitempty"`
 	Created  *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=created,proto3" json:"created,omitempty"`
 	Modified *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=modified,proto3" json:"modified,omitempty"`
-	// How many times the task was claimed.
+	// How many times the task was claimed: its fencing token (lease epoch).
+	// It rises with every claim and stays the same while the holder renews
+	// its lease or changes the task keeping its claim (version changes every
+	// time). A holder that lost its lease to another claimant holds a lower
+	// one: send it with side effects elsewhere and refuse lower tokens there
+	// (docs/workers.md, "Fencing side effects").
 	Claims uint32 `protobuf:"varint,11,opt,name=claims,proto3" json:"claims,omitempty"`
 	// Set by workers (retries, dead-lettering).
 	Attempt       uint32 `protobuf:"varint,12,opt,name=attempt,proto3" json:"attempt,omitempty"`

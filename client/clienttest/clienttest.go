@@ -349,7 +349,7 @@ func (s nodeShard) Claim(ctx context.Context, cmd *fsmpb.Command, wait time.Dura
 		}
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return res, nil // as a node: a wait cut short claimed nothing
 		case <-time.After(5 * time.Millisecond):
 		}
 	}

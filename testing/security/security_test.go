@@ -24,6 +24,7 @@ import (
 	"github.com/e1158ecb/taskstore/api/taskstorepb"
 	"github.com/e1158ecb/taskstore/auth"
 	"github.com/e1158ecb/taskstore/client"
+	"github.com/e1158ecb/taskstore/cluster/peerpb"
 	"github.com/e1158ecb/taskstore/proxy"
 	"github.com/e1158ecb/taskstore/testing/harness"
 )
@@ -210,6 +211,28 @@ func TestSecuredClusterRefusesWhoItShould(t *testing.T) {
 		_, err := taskstorepb.NewAdminClient(cc).RemoveNode(ctx, &taskstorepb.RemoveNodeRequest{Id: "n3"})
 		if status.Code(err) != codes.PermissionDenied {
 			t.Fatalf("spoofed principal header: %v, want PermissionDenied", err)
+		}
+	})
+
+	t.Run("proxy_certificate_speaking_for_a_node", func(t *testing.T) {
+		// A proxy may speak for its callers, but never as a node: that
+		// would reach the nodes' internal service, the wipe of a replica
+		// among it. An admin may read Peer.Report (to debug), not wipe.
+		proxyConn := dial(t, addr, sec.ClientTLS(t, "proxy"), "")
+		ctx := spoof(ctxT(t, 10*time.Second), auth.PrincipalHeader, "role=node&name=n9")
+		if _, err := peerpb.NewPeerClient(proxyConn).WipeReplica(ctx, &peerpb.WipeReplicaRequest{Shard: 1, Node: "n1"}); status.Code(err) != codes.PermissionDenied {
+			t.Errorf("proxy speaking for a node, WipeReplica: %v, want PermissionDenied", err)
+		}
+		if _, err := peerpb.NewPeerClient(proxyConn).Report(ctx, &peerpb.ReportRequest{}); status.Code(err) != codes.PermissionDenied {
+			t.Errorf("proxy speaking for a node, Report: %v, want PermissionDenied", err)
+		}
+		adminConn := dial(t, addr, sec.ClientTLS(t, "admin"), "")
+		actx := ctxT(t, 10*time.Second)
+		if _, err := peerpb.NewPeerClient(adminConn).Report(actx, &peerpb.ReportRequest{}); err != nil {
+			t.Errorf("admin, Report: %v", err)
+		}
+		if _, err := peerpb.NewPeerClient(adminConn).WipeReplica(actx, &peerpb.WipeReplicaRequest{Shard: 1, Node: "n1"}); status.Code(err) != codes.PermissionDenied {
+			t.Errorf("admin, WipeReplica: %v, want PermissionDenied", err)
 		}
 	})
 
