@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/e1158ecb/taskstore/api/taskstorepb"
@@ -222,7 +223,8 @@ func (c *Client) tasksEverywhere(ctx context.Context, req *taskstorepb.TasksRequ
 	var mu sync.Mutex
 	var errs []error
 	c.eachShard(ctx, func(ctx context.Context, shard uint32) {
-		r := &taskstorepb.TasksRequest{Ids: req.Ids, Shard: shard, Stale: req.Stale, OmitValues: req.OmitValues, Claimed: req.Claimed}
+		r := proto.CloneOf(req) // filters included: a node refuses them with ids
+		r.Shard = shard
 		resp, err := c.Tasks(ctx, r)
 		mu.Lock()
 		defer mu.Unlock()

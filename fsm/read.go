@@ -49,6 +49,55 @@ func (m *Machine) List(queue string, pageToken string, limit int, claimed *bool,
 // would take it over, so that a page of large values fits one message. A
 // page always holds at least one task.
 func (m *Machine) ListWithin(queue string, pageToken string, limit int, claimed *bool, omitValues bool, maxBytes uint64) ([]*fsmpb.Task, string, error) {
+	return m.ListFiltered(queue, pageToken, limit, ListFilter{Claimed: claimed}, omitValues, maxBytes)
+}
+
+// TaskState is a task's state at the machine's clock, for ListFilter.
+type TaskState int
+
+const (
+	AnyState  TaskState = iota
+	Available           // no live lease and at <= clock
+	Claimed             // a claimant whose lease runs past the clock
+	Delayed             // no claimant and at > clock
+)
+
+// ListFilter selects the tasks a List page returns. Zero fields select
+// everything.
+type ListFilter struct {
+	Claimed     *bool // claimed (a live lease) or not
+	State       TaskState
+	Claimant    string // exactly this claimant, lease live or not
+	KeyPrefix   string // a key starting with this ("" also matches no key)
+	MinAttempt  uint32
+	ErrContains string // err containing this text
+}
+
+func (f ListFilter) any() bool {
+	return f.Claimed != nil || f.State != AnyState || f.Claimant != "" || f.KeyPrefix != "" || f.MinAttempt > 0 || f.ErrContains != ""
+}
+
+func (f ListFilter) match(t *task, clock int64) bool {
+	claimed := isClaimed(t, clock)
+	switch {
+	case f.Claimed != nil && *f.Claimed != claimed,
+		f.State == Claimed && !claimed,
+		f.State == Delayed && (t.claimant != "" || t.at <= clock),
+		f.State == Available && (claimed || t.at > clock),
+		f.Claimant != "" && t.claimant != f.Claimant,
+		f.KeyPrefix != "" && !strings.HasPrefix(t.key, f.KeyPrefix),
+		t.attempt < f.MinAttempt,
+		f.ErrContains != "" && !strings.Contains(t.err, f.ErrContains):
+		return false
+	}
+	return true
+}
+
+// ListFiltered is ListWithin with any filter. A filtered page looks at no
+// more than listScanLimit tasks (a page may then be short or empty while
+// its token is not); the token stays valid while the queue changes, since
+// it names a position in claim order.
+func (m *Machine) ListFiltered(queue string, pageToken string, limit int, f ListFilter, omitValues bool, maxBytes uint64) ([]*fsmpb.Task, string, error) {
 	if limit <= 0 {
 		limit = DefaultListLimit
 	}
@@ -66,16 +115,17 @@ func (m *Machine) ListWithin(queue string, pageToken string, limit int, claimed 
 		return nil, "", nil
 	}
 	clock := m.st.clock
+	filtered := f.any()
 	var out []*fsmpb.Task
 	var last *task
 	more, scanned := false, 0
 	var bytes uint64
 	visit := func(t *task) bool {
-		if len(out) == limit || claimed != nil && scanned == listScanLimit {
+		if len(out) == limit || filtered && scanned == listScanLimit {
 			more = true
 			return false
 		}
-		if claimed == nil || *claimed == isClaimed(t, clock) {
+		if f.match(t, clock) {
 			p := t.toProto(omitValues)
 			if maxBytes > 0 {
 				bytes += AnswerBytes(p)

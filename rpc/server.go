@@ -446,19 +446,23 @@ func (srv *Server) tasks(ctx context.Context, req *taskstorepb.TasksRequest) (*t
 	if len(req.Ids) > taskstorepb.MaxRequestIDs {
 		return nil, tooMany("ids", "ids", len(req.Ids), taskstorepb.MaxRequestIDs)
 	}
+	f, err := srv.listFilter(req)
+	if err != nil {
+		return nil, err
+	}
 	shard, err := srv.readShard(req.Shard, req.Queue)
 	if err != nil {
 		return nil, err
 	}
 	var res *taskstorepb.TasksResponse
 	err = shard.Read(ctx, req.Stale, func(m *fsm.Machine) (err error) {
-		res, err = srv.readTasks(m, req)
+		res, err = srv.readTasks(m, req, f)
 		return err
 	})
 	return res, err
 }
 
-func (srv *Server) readTasks(m *fsm.Machine, req *taskstorepb.TasksRequest) (*taskstorepb.TasksResponse, error) {
+func (srv *Server) readTasks(m *fsm.Machine, req *taskstorepb.TasksRequest, f fsm.ListFilter) (*taskstorepb.TasksResponse, error) {
 	if len(req.Ids) > 0 {
 		// An id named twice is answered once, and the answer must fit one
 		// message: 1000 ids of 1 MiB values would otherwise make the node
@@ -491,11 +495,41 @@ func (srv *Server) readTasks(m *fsm.Machine, req *taskstorepb.TasksRequest) (*ta
 	if limit <= 0 || limit > 1000 {
 		limit = 100
 	}
-	ts, next, err := m.ListWithin(req.Queue, req.PageToken, limit, req.Claimed, req.OmitValues, srv.answerBudget())
+	ts, next, err := m.ListFiltered(req.Queue, req.PageToken, limit, f, req.OmitValues, srv.answerBudget())
 	if err != nil {
 		return nil, invalid("page_token", "%v", err)
 	}
 	return &taskstorepb.TasksResponse{Tasks: tasksToAPI(ts), NextPageToken: next}, nil
+}
+
+// listFilter converts and checks a listing's filters. They filter a queue
+// listing; with ids they are refused rather than ignored.
+func (srv *Server) listFilter(req *taskstorepb.TasksRequest) (fsm.ListFilter, error) {
+	f := fsm.ListFilter{Claimed: req.Claimed, Claimant: req.Claimant, KeyPrefix: req.KeyPrefix, MinAttempt: req.MinAttempt, ErrContains: req.ErrContains}
+	switch req.State {
+	case taskstorepb.TaskState_TASK_STATE_UNSPECIFIED:
+	case taskstorepb.TaskState_TASK_STATE_AVAILABLE:
+		f.State = fsm.Available
+	case taskstorepb.TaskState_TASK_STATE_CLAIMED:
+		f.State = fsm.Claimed
+	case taskstorepb.TaskState_TASK_STATE_DELAYED:
+		f.State = fsm.Delayed
+	default:
+		return f, invalid("state", "unknown state %d", int32(req.State))
+	}
+	l := srv.limits.WithDefaults()
+	for _, c := range []struct {
+		field, v string
+		max      int
+	}{{"claimant", f.Claimant, l.MaxNameBytes}, {"key_prefix", f.KeyPrefix, l.MaxNameBytes}, {"err_contains", f.ErrContains, l.MaxErrBytes}} {
+		if len(c.v) > c.max {
+			return f, invalid(c.field, "%d bytes exceeds the limit of %d", len(c.v), c.max)
+		}
+	}
+	if len(req.Ids) > 0 && (f.State != fsm.AnyState || f.Claimant != "" || f.KeyPrefix != "" || f.MinAttempt > 0 || f.ErrContains != "") {
+		return f, invalid("ids", "state, claimant, key_prefix, min_attempt and err_contains filter a queue listing, not a lookup by ids")
+	}
+	return f, nil
 }
 
 // Queues implements TaskStore.Queues.

@@ -26,6 +26,62 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// TaskState is where a task stands at the leader's clock.
+type TaskState int32
+
+const (
+	TaskState_TASK_STATE_UNSPECIFIED TaskState = 0
+	// Claimable now: no live lease and its time has come.
+	TaskState_TASK_STATE_AVAILABLE TaskState = 1
+	// Held: a claimant whose lease runs on.
+	TaskState_TASK_STATE_CLAIMED TaskState = 2
+	// Waiting for its time: no claimant and a future at.
+	TaskState_TASK_STATE_DELAYED TaskState = 3
+)
+
+// Enum value maps for TaskState.
+var (
+	TaskState_name = map[int32]string{
+		0: "TASK_STATE_UNSPECIFIED",
+		1: "TASK_STATE_AVAILABLE",
+		2: "TASK_STATE_CLAIMED",
+		3: "TASK_STATE_DELAYED",
+	}
+	TaskState_value = map[string]int32{
+		"TASK_STATE_UNSPECIFIED": 0,
+		"TASK_STATE_AVAILABLE":   1,
+		"TASK_STATE_CLAIMED":     2,
+		"TASK_STATE_DELAYED":     3,
+	}
+)
+
+func (x TaskState) Enum() *TaskState {
+	p := new(TaskState)
+	*p = x
+	return p
+}
+
+func (x TaskState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (TaskState) Descriptor() protoreflect.EnumDescriptor {
+	return file_taskstore_v1_taskstore_proto_enumTypes[0].Descriptor()
+}
+
+func (TaskState) Type() protoreflect.EnumType {
+	return &file_taskstore_v1_taskstore_proto_enumTypes[0]
+}
+
+func (x TaskState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use TaskState.Descriptor instead.
+func (TaskState) EnumDescriptor() ([]byte, []int) {
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{0}
+}
+
 type RefError_Category int32
 
 const (
@@ -80,11 +136,11 @@ func (x RefError_Category) String() string {
 }
 
 func (RefError_Category) Descriptor() protoreflect.EnumDescriptor {
-	return file_taskstore_v1_taskstore_proto_enumTypes[0].Descriptor()
+	return file_taskstore_v1_taskstore_proto_enumTypes[1].Descriptor()
 }
 
 func (RefError_Category) Type() protoreflect.EnumType {
-	return &file_taskstore_v1_taskstore_proto_enumTypes[0]
+	return &file_taskstore_v1_taskstore_proto_enumTypes[1]
 }
 
 func (x RefError_Category) Number() protoreflect.EnumNumber {
@@ -1161,7 +1217,22 @@ type TasksRequest struct {
 	Stale      bool `protobuf:"varint,6,opt,name=stale,proto3" json:"stale,omitempty"`
 	OmitValues bool `protobuf:"varint,7,opt,name=omit_values,json=omitValues,proto3" json:"omit_values,omitempty"`
 	// Only claimed tasks (true) or only unclaimed (false) when set.
-	Claimed       *bool `protobuf:"varint,8,opt,name=claimed,proto3,oneof" json:"claimed,omitempty"`
+	Claimed *bool `protobuf:"varint,8,opt,name=claimed,proto3,oneof" json:"claimed,omitempty"`
+	// Filters of a queue listing (not of a lookup by ids); every one set must
+	// match. A filtered page looks at no more than 10,000 tasks, so it may be
+	// short, even empty, with a next_page_token: follow the token until it is
+	// empty. Tokens name a position in claim order, so paging stays valid
+	// while the queue changes.
+	// Only tasks in this state at the leader's clock.
+	State TaskState `protobuf:"varint,9,opt,name=state,proto3,enum=taskstore.v1.TaskState" json:"state,omitempty"`
+	// Only tasks whose claimant (the last one, lease live or not) is this.
+	Claimant string `protobuf:"bytes,10,opt,name=claimant,proto3" json:"claimant,omitempty"`
+	// Only tasks with a key starting with this.
+	KeyPrefix string `protobuf:"bytes,11,opt,name=key_prefix,json=keyPrefix,proto3" json:"key_prefix,omitempty"`
+	// Only tasks whose attempt is at least this.
+	MinAttempt uint32 `protobuf:"varint,12,opt,name=min_attempt,json=minAttempt,proto3" json:"min_attempt,omitempty"`
+	// Only tasks whose err contains this text.
+	ErrContains   string `protobuf:"bytes,13,opt,name=err_contains,json=errContains,proto3" json:"err_contains,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1250,6 +1321,41 @@ func (x *TasksRequest) GetClaimed() bool {
 		return *x.Claimed
 	}
 	return false
+}
+
+func (x *TasksRequest) GetState() TaskState {
+	if x != nil {
+		return x.State
+	}
+	return TaskState_TASK_STATE_UNSPECIFIED
+}
+
+func (x *TasksRequest) GetClaimant() string {
+	if x != nil {
+		return x.Claimant
+	}
+	return ""
+}
+
+func (x *TasksRequest) GetKeyPrefix() string {
+	if x != nil {
+		return x.KeyPrefix
+	}
+	return ""
+}
+
+func (x *TasksRequest) GetMinAttempt() uint32 {
+	if x != nil {
+		return x.MinAttempt
+	}
+	return 0
+}
+
+func (x *TasksRequest) GetErrContains() string {
+	if x != nil {
+		return x.ErrContains
+	}
+	return ""
 }
 
 type TasksResponse struct {
@@ -3147,7 +3253,7 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\x05limit\x18\x05 \x01(\rR\x05limit\x121\n" +
 	"\arequest\x18\x06 \x01(\v2\x17.taskstore.v1.RequestIDR\arequest\"9\n" +
 	"\rClaimResponse\x12(\n" +
-	"\x05tasks\x18\x01 \x03(\v2\x12.taskstore.v1.TaskR\x05tasks\"\xe3\x01\n" +
+	"\x05tasks\x18\x01 \x03(\v2\x12.taskstore.v1.TaskR\x05tasks\"\x91\x03\n" +
 	"\fTasksRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x10\n" +
 	"\x03ids\x18\x02 \x03(\tR\x03ids\x12\x14\n" +
@@ -3158,7 +3264,15 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\x05stale\x18\x06 \x01(\bR\x05stale\x12\x1f\n" +
 	"\vomit_values\x18\a \x01(\bR\n" +
 	"omitValues\x12\x1d\n" +
-	"\aclaimed\x18\b \x01(\bH\x00R\aclaimed\x88\x01\x01B\n" +
+	"\aclaimed\x18\b \x01(\bH\x00R\aclaimed\x88\x01\x01\x12-\n" +
+	"\x05state\x18\t \x01(\x0e2\x17.taskstore.v1.TaskStateR\x05state\x12\x1a\n" +
+	"\bclaimant\x18\n" +
+	" \x01(\tR\bclaimant\x12\x1d\n" +
+	"\n" +
+	"key_prefix\x18\v \x01(\tR\tkeyPrefix\x12\x1f\n" +
+	"\vmin_attempt\x18\f \x01(\rR\n" +
+	"minAttempt\x12!\n" +
+	"\ferr_contains\x18\r \x01(\tR\verrContainsB\n" +
 	"\n" +
 	"\b_claimed\"a\n" +
 	"\rTasksResponse\x12(\n" +
@@ -3293,7 +3407,12 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\x05shard\x18\x01 \x01(\rR\x05shard\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x12\x12\n" +
 	"\x04wipe\x18\x03 \x01(\bR\x04wipe\"\x18\n" +
-	"\x16RebuildReplicaResponse2\x9a\x03\n" +
+	"\x16RebuildReplicaResponse*q\n" +
+	"\tTaskState\x12\x1a\n" +
+	"\x16TASK_STATE_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14TASK_STATE_AVAILABLE\x10\x01\x12\x16\n" +
+	"\x12TASK_STATE_CLAIMED\x10\x02\x12\x16\n" +
+	"\x12TASK_STATE_DELAYED\x10\x032\x9a\x03\n" +
 	"\tTaskStore\x12C\n" +
 	"\x06Modify\x12\x1b.taskstore.v1.ModifyRequest\x1a\x1c.taskstore.v1.ModifyResponse\x12@\n" +
 	"\x05Claim\x12\x1a.taskstore.v1.ClaimRequest\x1a\x1b.taskstore.v1.ClaimResponse\x12@\n" +
@@ -3322,127 +3441,129 @@ func file_taskstore_v1_taskstore_proto_rawDescGZIP() []byte {
 	return file_taskstore_v1_taskstore_proto_rawDescData
 }
 
-var file_taskstore_v1_taskstore_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_taskstore_v1_taskstore_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
 var file_taskstore_v1_taskstore_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_taskstore_v1_taskstore_proto_goTypes = []any{
-	(RefError_Category)(0),         // 0: taskstore.v1.RefError.Category
-	(*Task)(nil),                   // 1: taskstore.v1.Task
-	(*TaskRef)(nil),                // 2: taskstore.v1.TaskRef
-	(*RequestID)(nil),              // 3: taskstore.v1.RequestID
-	(*TaskInsert)(nil),             // 4: taskstore.v1.TaskInsert
-	(*TaskChange)(nil),             // 5: taskstore.v1.TaskChange
-	(*ModifyRequest)(nil),          // 6: taskstore.v1.ModifyRequest
-	(*ModifyClaim)(nil),            // 7: taskstore.v1.ModifyClaim
-	(*ModifyResponse)(nil),         // 8: taskstore.v1.ModifyResponse
-	(*ModifyError)(nil),            // 9: taskstore.v1.ModifyError
-	(*RefError)(nil),               // 10: taskstore.v1.RefError
-	(*ClaimRequest)(nil),           // 11: taskstore.v1.ClaimRequest
-	(*ClaimResponse)(nil),          // 12: taskstore.v1.ClaimResponse
-	(*TasksRequest)(nil),           // 13: taskstore.v1.TasksRequest
-	(*TasksResponse)(nil),          // 14: taskstore.v1.TasksResponse
-	(*QueuesRequest)(nil),          // 15: taskstore.v1.QueuesRequest
-	(*QueueStats)(nil),             // 16: taskstore.v1.QueueStats
-	(*QueuesResponse)(nil),         // 17: taskstore.v1.QueuesResponse
-	(*PurgeRequest)(nil),           // 18: taskstore.v1.PurgeRequest
-	(*PurgeResponse)(nil),          // 19: taskstore.v1.PurgeResponse
-	(*TimeRequest)(nil),            // 20: taskstore.v1.TimeRequest
-	(*TimeResponse)(nil),           // 21: taskstore.v1.TimeResponse
-	(*NotLeader)(nil),              // 22: taskstore.v1.NotLeader
-	(*StatusRequest)(nil),          // 23: taskstore.v1.StatusRequest
-	(*NodeStatus)(nil),             // 24: taskstore.v1.NodeStatus
-	(*ReplicaStatus)(nil),          // 25: taskstore.v1.ReplicaStatus
-	(*Checkpoint)(nil),             // 26: taskstore.v1.Checkpoint
-	(*Divergence)(nil),             // 27: taskstore.v1.Divergence
-	(*ShardStatus)(nil),            // 28: taskstore.v1.ShardStatus
-	(*StatusResponse)(nil),         // 29: taskstore.v1.StatusResponse
-	(*RoutingRequest)(nil),         // 30: taskstore.v1.RoutingRequest
-	(*Replica)(nil),                // 31: taskstore.v1.Replica
-	(*ShardRoute)(nil),             // 32: taskstore.v1.ShardRoute
-	(*RoutingResponse)(nil),        // 33: taskstore.v1.RoutingResponse
-	(*TransferLeaderRequest)(nil),  // 34: taskstore.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil), // 35: taskstore.v1.TransferLeaderResponse
-	(*AddNodeRequest)(nil),         // 36: taskstore.v1.AddNodeRequest
-	(*AddNodeResponse)(nil),        // 37: taskstore.v1.AddNodeResponse
-	(*RemoveNodeRequest)(nil),      // 38: taskstore.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),     // 39: taskstore.v1.RemoveNodeResponse
-	(*RebuildReplicaRequest)(nil),  // 40: taskstore.v1.RebuildReplicaRequest
-	(*RebuildReplicaResponse)(nil), // 41: taskstore.v1.RebuildReplicaResponse
-	(*timestamppb.Timestamp)(nil),  // 42: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 43: google.protobuf.Duration
+	(TaskState)(0),                 // 0: taskstore.v1.TaskState
+	(RefError_Category)(0),         // 1: taskstore.v1.RefError.Category
+	(*Task)(nil),                   // 2: taskstore.v1.Task
+	(*TaskRef)(nil),                // 3: taskstore.v1.TaskRef
+	(*RequestID)(nil),              // 4: taskstore.v1.RequestID
+	(*TaskInsert)(nil),             // 5: taskstore.v1.TaskInsert
+	(*TaskChange)(nil),             // 6: taskstore.v1.TaskChange
+	(*ModifyRequest)(nil),          // 7: taskstore.v1.ModifyRequest
+	(*ModifyClaim)(nil),            // 8: taskstore.v1.ModifyClaim
+	(*ModifyResponse)(nil),         // 9: taskstore.v1.ModifyResponse
+	(*ModifyError)(nil),            // 10: taskstore.v1.ModifyError
+	(*RefError)(nil),               // 11: taskstore.v1.RefError
+	(*ClaimRequest)(nil),           // 12: taskstore.v1.ClaimRequest
+	(*ClaimResponse)(nil),          // 13: taskstore.v1.ClaimResponse
+	(*TasksRequest)(nil),           // 14: taskstore.v1.TasksRequest
+	(*TasksResponse)(nil),          // 15: taskstore.v1.TasksResponse
+	(*QueuesRequest)(nil),          // 16: taskstore.v1.QueuesRequest
+	(*QueueStats)(nil),             // 17: taskstore.v1.QueueStats
+	(*QueuesResponse)(nil),         // 18: taskstore.v1.QueuesResponse
+	(*PurgeRequest)(nil),           // 19: taskstore.v1.PurgeRequest
+	(*PurgeResponse)(nil),          // 20: taskstore.v1.PurgeResponse
+	(*TimeRequest)(nil),            // 21: taskstore.v1.TimeRequest
+	(*TimeResponse)(nil),           // 22: taskstore.v1.TimeResponse
+	(*NotLeader)(nil),              // 23: taskstore.v1.NotLeader
+	(*StatusRequest)(nil),          // 24: taskstore.v1.StatusRequest
+	(*NodeStatus)(nil),             // 25: taskstore.v1.NodeStatus
+	(*ReplicaStatus)(nil),          // 26: taskstore.v1.ReplicaStatus
+	(*Checkpoint)(nil),             // 27: taskstore.v1.Checkpoint
+	(*Divergence)(nil),             // 28: taskstore.v1.Divergence
+	(*ShardStatus)(nil),            // 29: taskstore.v1.ShardStatus
+	(*StatusResponse)(nil),         // 30: taskstore.v1.StatusResponse
+	(*RoutingRequest)(nil),         // 31: taskstore.v1.RoutingRequest
+	(*Replica)(nil),                // 32: taskstore.v1.Replica
+	(*ShardRoute)(nil),             // 33: taskstore.v1.ShardRoute
+	(*RoutingResponse)(nil),        // 34: taskstore.v1.RoutingResponse
+	(*TransferLeaderRequest)(nil),  // 35: taskstore.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil), // 36: taskstore.v1.TransferLeaderResponse
+	(*AddNodeRequest)(nil),         // 37: taskstore.v1.AddNodeRequest
+	(*AddNodeResponse)(nil),        // 38: taskstore.v1.AddNodeResponse
+	(*RemoveNodeRequest)(nil),      // 39: taskstore.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),     // 40: taskstore.v1.RemoveNodeResponse
+	(*RebuildReplicaRequest)(nil),  // 41: taskstore.v1.RebuildReplicaRequest
+	(*RebuildReplicaResponse)(nil), // 42: taskstore.v1.RebuildReplicaResponse
+	(*timestamppb.Timestamp)(nil),  // 43: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 44: google.protobuf.Duration
 }
 var file_taskstore_v1_taskstore_proto_depIdxs = []int32{
-	42, // 0: taskstore.v1.Task.at:type_name -> google.protobuf.Timestamp
-	42, // 1: taskstore.v1.Task.created:type_name -> google.protobuf.Timestamp
-	42, // 2: taskstore.v1.Task.modified:type_name -> google.protobuf.Timestamp
-	42, // 3: taskstore.v1.TaskInsert.at:type_name -> google.protobuf.Timestamp
-	43, // 4: taskstore.v1.TaskInsert.delay:type_name -> google.protobuf.Duration
-	42, // 5: taskstore.v1.TaskChange.at:type_name -> google.protobuf.Timestamp
-	43, // 6: taskstore.v1.TaskChange.delay:type_name -> google.protobuf.Duration
-	4,  // 7: taskstore.v1.ModifyRequest.inserts:type_name -> taskstore.v1.TaskInsert
-	5,  // 8: taskstore.v1.ModifyRequest.changes:type_name -> taskstore.v1.TaskChange
-	2,  // 9: taskstore.v1.ModifyRequest.deletes:type_name -> taskstore.v1.TaskRef
-	2,  // 10: taskstore.v1.ModifyRequest.depends:type_name -> taskstore.v1.TaskRef
-	3,  // 11: taskstore.v1.ModifyRequest.request:type_name -> taskstore.v1.RequestID
-	7,  // 12: taskstore.v1.ModifyRequest.claim:type_name -> taskstore.v1.ModifyClaim
-	43, // 13: taskstore.v1.ModifyClaim.lease:type_name -> google.protobuf.Duration
-	1,  // 14: taskstore.v1.ModifyResponse.inserted:type_name -> taskstore.v1.Task
-	1,  // 15: taskstore.v1.ModifyResponse.changed:type_name -> taskstore.v1.Task
-	1,  // 16: taskstore.v1.ModifyResponse.claimed:type_name -> taskstore.v1.Task
-	10, // 17: taskstore.v1.ModifyError.errors:type_name -> taskstore.v1.RefError
-	0,  // 18: taskstore.v1.RefError.category:type_name -> taskstore.v1.RefError.Category
-	42, // 19: taskstore.v1.RefError.lease_until:type_name -> google.protobuf.Timestamp
-	43, // 20: taskstore.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
-	43, // 21: taskstore.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
-	3,  // 22: taskstore.v1.ClaimRequest.request:type_name -> taskstore.v1.RequestID
-	1,  // 23: taskstore.v1.ClaimResponse.tasks:type_name -> taskstore.v1.Task
-	1,  // 24: taskstore.v1.TasksResponse.tasks:type_name -> taskstore.v1.Task
-	43, // 25: taskstore.v1.QueueStats.oldest_available_age:type_name -> google.protobuf.Duration
-	43, // 26: taskstore.v1.QueueStats.avg_claim_to_commit:type_name -> google.protobuf.Duration
-	43, // 27: taskstore.v1.QueueStats.rate_window:type_name -> google.protobuf.Duration
-	16, // 28: taskstore.v1.QueuesResponse.queues:type_name -> taskstore.v1.QueueStats
-	3,  // 29: taskstore.v1.PurgeRequest.request:type_name -> taskstore.v1.RequestID
-	42, // 30: taskstore.v1.TimeResponse.now:type_name -> google.protobuf.Timestamp
-	26, // 31: taskstore.v1.ReplicaStatus.checkpoints:type_name -> taskstore.v1.Checkpoint
-	27, // 32: taskstore.v1.ReplicaStatus.divergence:type_name -> taskstore.v1.Divergence
-	42, // 33: taskstore.v1.Divergence.detected:type_name -> google.protobuf.Timestamp
-	25, // 34: taskstore.v1.ShardStatus.replica_status:type_name -> taskstore.v1.ReplicaStatus
-	24, // 35: taskstore.v1.StatusResponse.nodes:type_name -> taskstore.v1.NodeStatus
-	28, // 36: taskstore.v1.StatusResponse.shards:type_name -> taskstore.v1.ShardStatus
-	28, // 37: taskstore.v1.StatusResponse.meta:type_name -> taskstore.v1.ShardStatus
-	42, // 38: taskstore.v1.StatusResponse.now:type_name -> google.protobuf.Timestamp
-	31, // 39: taskstore.v1.ShardRoute.replicas:type_name -> taskstore.v1.Replica
-	32, // 40: taskstore.v1.RoutingResponse.shards:type_name -> taskstore.v1.ShardRoute
-	24, // 41: taskstore.v1.AddNodeResponse.node:type_name -> taskstore.v1.NodeStatus
-	24, // 42: taskstore.v1.RemoveNodeResponse.node:type_name -> taskstore.v1.NodeStatus
-	6,  // 43: taskstore.v1.TaskStore.Modify:input_type -> taskstore.v1.ModifyRequest
-	11, // 44: taskstore.v1.TaskStore.Claim:input_type -> taskstore.v1.ClaimRequest
-	13, // 45: taskstore.v1.TaskStore.Tasks:input_type -> taskstore.v1.TasksRequest
-	15, // 46: taskstore.v1.TaskStore.Queues:input_type -> taskstore.v1.QueuesRequest
-	20, // 47: taskstore.v1.TaskStore.Time:input_type -> taskstore.v1.TimeRequest
-	18, // 48: taskstore.v1.TaskStore.Purge:input_type -> taskstore.v1.PurgeRequest
-	23, // 49: taskstore.v1.Admin.Status:input_type -> taskstore.v1.StatusRequest
-	30, // 50: taskstore.v1.Admin.Routing:input_type -> taskstore.v1.RoutingRequest
-	34, // 51: taskstore.v1.Admin.TransferLeader:input_type -> taskstore.v1.TransferLeaderRequest
-	36, // 52: taskstore.v1.Admin.AddNode:input_type -> taskstore.v1.AddNodeRequest
-	38, // 53: taskstore.v1.Admin.RemoveNode:input_type -> taskstore.v1.RemoveNodeRequest
-	40, // 54: taskstore.v1.Admin.RebuildReplica:input_type -> taskstore.v1.RebuildReplicaRequest
-	8,  // 55: taskstore.v1.TaskStore.Modify:output_type -> taskstore.v1.ModifyResponse
-	12, // 56: taskstore.v1.TaskStore.Claim:output_type -> taskstore.v1.ClaimResponse
-	14, // 57: taskstore.v1.TaskStore.Tasks:output_type -> taskstore.v1.TasksResponse
-	17, // 58: taskstore.v1.TaskStore.Queues:output_type -> taskstore.v1.QueuesResponse
-	21, // 59: taskstore.v1.TaskStore.Time:output_type -> taskstore.v1.TimeResponse
-	19, // 60: taskstore.v1.TaskStore.Purge:output_type -> taskstore.v1.PurgeResponse
-	29, // 61: taskstore.v1.Admin.Status:output_type -> taskstore.v1.StatusResponse
-	33, // 62: taskstore.v1.Admin.Routing:output_type -> taskstore.v1.RoutingResponse
-	35, // 63: taskstore.v1.Admin.TransferLeader:output_type -> taskstore.v1.TransferLeaderResponse
-	37, // 64: taskstore.v1.Admin.AddNode:output_type -> taskstore.v1.AddNodeResponse
-	39, // 65: taskstore.v1.Admin.RemoveNode:output_type -> taskstore.v1.RemoveNodeResponse
-	41, // 66: taskstore.v1.Admin.RebuildReplica:output_type -> taskstore.v1.RebuildReplicaResponse
-	55, // [55:67] is the sub-list for method output_type
-	43, // [43:55] is the sub-list for method input_type
-	43, // [43:43] is the sub-list for extension type_name
-	43, // [43:43] is the sub-list for extension extendee
-	0,  // [0:43] is the sub-list for field type_name
+	43, // 0: taskstore.v1.Task.at:type_name -> google.protobuf.Timestamp
+	43, // 1: taskstore.v1.Task.created:type_name -> google.protobuf.Timestamp
+	43, // 2: taskstore.v1.Task.modified:type_name -> google.protobuf.Timestamp
+	43, // 3: taskstore.v1.TaskInsert.at:type_name -> google.protobuf.Timestamp
+	44, // 4: taskstore.v1.TaskInsert.delay:type_name -> google.protobuf.Duration
+	43, // 5: taskstore.v1.TaskChange.at:type_name -> google.protobuf.Timestamp
+	44, // 6: taskstore.v1.TaskChange.delay:type_name -> google.protobuf.Duration
+	5,  // 7: taskstore.v1.ModifyRequest.inserts:type_name -> taskstore.v1.TaskInsert
+	6,  // 8: taskstore.v1.ModifyRequest.changes:type_name -> taskstore.v1.TaskChange
+	3,  // 9: taskstore.v1.ModifyRequest.deletes:type_name -> taskstore.v1.TaskRef
+	3,  // 10: taskstore.v1.ModifyRequest.depends:type_name -> taskstore.v1.TaskRef
+	4,  // 11: taskstore.v1.ModifyRequest.request:type_name -> taskstore.v1.RequestID
+	8,  // 12: taskstore.v1.ModifyRequest.claim:type_name -> taskstore.v1.ModifyClaim
+	44, // 13: taskstore.v1.ModifyClaim.lease:type_name -> google.protobuf.Duration
+	2,  // 14: taskstore.v1.ModifyResponse.inserted:type_name -> taskstore.v1.Task
+	2,  // 15: taskstore.v1.ModifyResponse.changed:type_name -> taskstore.v1.Task
+	2,  // 16: taskstore.v1.ModifyResponse.claimed:type_name -> taskstore.v1.Task
+	11, // 17: taskstore.v1.ModifyError.errors:type_name -> taskstore.v1.RefError
+	1,  // 18: taskstore.v1.RefError.category:type_name -> taskstore.v1.RefError.Category
+	43, // 19: taskstore.v1.RefError.lease_until:type_name -> google.protobuf.Timestamp
+	44, // 20: taskstore.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
+	44, // 21: taskstore.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	4,  // 22: taskstore.v1.ClaimRequest.request:type_name -> taskstore.v1.RequestID
+	2,  // 23: taskstore.v1.ClaimResponse.tasks:type_name -> taskstore.v1.Task
+	0,  // 24: taskstore.v1.TasksRequest.state:type_name -> taskstore.v1.TaskState
+	2,  // 25: taskstore.v1.TasksResponse.tasks:type_name -> taskstore.v1.Task
+	44, // 26: taskstore.v1.QueueStats.oldest_available_age:type_name -> google.protobuf.Duration
+	44, // 27: taskstore.v1.QueueStats.avg_claim_to_commit:type_name -> google.protobuf.Duration
+	44, // 28: taskstore.v1.QueueStats.rate_window:type_name -> google.protobuf.Duration
+	17, // 29: taskstore.v1.QueuesResponse.queues:type_name -> taskstore.v1.QueueStats
+	4,  // 30: taskstore.v1.PurgeRequest.request:type_name -> taskstore.v1.RequestID
+	43, // 31: taskstore.v1.TimeResponse.now:type_name -> google.protobuf.Timestamp
+	27, // 32: taskstore.v1.ReplicaStatus.checkpoints:type_name -> taskstore.v1.Checkpoint
+	28, // 33: taskstore.v1.ReplicaStatus.divergence:type_name -> taskstore.v1.Divergence
+	43, // 34: taskstore.v1.Divergence.detected:type_name -> google.protobuf.Timestamp
+	26, // 35: taskstore.v1.ShardStatus.replica_status:type_name -> taskstore.v1.ReplicaStatus
+	25, // 36: taskstore.v1.StatusResponse.nodes:type_name -> taskstore.v1.NodeStatus
+	29, // 37: taskstore.v1.StatusResponse.shards:type_name -> taskstore.v1.ShardStatus
+	29, // 38: taskstore.v1.StatusResponse.meta:type_name -> taskstore.v1.ShardStatus
+	43, // 39: taskstore.v1.StatusResponse.now:type_name -> google.protobuf.Timestamp
+	32, // 40: taskstore.v1.ShardRoute.replicas:type_name -> taskstore.v1.Replica
+	33, // 41: taskstore.v1.RoutingResponse.shards:type_name -> taskstore.v1.ShardRoute
+	25, // 42: taskstore.v1.AddNodeResponse.node:type_name -> taskstore.v1.NodeStatus
+	25, // 43: taskstore.v1.RemoveNodeResponse.node:type_name -> taskstore.v1.NodeStatus
+	7,  // 44: taskstore.v1.TaskStore.Modify:input_type -> taskstore.v1.ModifyRequest
+	12, // 45: taskstore.v1.TaskStore.Claim:input_type -> taskstore.v1.ClaimRequest
+	14, // 46: taskstore.v1.TaskStore.Tasks:input_type -> taskstore.v1.TasksRequest
+	16, // 47: taskstore.v1.TaskStore.Queues:input_type -> taskstore.v1.QueuesRequest
+	21, // 48: taskstore.v1.TaskStore.Time:input_type -> taskstore.v1.TimeRequest
+	19, // 49: taskstore.v1.TaskStore.Purge:input_type -> taskstore.v1.PurgeRequest
+	24, // 50: taskstore.v1.Admin.Status:input_type -> taskstore.v1.StatusRequest
+	31, // 51: taskstore.v1.Admin.Routing:input_type -> taskstore.v1.RoutingRequest
+	35, // 52: taskstore.v1.Admin.TransferLeader:input_type -> taskstore.v1.TransferLeaderRequest
+	37, // 53: taskstore.v1.Admin.AddNode:input_type -> taskstore.v1.AddNodeRequest
+	39, // 54: taskstore.v1.Admin.RemoveNode:input_type -> taskstore.v1.RemoveNodeRequest
+	41, // 55: taskstore.v1.Admin.RebuildReplica:input_type -> taskstore.v1.RebuildReplicaRequest
+	9,  // 56: taskstore.v1.TaskStore.Modify:output_type -> taskstore.v1.ModifyResponse
+	13, // 57: taskstore.v1.TaskStore.Claim:output_type -> taskstore.v1.ClaimResponse
+	15, // 58: taskstore.v1.TaskStore.Tasks:output_type -> taskstore.v1.TasksResponse
+	18, // 59: taskstore.v1.TaskStore.Queues:output_type -> taskstore.v1.QueuesResponse
+	22, // 60: taskstore.v1.TaskStore.Time:output_type -> taskstore.v1.TimeResponse
+	20, // 61: taskstore.v1.TaskStore.Purge:output_type -> taskstore.v1.PurgeResponse
+	30, // 62: taskstore.v1.Admin.Status:output_type -> taskstore.v1.StatusResponse
+	34, // 63: taskstore.v1.Admin.Routing:output_type -> taskstore.v1.RoutingResponse
+	36, // 64: taskstore.v1.Admin.TransferLeader:output_type -> taskstore.v1.TransferLeaderResponse
+	38, // 65: taskstore.v1.Admin.AddNode:output_type -> taskstore.v1.AddNodeResponse
+	40, // 66: taskstore.v1.Admin.RemoveNode:output_type -> taskstore.v1.RemoveNodeResponse
+	42, // 67: taskstore.v1.Admin.RebuildReplica:output_type -> taskstore.v1.RebuildReplicaResponse
+	56, // [56:68] is the sub-list for method output_type
+	44, // [44:56] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_taskstore_v1_taskstore_proto_init() }
@@ -3457,7 +3578,7 @@ func file_taskstore_v1_taskstore_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_taskstore_v1_taskstore_proto_rawDesc), len(file_taskstore_v1_taskstore_proto_rawDesc)),
-			NumEnums:      1,
+			NumEnums:      2,
 			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   2,

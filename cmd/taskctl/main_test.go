@@ -4,14 +4,19 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/e1158ecb/taskstore/api/taskstorepb"
+	"github.com/e1158ecb/taskstore/client"
 	"github.com/e1158ecb/taskstore/client/clienttest"
 )
 
@@ -383,5 +388,57 @@ func TestTaskByIDInTwoGroups(t *testing.T) {
 	got := tasksJSON(t, mustRun(t, fc, "-o", "json", "task", "get", "theta-task-1"))
 	if len(got) != 1 || got[0].Queue != queues[0] {
 		t.Errorf("after deleting the copy in %s: %v, want only the one in %s", queues[1], got, queues[0])
+	}
+}
+
+// TestTaskListFilters finds tasks by state, claimant, key prefix, attempt
+// and err (issue 18 item 4), through the node's own TaskStore service; and
+// a filter with ids is refused, not ignored.
+func TestTaskListFilters(t *testing.T) {
+	fc := clienttest.New(t, 3, 2)
+	c, err := client.Dial(context.Background(), fc.Addrs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.Modify(ctx, &taskstorepb.ModifyRequest{Inserts: []*taskstorepb.TaskInsert{
+		{Id: "a", Queue: "jobs/q", Key: "user-1"},
+		{Id: "b", Queue: "jobs/q", Key: "user-2", Attempt: 3, Err: "timeout talking to db"},
+		{Id: "c", Queue: "jobs/q", Attempt: 5, Err: "bad input"},
+		{Id: "d", Queue: "jobs/q", Delay: durationpb.New(time.Hour)},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	mustRun(t, fc, "task", "claim", "jobs/q", "--claimant", "w7", "--lease", "1h")
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--state", "claimed"}, []string{"a"}},
+		{[]string{"--claimant", "w7"}, []string{"a"}},
+		{[]string{"--state", "delayed"}, []string{"d"}},
+		{[]string{"--state", "available"}, []string{"b", "c"}},
+		{[]string{"--key-prefix", "user-"}, []string{"b", "a"}},
+		{[]string{"--min-attempt", "3"}, []string{"b", "c"}},
+		{[]string{"--err", "timeout", "--min-attempt", "1"}, []string{"b"}},
+	} {
+		var got []string
+		for _, task := range tasksJSON(t, mustRun(t, fc, append([]string{"-o", "json", "task", "list", "jobs/q"}, tc.args...)...)) {
+			got = append(got, task.Id)
+		}
+		slices.Sort(got)
+		want := slices.Sorted(slices.Values(tc.want))
+		if !slices.Equal(got, want) {
+			t.Errorf("task list %v: %v, want %v", tc.args, got, want)
+		}
+	}
+	if r := run(t, fc, "task", "list", "jobs/q", "--state", "sleeping"); r.code == 0 || !strings.Contains(r.stderr, "available, claimed or delayed") {
+		t.Errorf("--state sleeping: exit %d\n%s", r.code, r.stderr)
+	}
+	_, err = c.Tasks(ctx, &taskstorepb.TasksRequest{Ids: []string{"a"}, MinAttempt: 1})
+	if !errors.Is(err, client.ErrInvalid) || !strings.Contains(err.Error(), "not a lookup by ids") {
+		t.Errorf("a filter with ids: %v, want InvalidArgument", err)
 	}
 }

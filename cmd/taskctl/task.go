@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -199,6 +200,8 @@ func (a *app) taskListCmd() *cobra.Command {
 	var (
 		limit     uint32
 		pageToken string
+		state     string
+		filter    taskstorepb.TasksRequest
 	)
 	cmd := &cobra.Command{
 		Use:   "list QUEUE",
@@ -209,27 +212,60 @@ are shown as text when they are valid UTF-8, cut to 40 characters; use task
 get or -o json for the whole value. When more tasks follow, the token for the
 next page is printed on standard error (pass it to --page-token).
 
+Filters find tasks: --state (available, claimed or delayed, at the leader's
+clock), --claimant, --key-prefix, --min-attempt and --err (text the task's err
+contains); every one given must match. A filtered page looks at no more than
+10,000 tasks, so it may be short, even empty, while more may follow: follow
+the page token until none is printed. Tokens name a position in claim order,
+so paging stays valid while the queue changes.
+
 With -o json it prints the TasksResponse: {"tasks":[...],"nextPageToken":...}.`,
 		Example: `  taskctl task list crawl/fetch
   taskctl task list crawl/fetch --limit 500
+  taskctl task list crawl/dead --min-attempt 3 --err timeout
+  taskctl task list crawl/fetch --state claimed --claimant worker-7
   taskctl -o json task list crawl/fetch | jq -r '.tasks[].value | @base64d'`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			req := &taskstorepb.TasksRequest{Queue: args[0], Limit: limit, PageToken: pageToken, Claimant: filter.Claimant,
+				KeyPrefix: filter.KeyPrefix, MinAttempt: filter.MinAttempt, ErrContains: filter.ErrContains}
+			switch state {
+			case "":
+			case "available":
+				req.State = taskstorepb.TaskState_TASK_STATE_AVAILABLE
+			case "claimed":
+				req.State = taskstorepb.TaskState_TASK_STATE_CLAIMED
+			case "delayed":
+				req.State = taskstorepb.TaskState_TASK_STATE_DELAYED
+			default:
+				return fmt.Errorf("--state %q: want available, claimed or delayed", state)
+			}
+			filtered := state != "" || req.Claimant != "" || req.KeyPrefix != "" || req.MinAttempt > 0 || req.ErrContains != ""
 			return a.withClient(0, func(ctx context.Context, c *client.Client) error {
-				resp, err := c.Tasks(ctx, &taskstorepb.TasksRequest{Queue: args[0], Limit: limit, PageToken: pageToken})
+				resp, err := c.Tasks(ctx, req)
 				if err != nil {
 					return err
 				}
 				if err := a.printTaskList(resp.Tasks, resp.NextPageToken); err != nil {
 					return err
 				}
-				if resp.NextPageToken != "" && a.output != "json" {
+				switch {
+				case resp.NextPageToken == "" || a.output == "json":
+				case filtered:
+					fmt.Fprintf(a.stderr, "more tasks may match further on: --page-token %s\n", resp.NextPageToken)
+				default:
 					fmt.Fprintf(a.stderr, "more tasks follow: --page-token %s\n", resp.NextPageToken)
 				}
 				return nil
 			})
 		},
 	}
+	f := cmd.Flags()
+	f.StringVar(&state, "state", "", "only tasks in this state: available, claimed or delayed")
+	f.StringVar(&filter.Claimant, "claimant", "", "only tasks whose (last) claimant is this")
+	f.StringVar(&filter.KeyPrefix, "key-prefix", "", "only tasks with a key starting with this")
+	f.Uint32Var(&filter.MinAttempt, "min-attempt", 0, "only tasks whose attempt is at least this")
+	f.StringVar(&filter.ErrContains, "err", "", "only tasks whose err contains this text")
 	cmd.Flags().Uint32Var(&limit, "limit", 100, "list at most this many tasks (the cluster caps it at 1000)")
 	cmd.Flags().StringVar(&pageToken, "page-token", "", "continue a listing where the previous page ended")
 	return cmd
@@ -272,7 +308,12 @@ With -o json it prints {"tasks":[TASK...]}. A missing task is an error.`,
 					tasks = found
 				}
 				if len(tasks) > 1 {
-					fmt.Fprintf(a.stderr, "note: %d tasks have id %q, one in each of these queues' consistency groups: name the queue (--queue) to act on one\n", len(tasks), args[0])
+					var queues []string
+					for _, t := range tasks {
+						queues = append(queues, t.Queue)
+					}
+					fmt.Fprintf(a.stderr, "note: %d tasks have id %q, in different consistency groups (queues %s): give --queue to act on one\n",
+						len(tasks), args[0], strings.Join(queues, ", "))
 				}
 				if a.output == "json" {
 					return printJSON(a.stdout, &taskstorepb.TasksResponse{Tasks: tasks})
