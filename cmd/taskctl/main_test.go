@@ -442,3 +442,25 @@ func TestTaskListFilters(t *testing.T) {
 		t.Errorf("a filter with ids: %v, want InvalidArgument", err)
 	}
 }
+
+// TestQueueMove sends a dead-letter queue back to work with taskctl (issue
+// 18 item 3): progress per batch on stderr, a summary, attempts reset.
+func TestQueueMove(t *testing.T) {
+	fc := clienttest.New(t, 3, 2)
+	for i := range 5 {
+		mustRun(t, fc, "task", "insert", "jobs/dead", "--id", fmt.Sprintf("d%d", i), "--value", "x")
+	}
+	r := run(t, fc, "queue", "move", "jobs/dead", "jobs/work", "--batch", "2", "--reset-attempts")
+	if r.code != 0 {
+		t.Fatalf("queue move: exit %d\n%s", r.code, r.stderr)
+	}
+	if !strings.Contains(r.stdout, "moved 5 task(s) from jobs/dead to jobs/work, skipped 0") || strings.Count(r.stderr, "moved ") < 3 {
+		t.Errorf("stdout:\n%s\nstderr:\n%s\nwant a summary of 5 moved and progress for each batch of 2", r.stdout, r.stderr)
+	}
+	if got := fc.Task("d4"); got == nil || got.Queue != "jobs/work" {
+		t.Errorf("d4: %v, want it in jobs/work", got)
+	}
+	if r := run(t, fc, "queue", "move", "jobs/work", "mail/work"); r.code == 0 || !strings.Contains(r.stderr, "one consistency group") {
+		t.Errorf("a move across groups: exit %d\n%s", r.code, r.stderr)
+	}
+}

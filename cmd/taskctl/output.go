@@ -41,6 +41,16 @@ func printJSON(w io.Writer, m proto.Message) error {
 	return err
 }
 
+// printJSONValue writes v (not a protobuf message) as indented JSON.
+func printJSONValue(w io.Writer, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
+}
+
 // table writes aligned columns.
 type table struct{ tw *tabwriter.Writer }
 

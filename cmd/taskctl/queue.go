@@ -16,11 +16,12 @@ import (
 func (a *app) queueCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "queue",
-		Short: "Inspect queues",
+		Short: "Inspect, purge and move queues",
 		Long: `queue groups the commands about queues. A queue exists while it holds tasks;
 its consistency group (the name before the first '/') decides its shard.`,
 		Example: `  taskctl queue list crawl/
-  taskctl queue stats crawl/fetch`,
+  taskctl queue stats crawl/fetch
+  taskctl queue move crawl/dead crawl/fetch --reset-attempts`,
 	}
 
 	var limit uint32
@@ -115,7 +116,69 @@ There is no undo.`,
 		},
 	}
 
-	cmd.AddCommand(list, stats, purge)
+	var (
+		moveState     string
+		moveFilter    taskstorepb.TasksRequest
+		resetAttempts bool
+		moveBatch     int
+	)
+	move := &cobra.Command{
+		Use:   "move SRC DST",
+		Short: "Move the tasks of a queue to another queue of its group",
+		Long: `queue move moves every task of SRC, or those the filters select, to DST, a
+queue of the same consistency group: the dead-letter queue back to work, say.
+It moves --batch tasks per transaction, so a queue of a million tasks moves in
+many small log entries, and prints its progress on standard error.
+
+Tasks with a live lease are not moved (their holders would lose them). A task
+that changes while it is being moved (claimed, changed by a producer) is left
+alone and counted as skipped. --reset-attempts sets each moved task's attempt
+to 0 and clears its err; without it both are kept. The filters are those of
+task list. It runs until done or interrupted (Ctrl-C stops it between
+batches; what moved stays moved); --timeout bounds each request, not the move.`,
+		Example: `  taskctl queue move crawl/dead crawl/fetch --reset-attempts
+  taskctl queue move crawl/dead crawl/fetch --err timeout --min-attempt 3`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			filter := &taskstorepb.TasksRequest{Claimant: moveFilter.Claimant, KeyPrefix: moveFilter.KeyPrefix,
+				MinAttempt: moveFilter.MinAttempt, ErrContains: moveFilter.ErrContains}
+			switch moveState {
+			case "":
+			case "available":
+				filter.State = taskstorepb.TaskState_TASK_STATE_AVAILABLE
+			case "delayed":
+				filter.State = taskstorepb.TaskState_TASK_STATE_DELAYED
+			default:
+				return fmt.Errorf("--state %q: want available or delayed (claimed tasks are never moved)", moveState)
+			}
+			return a.withClient(365*24*time.Hour, func(ctx context.Context, c *client.Client) error {
+				res, err := c.MoveQueue(ctx, args[0], args[1], client.MoveOptions{Filter: filter, ResetAttempts: resetAttempts, Batch: moveBatch,
+					Progress: func(r client.MoveResult) {
+						if a.output != "json" {
+							fmt.Fprintf(a.stderr, "moved %d, skipped %d\n", r.Moved, r.Skipped)
+						}
+					}})
+				if a.output == "json" {
+					if perr := printJSONValue(a.stdout, map[string]int{"moved": res.Moved, "skipped": res.Skipped}); perr != nil {
+						return perr
+					}
+				} else {
+					fmt.Fprintf(a.stdout, "moved %d task(s) from %s to %s, skipped %d\n", res.Moved, args[0], args[1], res.Skipped)
+				}
+				return err
+			})
+		},
+	}
+	mf := move.Flags()
+	mf.StringVar(&moveState, "state", "", "only tasks in this state: available or delayed")
+	mf.StringVar(&moveFilter.Claimant, "claimant", "", "only tasks whose (last) claimant is this")
+	mf.StringVar(&moveFilter.KeyPrefix, "key-prefix", "", "only tasks with a key starting with this")
+	mf.Uint32Var(&moveFilter.MinAttempt, "min-attempt", 0, "only tasks whose attempt is at least this")
+	mf.StringVar(&moveFilter.ErrContains, "err", "", "only tasks whose err contains this text")
+	mf.BoolVar(&resetAttempts, "reset-attempts", false, "set each moved task's attempt to 0 and clear its err")
+	mf.IntVar(&moveBatch, "batch", 500, "tasks per transaction (1-1000)")
+
+	cmd.AddCommand(list, stats, purge, move)
 	return cmd
 }
 

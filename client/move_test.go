@@ -1,0 +1,116 @@
+package client_test
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/e1158ecb/taskstore/api/taskstorepb"
+	"github.com/e1158ecb/taskstore/client"
+	"github.com/e1158ecb/taskstore/client/clienttest"
+)
+
+// TestMoveQueue requeues a dead-letter queue in batches (issue 18 item 3):
+// every unclaimed task that matches moves, attempts reset, in transactions
+// of at most Batch tasks; a task with a live lease and tasks the filter
+// does not select stay; a move across groups or of claimed tasks is
+// refused.
+func TestMoveQueue(t *testing.T) {
+	fc := clienttest.New(t, 3, 2)
+	c := mustDial(t, fc.Addrs())
+	ctx := ctxFor(t, 30*time.Second)
+	const n = 1203
+	var inserts []*taskstorepb.TaskInsert
+	for i := range n {
+		in := &taskstorepb.TaskInsert{Id: fmt.Sprintf("t%04d", i), Queue: "jobs/dead", Attempt: 5, Err: "timeout"}
+		if i%100 == 0 {
+			in.Err = "bad input" // not selected by the filter below
+		}
+		inserts = append(inserts, in)
+	}
+	for i := 0; i < n; i += 500 {
+		if _, err := c.Modify(ctx, &taskstorepb.ModifyRequest{Inserts: inserts[i:min(i+500, n)]}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A worker holds one (the first in claim order).
+	cl, err := c.Claim(ctx, &taskstorepb.ClaimRequest{Claimant: "w", Queues: []string{"jobs/dead"}, Lease: durationpb.New(time.Hour)})
+	if err != nil || len(cl.Tasks) != 1 {
+		t.Fatalf("claim: %v, %v", cl, err)
+	}
+	held := cl.Tasks[0].Id
+	before := len(fc.CallsTo("Modify"))
+	var progress []client.MoveResult
+	res, err := c.MoveQueue(ctx, "jobs/dead", "jobs/work", client.MoveOptions{
+		Filter:        &taskstorepb.TasksRequest{ErrContains: "timeout"},
+		ResetAttempts: true, Batch: 400,
+		Progress: func(r client.MoveResult) { progress = append(progress, r) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	selected := n - 13 // 13 ids are multiples of 100
+	if held[len(held)-2:] != "00" {
+		selected-- // the held one would have matched
+	}
+	if res.Moved != selected || res.Skipped != 0 {
+		t.Errorf("moved %d, skipped %d; want %d, 0", res.Moved, res.Skipped, selected)
+	}
+	if len(progress) < 3 || progress[len(progress)-1] != res {
+		t.Errorf("progress %v, want a call per batch ending with %v", progress, res)
+	}
+	for _, call := range fc.CallsTo("Modify")[before:] {
+		if k := len(call.Req.(*taskstorepb.ModifyRequest).Changes); k > 400 {
+			t.Errorf("a transaction moved %d tasks, over the batch of 400", k)
+		}
+	}
+	if got := fc.Task(held); got == nil || got.Queue != "jobs/dead" || got.Claimant != "w" {
+		t.Errorf("the claimed task: %v, want it left in jobs/dead with its holder", got)
+	}
+	if got := fc.Task("t0000"); got == nil || got.Queue != "jobs/dead" || got.Attempt != 5 {
+		t.Errorf("a task the filter does not select: %v, want it left", got)
+	}
+	if got := fc.Task("t0007"); held != "t0007" && (got == nil || got.Queue != "jobs/work" || got.Attempt != 0 || got.Err != "") {
+		t.Errorf("a moved task: %v, want it in jobs/work with attempt 0 and no err", got)
+	}
+	// A task changed between the listing and the move is left alone; the
+	// rest of its batch moves.
+	for i := range 10 {
+		if _, err := c.Insert(ctx, "jobs/x", nil, client.WithID(fmt.Sprintf("x%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	other := mustDial(t, fc.Addrs())
+	var once sync.Once
+	fc.SetHook(func(node, method string, req proto.Message, phase clienttest.Phase) error {
+		if r, ok := req.(*taskstorepb.ModifyRequest); ok && phase == clienttest.Before && len(r.Changes) > 0 && r.Changes[0].NewQueue == "jobs/y" {
+			once.Do(func() {
+				cur := fc.Task("x3")
+				_, err := other.Modify(ctx, &taskstorepb.ModifyRequest{Changes: []*taskstorepb.TaskChange{{Id: "x3", Version: cur.Version, Queue: "jobs/x", Value: []byte("changed")}}})
+				if err != nil {
+					t.Errorf("changing x3 under the move: %v", err)
+				}
+			})
+		}
+		return nil
+	})
+	res, err = c.MoveQueue(ctx, "jobs/x", "jobs/y", client.MoveOptions{})
+	fc.SetHook(nil)
+	if err != nil || res.Moved != 9 || res.Skipped != 1 {
+		t.Errorf("move with x3 changed under it: %+v, %v; want 9 moved, 1 skipped", res, err)
+	}
+	if got := fc.Task("x3"); got == nil || got.Queue != "jobs/x" {
+		t.Errorf("x3: %v, want it left in jobs/x", got)
+	}
+	if _, err := c.MoveQueue(ctx, "jobs/dead", "other/work", client.MoveOptions{}); !errors.Is(err, client.ErrInvalid) {
+		t.Errorf("a move across groups: %v, want ErrInvalid", err)
+	}
+	if _, err := c.MoveQueue(ctx, "jobs/dead", "jobs/work", client.MoveOptions{Filter: &taskstorepb.TasksRequest{State: taskstorepb.TaskState_TASK_STATE_CLAIMED}}); !errors.Is(err, client.ErrInvalid) {
+		t.Errorf("a move of claimed tasks: %v, want ErrInvalid", err)
+	}
+}
