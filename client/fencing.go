@@ -9,5 +9,6 @@ package client
 // highest it has seen for the task: a paused worker that wakes up after
 // losing its task cannot overwrite the new holder's work there
 // (docs/workers.md, "Fencing side effects"). The Worker's handler gets the
-// task as claimed, token included.
+// task as claimed, token included. The count starts again for a task
+// deleted and inserted anew with the same id: fence by (id, created).
 func FencingToken(t *Task) uint32 { return t.GetClaims() }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"time"
 
 	"github.com/e1158ecb/taskstore/api/taskstorepb"
 )
@@ -18,27 +20,39 @@ type MoveOptions struct {
 	// ResetAttempts sets each moved task's attempt to 0 and clears its err
 	// (a dead-letter queue sent back to work); otherwise both are kept.
 	ResetAttempts bool
-	// Batch is how many tasks one transaction moves (default 500, at most
-	// 1000): a queue of a million tasks moves in many small log entries,
-	// never one giant one.
+	// Batch is how many tasks one transaction moves (default 500, 1-1000):
+	// a queue of a million tasks moves in many small log entries, never one
+	// giant one. A batch whose answer (which echoes the moved tasks with
+	// their values) would be over the answer limit is split in halves.
 	Batch int
+	// RequestTimeout, when positive, bounds each request; ctx bounds the
+	// whole move.
+	RequestTimeout time.Duration
 	// Progress, if set, is called after each batch with the totals so far.
 	Progress func(MoveResult)
 }
 
 // MoveResult counts what MoveQueue did.
 type MoveResult struct {
-	Moved   int // moved to the destination
-	Skipped int // matched but changed while being moved (claimed, say): left alone
+	Moved int // moved to the destination
+	// Skipped tasks matched but changed while being moved (claimed,
+	// changed, deleted) or arrived in the source after the move started
+	// (so that tasks coming back into it do not keep it going): left alone.
+	Skipped int
+	// Conflicts are tasks that cannot move, e.g. their key is taken in the
+	// destination; they stay in the source. ConflictIDs names up to 100.
+	Conflicts   int
+	ConflictIDs []string
 }
 
 // MoveQueue moves the tasks of src that match opts.Filter to dst, a queue
 // of the same consistency group, in transactions of opts.Batch tasks. Each
-// transaction names the versions it read, so a task changed meanwhile (a
-// worker claimed it, a producer changed it) is left alone and counted as
-// skipped, and the rest of its batch moves. It stops at ctx's end or the
-// first other error, with what it moved so far. Tasks inserted into src
-// while it runs may or may not be moved.
+// transaction names the versions it read, so a task changed meanwhile is
+// left alone and counted as skipped, and the rest of its batch moves; a
+// task that cannot move (its key is taken in dst) is counted as a conflict.
+// Tasks modified after the move started (by the cluster's clock) are not
+// moved. It stops at ctx's end or the first other error, with what it moved
+// so far.
 func (c *Client) MoveQueue(ctx context.Context, src, dst string, opts MoveOptions) (MoveResult, error) {
 	var res MoveResult
 	if src == dst {
@@ -49,10 +63,12 @@ func (c *Client) MoveQueue(ctx context.Context, src, dst string, opts MoveOption
 			src, dst, taskstorepb.GroupOf(src), taskstorepb.GroupOf(dst), ErrInvalid)
 	}
 	batch := opts.Batch
-	if batch <= 0 {
+	if batch == 0 {
 		batch = 500
 	}
-	batch = min(batch, 1000)
+	if batch < 1 || batch > 1000 {
+		return res, fmt.Errorf("move: a batch of %d tasks: want 1 to 1000: %w", batch, ErrInvalid)
+	}
 	list := &taskstorepb.TasksRequest{}
 	if f := opts.Filter; f != nil {
 		if f.State == taskstorepb.TaskState_TASK_STATE_CLAIMED || f.GetClaimed() {
@@ -62,50 +78,45 @@ func (c *Client) MoveQueue(ctx context.Context, src, dst string, opts MoveOption
 	}
 	unclaimed := false
 	list.Queue, list.Limit, list.OmitValues, list.Claimed = src, uint32(batch), true, &unclaimed
+	call := func(fn func(ctx context.Context) error) error {
+		if opts.RequestTimeout <= 0 {
+			return fn(ctx)
+		}
+		rctx, cancel := context.WithTimeout(ctx, opts.RequestTimeout)
+		defer cancel()
+		return fn(rctx)
+	}
+	var start time.Time
+	if err := call(func(ctx context.Context) (err error) { start, err = c.Time(ctx); return err }); err != nil {
+		return res, err
+	}
 	zero, empty := uint32(0), ""
 	for {
-		page, err := c.Tasks(ctx, list)
-		if err != nil {
+		var page *taskstorepb.TasksResponse
+		if err := call(func(ctx context.Context) (err error) { page, err = c.Tasks(ctx, list); return err }); err != nil {
 			return res, err
 		}
 		var changes []*taskstorepb.TaskChange
-		now := page.GetTasks()
-		for _, t := range now {
+		for _, t := range page.GetTasks() {
+			if !matches(t, list) {
+				// A node of an older version ignores the filters it does
+				// not know: refuse rather than move what was not asked for.
+				return res, fmt.Errorf("move %s: the cluster returned task %s, which the filter does not select: upgrade every node before moving with filters: %w", src, t.Id, ErrUnsupported)
+			}
+			if t.Modified.AsTime().After(start) {
+				res.Skipped++ // arrived (or came back) after the move started
+				continue
+			}
 			ch := &taskstorepb.TaskChange{Id: t.Id, Version: t.Version, Queue: src, NewQueue: dst}
 			if opts.ResetAttempts {
 				ch.Attempt, ch.Err = &zero, &empty
 			}
 			changes = append(changes, ch)
 		}
-		for len(changes) > 0 {
-			_, err := c.Modify(ctx, &taskstorepb.ModifyRequest{Changes: changes})
-			var dep *DependencyError
-			if errors.As(err, &dep) && len(dep.Errors) > 0 {
-				// Leave out what changed since it was read; move the rest.
-				gone := map[string]bool{}
-				for _, r := range dep.Errors {
-					gone[r.Id] = true
-				}
-				kept := changes[:0]
-				for _, ch := range changes {
-					if !gone[ch.Id] {
-						kept = append(kept, ch)
-					}
-				}
-				if len(kept) == len(changes) {
-					return res, err // refused for none of its own changes
-				}
-				res.Skipped += len(changes) - len(kept)
-				changes = kept
-				continue
-			}
-			if err != nil {
-				return res, err
-			}
-			res.Moved += len(changes)
-			break
+		if err := c.moveBatch(call, changes, &res); err != nil {
+			return res, err
 		}
-		if opts.Progress != nil && len(now) > 0 {
+		if opts.Progress != nil && len(page.GetTasks()) > 0 {
 			opts.Progress(res)
 		}
 		if page.GetNextPageToken() == "" {
@@ -113,4 +124,75 @@ func (c *Client) MoveQueue(ctx context.Context, src, dst string, opts MoveOption
 		}
 		list.PageToken = page.GetNextPageToken()
 	}
+}
+
+// moveBatch applies changes in one transaction, leaving out those the
+// cluster refuses and splitting a batch whose answer would be too large.
+func (c *Client) moveBatch(call func(func(context.Context) error) error, changes []*taskstorepb.TaskChange, res *MoveResult) error {
+	for len(changes) > 0 {
+		err := call(func(ctx context.Context) error {
+			_, err := c.Modify(ctx, &taskstorepb.ModifyRequest{Changes: changes})
+			return err
+		})
+		var dep *DependencyError
+		switch {
+		case err == nil:
+			res.Moved += len(changes)
+			return nil
+		case errors.Is(err, ErrTooLarge) && len(changes) > 1:
+			half := len(changes) / 2
+			if err := c.moveBatch(call, changes[:half], res); err != nil {
+				return err
+			}
+			changes = changes[half:]
+			continue
+		case errors.As(err, &dep) && len(dep.Errors) > 0:
+		default:
+			return err
+		}
+		// Leave out what was refused and move the rest.
+		// A task may be named more than once (stale and claimed): it is a
+		// conflict if any reason is one, else skipped.
+		refused := map[string]bool{} // id -> a conflict
+		for _, r := range dep.Errors {
+			switch r.Category {
+			case taskstorepb.RefError_CHANGE_STALE, taskstorepb.RefError_CHANGE_MISSING, taskstorepb.RefError_CLAIMED:
+				if _, seen := refused[r.Id]; !seen {
+					refused[r.Id] = false // changed, deleted or claimed since it was read
+				}
+			default:
+				refused[r.Id] = true // cannot move: its key is taken in the destination
+			}
+		}
+		for id, conflict := range refused {
+			if !conflict {
+				res.Skipped++
+				continue
+			}
+			res.Conflicts++
+			if len(res.ConflictIDs) < 100 {
+				res.ConflictIDs = append(res.ConflictIDs, id)
+			}
+		}
+		kept := changes[:0]
+		for _, ch := range changes {
+			if _, out := refused[ch.Id]; !out {
+				kept = append(kept, ch)
+			}
+		}
+		if len(kept) == len(changes) {
+			return err // refused for none of its own changes
+		}
+		changes = kept
+	}
+	return nil
+}
+
+// matches checks a listed task against the filters the client can check
+// itself (state needs the leader's clock: not checked).
+func matches(t *taskstorepb.Task, f *taskstorepb.TasksRequest) bool {
+	return (f.Claimant == "" || t.Claimant == f.Claimant) &&
+		(f.KeyPrefix == "" || strings.HasPrefix(t.Key, f.KeyPrefix)) &&
+		t.Attempt >= f.MinAttempt &&
+		(f.ErrContains == "" || strings.Contains(t.Err, f.ErrContains))
 }

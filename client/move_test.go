@@ -61,7 +61,7 @@ func TestMoveQueue(t *testing.T) {
 	if res.Moved != selected || res.Skipped != 0 {
 		t.Errorf("moved %d, skipped %d; want %d, 0", res.Moved, res.Skipped, selected)
 	}
-	if len(progress) < 3 || progress[len(progress)-1] != res {
+	if len(progress) < 3 || progress[len(progress)-1].Moved != res.Moved {
 		t.Errorf("progress %v, want a call per batch ending with %v", progress, res)
 	}
 	for _, call := range fc.CallsTo("Modify")[before:] {
@@ -106,6 +106,17 @@ func TestMoveQueue(t *testing.T) {
 	}
 	if got := fc.Task("x3"); got == nil || got.Queue != "jobs/x" {
 		t.Errorf("x3: %v, want it left in jobs/x", got)
+	}
+	// A task whose key the destination holds cannot move: a conflict, not
+	// a skip, and the others move.
+	for _, in := range []*taskstorepb.TaskInsert{{Id: "k1", Queue: "jobs/k-src", Key: "dup"}, {Id: "k2", Queue: "jobs/k-src"}, {Id: "k3", Queue: "jobs/k-dst", Key: "dup"}} {
+		if _, err := c.Modify(ctx, &taskstorepb.ModifyRequest{Inserts: []*taskstorepb.TaskInsert{in}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err = c.MoveQueue(ctx, "jobs/k-src", "jobs/k-dst", client.MoveOptions{})
+	if err != nil || res.Moved != 1 || res.Conflicts != 1 || len(res.ConflictIDs) != 1 || res.ConflictIDs[0] != "k1" || res.Skipped != 0 {
+		t.Errorf("move with a key taken in the destination: %+v, %v; want k2 moved, k1 a conflict", res, err)
 	}
 	if _, err := c.MoveQueue(ctx, "jobs/dead", "other/work", client.MoveOptions{}); !errors.Is(err, client.ErrInvalid) {
 		t.Errorf("a move across groups: %v, want ErrInvalid", err)

@@ -1223,9 +1223,11 @@ type TasksRequest struct {
 	// short, even empty, with a next_page_token: follow the token until it is
 	// empty. Tokens name a position in claim order, so paging stays valid
 	// while the queue changes.
-	// Only tasks in this state at the leader's clock.
+	// Only tasks in this state at the clock of the replica that answers (the
+	// leader's, unless stale).
 	State TaskState `protobuf:"varint,9,opt,name=state,proto3,enum=taskstore.v1.TaskState" json:"state,omitempty"`
-	// Only tasks whose claimant (the last one, lease live or not) is this.
+	// Only tasks whose claimant is this: the current holder, or the last one
+	// if its lease ran out (a release, a retry or a move clears it).
 	Claimant string `protobuf:"bytes,10,opt,name=claimant,proto3" json:"claimant,omitempty"`
 	// Only tasks with a key starting with this.
 	KeyPrefix string `protobuf:"bytes,11,opt,name=key_prefix,json=keyPrefix,proto3" json:"key_prefix,omitempty"`

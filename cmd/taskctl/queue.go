@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -131,11 +132,14 @@ It moves --batch tasks per transaction, so a queue of a million tasks moves in
 many small log entries, and prints its progress on standard error.
 
 Tasks with a live lease are not moved (their holders would lose them). A task
-that changes while it is being moved (claimed, changed by a producer) is left
-alone and counted as skipped. --reset-attempts sets each moved task's attempt
-to 0 and clears its err; without it both are kept. The filters are those of
-task list. It runs until done or interrupted (Ctrl-C stops it between
-batches; what moved stays moved); --timeout bounds each request, not the move.`,
+that changes while it is being moved (claimed, changed by a producer), or that
+arrived in SRC after the move started (a task failing again on its way back,
+say), is left alone and counted as skipped; one whose key DST already holds
+cannot move and is reported as a conflict. --reset-attempts sets each moved
+task's attempt to 0 and clears its err; without it both are kept. The filters
+are those of task list. It runs until done or interrupted (Ctrl-C stops it
+between batches; what moved stays moved); --timeout bounds each request, not
+the move.`,
 		Example: `  taskctl queue move crawl/dead crawl/fetch --reset-attempts
   taskctl queue move crawl/dead crawl/fetch --err timeout --min-attempt 3`,
 		Args: cobra.ExactArgs(2),
@@ -153,17 +157,22 @@ batches; what moved stays moved); --timeout bounds each request, not the move.`,
 			}
 			return a.withClient(365*24*time.Hour, func(ctx context.Context, c *client.Client) error {
 				res, err := c.MoveQueue(ctx, args[0], args[1], client.MoveOptions{Filter: filter, ResetAttempts: resetAttempts, Batch: moveBatch,
+					RequestTimeout: a.timeout,
 					Progress: func(r client.MoveResult) {
 						if a.output != "json" {
-							fmt.Fprintf(a.stderr, "moved %d, skipped %d\n", r.Moved, r.Skipped)
+							fmt.Fprintf(a.stderr, "moved %d, skipped %d, conflicts %d\n", r.Moved, r.Skipped, r.Conflicts)
 						}
 					}})
 				if a.output == "json" {
-					if perr := printJSONValue(a.stdout, map[string]int{"moved": res.Moved, "skipped": res.Skipped}); perr != nil {
+					if perr := printJSONValue(a.stdout, map[string]any{"moved": res.Moved, "skipped": res.Skipped,
+						"conflicts": res.Conflicts, "conflictIds": res.ConflictIDs}); perr != nil {
 						return perr
 					}
 				} else {
 					fmt.Fprintf(a.stdout, "moved %d task(s) from %s to %s, skipped %d\n", res.Moved, args[0], args[1], res.Skipped)
+					if res.Conflicts > 0 {
+						fmt.Fprintf(a.stdout, "%d task(s) could not move (a key taken in %s), among them: %s\n", res.Conflicts, args[1], strings.Join(res.ConflictIDs, " "))
+					}
 				}
 				return err
 			})
@@ -176,7 +185,7 @@ batches; what moved stays moved); --timeout bounds each request, not the move.`,
 	mf.Uint32Var(&moveFilter.MinAttempt, "min-attempt", 0, "only tasks whose attempt is at least this")
 	mf.StringVar(&moveFilter.ErrContains, "err", "", "only tasks whose err contains this text")
 	mf.BoolVar(&resetAttempts, "reset-attempts", false, "set each moved task's attempt to 0 and clear its err")
-	mf.IntVar(&moveBatch, "batch", 500, "tasks per transaction (1-1000)")
+	mf.IntVar(&moveBatch, "batch", 500, "tasks per transaction (1-1000; a batch of large values is split as needed)")
 
 	cmd.AddCommand(list, stats, purge, move)
 	return cmd
