@@ -203,7 +203,7 @@ func (n *Node) CheckReplicas(ctx context.Context) {
 			continue // a non-voter catching up judges nothing
 		}
 		var ids []string
-		seen := map[string][]*peerpb.Checkpoint{n.cfg.ID: replicaReport(s.id, s.g.raft, n.cfg.ID, s.machine).Checkpoints}
+		seen := map[string][]*peerpb.Checkpoint{n.cfg.ID: peerCheckpoints(s.machine)}
 		for _, srv := range voters {
 			id := string(srv.ID)
 			ids = append(ids, id)

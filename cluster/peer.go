@@ -94,11 +94,16 @@ func (n *Node) report() *peerpb.NodeReport {
 // replicaReport reads one local replica's Raft state and checkpoints.
 func replicaReport(id uint32, r *raft.Raft, self string, m *fsm.Machine) *peerpb.Replica {
 	_, leader := r.LeaderWithID()
-	rep := &peerpb.Replica{Shard: id, Leader: string(leader), Role: replicaRole(r, self), AppliedIndex: r.AppliedIndex()}
+	return &peerpb.Replica{Shard: id, Leader: string(leader), Role: replicaRole(r, self), AppliedIndex: r.AppliedIndex(), Checkpoints: peerCheckpoints(m)}
+}
+
+// peerCheckpoints lists a replica's checkpoints for a peer.
+func peerCheckpoints(m *fsm.Machine) []*peerpb.Checkpoint {
+	var out []*peerpb.Checkpoint
 	for _, cp := range m.Checkpoints() {
-		rep.Checkpoints = append(rep.Checkpoints, &peerpb.Checkpoint{Index: cp.Index, Digest: cp.Digest[:]})
+		out = append(out, &peerpb.Checkpoint{Index: cp.Index, Digest: cp.Digest[:]})
 	}
-	return rep
+	return out
 }
 
 // replicaRole names this replica's part in its Raft group, as Status shows

@@ -17,6 +17,26 @@ import (
 	"github.com/e1158ecb/taskstore/api/taskstorepb"
 )
 
+// serve starts a gRPC server on loopback with what register adds, and
+// returns a connection to it; both end with the test.
+func serve(t *testing.T, register func(grpc.ServiceRegistrar)) *grpc.ClientConn {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer()
+	register(s)
+	go s.Serve(l)
+	t.Cleanup(s.Stop)
+	conn, err := grpc.NewClient(l.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
 // olderNode serves Admin only, like a node of a version before the Peer
 // service.
 type olderNode struct {
@@ -59,20 +79,8 @@ func (o *olderNode) Status(_ context.Context, req *taskstorepb.StatusRequest) (*
 // come from its Admin.Status instead, so promotion, hand-off and clock
 // checks keep working through a rolling upgrade.
 func TestPeerWithoutPeerService(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := grpc.NewServer()
 	old := &olderNode{now: time.Unix(1700000000, 5), wiped: make(chan *taskstorepb.RebuildReplicaRequest, 1)}
-	taskstorepb.RegisterAdminServer(s, old)
-	go s.Serve(l)
-	defer s.Stop()
-	conn, err := grpc.NewClient(l.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := serve(t, func(s grpc.ServiceRegistrar) { taskstorepb.RegisterAdminServer(s, old) })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
@@ -120,20 +128,8 @@ func TestPeerWithoutPeerService(t *testing.T) {
 // FailedPrecondition, which the leader's caller sees as a refusal (as the
 // public RebuildReplica answered before; a bare error would be Unknown).
 func TestWipeReplicaAnswers(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := grpc.NewServer()
 	n := &Node{cfg: Config{ID: "n1"}}
-	n.RegisterPeer(s)
-	go s.Serve(l)
-	defer s.Stop()
-	conn, err := grpc.NewClient(l.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := serve(t, n.RegisterPeer)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, tc := range []struct {

@@ -41,15 +41,7 @@ func (m *Machine) Get(ids []string) []*fsmpb.Task {
 // short, even empty, while the token is not: the end is an empty token. A
 // malformed token is an error wrapping ErrInvalid.
 func (m *Machine) List(queue string, pageToken string, limit int, claimed *bool, omitValues bool) ([]*fsmpb.Task, string, error) {
-	return m.ListWithin(queue, pageToken, limit, claimed, omitValues, 0)
-}
-
-// ListWithin is List with the page also bounded by maxBytes of answer
-// (AnswerBytes per task; 0: no bound): the page ends before the task that
-// would take it over, so that a page of large values fits one message. A
-// page always holds at least one task.
-func (m *Machine) ListWithin(queue string, pageToken string, limit int, claimed *bool, omitValues bool, maxBytes uint64) ([]*fsmpb.Task, string, error) {
-	return m.ListFiltered(queue, pageToken, limit, ListFilter{Claimed: claimed}, omitValues, maxBytes)
+	return m.ListFiltered(queue, pageToken, limit, ListFilter{Claimed: claimed}, omitValues, 0)
 }
 
 // TaskState is a task's state at the machine's clock, for ListFilter.
@@ -73,7 +65,8 @@ type ListFilter struct {
 	ErrContains string // err containing this text
 }
 
-func (f ListFilter) any() bool {
+// Any reports whether f filters at all.
+func (f ListFilter) Any() bool {
 	return f.Claimed != nil || f.State != AnyState || f.Claimant != "" || f.KeyPrefix != "" || f.MinAttempt > 0 || f.ErrContains != ""
 }
 
@@ -93,10 +86,13 @@ func (f ListFilter) match(t *task, clock int64) bool {
 	return true
 }
 
-// ListFiltered is ListWithin with any filter. A filtered page looks at no
-// more than listScanLimit tasks (a page may then be short or empty while
-// its token is not); the token stays valid while the queue changes, since
-// it names a position in claim order.
+// ListFiltered is List with any filter, and the page also bounded by
+// maxBytes of answer (AnswerBytes per task; 0: no bound): the page ends
+// before the task that would take it over, so that a page of large values
+// fits one message; it always holds at least one task. A filtered page
+// looks at no more than listScanLimit tasks (a page may then be short or
+// empty while its token is not); the token stays valid while the queue
+// changes, since it names a position in claim order.
 func (m *Machine) ListFiltered(queue string, pageToken string, limit int, f ListFilter, omitValues bool, maxBytes uint64) ([]*fsmpb.Task, string, error) {
 	if limit <= 0 {
 		limit = DefaultListLimit
@@ -115,7 +111,7 @@ func (m *Machine) ListFiltered(queue string, pageToken string, limit int, f List
 		return nil, "", nil
 	}
 	clock := m.st.clock
-	filtered := f.any()
+	filtered := f.Any()
 	var out []*fsmpb.Task
 	var last *task
 	more, scanned := false, 0

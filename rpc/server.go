@@ -526,7 +526,9 @@ func (srv *Server) listFilter(req *taskstorepb.TasksRequest) (fsm.ListFilter, er
 			return f, invalid(c.field, "%d bytes exceeds the limit of %d", len(c.v), c.max)
 		}
 	}
-	if len(req.Ids) > 0 && (f.State != fsm.AnyState || f.Claimant != "" || f.KeyPrefix != "" || f.MinAttempt > 0 || f.ErrContains != "") {
+	listing := f
+	listing.Claimed = nil // the older filter, which a lookup by ids has always ignored
+	if len(req.Ids) > 0 && listing.Any() {
 		return f, invalid("ids", "state, claimant, key_prefix, min_attempt and err_contains filter a queue listing, not a lookup by ids")
 	}
 	return f, nil

@@ -118,8 +118,7 @@ There is no undo.`,
 	}
 
 	var (
-		moveState     string
-		moveFilter    taskstorepb.TasksRequest
+		moveFilter    filterFlags
 		resetAttempts bool
 		moveBatch     int
 	)
@@ -144,16 +143,9 @@ the move.`,
   taskctl queue move crawl/dead crawl/fetch --err timeout --min-attempt 3`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			filter := &taskstorepb.TasksRequest{Claimant: moveFilter.Claimant, KeyPrefix: moveFilter.KeyPrefix,
-				MinAttempt: moveFilter.MinAttempt, ErrContains: moveFilter.ErrContains}
-			switch moveState {
-			case "":
-			case "available":
-				filter.State = taskstorepb.TaskState_TASK_STATE_AVAILABLE
-			case "delayed":
-				filter.State = taskstorepb.TaskState_TASK_STATE_DELAYED
-			default:
-				return fmt.Errorf("--state %q: want available or delayed (claimed tasks are never moved)", moveState)
+			filter, err := moveFilter.request(false)
+			if err != nil {
+				return err
 			}
 			return a.withClient(365*24*time.Hour, func(ctx context.Context, c *client.Client) error {
 				res, err := c.MoveQueue(ctx, args[0], args[1], client.MoveOptions{Filter: filter, ResetAttempts: resetAttempts, Batch: moveBatch,
@@ -178,12 +170,8 @@ the move.`,
 			})
 		},
 	}
+	moveFilter.add(move, "available or delayed")
 	mf := move.Flags()
-	mf.StringVar(&moveState, "state", "", "only tasks in this state: available or delayed")
-	mf.StringVar(&moveFilter.Claimant, "claimant", "", "only tasks whose (last) claimant is this")
-	mf.StringVar(&moveFilter.KeyPrefix, "key-prefix", "", "only tasks with a key starting with this")
-	mf.Uint32Var(&moveFilter.MinAttempt, "min-attempt", 0, "only tasks whose attempt is at least this")
-	mf.StringVar(&moveFilter.ErrContains, "err", "", "only tasks whose err contains this text")
 	mf.BoolVar(&resetAttempts, "reset-attempts", false, "set each moved task's attempt to 0 and clear its err")
 	mf.IntVar(&moveBatch, "batch", 500, "tasks per transaction (1-1000; a batch of large values is split as needed)")
 

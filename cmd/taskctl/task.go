@@ -200,8 +200,7 @@ func (a *app) taskListCmd() *cobra.Command {
 	var (
 		limit     uint32
 		pageToken string
-		state     string
-		filter    taskstorepb.TasksRequest
+		filter    filterFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "list QUEUE",
@@ -227,20 +226,12 @@ With -o json it prints the TasksResponse: {"tasks":[...],"nextPageToken":...}.`,
   taskctl -o json task list crawl/fetch | jq -r '.tasks[].value | @base64d'`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			req := &taskstorepb.TasksRequest{Queue: args[0], Limit: limit, PageToken: pageToken, Claimant: filter.Claimant,
-				KeyPrefix: filter.KeyPrefix, MinAttempt: filter.MinAttempt, ErrContains: filter.ErrContains}
-			switch state {
-			case "":
-			case "available":
-				req.State = taskstorepb.TaskState_TASK_STATE_AVAILABLE
-			case "claimed":
-				req.State = taskstorepb.TaskState_TASK_STATE_CLAIMED
-			case "delayed":
-				req.State = taskstorepb.TaskState_TASK_STATE_DELAYED
-			default:
-				return fmt.Errorf("--state %q: want available, claimed or delayed", state)
+			req, err := filter.request(true)
+			if err != nil {
+				return err
 			}
-			filtered := state != "" || req.Claimant != "" || req.KeyPrefix != "" || req.MinAttempt > 0 || req.ErrContains != ""
+			req.Queue, req.Limit, req.PageToken = args[0], limit, pageToken
+			filtered := filter.set()
 			return a.withClient(0, func(ctx context.Context, c *client.Client) error {
 				resp, err := c.Tasks(ctx, req)
 				if err != nil {
@@ -260,15 +251,55 @@ With -o json it prints the TasksResponse: {"tasks":[...],"nextPageToken":...}.`,
 			})
 		},
 	}
-	f := cmd.Flags()
-	f.StringVar(&state, "state", "", "only tasks in this state: available, claimed or delayed")
-	f.StringVar(&filter.Claimant, "claimant", "", "only tasks whose (last) claimant is this")
-	f.StringVar(&filter.KeyPrefix, "key-prefix", "", "only tasks with a key starting with this")
-	f.Uint32Var(&filter.MinAttempt, "min-attempt", 0, "only tasks whose attempt is at least this")
-	f.StringVar(&filter.ErrContains, "err", "", "only tasks whose err contains this text")
+	filter.add(cmd, "available, claimed or delayed")
 	cmd.Flags().Uint32Var(&limit, "limit", 100, "list at most this many tasks (the cluster caps it at 1000)")
 	cmd.Flags().StringVar(&pageToken, "page-token", "", "continue a listing where the previous page ended")
 	return cmd
+}
+
+// filterFlags are the filters of task list and queue move.
+type filterFlags struct {
+	state string
+	req   taskstorepb.TasksRequest
+}
+
+func (f *filterFlags) add(cmd *cobra.Command, states string) {
+	fl := cmd.Flags()
+	fl.StringVar(&f.state, "state", "", "only tasks in this state: "+states)
+	fl.StringVar(&f.req.Claimant, "claimant", "", "only tasks whose claimant is this (the holder, or the last one if its lease ran out)")
+	fl.StringVar(&f.req.KeyPrefix, "key-prefix", "", "only tasks with a key starting with this")
+	fl.Uint32Var(&f.req.MinAttempt, "min-attempt", 0, "only tasks whose attempt is at least this")
+	fl.StringVar(&f.req.ErrContains, "err", "", "only tasks whose err contains this text")
+}
+
+// set reports whether any filter was given.
+func (f *filterFlags) set() bool {
+	return f.state != "" || f.req.Claimant != "" || f.req.KeyPrefix != "" || f.req.MinAttempt > 0 || f.req.ErrContains != ""
+}
+
+// request returns a TasksRequest carrying the filters (claimed: whether
+// --state claimed is allowed).
+func (f *filterFlags) request(claimed bool) (*taskstorepb.TasksRequest, error) {
+	req := &taskstorepb.TasksRequest{Claimant: f.req.Claimant, KeyPrefix: f.req.KeyPrefix, MinAttempt: f.req.MinAttempt, ErrContains: f.req.ErrContains}
+	switch f.state {
+	case "":
+	case "available":
+		req.State = taskstorepb.TaskState_TASK_STATE_AVAILABLE
+	case "delayed":
+		req.State = taskstorepb.TaskState_TASK_STATE_DELAYED
+	case "claimed":
+		if claimed {
+			req.State = taskstorepb.TaskState_TASK_STATE_CLAIMED
+			break
+		}
+		fallthrough
+	default:
+		if claimed {
+			return nil, fmt.Errorf("--state %q: want available, claimed or delayed", f.state)
+		}
+		return nil, fmt.Errorf("--state %q: want available or delayed (claimed tasks are never moved)", f.state)
+	}
+	return req, nil
 }
 
 func (a *app) taskGetCmd() *cobra.Command {
