@@ -110,6 +110,8 @@ func (a *applier) dispatch(cmd *fsmpb.Command) *fsmpb.Result {
 		return a.purge(cmd.Purge)
 	case fsmpb.Op_OP_TICK:
 		return &fsmpb.Result{}
+	case fsmpb.Op_OP_SET_FORMAT:
+		return a.setFormat(cmd.Format)
 	case fsmpb.Op_OP_BATCH:
 		res := &fsmpb.Result{Batch: make([]*fsmpb.Result, len(cmd.Batch))}
 		for i, sub := range cmd.Batch {

@@ -127,7 +127,7 @@ func (a *applier) purge(p *fsmpb.Purge) *fsmpb.Result {
 	}
 	n := q.byClaim.Len()
 	q.byClaim.Ascend(func(t *task) bool {
-		delete(st.tasks, t.id)
+		st.unlink(t)
 		if t.at > st.clock {
 			st.pending.Delete(t)
 		}

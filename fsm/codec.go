@@ -32,8 +32,11 @@ func DecodeCommand(data []byte) (*fsmpb.Command, error) {
 }
 
 func checkOps(cmd *fsmpb.Command, path string) error {
-	if cmd.Op <= fsmpb.Op_OP_UNSPECIFIED || cmd.Op > fsmpb.Op_OP_MODIFY_CLAIM {
+	if cmd.Op <= fsmpb.Op_OP_UNSPECIFIED || cmd.Op > fsmpb.Op_OP_SET_FORMAT {
 		return fmt.Errorf("%sop: %d is unknown to this version", path, int32(cmd.Op))
+	}
+	if cmd.Op == fsmpb.Op_OP_SET_FORMAT && cmd.Format > MaxFormat {
+		return fmt.Errorf("%sformat: state format %d is newer than this version's %d", path, cmd.Format, MaxFormat)
 	}
 	for i, sub := range cmd.Batch {
 		if err := checkOps(sub, fmt.Sprintf("%sbatch[%d].", path, i)); err != nil {

@@ -34,8 +34,8 @@ users; DESIGN.md §1 is the contract.
  6. Transactions. A Modify is all or nothing. It is evaluated in the order
     depends, deletes, changes, inserts, each against the state the earlier
     ones left, and every failure is collected: missing or stale references
-    (per kind), an insert whose id exists (in any group) or whose key exists
-    in its queue, a change or delete of a task another claimant holds under
+    (per kind), an insert whose id exists (in any group before
+    FormatGroupIDs, in its group after) or whose key exists in its queue, a change or delete of a task another claimant holds under
     an unexpired lease. If there is any, the Result is a Failure listing
     them all and nothing changes. A change that moves a task with a key into
     a queue where the key is taken fails with INSERT_DUPLICATE_KEY. Changes
@@ -105,5 +105,16 @@ users; DESIGN.md §1 is the contract.
     Only the log decides where checkpoints fall, so replicas compare them
     at equal indexes to find one that diverged (issue 22; cluster/DESIGN.md).
     The pointer snapshot costs O(tasks) under the lock once a minute.
+
+ 16. Formats. The state carries a format number (format.go) that some rules
+    read, like the clock: from FormatGroupIDs on, a task id is unique per
+    consistency group instead of per shard, so two groups on one shard may
+    each hold id x; references reach their Modify's group only, and Get
+    returns every match. OP_SET_FORMAT raises it, never lowers it; a binary
+    that does not know the format refuses the entry (rule 11). The format
+    is in snapshots (stream format 2 when above 0, which older binaries
+    refuse) and in the Digest only when above 0, so format-0 digests are
+    those of older binaries. The cluster raises it once every replica's
+    binary applies it (cluster/DESIGN.md).
 */
 package fsm

@@ -212,5 +212,5 @@ func (m *Machine) AppliedIndex() uint64 {
 func (m *Machine) TaskCount() int {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	return len(m.st.tasks)
+	return m.st.ntasks
 }

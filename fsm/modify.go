@@ -34,11 +34,8 @@ func (md *modifier) lookup(id string) *task {
 	if t, ok := md.staged[id]; ok {
 		return t
 	}
-	t := md.st.get(id)
-	if t != nil && t.q.group != md.group {
-		return nil // another group's task is out of reach: missing
-	}
-	return t
+	// Another group's task is out of reach: missing.
+	return md.st.find(md.group, id)
 }
 
 // keyOwner returns the id holding key in queue as the request sees it.
@@ -200,8 +197,9 @@ func (a *applier) modify(m *fsmpb.Modify) *fsmpb.Result {
 					Queue: in.Queue, Key: in.Key, ExistingId: owner})
 			}
 		}
-		// Ids are unique across the shard, whatever the group.
-		if _, ok := md.staged[in.Id]; ok || st.get(in.Id) != nil {
+		// Ids are unique in the group, or across the shard before
+		// FormatGroupIDs.
+		if _, ok := md.staged[in.Id]; ok || st.idTaken(m.Group, in.Id) {
 			md.fail(&fsmpb.RefError{Category: fsmpb.RefError_INSERT_DUPLICATE_ID, Id: in.Id,
 				Queue: in.Queue, Key: in.Key, ExistingId: in.Id})
 			continue
@@ -242,7 +240,7 @@ func (a *applier) modify(m *fsmpb.Modify) *fsmpb.Result {
 	// Commit: take every original version out, then put every final one
 	// in, so that keys moving between tasks never collide midway.
 	for _, id := range md.order {
-		if old := st.get(id); old != nil {
+		if old := st.find(m.Group, id); old != nil {
 			st.remove(old)
 			md.touched = append(md.touched, old.q.name)
 		}
@@ -296,8 +294,8 @@ const OutOfScope = "out of scope"
 // as missing).
 func outOfScope(st *state, m *fsmpb.Modify) *fsmpb.Result {
 	check := func(id string) *fsmpb.Result {
-		t := st.get(id)
-		if t == nil || t.q.group != m.Group || InScope(t.q.name, m.Scope) {
+		t := st.find(m.Group, id)
+		if t == nil || InScope(t.q.name, m.Scope) {
 			return nil
 		}
 		return failuref("%s: task %q is not in a queue under %s", OutOfScope, id, strings.Join(m.Scope, ", "))

@@ -20,7 +20,8 @@ import (
 // test checks the Machine against it.
 type refModel struct {
 	clock       int64
-	tasks       map[string]*fsmpb.Task
+	format      uint32
+	tasks       map[string]*fsmpb.Task // by refKey(group, id)
 	sessions    map[string]*refSession
 	maxSessions int
 	ttl         int64
@@ -68,6 +69,9 @@ func (r *refModel) apply(cmd *fsmpb.Command) *fsmpb.Result {
 		res = r.purge(cmd.Purge.Queue)
 	case fsmpb.Op_OP_TICK:
 		res = &fsmpb.Result{}
+	case fsmpb.Op_OP_SET_FORMAT:
+		r.format = max(r.format, cmd.Format)
+		res = &fsmpb.Result{}
 	case fsmpb.Op_OP_BATCH:
 		res = &fsmpb.Result{Batch: []*fsmpb.Result{}}
 		for _, sub := range cmd.Batch {
@@ -92,6 +96,20 @@ func (r *refModel) apply(cmd *fsmpb.Command) *fsmpb.Result {
 
 func refGroup(queue string) string { g, _, _ := strings.Cut(queue, "/"); return g }
 
+// refKey names a task in the model: ids are unique per group from
+// FormatGroupIDs on, and per shard before (which the insert rule enforces).
+func refKey(group, id string) string { return group + "\x00" + id }
+
+// holdsID reports whether any group holds a task with id.
+func (r *refModel) holdsID(id string) bool {
+	for _, t := range r.tasks {
+		if t.Id == id {
+			return true
+		}
+	}
+	return false
+}
+
 func (r *refModel) modify(m *fsmpb.Modify) *fsmpb.Result {
 	if m.Claim != nil {
 		for i, q := range m.Claim.Queues {
@@ -101,17 +119,13 @@ func (r *refModel) modify(m *fsmpb.Modify) *fsmpb.Result {
 		}
 	}
 	work := make(map[string]*fsmpb.Task, len(r.tasks))
-	for id, t := range r.tasks {
-		work[id] = t
+	for k, t := range r.tasks {
+		work[k] = t
 	}
+	key := func(id string) string { return refKey(m.Group, id) }
 	touched := map[string]bool{}
 	var errs []*fsmpb.RefError
-	lookup := func(id string) *fsmpb.Task {
-		if t := work[id]; t != nil && refGroup(t.Queue) == m.Group {
-			return t
-		}
-		return nil
-	}
+	lookup := func(id string) *fsmpb.Task { return work[key(id)] }
 	// insertedKey is the last insert of this request to name each key. A
 	// refused insert (its key taken) is still staged, so two staged tasks
 	// may share a key; like the machine, the later insert is the owner.
@@ -120,9 +134,9 @@ func (r *refModel) modify(m *fsmpb.Modify) *fsmpb.Result {
 		if id, ok := insertedKey[[2]string{queue, key}]; ok {
 			return id
 		}
-		for id, t := range work {
+		for _, t := range work {
 			if t.Queue == queue && t.Key == key {
-				return id
+				return t.Id
 			}
 		}
 		return ""
@@ -152,7 +166,7 @@ func (r *refModel) modify(m *fsmpb.Modify) *fsmpb.Result {
 	}
 	for _, d := range m.Deletes {
 		if t := check(d.Id, d.Version, fsmpb.RefError_DELETE_MISSING, fsmpb.RefError_DELETE_STALE); t != nil && !claimedByOther(t, d.Version) {
-			delete(work, d.Id)
+			delete(work, key(d.Id))
 			touched[d.Id] = true
 		}
 	}
@@ -196,7 +210,7 @@ func (r *refModel) modify(m *fsmpb.Modify) *fsmpb.Result {
 				continue
 			}
 		}
-		work[nt.Id] = nt
+		work[key(nt.Id)] = nt
 		touched[nt.Id] = true
 		changed = append(changed, nt)
 	}
@@ -206,7 +220,7 @@ func (r *refModel) modify(m *fsmpb.Modify) *fsmpb.Result {
 		if in.Key != "" {
 			if owner := keyOwner(in.Queue, in.Key); owner != "" {
 				if in.IfAbsent {
-					inserted = append(inserted, work[owner])
+					inserted = append(inserted, work[key(owner)])
 					coalesced = append(coalesced, uint32(i))
 					continue
 				}
@@ -214,7 +228,8 @@ func (r *refModel) modify(m *fsmpb.Modify) *fsmpb.Result {
 					Key: in.Key, ExistingId: owner})
 			}
 		}
-		if r.tasks[in.Id] != nil || touched[in.Id] {
+		taken := r.tasks[key(in.Id)] != nil || r.format < FormatGroupIDs && r.holdsID(in.Id)
+		if taken || touched[in.Id] {
 			errs = append(errs, &fsmpb.RefError{Category: fsmpb.RefError_INSERT_DUPLICATE_ID, Id: in.Id, Queue: in.Queue,
 				Key: in.Key, ExistingId: in.Id})
 			inserted = append(inserted, nil)
@@ -226,7 +241,7 @@ func (r *refModel) modify(m *fsmpb.Modify) *fsmpb.Result {
 		}
 		nt := &fsmpb.Task{Id: in.Id, Version: 1, Queue: in.Queue, At: at, Priority: in.Priority, Key: in.Key, Value: in.Value,
 			Created: r.clock, Modified: r.clock, Attempt: in.Attempt, Err: in.Err}
-		work[nt.Id] = nt
+		work[key(nt.Id)] = nt
 		touched[nt.Id] = true
 		if nt.Key != "" {
 			insertedKey[[2]string{nt.Queue, nt.Key}] = nt.Id
@@ -280,7 +295,7 @@ func (r *refModel) claim(c *fsmpb.Claim) *fsmpb.Result {
 		nt.Claims++
 		nt.Version++
 		nt.Modified = r.clock
-		r.tasks[nt.Id] = nt
+		r.tasks[refKey(refGroup(nt.Queue), nt.Id)] = nt
 		res.Tasks = append(res.Tasks, nt)
 	}
 	return &fsmpb.Result{Claim: res}
@@ -288,9 +303,9 @@ func (r *refModel) claim(c *fsmpb.Claim) *fsmpb.Result {
 
 func (r *refModel) purge(queue string) *fsmpb.Result {
 	n := 0
-	for id, t := range r.tasks {
+	for k, t := range r.tasks {
 		if t.Queue == queue {
-			delete(r.tasks, id)
+			delete(r.tasks, k)
 			n++
 		}
 	}
@@ -404,6 +419,12 @@ func (g *gen) command(allowBatch bool) *fsmpb.Command {
 			cmd.Seq = g.seqs[c]
 		}
 	}
+	if r.IntN(60) == 0 {
+		// The cluster raises the format once; a repeat or a lower one
+		// changes nothing. Most runs reach the highest format early
+		// enough to exercise it.
+		return &fsmpb.Command{Op: fsmpb.Op_OP_SET_FORMAT, Now: g.now, Format: uint32(r.IntN(int(MaxFormat) + 1))}
+	}
 	group := g.pick([]string{"g", "g", "h"})
 	claimants := []string{"w1", "w2", ""}
 	switch n := r.IntN(20); {
@@ -414,6 +435,13 @@ func (g *gen) command(allowBatch bool) *fsmpb.Command {
 			id := fmt.Sprintf("t%d", g.nextID)
 			if r.IntN(8) == 0 {
 				id = fmt.Sprintf("t%d", r.IntN(g.nextID)) // maybe a duplicate
+			}
+			if r.IntN(8) == 0 {
+				// The id of a task of the other group: a duplicate before
+				// FormatGroupIDs, a task of its own after.
+				if t := g.someTask(map[string]string{"g": "h", "h": "g"}[group]); t != nil {
+					id = t.Id
+				}
 			}
 			in := &fsmpb.Insert{Id: id, Queue: g.queueIn(group), Priority: int32(r.IntN(3)), Value: []byte(id)}
 			if r.IntN(3) == 0 {
@@ -509,7 +537,7 @@ func TestProperty(t *testing.T) {
 	// The generator must reach every outcome, or the comparison proves
 	// little.
 	want := []string{"modify", "claim", "claim-empty", "purge", "batch", "stale-seq", "coalesced", "moved",
-		"modify-claim", "modify-claim-empty", "modify-claim-group", "modify-claim-refused"}
+		"modify-claim", "modify-claim-empty", "modify-claim-group", "modify-claim-refused", "id-in-two-groups"}
 	for c := range fsmpb.RefError_Category_value {
 		if c != "CATEGORY_UNSPECIFIED" {
 			want = append(want, c)
@@ -583,6 +611,14 @@ func propertyRun(t *testing.T, seed uint64, steps int, seen map[string]int) {
 			seen["modify-claim-refused"]++ // the transaction failed: nothing claimed
 		}
 		if got.Modify != nil {
+			for _, in := range got.Modify.Inserted {
+				for _, other := range ref.tasks {
+					if other.Id == in.Id && refGroup(other.Queue) != refGroup(in.Queue) {
+						seen["id-in-two-groups"]++ // FormatGroupIDs at work
+						break
+					}
+				}
+			}
 			for _, ch := range cmd.GetModify().GetChanges() {
 				if ch.Queue != "" {
 					seen["moved"]++ // a successful change naming a queue
@@ -631,7 +667,12 @@ func compareState(t *testing.T, step int, m *Machine, ref *refModel) {
 	for _, tk := range ref.tasks {
 		want = append(want, tk)
 	}
-	slices.SortFunc(want, func(a, b *fsmpb.Task) int { return strings.Compare(a.Id, b.Id) })
+	slices.SortFunc(want, func(a, b *fsmpb.Task) int {
+		if c := strings.Compare(a.Id, b.Id); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Queue, b.Queue)
+	})
 	if len(got) != len(want) {
 		t.Fatalf("step %d: %d tasks, want %d", step, len(got), len(want))
 	}

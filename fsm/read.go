@@ -18,14 +18,20 @@ import (
 // DefaultListLimit is the page size of List when limit <= 0.
 const DefaultListLimit = 100
 
-// Get returns the tasks with the given ids that exist, in request order.
+// Get returns the tasks with the given ids that exist, in request order;
+// an id that several groups hold (FormatGroupIDs) gives each of them, in
+// queue name order.
 func (m *Machine) Get(ids []string) []*fsmpb.Task {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	var out []*fsmpb.Task
 	for _, id := range ids {
-		if t := m.st.get(id); t != nil {
-			out = append(out, t.toProto(false))
+		from := len(out)
+		for sl := m.st.tasks[id]; sl != nil; sl = sl.next {
+			out = append(out, sl.t.toProto(false))
+		}
+		if len(out)-from > 1 {
+			slices.SortFunc(out[from:], func(a, b *fsmpb.Task) int { return strings.Compare(a.Queue, b.Queue) })
 		}
 	}
 	return out
@@ -258,7 +264,14 @@ func (m *Machine) Digest() [32]byte {
 // immutable tasks and sessions with the state, so it runs off the apply
 // goroutine (checkpoints) as safely as on it.
 func digestOf(snap *snapshot) [32]byte {
-	slices.SortFunc(snap.tasks, func(a, b *task) int { return strings.Compare(a.id, b.id) })
+	// By id, then queue: ids repeat only across groups (FormatGroupIDs),
+	// and the queue tells those apart.
+	slices.SortFunc(snap.tasks, func(a, b *task) int {
+		if c := strings.Compare(a.id, b.id); c != 0 {
+			return c
+		}
+		return strings.Compare(a.q.name, b.q.name)
+	})
 	slices.SortFunc(snap.sessions, func(a, b *session) int { return strings.Compare(a.clientID, b.clientID) })
 
 	h := sha256.New()
@@ -268,6 +281,11 @@ func digestOf(snap *snapshot) [32]byte {
 	flush := func() { h.Write(buf); buf = buf[:0] }
 	str("taskstore fsm digest v1")
 	u(uint64(snap.clock))
+	if snap.format > 0 {
+		// Only then, so that digests of format 0 stay what they were.
+		str("format")
+		u(uint64(snap.format))
+	}
 	u(uint64(len(snap.tasks)))
 	for _, t := range snap.tasks {
 		str(t.id)

@@ -22,8 +22,13 @@ import (
 // a trailer with the CRC-32C (Castagnoli) of every byte before the
 // trailer's length prefix. Nothing may follow the trailer.
 const (
-	snapshotMagic  = "TSKSNAP1"
-	snapshotFormat = 1
+	snapshotMagic = "TSKSNAP1"
+	// snapshotFormat is the stream format of a state of format 0;
+	// snapshotFormatStated, of a higher one (the header's state_format says
+	// which). A binary older than state formats reads only the first, so it
+	// refuses a state whose rules it does not know instead of loading it.
+	snapshotFormat       = 1
+	snapshotFormatStated = 2
 	// maxRecordBytes bounds one record. The largest legitimate record is a
 	// session holding a result of a thousand 1 MiB values.
 	maxRecordBytes = 4 << 30
@@ -42,6 +47,7 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // snapshot is a consistent picture of the state: tasks and sessions are
 // immutable, so copies of their pointers suffice.
 type snapshot struct {
+	format   uint32
 	clock    int64
 	applied  uint64
 	tasks    []*task
@@ -57,6 +63,7 @@ func (m *Machine) Snapshot() (raft.FSMSnapshot, error) {
 
 func (s *state) snapshot() *snapshot {
 	snap := &snapshot{
+		format:   s.format,
 		clock:    s.clock,
 		applied:  s.applied,
 		tasks:    make([]*task, 0, len(s.tasks)),
@@ -139,8 +146,12 @@ func (s *snapshot) writeTo(w io.Writer) error {
 	if err := sw.write([]byte(snapshotMagic)); err != nil {
 		return err
 	}
-	err := sw.record(&fsmpb.SnapshotRecord{Header: &fsmpb.SnapshotHeader{Format: snapshotFormat, Clock: s.clock,
-		Tasks: uint64(len(s.tasks)), Sessions: uint64(len(s.sessions)), AppliedIndex: s.applied}})
+	h := &fsmpb.SnapshotHeader{Format: snapshotFormat, Clock: s.clock,
+		Tasks: uint64(len(s.tasks)), Sessions: uint64(len(s.sessions)), AppliedIndex: s.applied}
+	if s.format > 0 {
+		h.Format, h.StateFormat = snapshotFormatStated, s.format
+	}
+	err := sw.record(&fsmpb.SnapshotRecord{Header: h})
 	if err != nil {
 		return err
 	}
@@ -329,10 +340,16 @@ func readSnapshot(r io.Reader) (*state, error) {
 	if h == nil {
 		return nil, corrupt("first record is not a header")
 	}
-	if h.Format != snapshotFormat {
-		return nil, corrupt("format %d, this version reads %d", h.Format, snapshotFormat)
+	switch {
+	case h.Format != snapshotFormat && h.Format != snapshotFormatStated:
+		return nil, corrupt("format %d, this version reads %d and %d", h.Format, snapshotFormat, snapshotFormatStated)
+	case (h.Format == snapshotFormat) != (h.StateFormat == 0):
+		return nil, corrupt("stream format %d with state format %d", h.Format, h.StateFormat)
+	case h.StateFormat > MaxFormat:
+		return nil, fmt.Errorf("fsm: restore: the snapshot's state format %d is newer than this version's %d: upgrade this node", h.StateFormat, MaxFormat)
 	}
 	st := newState()
+	st.format = h.StateFormat
 	// Size the id map from the header, within reason: the header is not
 	// yet verified.
 	st.tasks = make(map[string]*slot, min(h.Tasks, 1<<20))
@@ -393,7 +410,7 @@ func (s *state) restoreTask(data []byte) error {
 	if t.id == "" || len(queue) == 0 {
 		return errors.New("empty id or queue")
 	}
-	if s.tasks[t.id] != nil {
+	if s.idTaken(groupOf(string(queue)), t.id) {
 		return fmt.Errorf("duplicate id %q", t.id)
 	}
 	q := s.queues[string(queue)]

@@ -37,11 +37,19 @@ type task struct {
 	attempt  uint32
 }
 
-// slot is the id map's entry for one task id: it points at the current
+// slot is the id map's entry for one task: it points at the current
 // version. A new version takes the old one's slot, so replacing a task
 // (every claim does) writes one pointer instead of rewriting the map, which
 // at a million tasks costs two cache misses (the map group and the key).
-type slot struct{ t *task }
+//
+// From FormatGroupIDs on, tasks of different groups may share an id: the
+// map holds the first slot and next chains the others (every slot of a
+// chain is of another group). Such chains are rare and short; before that
+// format they have one slot.
+type slot struct {
+	t    *task
+	next *slot
+}
 
 // claimLess orders a queue's tasks in claim order: priority descending, then
 // at ascending, then id ascending.
@@ -55,12 +63,17 @@ func claimLess(a, b *task) bool {
 	return a.id < b.id
 }
 
-// atLess orders tasks by at, then id (the pending index).
+// atLess orders tasks by at, then id, then queue (the pending index, which
+// holds every queue's tasks: ids repeat across groups from FormatGroupIDs
+// on, and two tasks the order called equal would replace each other).
 func atLess(a, b *task) bool {
 	if a.at != b.at {
 		return a.at < b.at
 	}
-	return a.id < b.id
+	if a.id != b.id {
+		return a.id < b.id
+	}
+	return a.q.name < b.q.name
 }
 
 // queue is the index of one queue's tasks. A queue exists while it holds
@@ -113,7 +126,9 @@ func sessionLess(a, b *session) bool {
 type state struct {
 	clock   int64
 	applied uint64
-	tasks   map[string]*slot // id → its current version
+	format  uint32           // the state format (OP_SET_FORMAT)
+	tasks   map[string]*slot // id → its current version (a chain: see slot)
+	ntasks  int              // tasks held (ids may repeat across groups)
 	queues  map[string]*queue
 	names   *btree.BTreeG[*queue] // queues by name, for prefix listing
 	// pending holds every task with at > clock, in at order, so that
@@ -194,12 +209,26 @@ func (s *state) prune(name string) {
 	}
 }
 
-// get returns the current version of the task with id, or nil.
-func (s *state) get(id string) *task {
-	if sl := s.tasks[id]; sl != nil {
-		return sl.t
+// find returns the current version of the task with id in group, or nil.
+func (s *state) find(group, id string) *task {
+	for sl := s.tasks[id]; sl != nil; sl = sl.next {
+		if sl.t.q.group == group {
+			return sl.t
+		}
 	}
 	return nil
+}
+
+// holds reports whether a task with id exists in any group.
+func (s *state) holds(id string) bool { return s.tasks[id] != nil }
+
+// idTaken reports whether an insert of id into group must fail as a
+// duplicate: by the state format, an id held in any group, or in this one.
+func (s *state) idTaken(group, id string) bool {
+	if s.format < FormatGroupIDs {
+		return s.holds(id)
+	}
+	return s.find(group, id) != nil
 }
 
 // add inserts a task that is not in the state. t.q must be the live queue
@@ -210,8 +239,31 @@ func (s *state) add(t *task) {
 		t.slot = &slot{}
 	}
 	t.slot.t = t
+	t.slot.next = s.tasks[t.id]
 	s.tasks[t.id] = t.slot
+	s.ntasks++
 	s.index(t)
+}
+
+// unlink takes t's slot out of the id map.
+func (s *state) unlink(t *task) {
+	sl := t.slot
+	head := s.tasks[t.id]
+	switch {
+	case head == sl && sl.next == nil:
+		delete(s.tasks, t.id)
+	case head == sl:
+		s.tasks[t.id] = sl.next
+	default:
+		for p := head; p != nil; p = p.next {
+			if p.next == sl {
+				p.next = sl.next
+				break
+			}
+		}
+	}
+	sl.next = nil
+	s.ntasks--
 }
 
 // index puts t into every index but the id map.
@@ -238,7 +290,7 @@ func (s *state) index(t *task) {
 // place, even if empty: callers prune.
 func (s *state) remove(t *task) {
 	s.unindex(t)
-	delete(s.tasks, t.id)
+	s.unlink(t)
 }
 
 // unindex takes a task out of every index but the id map.

@@ -42,6 +42,11 @@ const (
 	// the same entry, the claim. Its own op so that a binary older than the
 	// claim part refuses the entry instead of applying the transaction alone.
 	Op_OP_MODIFY_CLAIM Op = 6
+	// Raises the state format (Command.format): the rules some commands apply
+	// by. It never goes down. Its own op so that a binary older than the
+	// mechanism stops at it instead of applying later entries by old rules;
+	// a binary that knows the op but not the format stops too.
+	Op_OP_SET_FORMAT Op = 7
 )
 
 // Enum value maps for Op.
@@ -54,6 +59,7 @@ var (
 		4: "OP_TICK",
 		5: "OP_BATCH",
 		6: "OP_MODIFY_CLAIM",
+		7: "OP_SET_FORMAT",
 	}
 	Op_value = map[string]int32{
 		"OP_UNSPECIFIED":  0,
@@ -63,6 +69,7 @@ var (
 		"OP_TICK":         4,
 		"OP_BATCH":        5,
 		"OP_MODIFY_CLAIM": 6,
+		"OP_SET_FORMAT":   7,
 	}
 )
 
@@ -172,12 +179,15 @@ type Command struct {
 	// the largest now it has seen; it never goes backwards.
 	Now int64 `protobuf:"varint,2,opt,name=now,proto3" json:"now,omitempty"`
 	// Exactly-once: a repeated (client_id, seq) returns the stored result.
-	ClientId      string     `protobuf:"bytes,3,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
-	Seq           uint64     `protobuf:"varint,4,opt,name=seq,proto3" json:"seq,omitempty"`
-	Modify        *Modify    `protobuf:"bytes,10,opt,name=modify,proto3" json:"modify,omitempty"`
-	Claim         *Claim     `protobuf:"bytes,11,opt,name=claim,proto3" json:"claim,omitempty"`
-	Purge         *Purge     `protobuf:"bytes,12,opt,name=purge,proto3" json:"purge,omitempty"`
-	Batch         []*Command `protobuf:"bytes,13,rep,name=batch,proto3" json:"batch,omitempty"`
+	ClientId string     `protobuf:"bytes,3,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Seq      uint64     `protobuf:"varint,4,opt,name=seq,proto3" json:"seq,omitempty"`
+	Modify   *Modify    `protobuf:"bytes,10,opt,name=modify,proto3" json:"modify,omitempty"`
+	Claim    *Claim     `protobuf:"bytes,11,opt,name=claim,proto3" json:"claim,omitempty"`
+	Purge    *Purge     `protobuf:"bytes,12,opt,name=purge,proto3" json:"purge,omitempty"`
+	Batch    []*Command `protobuf:"bytes,13,rep,name=batch,proto3" json:"batch,omitempty"`
+	// OP_SET_FORMAT: the state format to raise to (fsm.MaxFormat documents
+	// each format).
+	Format        uint32 `protobuf:"varint,14,opt,name=format,proto3" json:"format,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -266,6 +276,13 @@ func (x *Command) GetBatch() []*Command {
 		return x.Batch
 	}
 	return nil
+}
+
+func (x *Command) GetFormat() uint32 {
+	if x != nil {
+		return x.Format
+	}
+	return 0
 }
 
 type Modify struct {
@@ -1425,7 +1442,9 @@ type SnapshotHeader struct {
 	Tasks    uint64                 `protobuf:"varint,3,opt,name=tasks,proto3" json:"tasks,omitempty"`
 	Sessions uint64                 `protobuf:"varint,4,opt,name=sessions,proto3" json:"sessions,omitempty"`
 	// The log index of the last command applied before the snapshot.
-	AppliedIndex  uint64 `protobuf:"varint,5,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	AppliedIndex uint64 `protobuf:"varint,5,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	// The state format (OP_SET_FORMAT); absent in snapshots of format 0.
+	StateFormat   uint32 `protobuf:"varint,6,opt,name=state_format,json=stateFormat,proto3" json:"state_format,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1491,6 +1510,13 @@ func (x *SnapshotHeader) GetSessions() uint64 {
 func (x *SnapshotHeader) GetAppliedIndex() uint64 {
 	if x != nil {
 		return x.AppliedIndex
+	}
+	return 0
+}
+
+func (x *SnapshotHeader) GetStateFormat() uint32 {
+	if x != nil {
+		return x.StateFormat
 	}
 	return 0
 }
@@ -1612,7 +1638,7 @@ var File_fsm_proto protoreflect.FileDescriptor
 
 const file_fsm_proto_rawDesc = "" +
 	"\n" +
-	"\tfsm.proto\x12\x10taskstore.fsm.v1\"\xb1\x02\n" +
+	"\tfsm.proto\x12\x10taskstore.fsm.v1\"\xc9\x02\n" +
 	"\aCommand\x12$\n" +
 	"\x02op\x18\x01 \x01(\x0e2\x14.taskstore.fsm.v1.OpR\x02op\x12\x10\n" +
 	"\x03now\x18\x02 \x01(\x03R\x03now\x12\x1b\n" +
@@ -1622,7 +1648,8 @@ const file_fsm_proto_rawDesc = "" +
 	" \x01(\v2\x18.taskstore.fsm.v1.ModifyR\x06modify\x12-\n" +
 	"\x05claim\x18\v \x01(\v2\x17.taskstore.fsm.v1.ClaimR\x05claim\x12-\n" +
 	"\x05purge\x18\f \x01(\v2\x17.taskstore.fsm.v1.PurgeR\x05purge\x12/\n" +
-	"\x05batch\x18\r \x03(\v2\x19.taskstore.fsm.v1.CommandR\x05batch\"\xf3\x02\n" +
+	"\x05batch\x18\r \x03(\v2\x19.taskstore.fsm.v1.CommandR\x05batch\x12\x16\n" +
+	"\x06format\x18\x0e \x01(\rR\x06format\"\xf3\x02\n" +
 	"\x06Modify\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x1a\n" +
 	"\bclaimant\x18\x02 \x01(\tR\bclaimant\x122\n" +
@@ -1732,20 +1759,21 @@ const file_fsm_proto_rawDesc = "" +
 	"\x06header\x18\x01 \x01(\v2 .taskstore.fsm.v1.SnapshotHeaderR\x06header\x12*\n" +
 	"\x04task\x18\x02 \x01(\v2\x16.taskstore.fsm.v1.TaskR\x04task\x123\n" +
 	"\asession\x18\x03 \x01(\v2\x19.taskstore.fsm.v1.SessionR\asession\x12;\n" +
-	"\atrailer\x18\x04 \x01(\v2!.taskstore.fsm.v1.SnapshotTrailerR\atrailer\"\x95\x01\n" +
+	"\atrailer\x18\x04 \x01(\v2!.taskstore.fsm.v1.SnapshotTrailerR\atrailer\"\xb8\x01\n" +
 	"\x0eSnapshotHeader\x12\x16\n" +
 	"\x06format\x18\x01 \x01(\rR\x06format\x12\x14\n" +
 	"\x05clock\x18\x02 \x01(\x03R\x05clock\x12\x14\n" +
 	"\x05tasks\x18\x03 \x01(\x04R\x05tasks\x12\x1a\n" +
 	"\bsessions\x18\x04 \x01(\x04R\bsessions\x12#\n" +
-	"\rapplied_index\x18\x05 \x01(\x04R\fappliedIndex\"\x87\x01\n" +
+	"\rapplied_index\x18\x05 \x01(\x04R\fappliedIndex\x12!\n" +
+	"\fstate_format\x18\x06 \x01(\rR\vstateFormat\"\x87\x01\n" +
 	"\aSession\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x1b\n" +
 	"\tlast_seen\x18\x03 \x01(\x03R\blastSeen\x120\n" +
 	"\x06result\x18\x04 \x01(\v2\x18.taskstore.fsm.v1.ResultR\x06result\")\n" +
 	"\x0fSnapshotTrailer\x12\x16\n" +
-	"\x06crc32c\x18\x01 \x01(\rR\x06crc32c*s\n" +
+	"\x06crc32c\x18\x01 \x01(\rR\x06crc32c*\x86\x01\n" +
 	"\x02Op\x12\x12\n" +
 	"\x0eOP_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tOP_MODIFY\x10\x01\x12\f\n" +
@@ -1753,7 +1781,8 @@ const file_fsm_proto_rawDesc = "" +
 	"\bOP_PURGE\x10\x03\x12\v\n" +
 	"\aOP_TICK\x10\x04\x12\f\n" +
 	"\bOP_BATCH\x10\x05\x12\x13\n" +
-	"\x0fOP_MODIFY_CLAIM\x10\x06B/Z-github.com/e1158ecb/taskstore/fsm/fsmpb;fsmpbb\x06proto3"
+	"\x0fOP_MODIFY_CLAIM\x10\x06\x12\x11\n" +
+	"\rOP_SET_FORMAT\x10\aB/Z-github.com/e1158ecb/taskstore/fsm/fsmpb;fsmpbb\x06proto3"
 
 var (
 	file_fsm_proto_rawDescOnce sync.Once

@@ -1,0 +1,50 @@
+package fsm
+
+import (
+	"fmt"
+
+	"github.com/e1158ecb/taskstore/fsm/fsmpb"
+)
+
+// State formats: the rules some commands apply by. The log raises a shard's
+// format with OP_SET_FORMAT once every replica's binary applies it (the
+// cluster decides when), so replicas of different versions never apply one
+// entry by different rules. Formats are append-only, like op codes.
+const (
+	// FormatShardIDs is the first format: a task id is unique in its
+	// shard, whatever the group (an insert of an id another group holds
+	// fails with INSERT_DUPLICATE_ID).
+	FormatShardIDs uint32 = 0
+	// FormatGroupIDs: a task id is unique in its consistency group. Two
+	// groups, even on one shard, may each hold a task with the same id;
+	// every reference names its group (Modify.group), and a lookup by id
+	// alone (Get) returns every match.
+	FormatGroupIDs uint32 = 1
+
+	// MaxFormat is the highest format this binary applies.
+	MaxFormat = FormatGroupIDs
+)
+
+// Format is the state format the log has raised the machine to.
+func (m *Machine) Format() uint32 {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.st.format
+}
+
+// SetFormatCommand is the command that raises a shard's state format to f.
+func SetFormatCommand(f uint32) *fsmpb.Command {
+	return &fsmpb.Command{Op: fsmpb.Op_OP_SET_FORMAT, Format: f}
+}
+
+// setFormat applies OP_SET_FORMAT. DecodeCommand has refused a format above
+// MaxFormat; a lower or equal one changes nothing (formats never go down).
+func (a *applier) setFormat(f uint32) *fsmpb.Result {
+	if f > MaxFormat {
+		panic(fmt.Sprintf("fsm: the log raises the state format to %d; this binary applies up to %d: upgrade it", f, MaxFormat))
+	}
+	if f > a.st.format {
+		a.st.format = f
+	}
+	return &fsmpb.Result{}
+}

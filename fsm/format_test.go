@@ -1,0 +1,222 @@
+package fsm
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/hex"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/e1158ecb/taskstore/fsm/fsmpb"
+)
+
+// groupInsert inserts task id into group's queue group/q.
+func groupInsert(now int64, group, id string) *fsmpb.Command {
+	return &fsmpb.Command{Op: fsmpb.Op_OP_MODIFY, Now: now, Modify: &fsmpb.Modify{Group: group,
+		Inserts: []*fsmpb.Insert{{Id: id, Queue: group + "/q", Value: []byte(group)}}}}
+}
+
+func failureCategories(res *fsmpb.Result) []string {
+	var out []string
+	for _, e := range res.GetFailure().GetErrors() {
+		out = append(out, e.Category.String())
+	}
+	return out
+}
+
+// TestFormatGroupIDs pins the two id rules: before FormatGroupIDs an id is
+// unique in the shard; after, per group, and every reference reaches only
+// its own group's task.
+func TestFormatGroupIDs(t *testing.T) {
+	m := New(Options{})
+	if m.Format() != FormatShardIDs {
+		t.Fatalf("a new machine is at format %d, want %d", m.Format(), FormatShardIDs)
+	}
+	if res := m.ApplyCommand(1, groupInsert(10, "g", "x")); res.Failure != nil {
+		t.Fatal(res.Failure)
+	}
+	res := m.ApplyCommand(2, groupInsert(11, "h", "x"))
+	if got := failureCategories(res); len(got) != 1 || got[0] != "INSERT_DUPLICATE_ID" {
+		t.Fatalf("format 0: the id of another group's task: %v, want INSERT_DUPLICATE_ID", res)
+	}
+
+	m.ApplyCommand(3, SetFormatCommand(FormatGroupIDs))
+	if m.Format() != FormatGroupIDs {
+		t.Fatalf("format %d after OP_SET_FORMAT, want %d", m.Format(), FormatGroupIDs)
+	}
+	if res := m.ApplyCommand(4, groupInsert(12, "h", "x")); res.Failure != nil {
+		t.Fatalf("format 1: the same id in another group: %v", res.Failure)
+	}
+	if res := m.ApplyCommand(5, groupInsert(13, "h", "x")); len(failureCategories(res)) != 1 {
+		t.Fatalf("format 1: the same id twice in one group: %v, want INSERT_DUPLICATE_ID", res)
+	}
+	if m.TaskCount() != 2 {
+		t.Fatalf("TaskCount %d, want 2", m.TaskCount())
+	}
+	got := m.Get([]string{"x"})
+	if len(got) != 2 || got[0].Queue != "g/q" || got[1].Queue != "h/q" {
+		t.Fatalf("Get(x) = %v, want the tasks of g/q and h/q in that order", got)
+	}
+
+	// A change in h reaches h's task only; a delete in g, g's only.
+	res = m.ApplyCommand(6, &fsmpb.Command{Op: fsmpb.Op_OP_MODIFY, Now: 14, Modify: &fsmpb.Modify{Group: "h",
+		Changes: []*fsmpb.Change{{Id: "x", Version: 1, Value: []byte("h changed")}}}})
+	if res.Failure != nil {
+		t.Fatal(res.Failure)
+	}
+	got = m.Get([]string{"x"})
+	if string(got[0].Value) != "g" || got[0].Version != 1 || string(got[1].Value) != "h changed" || got[1].Version != 2 {
+		t.Fatalf("after a change in h: %v", got)
+	}
+	res = m.ApplyCommand(7, &fsmpb.Command{Op: fsmpb.Op_OP_MODIFY, Now: 15, Modify: &fsmpb.Modify{Group: "g",
+		Deletes: []*fsmpb.Ref{{Id: "x", Version: 2}}}})
+	if got := failureCategories(res); len(got) != 1 || got[0] != "DELETE_STALE" {
+		t.Fatalf("a delete in g naming h's version: %v, want DELETE_STALE (g's task is at 1)", res)
+	}
+
+	// A claim of h/q, then a snapshot round trip keeps both and the format.
+	res = m.ApplyCommand(8, &fsmpb.Command{Op: fsmpb.Op_OP_CLAIM, Now: 16, Claim: &fsmpb.Claim{Claimant: "w", Queues: []string{"h/q"}, Lease: 100, Limit: 5}})
+	if len(res.GetClaim().GetTasks()) != 1 || res.Claim.Tasks[0].Queue != "h/q" {
+		t.Fatalf("claim of h/q: %v", res)
+	}
+	r := New(Options{})
+	if err := r.Restore(io.NopCloser(bytes.NewReader(persist(t, m)))); err != nil {
+		t.Fatal(err)
+	}
+	if r.Format() != FormatGroupIDs || r.TaskCount() != 2 || r.Digest() != m.Digest() {
+		t.Fatalf("restored: format %d, %d tasks, digest equal %v", r.Format(), r.TaskCount(), r.Digest() == m.Digest())
+	}
+
+	res = m.ApplyCommand(9, &fsmpb.Command{Op: fsmpb.Op_OP_MODIFY, Now: 17, Modify: &fsmpb.Modify{Group: "g",
+		Deletes: []*fsmpb.Ref{{Id: "x", Version: 1}}}})
+	if res.Failure != nil {
+		t.Fatal(res.Failure)
+	}
+	if got := m.Get([]string{"x"}); len(got) != 1 || got[0].Queue != "h/q" {
+		t.Fatalf("after deleting g's x: %v, want h's only", got)
+	}
+	if res := m.ApplyCommand(10, &fsmpb.Command{Op: fsmpb.Op_OP_PURGE, Now: 18, Purge: &fsmpb.Purge{Queue: "h/q"}}); res.GetPurge().GetDeleted() != 1 {
+		t.Fatalf("purge h/q: %v", res)
+	}
+	if m.TaskCount() != 0 || len(m.Get([]string{"x"})) != 0 {
+		t.Fatalf("after purge: %d tasks", m.TaskCount())
+	}
+}
+
+// TestFormatNeverGoesDown: a lower or equal OP_SET_FORMAT changes nothing.
+func TestFormatNeverGoesDown(t *testing.T) {
+	m := New(Options{})
+	m.ApplyCommand(1, SetFormatCommand(MaxFormat))
+	m.ApplyCommand(2, SetFormatCommand(FormatShardIDs))
+	if m.Format() != MaxFormat {
+		t.Fatalf("format %d after a lower OP_SET_FORMAT, want %d", m.Format(), MaxFormat)
+	}
+}
+
+// TestFormatNewerThanBinary: an entry raising the format past what this
+// binary applies is refused at decode, and Apply stops rather than apply
+// later entries by rules it does not know.
+func TestFormatNewerThanBinary(t *testing.T) {
+	data, err := EncodeCommand(SetFormatCommand(MaxFormat + 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := DecodeCommand(data); err == nil || !strings.Contains(err.Error(), "newer than this version") {
+		t.Fatalf("DecodeCommand: %v, want a refusal of the newer format", err)
+	}
+	defer func() {
+		if p := recover(); p == nil {
+			t.Fatal("Apply of a newer format did not stop")
+		}
+	}()
+	New(Options{}).Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: data})
+}
+
+// TestFormatDigest: a state of format 0 hashes as it did before formats
+// existed (replicas of the previous binary compare checkpoints with it
+// during an upgrade), and raising the format changes the digest.
+func TestFormatDigest(t *testing.T) {
+	m := fixtureMachine(t)
+	// The fixture's digest as the binary before state formats computed it.
+	const before = "3d932420f7648341d9644d889cea3246e346fb3e892bef1dbbdc3cc08fec0fd8"
+	d := m.Digest()
+	if got := hex.EncodeToString(d[:]); got != before {
+		t.Fatalf("format 0 digest %s, want %s (unchanged from older binaries)", got, before)
+	}
+	m.ApplyCommand(m.AppliedIndex()+1, SetFormatCommand(FormatGroupIDs))
+	if m.Digest() == d {
+		t.Fatal("raising the format left the digest unchanged: replicas that disagree on it would compare equal")
+	}
+}
+
+// TestSnapshotStateFormat: a state above format 0 is written in stream
+// format 2, which binaries older than formats refuse; the header's two
+// formats must agree; a state format this binary does not apply is refused
+// with advice to upgrade, not as corruption.
+func TestSnapshotStateFormat(t *testing.T) {
+	header := func(data []byte) *fsmpb.SnapshotHeader {
+		sr := &snapshotReader{r: bufio.NewReader(bytes.NewReader(data[len(snapshotMagic):]))}
+		rec, _, err := sr.next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := parseRecord(rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p.header
+	}
+	m := fixtureMachine(t)
+	if h := header(persist(t, m)); h.Format != snapshotFormat || h.StateFormat != 0 {
+		t.Fatalf("format 0 header: %v", h)
+	}
+	m.ApplyCommand(m.AppliedIndex()+1, SetFormatCommand(FormatGroupIDs))
+	if h := header(persist(t, m)); h.Format != snapshotFormatStated || h.StateFormat != FormatGroupIDs {
+		t.Fatalf("format 1 header: %v", h)
+	}
+
+	for _, tc := range []struct {
+		name          string
+		stream, state uint32
+		corrupt       bool
+	}{
+		{"stream 1 with a state format", snapshotFormat, FormatGroupIDs, true},
+		{"stream 2 without one", snapshotFormatStated, 0, true},
+		{"a newer state format", snapshotFormatStated, MaxFormat + 1, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			data := streamWithHeader(t, &fsmpb.SnapshotHeader{Format: tc.stream, StateFormat: tc.state})
+			err := New(Options{}).Restore(io.NopCloser(bytes.NewReader(data)))
+			if err == nil || errors.Is(err, ErrCorruptSnapshot) != tc.corrupt {
+				t.Fatalf("Restore: %v, corrupt wanted %v", err, tc.corrupt)
+			}
+			if !tc.corrupt && !strings.Contains(err.Error(), "upgrade") {
+				t.Fatalf("Restore: %v, want advice to upgrade", err)
+			}
+		})
+	}
+}
+
+// streamWithHeader is an intact snapshot stream of no tasks and no
+// sessions with header h.
+func streamWithHeader(t *testing.T, h *fsmpb.SnapshotHeader) []byte {
+	var buf bytes.Buffer
+	sw := &snapshotWriter{w: bufio.NewWriter(&buf)}
+	if err := sw.write([]byte(snapshotMagic)); err != nil {
+		t.Fatal(err)
+	}
+	if err := sw.record(&fsmpb.SnapshotRecord{Header: h}); err != nil {
+		t.Fatal(err)
+	}
+	if err := sw.record(&fsmpb.SnapshotRecord{Trailer: &fsmpb.SnapshotTrailer{Crc32C: sw.crc}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := sw.w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
