@@ -50,7 +50,7 @@ func PlacementSettled(st *taskstorepb.StatusResponse) (bool, string) {
 		seen := map[string]bool{}
 		for _, rs := range s.ReplicaStatus {
 			if !want[rs.Node] {
-				return false, fmt.Sprintf("shard %d: %s still holds a replica", s.Id, rs.Node)
+				return false, fmt.Sprintf("shard %d: the replica on %s is being removed", s.Id, rs.Node)
 			}
 			if rs.Role == "nonvoter" {
 				return false, fmt.Sprintf("shard %d: %s is catching up", s.Id, rs.Node)

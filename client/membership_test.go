@@ -24,7 +24,7 @@ func TestPlacementSettledSaysWhatMoves(t *testing.T) {
 		{"settled", shard([]string{"n1", "n2"}, voter("n1"), voter("n2")), true, ""},
 		{"replica being added", shard([]string{"n1", "n2"}, voter("n2")), false, "shard 3: a replica is being added on n1"},
 		{"catching up", shard([]string{"n1", "n2"}, voter("n2"), &taskstorepb.ReplicaStatus{Node: "n1", Role: "nonvoter"}), false, "shard 3: n1 is catching up"},
-		{"old replica left", shard([]string{"n2"}, voter("n2"), voter("n4")), false, "shard 3: n4 still holds a replica"},
+		{"old replica left", shard([]string{"n2"}, voter("n2"), voter("n4")), false, "shard 3: the replica on n4 is being removed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ok, what := client.PlacementSettled(tc.st)

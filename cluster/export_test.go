@@ -10,3 +10,7 @@ func (s *Shard) HoldLeadershipWatch() (release func()) {
 // ReportFromStatus is the conversion a node uses for a peer that does not
 // serve Peer.
 var ReportFromStatus = reportFromStatus
+
+// PretendMaxStateFormat makes the node report, and raise shards to, at
+// most format f, as a node of an older binary would.
+func (n *Node) PretendMaxStateFormat(f uint32) { n.formatCap.Store(&f) }

@@ -34,12 +34,15 @@ func newHCLog(l *slog.Logger, min slog.Level) hclog.Logger {
 var raftLevels = map[string]slog.Level{
 	"heartbeat timeout reached, starting election": slog.LevelInfo,
 	"peer has newer term, stopping replication":    slog.LevelInfo,
-	"failed to decode incoming command":            slog.LevelWarn,
-	"failed to appendEntries to":                   slog.LevelWarn,
-	"failed to heartbeat to":                       slog.LevelWarn,
-	"failed to pipeline appendEntries":             slog.LevelWarn,
-	"failed to make requestVote RPC":               slog.LevelWarn,
-	"failed to contact":                            slog.LevelWarn,
+	// A started node waits, with no configuration, to be added (node add):
+	// its meta group times out and finds nobody to ask, as it should.
+	"no known peers, aborting election": slog.LevelInfo,
+	"failed to decode incoming command": slog.LevelWarn,
+	"failed to appendEntries to":        slog.LevelWarn,
+	"failed to heartbeat to":            slog.LevelWarn,
+	"failed to pipeline appendEntries":  slog.LevelWarn,
+	"failed to make requestVote RPC":    slog.LevelWarn,
+	"failed to contact":                 slog.LevelWarn,
 }
 
 // reservedKeys are the keys slog's own attributes and the node's use.

@@ -20,3 +20,25 @@ func TestHCLogKeepsKeysUnique(t *testing.T) {
 		t.Fatalf("line: %s", line)
 	}
 }
+
+// TestHCLogRelevels: raft's words for normal events (a fresh start's
+// election, a waiting node's empty configuration) log below WARN; a peer
+// that cannot be reached stays at WARN.
+func TestHCLogRelevels(t *testing.T) {
+	for _, tc := range []struct {
+		msg  string
+		want string
+	}{
+		{"heartbeat timeout reached, starting election", "level=INFO"},
+		{"no known peers, aborting election", "level=INFO"},
+		{"peer has newer term, stopping replication", "level=INFO"},
+		{"failed to contact", "level=WARN"},
+		{"something raft calls a warning", "level=WARN"},
+	} {
+		var buf bytes.Buffer
+		newHCLog(slog.New(slog.NewTextHandler(&buf, nil)), slog.LevelInfo).Warn(tc.msg)
+		if !strings.Contains(buf.String(), tc.want) {
+			t.Errorf("%q logged %q, want %s", tc.msg, buf.String(), tc.want)
+		}
+	}
+}

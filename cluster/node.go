@@ -89,6 +89,9 @@ type Node struct {
 	// noPeer: peer address -> when it answered the Peer service with
 	// Unimplemented (an older version); see legacyPeer.
 	noPeer sync.Map
+	// formatCap, when set (tests), is the highest state format this node
+	// says it applies instead of fsm.MaxFormat: a node of an older binary.
+	formatCap atomic.Pointer[uint32]
 	cfg    Config
 	log    *slog.Logger
 	mux    *Mux
@@ -217,6 +220,7 @@ func Start(cfg Config) (*Node, error) {
 	n.loop(n.checkReplicasLoop)
 	n.loop(n.tickLoop)
 	n.loop(n.dueLoop)
+	n.loop(n.formatLoop)
 	n.loop(n.watchRemoval)
 	n.loop(n.boundLogs)
 	n.loop(n.measureClocks)

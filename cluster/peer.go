@@ -67,7 +67,7 @@ func (n *Node) report() *peerpb.NodeReport {
 	cm := n.meta.Map()
 	// The gossip address: the map's, else what gossip advertises (a
 	// --gossip of ":7201" is no address to dial), else the flag.
-	r := &peerpb.NodeReport{Node: n.cfg.ID, GossipAddress: n.cfg.GossipAddr, DiskLow: n.DiskLow()}
+	r := &peerpb.NodeReport{Node: n.cfg.ID, GossipAddress: n.cfg.GossipAddr, DiskLow: n.DiskLow(), MaxStateFormat: n.maxStateFormat()}
 	if m, ok := n.gossip.snapshot()[n.cfg.ID]; ok && m.GossipAddress != "" {
 		r.GossipAddress = m.GossipAddress
 	}

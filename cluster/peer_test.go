@@ -13,6 +13,7 @@ import (
 	"github.com/e1158ecb/taskstore/cluster"
 	"github.com/e1158ecb/taskstore/cluster/metapb"
 	"github.com/e1158ecb/taskstore/cluster/peerpb"
+	"github.com/e1158ecb/taskstore/fsm"
 	"github.com/e1158ecb/taskstore/testing/harness"
 )
 
@@ -62,6 +63,9 @@ func TestPeerReport(t *testing.T) {
 		if !sameReport(got, want) {
 			t.Errorf("%s: Peer.Report and the converted Admin.Status differ:\nreport %v\nstatus %v", n.ID, got, want)
 		}
+		if got.MaxStateFormat != fsm.MaxFormat {
+			t.Errorf("%s: report says the node applies state formats up to %d, want %d", n.ID, got.MaxStateFormat, fsm.MaxFormat)
+		}
 		if got.Node != n.ID || got.GossipAddress == "" || got.DiskLow {
 			t.Errorf("%s: report says node %q, gossip %q, disk low %v", n.ID, got.Node, got.GossipAddress, got.DiskLow)
 		}
@@ -97,6 +101,10 @@ func TestPeerReport(t *testing.T) {
 func sameReport(a, b *peerpb.NodeReport) bool {
 	norm := func(r *peerpb.NodeReport) *peerpb.NodeReport {
 		r = proto.Clone(r).(*peerpb.NodeReport)
+		// Status does not say which formats a binary applies: a node of
+		// the version before Peer applies format 0 only, which is what the
+		// conversion's zero means.
+		r.MaxStateFormat = 0
 		slices.SortFunc(r.Members, func(x, y *peerpb.Member) int { return cmp.Compare(x.Id, y.Id) })
 		return r
 	}

@@ -34,6 +34,9 @@ type Tuning struct {
 	// node refuses to lead (disk.go); DiskCheckEvery is how often it looks.
 	MinFreeDisk    int64
 	DiskCheckEvery time.Duration
+	// FormatEvery is how often a leader looks for a shard whose state
+	// format it can raise (format.go).
+	FormatEvery time.Duration
 }
 
 // DefaultTuning suits a node hosting a few dozen groups: heartbeats relaxed
@@ -55,6 +58,7 @@ func DefaultTuning() Tuning {
 		ClockCheckEvery:    5 * time.Second,
 		MinFreeDisk:        256 << 20,
 		DiskCheckEvery:     time.Second,
+		FormatEvery:        5 * time.Second,
 	}
 }
 

@@ -110,7 +110,11 @@ func New(t testing.TB, nodes, shards int) *Cluster {
 		ids = append(ids, "n"+strconv.Itoa(i))
 	}
 	for i := 1; i <= shards; i++ {
-		c.shards[uint32(i)] = &shard{id: uint32(i), leader: ids[(i-1)%nodes], replicas: ids, term: 1, m: fsm.New(fsm.Options{})}
+		m := fsm.New(fsm.Options{})
+		// A cluster whose nodes all run this version raises its shards to
+		// the newest state format within seconds of starting.
+		m.ApplyCommand(1, fsm.SetFormatCommand(fsm.MaxFormat))
+		c.shards[uint32(i)] = &shard{id: uint32(i), leader: ids[(i-1)%nodes], replicas: ids, term: 1, m: m}
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for _, id := range ids {

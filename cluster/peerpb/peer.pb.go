@@ -79,9 +79,13 @@ type NodeReport struct {
 	Replicas []*Replica `protobuf:"bytes,4,rep,name=replicas,proto3" json:"replicas,omitempty"`
 	// Every member of the cluster map as this node's copy of the map has it
 	// (a removed node learns it was removed from here).
-	Members       []*Member `protobuf:"bytes,5,rep,name=members,proto3" json:"members,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Members []*Member `protobuf:"bytes,5,rep,name=members,proto3" json:"members,omitempty"`
+	// The highest state format (fsm.MaxFormat) this node's binary applies. A
+	// shard's leader raises its group's format only once every replica's
+	// node reports it; an older node (0 or no answer) holds it back.
+	MaxStateFormat uint32 `protobuf:"varint,6,opt,name=max_state_format,json=maxStateFormat,proto3" json:"max_state_format,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *NodeReport) Reset() {
@@ -147,6 +151,13 @@ func (x *NodeReport) GetMembers() []*Member {
 		return x.Members
 	}
 	return nil
+}
+
+func (x *NodeReport) GetMaxStateFormat() uint32 {
+	if x != nil {
+		return x.MaxStateFormat
+	}
+	return 0
 }
 
 type Replica struct {
@@ -518,14 +529,15 @@ const file_peer_proto_rawDesc = "" +
 	"\n" +
 	"peer.proto\x12\x11taskstore.peer.v1\x1a\n" +
 	"meta.proto\"\x0f\n" +
-	"\rReportRequest\"\xcf\x01\n" +
+	"\rReportRequest\"\xf9\x01\n" +
 	"\n" +
 	"NodeReport\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12%\n" +
 	"\x0egossip_address\x18\x02 \x01(\tR\rgossipAddress\x12\x19\n" +
 	"\bdisk_low\x18\x03 \x01(\bR\adiskLow\x126\n" +
 	"\breplicas\x18\x04 \x03(\v2\x1a.taskstore.peer.v1.ReplicaR\breplicas\x123\n" +
-	"\amembers\x18\x05 \x03(\v2\x19.taskstore.peer.v1.MemberR\amembers\"\xcd\x01\n" +
+	"\amembers\x18\x05 \x03(\v2\x19.taskstore.peer.v1.MemberR\amembers\x12(\n" +
+	"\x10max_state_format\x18\x06 \x01(\rR\x0emaxStateFormat\"\xcd\x01\n" +
 	"\aReplica\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\rR\x05shard\x12\x16\n" +
 	"\x06leader\x18\x02 \x01(\tR\x06leader\x12\x12\n" +

@@ -373,7 +373,7 @@ func (a *app) waitPlacement(c *client.Client, id string, leaving bool) error {
 		}
 		msg := what
 		if node != nil {
-			msg = fmt.Sprintf("%s: %s, %d replica(s)", id, node.State, len(node.Shards))
+			msg = fmt.Sprintf("%s: %s, %d replica(s) placed", id, node.State, len(node.Shards))
 			if what != "" {
 				msg += "; " + what
 			}

@@ -347,15 +347,24 @@ func TestShardTableMarksThePreferredLeader(t *testing.T) {
 
 // TestTaskByIDInTwoGroups: the same id in two consistency groups (issue 15:
 // `task delete ID --version V` removed one of them, whichever a lookup found
-// first). task get prints both and says so; task delete without --queue is
-// refused, names both queues and deletes nothing; with --queue it deletes
-// that queue's task only.
+// first), on two shards and on one (ids are unique per group). task get
+// prints both and says so; task delete without --queue is refused, names
+// both queues and deletes nothing; with --queue it deletes that queue's
+// task only.
 func TestTaskByIDInTwoGroups(t *testing.T) {
+	for _, sameShard := range []bool{false, true} {
+		t.Run(fmt.Sprintf("same shard %v", sameShard), func(t *testing.T) {
+			testTaskByIDInTwoGroups(t, sameShard)
+		})
+	}
+}
+
+func testTaskByIDInTwoGroups(t *testing.T, sameShard bool) {
 	fc := clienttest.New(t, 3, 2)
 	var queues []string
 	for i := 0; len(queues) < 2; i++ {
 		q := fmt.Sprintf("g%d/work", i)
-		if len(queues) == 0 || fc.ShardOf(q) != fc.ShardOf(queues[0]) {
+		if len(queues) == 0 || (fc.ShardOf(q) == fc.ShardOf(queues[0])) == sameShard {
 			queues = append(queues, q)
 		}
 	}
