@@ -92,10 +92,10 @@ type Node struct {
 	// formatCap, when set (tests), is the highest state format this node
 	// says it applies instead of fsm.MaxFormat: a node of an older binary.
 	formatCap atomic.Pointer[uint32]
-	cfg    Config
-	log    *slog.Logger
-	mux    *Mux
-	addr   string
+	cfg       Config
+	log       *slog.Logger
+	mux       *Mux
+	addr      string
 
 	metrics   *nodeMetrics
 	meta      *metaFSM
