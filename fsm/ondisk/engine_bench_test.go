@@ -178,7 +178,7 @@ func (l *loader) task(queue uint32, at int64) (id string, puts [][2][]byte) {
 		binary.LittleEndian.PutUint64(l.value[i:], l.r.Uint64())
 	}
 	rec := AppendTask(nil, &Task{Queue: queue, Version: l.next, At: at, Value: l.value, Created: at, Modified: at})
-	return id, [][2][]byte{{TaskKey(benchShard, id), rec}, {ClaimKey(benchShard, queue, 0, at, id), nil}}
+	return id, [][2][]byte{{TaskKey(benchShard, "g", id), rec}, {ClaimKey(benchShard, queue, 0, at, id), nil}}
 }
 
 func (l *loader) load(n int, queues uint32, firstQueue uint32) error {
@@ -213,7 +213,7 @@ func (l *loader) claimCommit(queue uint32, at int64) error {
 		return err
 	}
 	var derr error
-	if !l.db.get(TaskKey(benchShard, id), func(v []byte) { _, derr = DecodeTask(v) }) {
+	if !l.db.get(TaskKey(benchShard, "g", id), func(v []byte) { _, derr = DecodeTask(v) }) {
 		return fmt.Errorf("task %q of claim key %x is missing", id, claimKey)
 	}
 	if derr != nil {
@@ -223,7 +223,7 @@ func (l *loader) claimCommit(queue uint32, at int64) error {
 	if *benchHeads {
 		l.heads[queue] = claimKey // the new task's claim key sorts after it (a later at)
 	}
-	return l.db.write(puts, [][]byte{claimKey, TaskKey(benchShard, id)})
+	return l.db.write(puts, [][]byte{claimKey, TaskKey(benchShard, "g", id)})
 }
 
 // BenchmarkCapacity loads -ondisk.tasks tasks over -ondisk.queues queues

@@ -4,11 +4,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
+	"strings"
 )
 
 // Tables: the byte after the shard in every key.
 const (
-	// TableTask maps a task id to its record: shard|'t'|id.
+	// TableTask maps a task to its record: shard|'t'|len(id)|id|group.
 	TableTask byte = 't'
 	// TableClaim is a queue's claim order, the index a claim reads:
 	// shard|'c'|queue(4)|priority(4, descending)|at(8)|id, no value.
@@ -54,9 +55,29 @@ func tableKey(shard uint32, table byte, n int) []byte {
 	return b
 }
 
-// TaskKey is the key of a task's record.
-func TaskKey(shard uint32, id string) []byte {
-	return append(tableKey(shard, TableTask, len(id)), id...)
+// TaskKey is the key of a task's record: the id, length-prefixed, then
+// the task's consistency group. Ids are unique per group
+// (fsm.FormatGroupIDs), and the tasks of every group with one id share the
+// prefix TaskIDPrefix, so a lookup by id alone is one short range read.
+func TaskKey(shard uint32, group, id string) []byte {
+	return append(taskIDPrefix(shard, id, len(group)), group...)
+}
+
+// TaskIDPrefix is the prefix of the keys of every group's task with id.
+func TaskIDPrefix(shard uint32, id string) []byte { return taskIDPrefix(shard, id, 0) }
+
+func taskIDPrefix(shard uint32, id string, extra int) []byte {
+	b := binary.AppendUvarint(tableKey(shard, TableTask, binary.MaxVarintLen64+len(id)+extra), uint64(len(id)))
+	return append(b, id...)
+}
+
+// GroupOf is a queue's consistency group: its name up to the first '/'
+// (fsm.GroupOf; this package is below fsm).
+func GroupOf(queue string) string {
+	if i := strings.IndexByte(queue, '/'); i >= 0 {
+		return queue[:i]
+	}
+	return queue
 }
 
 // ClaimPrefix is the first key of a queue's claim order; ClaimPriority

@@ -69,7 +69,7 @@ func TestClaimKeysSortInClaimOrder(t *testing.T) {
 // [ShardPrefix, ShardEnd), and no other shard's do.
 func TestShardRangesHoldTheirKeys(t *testing.T) {
 	for _, shard := range []uint32{0, 1, 7, math.MaxUint32 - 1, math.MaxUint32} {
-		keys := [][]byte{TaskKey(shard, "\xff\xff"), ClaimKey(shard, math.MaxUint32, math.MinInt32, math.MaxInt64, "\xff"),
+		keys := [][]byte{TaskKey(shard, "\xff", "\xff\xff"), ClaimKey(shard, math.MaxUint32, math.MinInt32, math.MaxInt64, "\xff"),
 			DueKey(shard, math.MaxInt64, math.MaxUint32, "\xff"), UniqueKey(shard, 3, "k"), QueueKey(shard, "q"), MetaKey(shard, "applied"),
 			SessionKey(shard, "\xff"), SessionOrderKey(shard, math.MaxInt64, "\xff")}
 		for _, k := range keys {
@@ -84,7 +84,7 @@ func TestShardRangesHoldTheirKeys(t *testing.T) {
 }
 
 func TestParseRefusesOtherKeys(t *testing.T) {
-	for _, k := range [][]byte{nil, TaskKey(1, "abcdefghijklmnopqrstuvwxyz"), ClaimPrefix(1, 2), DueKey(1, 5, 2, "x")[:16]} {
+	for _, k := range [][]byte{nil, TaskKey(1, "g", "abcdefghijklmnopqrstuvwxyz"), ClaimPrefix(1, 2), DueKey(1, 5, 2, "x")[:16]} {
 		if _, _, _, _, _, err := ParseClaimKey(k); err == nil {
 			t.Errorf("ParseClaimKey(%x) accepted", k)
 		}
@@ -100,7 +100,7 @@ func TestDigestIsOrderIndependent(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	var recs [][2][]byte
 	for i := range 200 {
-		recs = append(recs, [2][]byte{TaskKey(1, string(rune('a'+i%26))+string(rune(i))), []byte{byte(i), byte(i >> 8)}})
+		recs = append(recs, [2][]byte{TaskKey(1, "g", string(rune('a'+i%26))+string(rune(i))), []byte{byte(i), byte(i >> 8)}})
 	}
 	var a, b Digest
 	for _, rec := range recs {

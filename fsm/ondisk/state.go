@@ -252,9 +252,9 @@ func (t *Txn) queueByNum(num uint32) (*queueInfo, error) {
 // Clock is the transaction's log time.
 func (t *Txn) Clock() int64 { return t.meta.clock }
 
-// Get returns the task with id, or nil.
-func (t *Txn) Get(id string) (*Task, error) {
-	v, c, err := t.b.Get(TaskKey(t.s.shard, id))
+// Get returns group's task with id, or nil.
+func (t *Txn) Get(group, id string) (*Task, error) {
+	v, c, err := t.b.Get(TaskKey(t.s.shard, group, id))
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil, nil
 	}
@@ -276,21 +276,23 @@ func (t *Txn) QueueName(tk *Task) (string, error) {
 }
 
 // Put stores tk as the task id in queue (tk.Queue is set here), replacing
-// the task's previous version and its index entries.
+// the previous version of the task id in queue's group and its index
+// entries.
 func (t *Txn) Put(id, queue string, tk *Task) error {
-	old, err := t.Get(id)
+	group := GroupOf(queue)
+	old, err := t.Get(group, id)
 	if err != nil {
 		return err
 	}
 	if old != nil {
-		if err := t.unindex(id, old); err != nil {
+		if err := t.unindex(group, id, old); err != nil {
 			return err
 		}
 	}
 	q := t.queue(queue, true)
 	tk.Queue = q.num
 	rec := AppendTask(nil, tk)
-	k := TaskKey(t.s.shard, id)
+	k := TaskKey(t.s.shard, group, id)
 	t.meta.digest.Add(k, rec)
 	if err := t.b.Set(k, rec, nil); err != nil {
 		return err
@@ -298,13 +300,47 @@ func (t *Txn) Put(id, queue string, tk *Task) error {
 	return t.index(id, q, tk)
 }
 
-// Delete removes the task id; it is not an error if there is none.
-func (t *Txn) Delete(id string) error {
-	old, err := t.Get(id)
+// Delete removes group's task id; it is not an error if there is none.
+func (t *Txn) Delete(group, id string) error {
+	old, err := t.Get(group, id)
 	if err != nil || old == nil {
 		return err
 	}
-	return t.unindex(id, old)
+	return t.unindex(group, id, old)
+}
+
+// Lookup calls fn with every group's task with id, in group order, while
+// fn returns true (a read by id alone; fsm's Get).
+func (t *Txn) Lookup(id string, fn func(group string, tk *Task) bool) error {
+	prefix := TaskIDPrefix(t.s.shard, id)
+	it, err := t.b.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	for ok := it.First(); ok; ok = it.Next() {
+		tk, err := DecodeTask(it.Value())
+		if err != nil {
+			return err
+		}
+		if !fn(string(it.Key()[len(prefix):]), tk) {
+			return nil
+		}
+	}
+	return it.Error()
+}
+
+// prefixEnd is the first key after every key starting with p (p is never
+// all 0xff: it starts with a shard and a table byte below 0xff).
+func prefixEnd(p []byte) []byte {
+	end := bytes.Clone(p)
+	for i := len(end) - 1; i >= 0; i-- {
+		if end[i] < 0xff {
+			end[i]++
+			return end[:i+1]
+		}
+	}
+	return nil
 }
 
 // index adds a stored task's index entries and counts (Put wrote the
@@ -345,12 +381,12 @@ func (t *Txn) index(id string, q *queueInfo, tk *Task) error {
 }
 
 // unindex removes a stored task: its record, index entries and counts.
-func (t *Txn) unindex(id string, old *Task) error {
+func (t *Txn) unindex(group, id string, old *Task) error {
 	q, err := t.queueByNum(old.Queue)
 	if err != nil {
 		return err
 	}
-	k := TaskKey(t.s.shard, id)
+	k := TaskKey(t.s.shard, group, id)
 	t.meta.digest.Remove(k, AppendTask(nil, old))
 	if err := t.b.Delete(k, nil); err != nil {
 		return err
@@ -446,7 +482,7 @@ func (t *Txn) Claimable(queue string, fn func(id string, tk *Task) bool) error {
 			ok = it.SeekGE(ClaimPriority(t.s.shard, q.num, prio-1))
 			continue
 		}
-		tk, err := t.Get(id)
+		tk, err := t.Get(GroupOf(q.name), id)
 		if err != nil {
 			return err
 		}
@@ -503,7 +539,7 @@ func (t *Txn) Advance(now int64, became func(queue string)) error {
 		if err != nil {
 			return err
 		}
-		tk, err := t.Get(id)
+		tk, err := t.Get(GroupOf(q.name), id)
 		if err != nil {
 			return err
 		}

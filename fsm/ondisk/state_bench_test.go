@@ -97,7 +97,7 @@ func BenchmarkStateClaimCommit(b *testing.B) {
 				if id == "" {
 					b.Fatalf("queue %s is empty", q.queue)
 				}
-				if err := tx.Delete(id); err != nil {
+				if err := tx.Delete(GroupOf(q.queue), id); err != nil {
 					b.Fatal(err)
 				}
 				if err := put(tx, q.queue, clock); err != nil {

@@ -116,7 +116,15 @@ func checkAgainstModel(t *testing.T, seed uint64) {
 
 	r := rand.New(rand.NewPCG(seed, 99))
 	m := &model{tasks: map[string]modelTask{}, sessions: map[string]Session{}}
-	queues := []string{"q0", "q1", "q2", "g/q3"}
+	// Two groups: a task changes queues within its group only (as in fsm);
+	// TestSameIDInTwoGroups covers one id in both.
+	queues := []string{"g/q0", "g/q1", "g", "h/q3"}
+	groupOf := func(id string, m *model) string {
+		if t, ok := m.tasks[id]; ok {
+			return GroupOf(t.queue)
+		}
+		return "g"
+	}
 	var version uint64
 	for step := range 400 {
 		tx := s.Begin()
@@ -162,6 +170,11 @@ func checkAgainstModel(t *testing.T, seed uint64) {
 					tk.Claimant = "w"
 				}
 				q := queues[r.IntN(len(queues))]
+				if old, ok := next.tasks[id]; ok {
+					for GroupOf(q) != GroupOf(old.queue) {
+						q = queues[r.IntN(len(queues))]
+					}
+				}
 				if r.IntN(4) == 0 {
 					tk.Key = fmt.Sprintf("k%d", r.IntN(5))
 					if owner, ok, err := tx.KeyOwner(q, tk.Key); err != nil {
@@ -176,7 +189,7 @@ func checkAgainstModel(t *testing.T, seed uint64) {
 				}
 				next.tasks[id] = modelTask{queue: q, Task: tk}
 			case op < 7:
-				if err := tx.Delete(id); err != nil {
+				if err := tx.Delete(groupOf(id, next), id); err != nil {
 					t.Fatal(err)
 				}
 				delete(next.tasks, id)
@@ -260,11 +273,15 @@ func compare(t *testing.T, step int, s *State, m *model, queues []string) {
 	defer tx.Discard()
 	for i := range 60 {
 		id := fmt.Sprintf("t%d", i)
-		got, err := tx.Get(id)
+		want, ok := m.tasks[id]
+		group := "g"
+		if ok {
+			group = GroupOf(want.queue)
+		}
+		got, err := tx.Get(group, id)
 		if err != nil {
 			t.Fatal(err)
 		}
-		want, ok := m.tasks[id]
 		if (got != nil) != ok {
 			t.Fatalf("step %d: %s present %v, model %v", step, id, got != nil, ok)
 		}
@@ -342,4 +359,70 @@ func fromScratch(t *testing.T, db *pebble.DB, shard uint32) Digest {
 		d.Add(it.Key(), it.Value())
 	}
 	return d
+}
+
+// TestSameIDInTwoGroups: tasks are keyed by group and id
+// (fsm.FormatGroupIDs): one id in two groups is two tasks, each reached
+// through its group, both found by Lookup, each claimed from its own
+// queue; deleting one leaves the other, and the digest stays that of the
+// records.
+func TestSameIDInTwoGroups(t *testing.T) {
+	db := openMem(t)
+	s, err := Open(db, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx := s.Begin()
+	for _, q := range []string{"h/b", "g/a"} {
+		if err := tx.Put("x", q, &Task{Version: 1, Value: []byte(q)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(1); err != nil {
+		t.Fatal(err)
+	}
+	tx = s.Begin()
+	defer tx.Discard()
+	var groups []string
+	if err := tx.Lookup("x", func(group string, tk *Task) bool {
+		groups = append(groups, group+"="+string(tk.Value))
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"g=g/a", "h=h/b"}; !slices.Equal(groups, want) {
+		t.Fatalf("Lookup(x) = %v, want %v", groups, want)
+	}
+	if err := tx.Lookup("xy", func(string, *Task) bool { t.Fatal("Lookup(xy) found x's tasks"); return false }); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{"g/a", "h/b"} {
+		var ids []string
+		if err := tx.Claimable(q, func(id string, tk *Task) bool {
+			ids = append(ids, id+"="+string(tk.Value))
+			return true
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if want := []string{"x=" + q}; !slices.Equal(ids, want) {
+			t.Fatalf("Claimable(%s) = %v, want %v", q, ids, want)
+		}
+	}
+	if err := tx.Delete("g", "x"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(2); err != nil {
+		t.Fatal(err)
+	}
+	tx = s.Begin()
+	defer tx.Discard()
+	if got, err := tx.Get("g", "x"); err != nil || got != nil {
+		t.Fatalf("g's x after its delete: %v %v", got, err)
+	}
+	if got, err := tx.Get("h", "x"); err != nil || got == nil || string(got.Value) != "h/b" {
+		t.Fatalf("h's x after g's delete: %v %v", got, err)
+	}
+	if got := fromScratch(t, db, 5); got != s.Digest() {
+		t.Fatal("the kept digest is not the digest of the records")
+	}
 }
