@@ -95,6 +95,10 @@ func TestAuthorize(t *testing.T) {
 		{node, "/taskstore.peer.v1.Peer/WipeReplica", nil, codes.OK},
 		{admin, "/taskstore.peer.v1.Peer/WipeReplica", nil, codes.PermissionDenied},
 		{anyClient, ts + "Purge", &taskstorepb.PurgeRequest{Queue: "x/y"}, codes.PermissionDenied},
+		// Pausing stops a queue's workers: an operator's act.
+		{anyClient, ts + "PauseQueue", &taskstorepb.QueuePauseRequest{Queue: "x/y"}, codes.PermissionDenied},
+		{anyClient, ts + "ResumeQueue", &taskstorepb.QueuePauseRequest{Queue: "x/y"}, codes.PermissionDenied},
+		{admin, ts + "PauseQueue", &taskstorepb.QueuePauseRequest{Queue: "x/y"}, codes.OK},
 		{anyClient, ts + "Modify", modify("x/y"), codes.OK},
 		{anyClient, ad + "Routing", nil, codes.OK},
 		{anyClient, "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo", nil, codes.PermissionDenied},

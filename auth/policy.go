@@ -165,18 +165,21 @@ const (
 )
 
 var methodPerms = map[string]int{
-	"/taskstore.v1.TaskStore/Modify":     permClient,
-	"/taskstore.v1.TaskStore/Claim":      permClient,
-	"/taskstore.v1.TaskStore/Tasks":      permClient,
-	"/taskstore.v1.TaskStore/Queues":     permClient,
-	"/taskstore.v1.TaskStore/Time":       permClient,
-	"/taskstore.v1.TaskStore/Purge":      permAdmin,
-	"/taskstore.v1.Admin/Status":         permAny,
-	"/taskstore.v1.Admin/Routing":        permAny,
-	"/taskstore.v1.Admin/TransferLeader": permAdmin,
-	"/taskstore.v1.Admin/AddNode":        permAdmin,
-	"/taskstore.v1.Admin/RemoveNode":     permAdmin,
-	"/taskstore.v1.Admin/RebuildReplica": permAdmin,
+	"/taskstore.v1.TaskStore/Modify": permClient,
+	"/taskstore.v1.TaskStore/Claim":  permClient,
+	"/taskstore.v1.TaskStore/Tasks":  permClient,
+	"/taskstore.v1.TaskStore/Queues": permClient,
+	"/taskstore.v1.TaskStore/Time":   permClient,
+	"/taskstore.v1.TaskStore/Purge":  permAdmin,
+	// Pausing stops every worker of a queue: an operator's act, like purge.
+	"/taskstore.v1.TaskStore/PauseQueue":  permAdmin,
+	"/taskstore.v1.TaskStore/ResumeQueue": permAdmin,
+	"/taskstore.v1.Admin/Status":          permAny,
+	"/taskstore.v1.Admin/Routing":         permAny,
+	"/taskstore.v1.Admin/TransferLeader":  permAdmin,
+	"/taskstore.v1.Admin/AddNode":         permAdmin,
+	"/taskstore.v1.Admin/RemoveNode":      permAdmin,
+	"/taskstore.v1.Admin/RebuildReplica":  permAdmin,
 	// The nodes' internal service (cluster/peerpb): nodes, and admins
 	// debugging them.
 	"/taskstore.peer.v1.Peer/Report": permAdmin,

@@ -91,20 +91,21 @@ func (m *nodeMetrics) observeSync(entries, bytes int) {
 func shardLabel(id uint32) string { return strconv.FormatUint(uint64(id), 10) }
 
 var (
-	descLeader    = prometheus.NewDesc("taskstore_shard_leader", "1 if this node leads the shard (ready for reads and writes), else 0.", []string{"shard"}, nil)
-	descTerm      = prometheus.NewDesc("taskstore_shard_term", "Current Raft term of the shard on this node.", []string{"shard"}, nil)
-	descCommit    = prometheus.NewDesc("taskstore_shard_commit_index", "Raft commit index of the shard on this node.", []string{"shard"}, nil)
-	descApplied   = prometheus.NewDesc("taskstore_shard_applied_index", "Raft applied index of the shard on this node.", []string{"shard"}, nil)
-	descLogBytes  = prometheus.NewDesc("taskstore_shard_log_bytes", "Bytes of the shard's live Raft log entries in the node log.", []string{"shard"}, nil)
-	descTasks     = prometheus.NewDesc("taskstore_shard_tasks", "Tasks held by the shard's replica on this node.", []string{"shard"}, nil)
-	descQueue     = prometheus.NewDesc("taskstore_queue_tasks", "Tasks per queue and state, on shards this node leads.", []string{"queue", "state"}, nil)
-	descQueueAge  = prometheus.NewDesc("taskstore_queue_oldest_available_seconds", "Age of the oldest available task per queue, on shards this node leads.", []string{"queue"}, nil)
-	descGossip    = prometheus.NewDesc("taskstore_gossip_members", "Nodes gossip sees, by health.", []string{"health"}, nil)
-	descDiverged  = prometheus.NewDesc("taskstore_shard_diverged", "1 while this node's replica of the shard is stopped because its state diverged from the majority's (rebuild it with taskctl shard rebuild), else 0.", []string{"shard"}, nil)
-	descDisagree  = prometheus.NewDesc("taskstore_shard_replicas_disagree", "1 while the shard's voters' state checkpoints disagree with no majority for one digest, as this node sees them, else 0.", []string{"shard"}, nil)
-	descHealthy   = prometheus.NewDesc("taskstore_shard_replicas_healthy", "On the shard's leader: voters of the shard on nodes gossip sees alive, the leader included. Below taskstore_shard_replicas_placed, the shard is under-replicated.", []string{"shard"}, nil)
-	descPlaced    = prometheus.NewDesc("taskstore_shard_replicas_placed", "On the shard's leader: replicas the cluster map places for the shard.", []string{"shard"}, nil)
-	shardDescList = []*prometheus.Desc{descHealthy, descPlaced, descLeader, descTerm, descCommit, descApplied, descLogBytes, descTasks, descQueue, descQueueAge, descGossip, descDiverged, descDisagree}
+	descLeader      = prometheus.NewDesc("taskstore_shard_leader", "1 if this node leads the shard (ready for reads and writes), else 0.", []string{"shard"}, nil)
+	descTerm        = prometheus.NewDesc("taskstore_shard_term", "Current Raft term of the shard on this node.", []string{"shard"}, nil)
+	descCommit      = prometheus.NewDesc("taskstore_shard_commit_index", "Raft commit index of the shard on this node.", []string{"shard"}, nil)
+	descApplied     = prometheus.NewDesc("taskstore_shard_applied_index", "Raft applied index of the shard on this node.", []string{"shard"}, nil)
+	descLogBytes    = prometheus.NewDesc("taskstore_shard_log_bytes", "Bytes of the shard's live Raft log entries in the node log.", []string{"shard"}, nil)
+	descTasks       = prometheus.NewDesc("taskstore_shard_tasks", "Tasks held by the shard's replica on this node.", []string{"shard"}, nil)
+	descQueue       = prometheus.NewDesc("taskstore_queue_tasks", "Tasks per queue and state, on shards this node leads.", []string{"queue", "state"}, nil)
+	descQueueAge    = prometheus.NewDesc("taskstore_queue_oldest_available_seconds", "Age of the oldest available task per queue, on shards this node leads.", []string{"queue"}, nil)
+	descQueuePaused = prometheus.NewDesc("taskstore_queue_paused", "1 while the queue is paused (it hands out no claims; taskctl queue resume), on shards this node leads.", []string{"queue"}, nil)
+	descGossip      = prometheus.NewDesc("taskstore_gossip_members", "Nodes gossip sees, by health.", []string{"health"}, nil)
+	descDiverged    = prometheus.NewDesc("taskstore_shard_diverged", "1 while this node's replica of the shard is stopped because its state diverged from the majority's (rebuild it with taskctl shard rebuild), else 0.", []string{"shard"}, nil)
+	descDisagree    = prometheus.NewDesc("taskstore_shard_replicas_disagree", "1 while the shard's voters' state checkpoints disagree with no majority for one digest, as this node sees them, else 0.", []string{"shard"}, nil)
+	descHealthy     = prometheus.NewDesc("taskstore_shard_replicas_healthy", "On the shard's leader: voters of the shard on nodes gossip sees alive, the leader included. Below taskstore_shard_replicas_placed, the shard is under-replicated.", []string{"shard"}, nil)
+	descPlaced      = prometheus.NewDesc("taskstore_shard_replicas_placed", "On the shard's leader: replicas the cluster map places for the shard.", []string{"shard"}, nil)
+	shardDescList   = []*prometheus.Desc{descHealthy, descPlaced, descLeader, descTerm, descCommit, descApplied, descLogBytes, descTasks, descQueue, descQueueAge, descQueuePaused, descGossip, descDiverged, descDisagree}
 )
 
 // healthyVoters counts the voters of s's Raft configuration whose node
@@ -142,6 +143,7 @@ func (c *shardCollector) Collect(ch chan<- prometheus.Metric) {
 	type queueAgg struct {
 		available, claimed, delayed uint64
 		oldest                      int64
+		paused                      bool
 	}
 	queues := map[string]*queueAgg{}
 	// One look under the lock: a shard is either local or diverged, and a
@@ -200,6 +202,7 @@ func (c *shardCollector) Collect(ch chan<- prometheus.Metric) {
 				a = &queueAgg{}
 				queues[name] = a
 			}
+			a.paused = a.paused || q.Paused
 			a.available += q.Available
 			a.claimed += q.Claimed
 			a.delayed += q.Delayed
@@ -218,6 +221,11 @@ func (c *shardCollector) Collect(ch chan<- prometheus.Metric) {
 			age = max(time.Duration(now-a.oldest).Seconds(), 0)
 		}
 		gauge(descQueueAge, age, name)
+		paused := 0.0
+		if a.paused {
+			paused = 1
+		}
+		gauge(descQueuePaused, paused, name)
 	}
 	health := map[string]float64{}
 	for _, m := range c.n.gossip.snapshot() {

@@ -112,6 +112,11 @@ func (a *applier) dispatch(cmd *fsmpb.Command) *fsmpb.Result {
 		return &fsmpb.Result{}
 	case fsmpb.Op_OP_SET_FORMAT:
 		return a.setFormat(cmd.Format)
+	case fsmpb.Op_OP_PAUSE:
+		if cmd.Pause == nil || cmd.Pause.Queue == "" {
+			return failuref("OP_PAUSE without a queue")
+		}
+		return a.pause(cmd.Pause)
 	case fsmpb.Op_OP_BATCH:
 		res := &fsmpb.Result{Batch: make([]*fsmpb.Result, len(cmd.Batch))}
 		for i, sub := range cmd.Batch {

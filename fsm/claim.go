@@ -38,7 +38,7 @@ func (a *applier) take(c *fsmpb.Claim, used uint64) *fsmpb.ClaimResult {
 	st := a.st
 	queues := make([]*queue, 0, len(c.Queues))
 	for _, name := range c.Queues {
-		if q := st.queues[name]; q != nil && !slices.Contains(queues, q) {
+		if q := st.queues[name]; q != nil && !st.isPaused(name) && !slices.Contains(queues, q) {
 			queues = append(queues, q)
 		}
 	}
@@ -117,6 +117,20 @@ func (q *queue) available(clock int64, limit int, out []*task) []*task {
 		}
 	}
 	return out
+}
+
+// pause pauses or resumes a queue. Resuming tells waiting claims to look
+// again (OnAvailable); the queue's tasks never stopped being available.
+func (a *applier) pause(p *fsmpb.Pause) *fsmpb.Result {
+	was := a.st.isPaused(p.Queue)
+	switch {
+	case p.Paused:
+		a.st.paused[p.Queue] = struct{}{}
+	case was:
+		delete(a.st.paused, p.Queue)
+		a.n.add(p.Queue)
+	}
+	return &fsmpb.Result{Pause: &fsmpb.PauseResult{WasPaused: was}}
 }
 
 func (a *applier) purge(p *fsmpb.Purge) *fsmpb.Result {

@@ -116,5 +116,14 @@ users; DESIGN.md §1 is the contract.
     refuse) and in the Digest only when above 0, so format-0 digests are
     those of older binaries. The cluster raises it once every replica's
     binary applies it (cluster/DESIGN.md).
+
+ 17. Pause. OP_PAUSE pauses or resumes a queue by name, whether or not it
+    holds tasks. A paused queue takes inserts and changes as before but no
+    claim takes its tasks (a claim of several queues takes from the
+    others); NextAt and Available leave it out, so waiting claims stay
+    parked, and a resume wakes them (OnAvailable). Paused queues are in
+    Queues (with no tasks, as a row of zeros), in snapshots (records after
+    the sessions, counted in the header; older binaries refuse them) and in
+    the Digest only when there is one.
 */
 package fsm

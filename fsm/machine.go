@@ -72,6 +72,9 @@ type QueueStats struct {
 	// OldestAvailableAt is the smallest at among available tasks (0 if
 	// none), looking at the queue's highest 256 priorities only.
 	OldestAvailableAt int64
+	// Paused: the queue hands out no claims (OP_PAUSE). A paused queue is
+	// listed even when it holds no tasks.
+	Paused bool
 }
 
 // Machine is the state machine of one shard. It implements raft.FSM. Apply,

@@ -22,6 +22,7 @@ type refModel struct {
 	clock       int64
 	format      uint32
 	tasks       map[string]*fsmpb.Task // by refKey(group, id)
+	paused      map[string]bool
 	sessions    map[string]*refSession
 	maxSessions int
 	ttl         int64
@@ -34,7 +35,7 @@ type refSession struct {
 }
 
 func newRefModel(maxSessions int, ttl int64) *refModel {
-	return &refModel{tasks: map[string]*fsmpb.Task{}, sessions: map[string]*refSession{}, maxSessions: maxSessions, ttl: ttl}
+	return &refModel{tasks: map[string]*fsmpb.Task{}, sessions: map[string]*refSession{}, paused: map[string]bool{}, maxSessions: maxSessions, ttl: ttl}
 }
 
 func (r *refModel) apply(cmd *fsmpb.Command) *fsmpb.Result {
@@ -72,6 +73,13 @@ func (r *refModel) apply(cmd *fsmpb.Command) *fsmpb.Result {
 	case fsmpb.Op_OP_SET_FORMAT:
 		r.format = max(r.format, cmd.Format)
 		res = &fsmpb.Result{}
+	case fsmpb.Op_OP_PAUSE:
+		res = &fsmpb.Result{Pause: &fsmpb.PauseResult{WasPaused: r.paused[cmd.Pause.Queue]}}
+		if cmd.Pause.Paused {
+			r.paused[cmd.Pause.Queue] = true
+		} else {
+			delete(r.paused, cmd.Pause.Queue)
+		}
 	case fsmpb.Op_OP_BATCH:
 		res = &fsmpb.Result{Batch: []*fsmpb.Result{}}
 		for _, sub := range cmd.Batch {
@@ -279,7 +287,7 @@ func refClaimLess(a, b *fsmpb.Task) int {
 func (r *refModel) claim(c *fsmpb.Claim) *fsmpb.Result {
 	var cands []*fsmpb.Task
 	for _, t := range r.tasks {
-		if slices.Contains(c.Queues, t.Queue) && t.At <= r.clock {
+		if slices.Contains(c.Queues, t.Queue) && !r.paused[t.Queue] && t.At <= r.clock {
 			cands = append(cands, t)
 		}
 	}
@@ -332,6 +340,12 @@ func (r *refModel) queueStats() []QueueStats {
 		default:
 			q.Delayed++
 		}
+	}
+	for name := range r.paused {
+		if byName[name] == nil {
+			byName[name] = &QueueStats{Name: name}
+		}
+		byName[name].Paused = true
 	}
 	var out []QueueStats
 	for _, q := range byName {
@@ -426,6 +440,10 @@ func (g *gen) command(allowBatch bool) *fsmpb.Command {
 		return &fsmpb.Command{Op: fsmpb.Op_OP_SET_FORMAT, Now: g.now, Format: uint32(r.IntN(int(MaxFormat) + 1))}
 	}
 	group := g.pick([]string{"g", "g", "h"})
+	if r.IntN(25) == 0 {
+		cmd.Op, cmd.Pause = fsmpb.Op_OP_PAUSE, &fsmpb.Pause{Queue: g.queueIn(group), Paused: r.IntN(3) == 0}
+		return cmd
+	}
 	claimants := []string{"w1", "w2", ""}
 	switch n := r.IntN(20); {
 	case n < 9:
@@ -537,7 +555,8 @@ func TestProperty(t *testing.T) {
 	// The generator must reach every outcome, or the comparison proves
 	// little.
 	want := []string{"modify", "claim", "claim-empty", "purge", "batch", "stale-seq", "coalesced", "moved",
-		"modify-claim", "modify-claim-empty", "modify-claim-group", "modify-claim-refused", "id-in-two-groups"}
+		"modify-claim", "modify-claim-empty", "modify-claim-group", "modify-claim-refused", "id-in-two-groups",
+		"was-paused", "claim-in-paused"}
 	for c := range fsmpb.RefError_Category_value {
 		if c != "CATEGORY_UNSPECIFIED" {
 			want = append(want, c)
@@ -579,6 +598,8 @@ func countOutcomes(seen map[string]int, res *fsmpb.Result) {
 		seen["claim"]++
 	case res.Purge != nil && res.Purge.Deleted > 0:
 		seen["purge"]++
+	case res.Pause != nil && res.Pause.WasPaused:
+		seen["was-paused"]++
 	case res.Batch != nil:
 		seen["batch"]++
 		for _, sub := range res.Batch {
@@ -607,6 +628,13 @@ func propertyRun(t *testing.T, seed uint64, steps int, seen map[string]int) {
 			t.Fatalf("step %d: %v\ngot  %v\nwant %v", i, cmd, got, want)
 		}
 		countOutcomes(seen, got)
+		if c := cmd.GetClaim(); c != nil {
+			for _, q := range c.Queues {
+				if ref.paused[q] && len(ref.Queues(q)) > 0 {
+					seen["claim-in-paused"]++ // a claim of a paused queue with tasks
+				}
+			}
+		}
 		if cmd.GetModify().GetClaim() != nil && len(got.GetFailure().GetErrors()) > 0 {
 			seen["modify-claim-refused"]++ // the transaction failed: nothing claimed
 		}
@@ -707,7 +735,7 @@ func compareState(t *testing.T, step int, m *Machine, ref *refModel) {
 		for _, tk := range ref.tasks {
 			if tk.Queue == q {
 				wantQ = append(wantQ, tk)
-				if !any || tk.At < nextAt {
+				if !ref.paused[q] && (!any || tk.At < nextAt) {
 					nextAt, any = tk.At, true
 				}
 			}
@@ -747,4 +775,15 @@ func compareState(t *testing.T, step int, m *Machine, ref *refModel) {
 	}() {
 		t.Fatalf("step %d: pending index out of step", step)
 	}
+}
+
+// Queues lists the model's tasks of queue q that are available.
+func (r *refModel) Queues(q string) []*fsmpb.Task {
+	var out []*fsmpb.Task
+	for _, t := range r.tasks {
+		if t.Queue == q && t.At <= r.clock {
+			out = append(out, t)
+		}
+	}
+	return out
 }

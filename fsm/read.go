@@ -180,18 +180,37 @@ func decodePageToken(s string) (*task, error) {
 }
 
 // Queues returns stats of queues whose name starts with prefix, sorted by
-// name, at most limit (0: all).
+// name, at most limit (0: all): the queues that hold tasks, and paused ones
+// that hold none.
 func (m *Machine) Queues(prefix string, limit int) []QueueStats {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
+	// Paused queues are few: merge the empty ones into the walk by name.
+	var idle []string
+	for name := range m.st.paused {
+		if m.st.queues[name] == nil && strings.HasPrefix(name, prefix) {
+			idle = append(idle, name)
+		}
+	}
+	slices.Sort(idle)
 	var out []QueueStats
+	full := func() bool { return limit > 0 && len(out) == limit }
 	m.st.names.AscendGreaterOrEqual(&queue{name: prefix}, func(q *queue) bool {
-		if !strings.HasPrefix(q.name, prefix) || limit > 0 && len(out) == limit {
+		if !strings.HasPrefix(q.name, prefix) {
 			return false
 		}
-		out = append(out, q.stats(m.st.clock))
+		for ; len(idle) > 0 && idle[0] < q.name && !full(); idle = idle[1:] {
+			out = append(out, QueueStats{Name: idle[0], Paused: true})
+		}
+		if full() {
+			return false
+		}
+		out = append(out, q.stats(m.st.clock, m.st.isPaused(q.name)))
 		return true
 	})
+	for ; len(idle) > 0 && !full(); idle = idle[1:] {
+		out = append(out, QueueStats{Name: idle[0], Paused: true})
+	}
 	return out
 }
 
@@ -207,8 +226,8 @@ func (m *Machine) NextAt(queues []string) (at int64, ok bool) {
 	at = math.MaxInt64
 	for _, name := range queues {
 		q := m.st.queues[name]
-		if q == nil {
-			continue
+		if q == nil || m.st.isPaused(name) {
+			continue // a paused queue's waiting claims wait for the resume
 		}
 		all := q.runs(func(first *task) bool {
 			at, ok = min(at, first.at), true
@@ -235,7 +254,7 @@ func (m *Machine) Available(queue string, now int64, limit int) int {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	q := m.st.queues[queue]
-	if q == nil {
+	if q == nil || m.st.isPaused(queue) {
 		return 0
 	}
 	return len(q.available(max(now, m.st.clock), limit, nil))
@@ -316,6 +335,15 @@ func digestOf(snap *snapshot) [32]byte {
 		u(uint64(len(b)))
 		buf = append(buf, b...)
 		flush()
+	}
+	if len(snap.paused) > 0 {
+		// Only then, so that digests without a paused queue stay what
+		// older binaries compute.
+		str("paused")
+		u(uint64(len(snap.paused)))
+		for _, name := range snap.paused {
+			str(name)
+		}
 	}
 	flush()
 	var out [32]byte

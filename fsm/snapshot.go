@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"slices"
 	"sort"
 
 	"github.com/hashicorp/raft"
@@ -52,6 +53,7 @@ type snapshot struct {
 	applied  uint64
 	tasks    []*task
 	sessions []*session
+	paused   []string // sorted
 }
 
 // Snapshot captures the state cheaply; Persist streams it while Apply goes on.
@@ -83,6 +85,10 @@ func (s *state) snapshot() *snapshot {
 		snap.sessions = append(snap.sessions, ss)
 		return true
 	})
+	for name := range s.paused {
+		snap.paused = append(snap.paused, name)
+	}
+	slices.Sort(snap.paused)
 	return snap
 }
 
@@ -151,6 +157,7 @@ func (s *snapshot) writeTo(w io.Writer) error {
 	if s.format > 0 {
 		h.Format, h.StateFormat = snapshotFormatStated, s.format
 	}
+	h.PausedQueues = uint64(len(s.paused))
 	err := sw.record(&fsmpb.SnapshotRecord{Header: h})
 	if err != nil {
 		return err
@@ -164,6 +171,11 @@ func (s *snapshot) writeTo(w io.Writer) error {
 		err := sw.record(&fsmpb.SnapshotRecord{Session: &fsmpb.Session{ClientId: ss.clientID, Seq: ss.seq,
 			LastSeen: ss.lastSeen, Result: ss.result}})
 		if err != nil {
+			return err
+		}
+	}
+	for _, name := range s.paused {
+		if err := sw.record(&fsmpb.SnapshotRecord{PausedQueue: name}); err != nil {
 			return err
 		}
 	}
@@ -269,6 +281,7 @@ type record struct {
 	task    []byte // the encoded Task, decoded by restoreTask
 	session *fsmpb.Session
 	trailer *fsmpb.SnapshotTrailer
+	paused  *string
 }
 
 // parseRecord splits a SnapshotRecord into its one body.
@@ -303,6 +316,9 @@ func parseRecord(data []byte) (record, error) {
 		case 4:
 			rec.trailer = &fsmpb.SnapshotTrailer{}
 			err = proto.Unmarshal(body, rec.trailer)
+		case 5:
+			name := string(body)
+			rec.paused = &name
 		default:
 			return rec, fmt.Errorf("unknown field %d", num)
 		}
@@ -355,20 +371,29 @@ func readSnapshot(r io.Reader) (*state, error) {
 	st.tasks = make(map[string]*slot, min(h.Tasks, 1<<20))
 	st.clock = h.Clock
 	st.applied = h.AppliedIndex
-	var tasks, sessions uint64
+	var tasks, sessions, paused uint64
 	for {
 		data, sum, err := sr.next()
 		if err != nil {
-			return nil, corrupt("record %d: %v", tasks+sessions+1, err)
+			return nil, corrupt("record %d: %v", tasks+sessions+paused+1, err)
 		}
 		rec, err := parseRecord(data)
 		if err != nil {
-			return nil, corrupt("record %d: %v", tasks+sessions+1, err)
+			return nil, corrupt("record %d: %v", tasks+sessions+paused+1, err)
 		}
 		switch {
+		case rec.paused != nil:
+			if paused == h.PausedQueues {
+				return nil, corrupt("more paused queues than the header's %d", h.PausedQueues)
+			}
+			if *rec.paused == "" || st.isPaused(*rec.paused) {
+				return nil, corrupt("paused queue %q empty or repeated", *rec.paused)
+			}
+			st.paused[*rec.paused] = struct{}{}
+			paused++
 		case rec.task != nil:
-			if sessions > 0 {
-				return nil, corrupt("task record after session records")
+			if sessions > 0 || paused > 0 {
+				return nil, corrupt("task record after session or paused records")
 			}
 			if tasks == h.Tasks {
 				return nil, corrupt("more task records than the header's %d", h.Tasks)
@@ -381,13 +406,17 @@ func readSnapshot(r io.Reader) (*state, error) {
 			if sessions == h.Sessions {
 				return nil, corrupt("more session records than the header's %d", h.Sessions)
 			}
+			if paused > 0 {
+				return nil, corrupt("session record after paused records")
+			}
 			if err := st.restoreSession(rec.session); err != nil {
 				return nil, corrupt("session record %d: %v", sessions+1, err)
 			}
 			sessions++
 		case rec.trailer != nil:
-			if tasks != h.Tasks || sessions != h.Sessions {
-				return nil, corrupt("%d tasks and %d sessions, header says %d and %d", tasks, sessions, h.Tasks, h.Sessions)
+			if tasks != h.Tasks || sessions != h.Sessions || paused != h.PausedQueues {
+				return nil, corrupt("%d tasks, %d sessions and %d paused queues, header says %d, %d and %d",
+					tasks, sessions, paused, h.Tasks, h.Sessions, h.PausedQueues)
 			}
 			if rec.trailer.Crc32C != sum {
 				return nil, corrupt("checksum %08x, trailer says %08x", sum, rec.trailer.Crc32C)

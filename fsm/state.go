@@ -137,6 +137,16 @@ type state struct {
 	sessions     map[string]*session
 	sessionOrder *btree.BTreeG[*session] // least recently seen first
 	sessionBytes uint64                  // sum of the sessions' sizes
+	// paused holds the queues that hand out no claims (OP_PAUSE), whether
+	// or not they hold tasks: a queue record is pruned when it empties,
+	// a pause is not.
+	paused map[string]struct{}
+}
+
+// isPaused reports whether the named queue is paused.
+func (s *state) isPaused(name string) bool {
+	_, ok := s.paused[name]
+	return ok
 }
 
 // putSession replaces the session of s.clientID with s (sessions are
@@ -169,6 +179,7 @@ func newState() *state {
 		pending:      btree.NewG(btreeDegree, atLess),
 		sessions:     make(map[string]*session),
 		sessionOrder: btree.NewG(btreeDegree, sessionLess),
+		paused:       make(map[string]struct{}),
 	}
 }
 
@@ -352,10 +363,11 @@ func (s *state) advance(now int64, became func(queue string)) {
 func isClaimed(t *task, clock int64) bool { return t.claimant != "" && t.at > clock }
 
 // stats returns q's counts at clock.
-func (q *queue) stats(clock int64) QueueStats {
+func (q *queue) stats(clock int64, paused bool) QueueStats {
 	total := uint64(q.byClaim.Len())
 	st := QueueStats{
 		Name:      q.name,
+		Paused:    paused,
 		Total:     total,
 		Claimed:   q.futureClaimed,
 		Delayed:   q.futureDelayed,

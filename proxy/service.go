@@ -252,6 +252,48 @@ func (s *Server) Purge(ctx context.Context, req *taskstorepb.PurgeRequest) (resp
 	return resp, nil
 }
 
+// PauseQueue implements TaskStore.PauseQueue; request ids as in Purge.
+func (s *Server) PauseQueue(ctx context.Context, req *taskstorepb.QueuePauseRequest) (*taskstorepb.QueuePauseResponse, error) {
+	return s.setPaused(ctx, "PauseQueue", req)
+}
+
+// ResumeQueue implements TaskStore.ResumeQueue; request ids as in Purge.
+func (s *Server) ResumeQueue(ctx context.Context, req *taskstorepb.QueuePauseRequest) (*taskstorepb.QueuePauseResponse, error) {
+	return s.setPaused(ctx, "ResumeQueue", req)
+}
+
+func (s *Server) setPaused(ctx context.Context, method string, req *taskstorepb.QueuePauseRequest) (resp *taskstorepb.QueuePauseResponse, err error) {
+	bctx, cancel := s.withBudget(ctx, 0)
+	defer cancel()
+	call := func(ctx context.Context, cc *grpc.ClientConn) (err error) {
+		ts := taskstorepb.NewTaskStoreClient(cc)
+		if method == "PauseQueue" {
+			resp, err = ts.PauseQueue(ctx, req)
+		} else {
+			resp, err = ts.ResumeQueue(ctx, req)
+		}
+		return err
+	}
+	switch {
+	case req.Queue == "" || groupless(req.Queue):
+		err = s.c.CallAnyNode(bctx, method, call)
+	case req.Request != nil:
+		err = s.c.CallGroup(bctx, method, taskstorepb.GroupOf(req.Queue), call)
+	default:
+		var was bool
+		if method == "PauseQueue" {
+			was, err = s.c.PauseQueue(bctx, req.Queue)
+		} else {
+			was, err = s.c.ResumeQueue(bctx, req.Queue)
+		}
+		resp = &taskstorepb.QueuePauseResponse{WasPaused: was}
+	}
+	if err != nil {
+		return nil, s.toStatus(ctx, method, err)
+	}
+	return resp, nil
+}
+
 // Status implements Admin.Status: any node's view of the cluster.
 func (s *Server) Status(ctx context.Context, req *taskstorepb.StatusRequest) (resp *taskstorepb.StatusResponse, err error) {
 	bctx, cancel := s.withBudget(ctx, 0)

@@ -572,7 +572,8 @@ func (srv *Server) queues(ctx context.Context, req *taskstorepb.QueuesRequest) (
 		// machine's clock, which only moves when a command is applied.
 		clock := s.Now()
 		for _, q := range queues {
-			qs := &taskstorepb.QueueStats{Name: q.Name, Total: q.Total, Available: q.Available, Claimed: q.Claimed, Delayed: q.Delayed, Shard: s.ID()}
+			qs := &taskstorepb.QueueStats{Name: q.Name, Total: q.Total, Available: q.Available, Claimed: q.Claimed, Delayed: q.Delayed, Shard: s.ID(),
+				Paused: q.Paused}
 			if q.OldestAvailableAt != 0 {
 				qs.OldestAvailableAge = durationpb.New(time.Duration(max(clock-q.OldestAvailableAt, 0)))
 			}
@@ -627,6 +628,49 @@ func field(list string, i int, name string) string {
 		f += "." + name
 	}
 	return f
+}
+
+// PauseQueue implements TaskStore.PauseQueue.
+func (srv *Server) PauseQueue(ctx context.Context, req *taskstorepb.QueuePauseRequest) (*taskstorepb.QueuePauseResponse, error) {
+	res, err := srv.pause(ctx, req, true)
+	return res, toStatus(err)
+}
+
+// ResumeQueue implements TaskStore.ResumeQueue.
+func (srv *Server) ResumeQueue(ctx context.Context, req *taskstorepb.QueuePauseRequest) (*taskstorepb.QueuePauseResponse, error) {
+	res, err := srv.pause(ctx, req, false)
+	return res, toStatus(err)
+}
+
+func (srv *Server) pause(ctx context.Context, req *taskstorepb.QueuePauseRequest, paused bool) (*taskstorepb.QueuePauseResponse, error) {
+	if req.Queue == "" {
+		return nil, invalid("queue", "required")
+	}
+	cmd := &fsmpb.Command{Op: fsmpb.Op_OP_PAUSE, Pause: &fsmpb.Pause{Queue: req.Queue, Paused: paused}}
+	requestID(cmd, req.Request)
+	if err := fsm.Validate(cmd, srv.limits); err != nil {
+		return nil, err
+	}
+	shard, err := srv.shards.ShardFor(taskstorepb.GroupOf(req.Queue))
+	if err != nil {
+		return nil, err
+	}
+	res, err := shard.Propose(ctx, cmd)
+	if err != nil {
+		return nil, err
+	}
+	if res.Failure != nil {
+		return nil, &refusedError{failure: res.Failure}
+	}
+	was := res.GetPause().GetWasPaused()
+	if !res.Replayed && was != paused {
+		verb := "queue resumed"
+		if paused {
+			verb = "queue paused: it hands out no claims until resumed"
+		}
+		srv.log.Info(verb, "queue", req.Queue)
+	}
+	return &taskstorepb.QueuePauseResponse{WasPaused: was}, nil
 }
 
 // Purge implements TaskStore.Purge.

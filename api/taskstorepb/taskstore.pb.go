@@ -1503,8 +1503,11 @@ type QueueStats struct {
 	CommitRate       float64              `protobuf:"fixed64,10,opt,name=commit_rate,json=commitRate,proto3" json:"commit_rate,omitempty"`
 	AvgClaimToCommit *durationpb.Duration `protobuf:"bytes,11,opt,name=avg_claim_to_commit,json=avgClaimToCommit,proto3" json:"avg_claim_to_commit,omitempty"`
 	RateWindow       *durationpb.Duration `protobuf:"bytes,12,opt,name=rate_window,json=rateWindow,proto3" json:"rate_window,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The queue hands out no claims (PauseQueue). A paused queue is listed
+	// even when it holds no tasks.
+	Paused        bool `protobuf:"varint,13,opt,name=paused,proto3" json:"paused,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *QueueStats) Reset() {
@@ -1619,6 +1622,13 @@ func (x *QueueStats) GetRateWindow() *durationpb.Duration {
 		return x.RateWindow
 	}
 	return nil
+}
+
+func (x *QueueStats) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
 }
 
 type QueuesResponse struct {
@@ -1762,6 +1772,103 @@ func (x *PurgeResponse) GetDeleted() uint64 {
 	return 0
 }
 
+type QueuePauseRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Queue         string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	Request       *RequestID             `protobuf:"bytes,2,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueuePauseRequest) Reset() {
+	*x = QueuePauseRequest{}
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueuePauseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueuePauseRequest) ProtoMessage() {}
+
+func (x *QueuePauseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueuePauseRequest.ProtoReflect.Descriptor instead.
+func (*QueuePauseRequest) Descriptor() ([]byte, []int) {
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *QueuePauseRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *QueuePauseRequest) GetRequest() *RequestID {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+type QueuePauseResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Whether the queue was paused before this request.
+	WasPaused     bool `protobuf:"varint,1,opt,name=was_paused,json=wasPaused,proto3" json:"was_paused,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueuePauseResponse) Reset() {
+	*x = QueuePauseResponse{}
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueuePauseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueuePauseResponse) ProtoMessage() {}
+
+func (x *QueuePauseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueuePauseResponse.ProtoReflect.Descriptor instead.
+func (*QueuePauseResponse) Descriptor() ([]byte, []int) {
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *QueuePauseResponse) GetWasPaused() bool {
+	if x != nil {
+		return x.WasPaused
+	}
+	return false
+}
+
 type TimeRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1770,7 +1877,7 @@ type TimeRequest struct {
 
 func (x *TimeRequest) Reset() {
 	*x = TimeRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[19]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1782,7 +1889,7 @@ func (x *TimeRequest) String() string {
 func (*TimeRequest) ProtoMessage() {}
 
 func (x *TimeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[19]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1795,7 +1902,7 @@ func (x *TimeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimeRequest.ProtoReflect.Descriptor instead.
 func (*TimeRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{19}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{21}
 }
 
 type TimeResponse struct {
@@ -1807,7 +1914,7 @@ type TimeResponse struct {
 
 func (x *TimeResponse) Reset() {
 	*x = TimeResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[20]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1819,7 +1926,7 @@ func (x *TimeResponse) String() string {
 func (*TimeResponse) ProtoMessage() {}
 
 func (x *TimeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[20]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1832,7 +1939,7 @@ func (x *TimeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimeResponse.ProtoReflect.Descriptor instead.
 func (*TimeResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{20}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *TimeResponse) GetNow() *timestamppb.Timestamp {
@@ -1856,7 +1963,7 @@ type NotLeader struct {
 
 func (x *NotLeader) Reset() {
 	*x = NotLeader{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[21]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1868,7 +1975,7 @@ func (x *NotLeader) String() string {
 func (*NotLeader) ProtoMessage() {}
 
 func (x *NotLeader) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[21]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1881,7 +1988,7 @@ func (x *NotLeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NotLeader.ProtoReflect.Descriptor instead.
 func (*NotLeader) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{21}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *NotLeader) GetShard() uint32 {
@@ -1919,7 +2026,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[22]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1931,7 +2038,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[22]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1944,7 +2051,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{22}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *StatusRequest) GetLocalOnly() bool {
@@ -1987,7 +2094,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[23]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1999,7 +2106,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[23]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2012,7 +2119,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{23}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *NodeStatus) GetId() string {
@@ -2113,7 +2220,7 @@ type ReplicaStatus struct {
 
 func (x *ReplicaStatus) Reset() {
 	*x = ReplicaStatus{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[24]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2125,7 +2232,7 @@ func (x *ReplicaStatus) String() string {
 func (*ReplicaStatus) ProtoMessage() {}
 
 func (x *ReplicaStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[24]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2138,7 +2245,7 @@ func (x *ReplicaStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaStatus.ProtoReflect.Descriptor instead.
 func (*ReplicaStatus) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{24}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ReplicaStatus) GetNode() string {
@@ -2224,7 +2331,7 @@ type Checkpoint struct {
 
 func (x *Checkpoint) Reset() {
 	*x = Checkpoint{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[25]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2236,7 +2343,7 @@ func (x *Checkpoint) String() string {
 func (*Checkpoint) ProtoMessage() {}
 
 func (x *Checkpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[25]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2249,7 +2356,7 @@ func (x *Checkpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checkpoint.ProtoReflect.Descriptor instead.
 func (*Checkpoint) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{25}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Checkpoint) GetIndex() uint64 {
@@ -2286,7 +2393,7 @@ type Divergence struct {
 
 func (x *Divergence) Reset() {
 	*x = Divergence{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[26]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2298,7 +2405,7 @@ func (x *Divergence) String() string {
 func (*Divergence) ProtoMessage() {}
 
 func (x *Divergence) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[26]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2311,7 +2418,7 @@ func (x *Divergence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Divergence.ProtoReflect.Descriptor instead.
 func (*Divergence) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{26}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Divergence) GetIndex() uint64 {
@@ -2375,7 +2482,7 @@ type ShardStatus struct {
 
 func (x *ShardStatus) Reset() {
 	*x = ShardStatus{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[27]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2387,7 +2494,7 @@ func (x *ShardStatus) String() string {
 func (*ShardStatus) ProtoMessage() {}
 
 func (x *ShardStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[27]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2400,7 +2507,7 @@ func (x *ShardStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardStatus.ProtoReflect.Descriptor instead.
 func (*ShardStatus) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{27}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ShardStatus) GetId() uint32 {
@@ -2467,7 +2574,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[28]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2479,7 +2586,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[28]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2492,7 +2599,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{28}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *StatusResponse) GetNodes() []*NodeStatus {
@@ -2538,7 +2645,7 @@ type RoutingRequest struct {
 
 func (x *RoutingRequest) Reset() {
 	*x = RoutingRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[29]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2550,7 +2657,7 @@ func (x *RoutingRequest) String() string {
 func (*RoutingRequest) ProtoMessage() {}
 
 func (x *RoutingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[29]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2563,7 +2670,7 @@ func (x *RoutingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoutingRequest.ProtoReflect.Descriptor instead.
 func (*RoutingRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{29}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{31}
 }
 
 type Replica struct {
@@ -2576,7 +2683,7 @@ type Replica struct {
 
 func (x *Replica) Reset() {
 	*x = Replica{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[30]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2588,7 +2695,7 @@ func (x *Replica) String() string {
 func (*Replica) ProtoMessage() {}
 
 func (x *Replica) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[30]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2601,7 +2708,7 @@ func (x *Replica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Replica.ProtoReflect.Descriptor instead.
 func (*Replica) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{30}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Replica) GetId() string {
@@ -2631,7 +2738,7 @@ type ShardRoute struct {
 
 func (x *ShardRoute) Reset() {
 	*x = ShardRoute{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[31]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2643,7 +2750,7 @@ func (x *ShardRoute) String() string {
 func (*ShardRoute) ProtoMessage() {}
 
 func (x *ShardRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[31]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2656,7 +2763,7 @@ func (x *ShardRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardRoute.ProtoReflect.Descriptor instead.
 func (*ShardRoute) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{31}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ShardRoute) GetId() uint32 {
@@ -2701,7 +2808,7 @@ type RoutingResponse struct {
 
 func (x *RoutingResponse) Reset() {
 	*x = RoutingResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[32]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2713,7 +2820,7 @@ func (x *RoutingResponse) String() string {
 func (*RoutingResponse) ProtoMessage() {}
 
 func (x *RoutingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[32]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2726,7 +2833,7 @@ func (x *RoutingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoutingResponse.ProtoReflect.Descriptor instead.
 func (*RoutingResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{32}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RoutingResponse) GetSlots() []uint32 {
@@ -2761,7 +2868,7 @@ type TransferLeaderRequest struct {
 
 func (x *TransferLeaderRequest) Reset() {
 	*x = TransferLeaderRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[33]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2773,7 +2880,7 @@ func (x *TransferLeaderRequest) String() string {
 func (*TransferLeaderRequest) ProtoMessage() {}
 
 func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[33]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2786,7 +2893,7 @@ func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{33}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *TransferLeaderRequest) GetShard() uint32 {
@@ -2812,7 +2919,7 @@ type TransferLeaderResponse struct {
 
 func (x *TransferLeaderResponse) Reset() {
 	*x = TransferLeaderResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[34]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2824,7 +2931,7 @@ func (x *TransferLeaderResponse) String() string {
 func (*TransferLeaderResponse) ProtoMessage() {}
 
 func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[34]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2837,7 +2944,7 @@ func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{34}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *TransferLeaderResponse) GetLeader() string {
@@ -2858,7 +2965,7 @@ type AddNodeRequest struct {
 
 func (x *AddNodeRequest) Reset() {
 	*x = AddNodeRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[35]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2870,7 +2977,7 @@ func (x *AddNodeRequest) String() string {
 func (*AddNodeRequest) ProtoMessage() {}
 
 func (x *AddNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[35]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2883,7 +2990,7 @@ func (x *AddNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodeRequest.ProtoReflect.Descriptor instead.
 func (*AddNodeRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{35}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *AddNodeRequest) GetId() string {
@@ -2909,7 +3016,7 @@ type AddNodeResponse struct {
 
 func (x *AddNodeResponse) Reset() {
 	*x = AddNodeResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[36]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2921,7 +3028,7 @@ func (x *AddNodeResponse) String() string {
 func (*AddNodeResponse) ProtoMessage() {}
 
 func (x *AddNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[36]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2934,7 +3041,7 @@ func (x *AddNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodeResponse.ProtoReflect.Descriptor instead.
 func (*AddNodeResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{36}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *AddNodeResponse) GetNode() *NodeStatus {
@@ -2956,7 +3063,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[37]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2968,7 +3075,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[37]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2981,7 +3088,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{37}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RemoveNodeRequest) GetId() string {
@@ -3007,7 +3114,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[38]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3019,7 +3126,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[38]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3032,7 +3139,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{38}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RemoveNodeResponse) GetNode() *NodeStatus {
@@ -3060,7 +3167,7 @@ type RebuildReplicaRequest struct {
 
 func (x *RebuildReplicaRequest) Reset() {
 	*x = RebuildReplicaRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[39]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3072,7 +3179,7 @@ func (x *RebuildReplicaRequest) String() string {
 func (*RebuildReplicaRequest) ProtoMessage() {}
 
 func (x *RebuildReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[39]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3085,7 +3192,7 @@ func (x *RebuildReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebuildReplicaRequest.ProtoReflect.Descriptor instead.
 func (*RebuildReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{39}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RebuildReplicaRequest) GetShard() uint32 {
@@ -3117,7 +3224,7 @@ type RebuildReplicaResponse struct {
 
 func (x *RebuildReplicaResponse) Reset() {
 	*x = RebuildReplicaResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[40]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3129,7 +3236,7 @@ func (x *RebuildReplicaResponse) String() string {
 func (*RebuildReplicaResponse) ProtoMessage() {}
 
 func (x *RebuildReplicaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[40]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3142,7 +3249,7 @@ func (x *RebuildReplicaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebuildReplicaResponse.ProtoReflect.Descriptor instead.
 func (*RebuildReplicaResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{40}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{42}
 }
 
 var File_taskstore_v1_taskstore_proto protoreflect.FileDescriptor
@@ -3284,7 +3391,7 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x14\n" +
 	"\x05shard\x18\x02 \x01(\rR\x05shard\x12\x14\n" +
 	"\x05limit\x18\x03 \x01(\rR\x05limit\x12\x14\n" +
-	"\x05stale\x18\x04 \x01(\bR\x05stale\"\xd4\x03\n" +
+	"\x05stale\x18\x04 \x01(\bR\x05stale\"\xec\x03\n" +
 	"\n" +
 	"QueueStats\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
@@ -3302,14 +3409,21 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"commitRate\x12H\n" +
 	"\x13avg_claim_to_commit\x18\v \x01(\v2\x19.google.protobuf.DurationR\x10avgClaimToCommit\x12:\n" +
 	"\vrate_window\x18\f \x01(\v2\x19.google.protobuf.DurationR\n" +
-	"rateWindow\"B\n" +
+	"rateWindow\x12\x16\n" +
+	"\x06paused\x18\r \x01(\bR\x06paused\"B\n" +
 	"\x0eQueuesResponse\x120\n" +
 	"\x06queues\x18\x01 \x03(\v2\x18.taskstore.v1.QueueStatsR\x06queues\"W\n" +
 	"\fPurgeRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x121\n" +
 	"\arequest\x18\x02 \x01(\v2\x17.taskstore.v1.RequestIDR\arequest\")\n" +
 	"\rPurgeResponse\x12\x18\n" +
-	"\adeleted\x18\x01 \x01(\x04R\adeleted\"\r\n" +
+	"\adeleted\x18\x01 \x01(\x04R\adeleted\"\\\n" +
+	"\x11QueuePauseRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x121\n" +
+	"\arequest\x18\x02 \x01(\v2\x17.taskstore.v1.RequestIDR\arequest\"3\n" +
+	"\x12QueuePauseResponse\x12\x1d\n" +
+	"\n" +
+	"was_paused\x18\x01 \x01(\bR\twasPaused\"\r\n" +
 	"\vTimeRequest\"<\n" +
 	"\fTimeResponse\x12,\n" +
 	"\x03now\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x03now\"e\n" +
@@ -3414,14 +3528,17 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\x16TASK_STATE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14TASK_STATE_AVAILABLE\x10\x01\x12\x16\n" +
 	"\x12TASK_STATE_CLAIMED\x10\x02\x12\x16\n" +
-	"\x12TASK_STATE_DELAYED\x10\x032\x9a\x03\n" +
+	"\x12TASK_STATE_DELAYED\x10\x032\xbd\x04\n" +
 	"\tTaskStore\x12C\n" +
 	"\x06Modify\x12\x1b.taskstore.v1.ModifyRequest\x1a\x1c.taskstore.v1.ModifyResponse\x12@\n" +
 	"\x05Claim\x12\x1a.taskstore.v1.ClaimRequest\x1a\x1b.taskstore.v1.ClaimResponse\x12@\n" +
 	"\x05Tasks\x12\x1a.taskstore.v1.TasksRequest\x1a\x1b.taskstore.v1.TasksResponse\x12C\n" +
 	"\x06Queues\x12\x1b.taskstore.v1.QueuesRequest\x1a\x1c.taskstore.v1.QueuesResponse\x12=\n" +
 	"\x04Time\x12\x19.taskstore.v1.TimeRequest\x1a\x1a.taskstore.v1.TimeResponse\x12@\n" +
-	"\x05Purge\x12\x1a.taskstore.v1.PurgeRequest\x1a\x1b.taskstore.v1.PurgeResponse2\xe7\x03\n" +
+	"\x05Purge\x12\x1a.taskstore.v1.PurgeRequest\x1a\x1b.taskstore.v1.PurgeResponse\x12O\n" +
+	"\n" +
+	"PauseQueue\x12\x1f.taskstore.v1.QueuePauseRequest\x1a .taskstore.v1.QueuePauseResponse\x12P\n" +
+	"\vResumeQueue\x12\x1f.taskstore.v1.QueuePauseRequest\x1a .taskstore.v1.QueuePauseResponse2\xe7\x03\n" +
 	"\x05Admin\x12C\n" +
 	"\x06Status\x12\x1b.taskstore.v1.StatusRequest\x1a\x1c.taskstore.v1.StatusResponse\x12F\n" +
 	"\aRouting\x12\x1c.taskstore.v1.RoutingRequest\x1a\x1d.taskstore.v1.RoutingResponse\x12[\n" +
@@ -3444,7 +3561,7 @@ func file_taskstore_v1_taskstore_proto_rawDescGZIP() []byte {
 }
 
 var file_taskstore_v1_taskstore_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_taskstore_v1_taskstore_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_taskstore_v1_taskstore_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_taskstore_v1_taskstore_proto_goTypes = []any{
 	(TaskState)(0),                 // 0: taskstore.v1.TaskState
 	(RefError_Category)(0),         // 1: taskstore.v1.RefError.Category
@@ -3467,105 +3584,112 @@ var file_taskstore_v1_taskstore_proto_goTypes = []any{
 	(*QueuesResponse)(nil),         // 18: taskstore.v1.QueuesResponse
 	(*PurgeRequest)(nil),           // 19: taskstore.v1.PurgeRequest
 	(*PurgeResponse)(nil),          // 20: taskstore.v1.PurgeResponse
-	(*TimeRequest)(nil),            // 21: taskstore.v1.TimeRequest
-	(*TimeResponse)(nil),           // 22: taskstore.v1.TimeResponse
-	(*NotLeader)(nil),              // 23: taskstore.v1.NotLeader
-	(*StatusRequest)(nil),          // 24: taskstore.v1.StatusRequest
-	(*NodeStatus)(nil),             // 25: taskstore.v1.NodeStatus
-	(*ReplicaStatus)(nil),          // 26: taskstore.v1.ReplicaStatus
-	(*Checkpoint)(nil),             // 27: taskstore.v1.Checkpoint
-	(*Divergence)(nil),             // 28: taskstore.v1.Divergence
-	(*ShardStatus)(nil),            // 29: taskstore.v1.ShardStatus
-	(*StatusResponse)(nil),         // 30: taskstore.v1.StatusResponse
-	(*RoutingRequest)(nil),         // 31: taskstore.v1.RoutingRequest
-	(*Replica)(nil),                // 32: taskstore.v1.Replica
-	(*ShardRoute)(nil),             // 33: taskstore.v1.ShardRoute
-	(*RoutingResponse)(nil),        // 34: taskstore.v1.RoutingResponse
-	(*TransferLeaderRequest)(nil),  // 35: taskstore.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil), // 36: taskstore.v1.TransferLeaderResponse
-	(*AddNodeRequest)(nil),         // 37: taskstore.v1.AddNodeRequest
-	(*AddNodeResponse)(nil),        // 38: taskstore.v1.AddNodeResponse
-	(*RemoveNodeRequest)(nil),      // 39: taskstore.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),     // 40: taskstore.v1.RemoveNodeResponse
-	(*RebuildReplicaRequest)(nil),  // 41: taskstore.v1.RebuildReplicaRequest
-	(*RebuildReplicaResponse)(nil), // 42: taskstore.v1.RebuildReplicaResponse
-	(*timestamppb.Timestamp)(nil),  // 43: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 44: google.protobuf.Duration
+	(*QueuePauseRequest)(nil),      // 21: taskstore.v1.QueuePauseRequest
+	(*QueuePauseResponse)(nil),     // 22: taskstore.v1.QueuePauseResponse
+	(*TimeRequest)(nil),            // 23: taskstore.v1.TimeRequest
+	(*TimeResponse)(nil),           // 24: taskstore.v1.TimeResponse
+	(*NotLeader)(nil),              // 25: taskstore.v1.NotLeader
+	(*StatusRequest)(nil),          // 26: taskstore.v1.StatusRequest
+	(*NodeStatus)(nil),             // 27: taskstore.v1.NodeStatus
+	(*ReplicaStatus)(nil),          // 28: taskstore.v1.ReplicaStatus
+	(*Checkpoint)(nil),             // 29: taskstore.v1.Checkpoint
+	(*Divergence)(nil),             // 30: taskstore.v1.Divergence
+	(*ShardStatus)(nil),            // 31: taskstore.v1.ShardStatus
+	(*StatusResponse)(nil),         // 32: taskstore.v1.StatusResponse
+	(*RoutingRequest)(nil),         // 33: taskstore.v1.RoutingRequest
+	(*Replica)(nil),                // 34: taskstore.v1.Replica
+	(*ShardRoute)(nil),             // 35: taskstore.v1.ShardRoute
+	(*RoutingResponse)(nil),        // 36: taskstore.v1.RoutingResponse
+	(*TransferLeaderRequest)(nil),  // 37: taskstore.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil), // 38: taskstore.v1.TransferLeaderResponse
+	(*AddNodeRequest)(nil),         // 39: taskstore.v1.AddNodeRequest
+	(*AddNodeResponse)(nil),        // 40: taskstore.v1.AddNodeResponse
+	(*RemoveNodeRequest)(nil),      // 41: taskstore.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),     // 42: taskstore.v1.RemoveNodeResponse
+	(*RebuildReplicaRequest)(nil),  // 43: taskstore.v1.RebuildReplicaRequest
+	(*RebuildReplicaResponse)(nil), // 44: taskstore.v1.RebuildReplicaResponse
+	(*timestamppb.Timestamp)(nil),  // 45: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 46: google.protobuf.Duration
 }
 var file_taskstore_v1_taskstore_proto_depIdxs = []int32{
-	43, // 0: taskstore.v1.Task.at:type_name -> google.protobuf.Timestamp
-	43, // 1: taskstore.v1.Task.created:type_name -> google.protobuf.Timestamp
-	43, // 2: taskstore.v1.Task.modified:type_name -> google.protobuf.Timestamp
-	43, // 3: taskstore.v1.TaskInsert.at:type_name -> google.protobuf.Timestamp
-	44, // 4: taskstore.v1.TaskInsert.delay:type_name -> google.protobuf.Duration
-	43, // 5: taskstore.v1.TaskChange.at:type_name -> google.protobuf.Timestamp
-	44, // 6: taskstore.v1.TaskChange.delay:type_name -> google.protobuf.Duration
+	45, // 0: taskstore.v1.Task.at:type_name -> google.protobuf.Timestamp
+	45, // 1: taskstore.v1.Task.created:type_name -> google.protobuf.Timestamp
+	45, // 2: taskstore.v1.Task.modified:type_name -> google.protobuf.Timestamp
+	45, // 3: taskstore.v1.TaskInsert.at:type_name -> google.protobuf.Timestamp
+	46, // 4: taskstore.v1.TaskInsert.delay:type_name -> google.protobuf.Duration
+	45, // 5: taskstore.v1.TaskChange.at:type_name -> google.protobuf.Timestamp
+	46, // 6: taskstore.v1.TaskChange.delay:type_name -> google.protobuf.Duration
 	5,  // 7: taskstore.v1.ModifyRequest.inserts:type_name -> taskstore.v1.TaskInsert
 	6,  // 8: taskstore.v1.ModifyRequest.changes:type_name -> taskstore.v1.TaskChange
 	3,  // 9: taskstore.v1.ModifyRequest.deletes:type_name -> taskstore.v1.TaskRef
 	3,  // 10: taskstore.v1.ModifyRequest.depends:type_name -> taskstore.v1.TaskRef
 	4,  // 11: taskstore.v1.ModifyRequest.request:type_name -> taskstore.v1.RequestID
 	8,  // 12: taskstore.v1.ModifyRequest.claim:type_name -> taskstore.v1.ModifyClaim
-	44, // 13: taskstore.v1.ModifyClaim.lease:type_name -> google.protobuf.Duration
+	46, // 13: taskstore.v1.ModifyClaim.lease:type_name -> google.protobuf.Duration
 	2,  // 14: taskstore.v1.ModifyResponse.inserted:type_name -> taskstore.v1.Task
 	2,  // 15: taskstore.v1.ModifyResponse.changed:type_name -> taskstore.v1.Task
 	2,  // 16: taskstore.v1.ModifyResponse.claimed:type_name -> taskstore.v1.Task
 	11, // 17: taskstore.v1.ModifyError.errors:type_name -> taskstore.v1.RefError
 	1,  // 18: taskstore.v1.RefError.category:type_name -> taskstore.v1.RefError.Category
-	43, // 19: taskstore.v1.RefError.lease_until:type_name -> google.protobuf.Timestamp
-	44, // 20: taskstore.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
-	44, // 21: taskstore.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	45, // 19: taskstore.v1.RefError.lease_until:type_name -> google.protobuf.Timestamp
+	46, // 20: taskstore.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
+	46, // 21: taskstore.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
 	4,  // 22: taskstore.v1.ClaimRequest.request:type_name -> taskstore.v1.RequestID
 	2,  // 23: taskstore.v1.ClaimResponse.tasks:type_name -> taskstore.v1.Task
 	0,  // 24: taskstore.v1.TasksRequest.state:type_name -> taskstore.v1.TaskState
 	2,  // 25: taskstore.v1.TasksResponse.tasks:type_name -> taskstore.v1.Task
-	44, // 26: taskstore.v1.QueueStats.oldest_available_age:type_name -> google.protobuf.Duration
-	44, // 27: taskstore.v1.QueueStats.avg_claim_to_commit:type_name -> google.protobuf.Duration
-	44, // 28: taskstore.v1.QueueStats.rate_window:type_name -> google.protobuf.Duration
+	46, // 26: taskstore.v1.QueueStats.oldest_available_age:type_name -> google.protobuf.Duration
+	46, // 27: taskstore.v1.QueueStats.avg_claim_to_commit:type_name -> google.protobuf.Duration
+	46, // 28: taskstore.v1.QueueStats.rate_window:type_name -> google.protobuf.Duration
 	17, // 29: taskstore.v1.QueuesResponse.queues:type_name -> taskstore.v1.QueueStats
 	4,  // 30: taskstore.v1.PurgeRequest.request:type_name -> taskstore.v1.RequestID
-	43, // 31: taskstore.v1.TimeResponse.now:type_name -> google.protobuf.Timestamp
-	27, // 32: taskstore.v1.ReplicaStatus.checkpoints:type_name -> taskstore.v1.Checkpoint
-	28, // 33: taskstore.v1.ReplicaStatus.divergence:type_name -> taskstore.v1.Divergence
-	43, // 34: taskstore.v1.Divergence.detected:type_name -> google.protobuf.Timestamp
-	26, // 35: taskstore.v1.ShardStatus.replica_status:type_name -> taskstore.v1.ReplicaStatus
-	25, // 36: taskstore.v1.StatusResponse.nodes:type_name -> taskstore.v1.NodeStatus
-	29, // 37: taskstore.v1.StatusResponse.shards:type_name -> taskstore.v1.ShardStatus
-	29, // 38: taskstore.v1.StatusResponse.meta:type_name -> taskstore.v1.ShardStatus
-	43, // 39: taskstore.v1.StatusResponse.now:type_name -> google.protobuf.Timestamp
-	32, // 40: taskstore.v1.ShardRoute.replicas:type_name -> taskstore.v1.Replica
-	33, // 41: taskstore.v1.RoutingResponse.shards:type_name -> taskstore.v1.ShardRoute
-	25, // 42: taskstore.v1.AddNodeResponse.node:type_name -> taskstore.v1.NodeStatus
-	25, // 43: taskstore.v1.RemoveNodeResponse.node:type_name -> taskstore.v1.NodeStatus
-	7,  // 44: taskstore.v1.TaskStore.Modify:input_type -> taskstore.v1.ModifyRequest
-	12, // 45: taskstore.v1.TaskStore.Claim:input_type -> taskstore.v1.ClaimRequest
-	14, // 46: taskstore.v1.TaskStore.Tasks:input_type -> taskstore.v1.TasksRequest
-	16, // 47: taskstore.v1.TaskStore.Queues:input_type -> taskstore.v1.QueuesRequest
-	21, // 48: taskstore.v1.TaskStore.Time:input_type -> taskstore.v1.TimeRequest
-	19, // 49: taskstore.v1.TaskStore.Purge:input_type -> taskstore.v1.PurgeRequest
-	24, // 50: taskstore.v1.Admin.Status:input_type -> taskstore.v1.StatusRequest
-	31, // 51: taskstore.v1.Admin.Routing:input_type -> taskstore.v1.RoutingRequest
-	35, // 52: taskstore.v1.Admin.TransferLeader:input_type -> taskstore.v1.TransferLeaderRequest
-	37, // 53: taskstore.v1.Admin.AddNode:input_type -> taskstore.v1.AddNodeRequest
-	39, // 54: taskstore.v1.Admin.RemoveNode:input_type -> taskstore.v1.RemoveNodeRequest
-	41, // 55: taskstore.v1.Admin.RebuildReplica:input_type -> taskstore.v1.RebuildReplicaRequest
-	9,  // 56: taskstore.v1.TaskStore.Modify:output_type -> taskstore.v1.ModifyResponse
-	13, // 57: taskstore.v1.TaskStore.Claim:output_type -> taskstore.v1.ClaimResponse
-	15, // 58: taskstore.v1.TaskStore.Tasks:output_type -> taskstore.v1.TasksResponse
-	18, // 59: taskstore.v1.TaskStore.Queues:output_type -> taskstore.v1.QueuesResponse
-	22, // 60: taskstore.v1.TaskStore.Time:output_type -> taskstore.v1.TimeResponse
-	20, // 61: taskstore.v1.TaskStore.Purge:output_type -> taskstore.v1.PurgeResponse
-	30, // 62: taskstore.v1.Admin.Status:output_type -> taskstore.v1.StatusResponse
-	34, // 63: taskstore.v1.Admin.Routing:output_type -> taskstore.v1.RoutingResponse
-	36, // 64: taskstore.v1.Admin.TransferLeader:output_type -> taskstore.v1.TransferLeaderResponse
-	38, // 65: taskstore.v1.Admin.AddNode:output_type -> taskstore.v1.AddNodeResponse
-	40, // 66: taskstore.v1.Admin.RemoveNode:output_type -> taskstore.v1.RemoveNodeResponse
-	42, // 67: taskstore.v1.Admin.RebuildReplica:output_type -> taskstore.v1.RebuildReplicaResponse
-	56, // [56:68] is the sub-list for method output_type
-	44, // [44:56] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	4,  // 31: taskstore.v1.QueuePauseRequest.request:type_name -> taskstore.v1.RequestID
+	45, // 32: taskstore.v1.TimeResponse.now:type_name -> google.protobuf.Timestamp
+	29, // 33: taskstore.v1.ReplicaStatus.checkpoints:type_name -> taskstore.v1.Checkpoint
+	30, // 34: taskstore.v1.ReplicaStatus.divergence:type_name -> taskstore.v1.Divergence
+	45, // 35: taskstore.v1.Divergence.detected:type_name -> google.protobuf.Timestamp
+	28, // 36: taskstore.v1.ShardStatus.replica_status:type_name -> taskstore.v1.ReplicaStatus
+	27, // 37: taskstore.v1.StatusResponse.nodes:type_name -> taskstore.v1.NodeStatus
+	31, // 38: taskstore.v1.StatusResponse.shards:type_name -> taskstore.v1.ShardStatus
+	31, // 39: taskstore.v1.StatusResponse.meta:type_name -> taskstore.v1.ShardStatus
+	45, // 40: taskstore.v1.StatusResponse.now:type_name -> google.protobuf.Timestamp
+	34, // 41: taskstore.v1.ShardRoute.replicas:type_name -> taskstore.v1.Replica
+	35, // 42: taskstore.v1.RoutingResponse.shards:type_name -> taskstore.v1.ShardRoute
+	27, // 43: taskstore.v1.AddNodeResponse.node:type_name -> taskstore.v1.NodeStatus
+	27, // 44: taskstore.v1.RemoveNodeResponse.node:type_name -> taskstore.v1.NodeStatus
+	7,  // 45: taskstore.v1.TaskStore.Modify:input_type -> taskstore.v1.ModifyRequest
+	12, // 46: taskstore.v1.TaskStore.Claim:input_type -> taskstore.v1.ClaimRequest
+	14, // 47: taskstore.v1.TaskStore.Tasks:input_type -> taskstore.v1.TasksRequest
+	16, // 48: taskstore.v1.TaskStore.Queues:input_type -> taskstore.v1.QueuesRequest
+	23, // 49: taskstore.v1.TaskStore.Time:input_type -> taskstore.v1.TimeRequest
+	19, // 50: taskstore.v1.TaskStore.Purge:input_type -> taskstore.v1.PurgeRequest
+	21, // 51: taskstore.v1.TaskStore.PauseQueue:input_type -> taskstore.v1.QueuePauseRequest
+	21, // 52: taskstore.v1.TaskStore.ResumeQueue:input_type -> taskstore.v1.QueuePauseRequest
+	26, // 53: taskstore.v1.Admin.Status:input_type -> taskstore.v1.StatusRequest
+	33, // 54: taskstore.v1.Admin.Routing:input_type -> taskstore.v1.RoutingRequest
+	37, // 55: taskstore.v1.Admin.TransferLeader:input_type -> taskstore.v1.TransferLeaderRequest
+	39, // 56: taskstore.v1.Admin.AddNode:input_type -> taskstore.v1.AddNodeRequest
+	41, // 57: taskstore.v1.Admin.RemoveNode:input_type -> taskstore.v1.RemoveNodeRequest
+	43, // 58: taskstore.v1.Admin.RebuildReplica:input_type -> taskstore.v1.RebuildReplicaRequest
+	9,  // 59: taskstore.v1.TaskStore.Modify:output_type -> taskstore.v1.ModifyResponse
+	13, // 60: taskstore.v1.TaskStore.Claim:output_type -> taskstore.v1.ClaimResponse
+	15, // 61: taskstore.v1.TaskStore.Tasks:output_type -> taskstore.v1.TasksResponse
+	18, // 62: taskstore.v1.TaskStore.Queues:output_type -> taskstore.v1.QueuesResponse
+	24, // 63: taskstore.v1.TaskStore.Time:output_type -> taskstore.v1.TimeResponse
+	20, // 64: taskstore.v1.TaskStore.Purge:output_type -> taskstore.v1.PurgeResponse
+	22, // 65: taskstore.v1.TaskStore.PauseQueue:output_type -> taskstore.v1.QueuePauseResponse
+	22, // 66: taskstore.v1.TaskStore.ResumeQueue:output_type -> taskstore.v1.QueuePauseResponse
+	32, // 67: taskstore.v1.Admin.Status:output_type -> taskstore.v1.StatusResponse
+	36, // 68: taskstore.v1.Admin.Routing:output_type -> taskstore.v1.RoutingResponse
+	38, // 69: taskstore.v1.Admin.TransferLeader:output_type -> taskstore.v1.TransferLeaderResponse
+	40, // 70: taskstore.v1.Admin.AddNode:output_type -> taskstore.v1.AddNodeResponse
+	42, // 71: taskstore.v1.Admin.RemoveNode:output_type -> taskstore.v1.RemoveNodeResponse
+	44, // 72: taskstore.v1.Admin.RebuildReplica:output_type -> taskstore.v1.RebuildReplicaResponse
+	59, // [59:73] is the sub-list for method output_type
+	45, // [45:59] is the sub-list for method input_type
+	45, // [45:45] is the sub-list for extension type_name
+	45, // [45:45] is the sub-list for extension extendee
+	0,  // [0:45] is the sub-list for field type_name
 }
 
 func init() { file_taskstore_v1_taskstore_proto_init() }
@@ -3581,7 +3705,7 @@ func file_taskstore_v1_taskstore_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_taskstore_v1_taskstore_proto_rawDesc), len(file_taskstore_v1_taskstore_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   41,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

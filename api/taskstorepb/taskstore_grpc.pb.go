@@ -22,12 +22,14 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	TaskStore_Modify_FullMethodName = "/taskstore.v1.TaskStore/Modify"
-	TaskStore_Claim_FullMethodName  = "/taskstore.v1.TaskStore/Claim"
-	TaskStore_Tasks_FullMethodName  = "/taskstore.v1.TaskStore/Tasks"
-	TaskStore_Queues_FullMethodName = "/taskstore.v1.TaskStore/Queues"
-	TaskStore_Time_FullMethodName   = "/taskstore.v1.TaskStore/Time"
-	TaskStore_Purge_FullMethodName  = "/taskstore.v1.TaskStore/Purge"
+	TaskStore_Modify_FullMethodName      = "/taskstore.v1.TaskStore/Modify"
+	TaskStore_Claim_FullMethodName       = "/taskstore.v1.TaskStore/Claim"
+	TaskStore_Tasks_FullMethodName       = "/taskstore.v1.TaskStore/Tasks"
+	TaskStore_Queues_FullMethodName      = "/taskstore.v1.TaskStore/Queues"
+	TaskStore_Time_FullMethodName        = "/taskstore.v1.TaskStore/Time"
+	TaskStore_Purge_FullMethodName       = "/taskstore.v1.TaskStore/Purge"
+	TaskStore_PauseQueue_FullMethodName  = "/taskstore.v1.TaskStore/PauseQueue"
+	TaskStore_ResumeQueue_FullMethodName = "/taskstore.v1.TaskStore/ResumeQueue"
 )
 
 // TaskStoreClient is the client API for TaskStore service.
@@ -52,6 +54,13 @@ type TaskStoreClient interface {
 	// Purge deletes every task of a queue in one command, claimed or not. An
 	// operator's tool: workers holding tasks of the queue find them gone.
 	Purge(ctx context.Context, in *PurgeRequest, opts ...grpc.CallOption) (*PurgeResponse, error)
+	// PauseQueue stops a queue from handing out claims: inserts and changes
+	// go on, claims find nothing in it (a claim of several queues takes from
+	// the others), and waiting claims stay parked until ResumeQueue. Tasks
+	// already claimed keep their leases. Pausing a paused queue is no error.
+	PauseQueue(ctx context.Context, in *QueuePauseRequest, opts ...grpc.CallOption) (*QueuePauseResponse, error)
+	// ResumeQueue undoes PauseQueue; waiting claims wake at once.
+	ResumeQueue(ctx context.Context, in *QueuePauseRequest, opts ...grpc.CallOption) (*QueuePauseResponse, error)
 }
 
 type taskStoreClient struct {
@@ -122,6 +131,26 @@ func (c *taskStoreClient) Purge(ctx context.Context, in *PurgeRequest, opts ...g
 	return out, nil
 }
 
+func (c *taskStoreClient) PauseQueue(ctx context.Context, in *QueuePauseRequest, opts ...grpc.CallOption) (*QueuePauseResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QueuePauseResponse)
+	err := c.cc.Invoke(ctx, TaskStore_PauseQueue_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *taskStoreClient) ResumeQueue(ctx context.Context, in *QueuePauseRequest, opts ...grpc.CallOption) (*QueuePauseResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QueuePauseResponse)
+	err := c.cc.Invoke(ctx, TaskStore_ResumeQueue_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TaskStoreServer is the server API for TaskStore service.
 // All implementations must embed UnimplementedTaskStoreServer
 // for forward compatibility.
@@ -144,6 +173,13 @@ type TaskStoreServer interface {
 	// Purge deletes every task of a queue in one command, claimed or not. An
 	// operator's tool: workers holding tasks of the queue find them gone.
 	Purge(context.Context, *PurgeRequest) (*PurgeResponse, error)
+	// PauseQueue stops a queue from handing out claims: inserts and changes
+	// go on, claims find nothing in it (a claim of several queues takes from
+	// the others), and waiting claims stay parked until ResumeQueue. Tasks
+	// already claimed keep their leases. Pausing a paused queue is no error.
+	PauseQueue(context.Context, *QueuePauseRequest) (*QueuePauseResponse, error)
+	// ResumeQueue undoes PauseQueue; waiting claims wake at once.
+	ResumeQueue(context.Context, *QueuePauseRequest) (*QueuePauseResponse, error)
 	mustEmbedUnimplementedTaskStoreServer()
 }
 
@@ -171,6 +207,12 @@ func (UnimplementedTaskStoreServer) Time(context.Context, *TimeRequest) (*TimeRe
 }
 func (UnimplementedTaskStoreServer) Purge(context.Context, *PurgeRequest) (*PurgeResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Purge not implemented")
+}
+func (UnimplementedTaskStoreServer) PauseQueue(context.Context, *QueuePauseRequest) (*QueuePauseResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method PauseQueue not implemented")
+}
+func (UnimplementedTaskStoreServer) ResumeQueue(context.Context, *QueuePauseRequest) (*QueuePauseResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ResumeQueue not implemented")
 }
 func (UnimplementedTaskStoreServer) mustEmbedUnimplementedTaskStoreServer() {}
 func (UnimplementedTaskStoreServer) testEmbeddedByValue()                   {}
@@ -301,6 +343,42 @@ func _TaskStore_Purge_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _TaskStore_PauseQueue_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(QueuePauseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TaskStoreServer).PauseQueue(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TaskStore_PauseQueue_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TaskStoreServer).PauseQueue(ctx, req.(*QueuePauseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _TaskStore_ResumeQueue_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(QueuePauseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TaskStoreServer).ResumeQueue(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TaskStore_ResumeQueue_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TaskStoreServer).ResumeQueue(ctx, req.(*QueuePauseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // TaskStore_ServiceDesc is the grpc.ServiceDesc for TaskStore service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -331,6 +409,14 @@ var TaskStore_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Purge",
 			Handler:    _TaskStore_Purge_Handler,
+		},
+		{
+			MethodName: "PauseQueue",
+			Handler:    _TaskStore_PauseQueue_Handler,
+		},
+		{
+			MethodName: "ResumeQueue",
+			Handler:    _TaskStore_ResumeQueue_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

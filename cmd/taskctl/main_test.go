@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -471,5 +472,38 @@ func TestQueueMove(t *testing.T) {
 	}
 	if r := run(t, fc, "queue", "move", "jobs/work", "mail/work"); r.code == 0 || !strings.Contains(r.stderr, "one consistency group") {
 		t.Errorf("a move across groups: exit %d\n%s", r.code, r.stderr)
+	}
+}
+
+// TestQueuePauseResume (issue 18 item 2): queue pause stops claims of the
+// queue (inserts go on), queue list and stats say so, a second pause says
+// it already was, and queue resume lets the task be claimed.
+func TestQueuePauseResume(t *testing.T) {
+	fc := clienttest.New(t, 3, 2)
+	if out := mustRun(t, fc, "queue", "pause", "jobs/q"); !strings.Contains(out, "jobs/q paused") {
+		t.Fatalf("queue pause printed %q", out)
+	}
+	if out := mustRun(t, fc, "queue", "pause", "jobs/q"); !strings.Contains(out, "already paused") {
+		t.Fatalf("a second queue pause printed %q", out)
+	}
+	mustRun(t, fc, "task", "insert", "jobs/q", "--id", "p1", "--value", "v")
+	list := mustRun(t, fc, "queue", "list", "jobs/")
+	if lines := strings.Split(strings.TrimSpace(list), "\n"); len(lines) != 2 || !strings.HasSuffix(strings.TrimSpace(lines[1]), "yes") {
+		t.Fatalf("queue list of a paused queue:\n%s", list)
+	}
+	if out := mustRun(t, fc, "queue", "stats", "jobs/q"); !regexp.MustCompile(`paused\s+yes`).MatchString(out) {
+		t.Fatalf("queue stats of a paused queue:\n%s", out)
+	}
+	if out := mustRun(t, fc, "-o", "json", "task", "claim", "jobs/q"); strings.Contains(out, "p1") {
+		t.Fatalf("a claim of the paused queue returned a task:\n%s", out)
+	}
+	if out := mustRun(t, fc, "queue", "resume", "jobs/q"); !strings.Contains(out, "jobs/q resumed") {
+		t.Fatalf("queue resume printed %q", out)
+	}
+	if out := mustRun(t, fc, "-o", "json", "task", "claim", "jobs/q"); !strings.Contains(out, "p1") {
+		t.Fatalf("a claim after the resume did not return p1:\n%s", out)
+	}
+	if out := mustRun(t, fc, "queue", "resume", "jobs/q"); !strings.Contains(out, "was not paused") {
+		t.Fatalf("a second queue resume printed %q", out)
 	}
 }

@@ -17,11 +17,13 @@ import (
 func (a *app) queueCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "queue",
-		Short: "Inspect, purge and move queues",
-		Long: `queue groups the commands about queues. A queue exists while it holds tasks;
-its consistency group (the name before the first '/') decides its shard.`,
+		Short: "Inspect, pause, purge and move queues",
+		Long: `queue groups the commands about queues. A queue exists while it holds tasks
+(or is paused); its consistency group (the name before the first '/') decides
+its shard.`,
 		Example: `  taskctl queue list crawl/
   taskctl queue stats crawl/fetch
+  taskctl queue pause crawl/fetch
   taskctl queue move crawl/dead crawl/fetch --reset-attempts`,
 	}
 
@@ -32,8 +34,9 @@ its consistency group (the name before the first '/') decides its shard.`,
 		Long: `queue list asks every shard's leader for its queues whose names start with
 PREFIX (all queues without one) and prints them sorted by name with their
 shard and counts: total, available (claimable now), claimed (under an
-unexpired lease), delayed (not yet available), and the age of the oldest
-available task.
+unexpired lease), delayed (not yet available), the age of the oldest
+available task, and whether it is paused (queue pause): a paused queue is
+listed even when it holds no tasks.
 
 With -o json it prints a QueuesResponse: {"queues":[...]}.`,
 		Example: `  taskctl queue list
@@ -175,8 +178,72 @@ the move.`,
 	mf.BoolVar(&resetAttempts, "reset-attempts", false, "set each moved task's attempt to 0 and clear its err")
 	mf.IntVar(&moveBatch, "batch", 500, "tasks per transaction (1-1000; a batch of large values is split as needed)")
 
-	cmd.AddCommand(list, stats, purge, move)
+	pause := &cobra.Command{
+		Use:   "pause QUEUE",
+		Short: "Stop a queue from handing out claims",
+		Long: `queue pause stops QUEUE from handing out claims until queue resume: producers
+go on inserting, workers' claims find nothing in it (a claim of several queues
+takes from the others), waiting claims stay parked, and tasks already claimed
+keep their leases and may be committed. The pause is replicated: it holds
+across leader changes and restarts, and shows in queue list, queue stats, the
+status page and taskstore_queue_paused. Pausing a paused queue is no error.
+It needs the admin role.`,
+		Example: `  taskctl queue pause crawl/fetch
+  taskctl queue resume crawl/fetch`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.setPaused(args[0], true)
+		},
+	}
+	resume := &cobra.Command{
+		Use:   "resume QUEUE",
+		Short: "Let a paused queue hand out claims again",
+		Long: `queue resume undoes queue pause: QUEUE hands out claims again and waiting
+claims wake at once. Resuming a queue that is not paused is no error. It
+needs the admin role.`,
+		Example: `  taskctl queue resume crawl/fetch`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.setPaused(args[0], false)
+		},
+	}
+
+	cmd.AddCommand(list, stats, pause, resume, purge, move)
 	return cmd
+}
+
+// setPaused pauses or resumes a queue and says what changed.
+func (a *app) setPaused(queue string, paused bool) error {
+	return a.withClient(0, func(ctx context.Context, c *client.Client) error {
+		set, verb := c.ResumeQueue, "resumed"
+		if paused {
+			set, verb = c.PauseQueue, "paused"
+		}
+		was, err := set(ctx, queue)
+		if err != nil {
+			return err
+		}
+		if a.output == "json" {
+			return printJSON(a.stdout, &taskstorepb.QueuePauseResponse{WasPaused: was})
+		}
+		switch {
+		case was && paused:
+			fmt.Fprintf(a.stdout, "%s was already paused\n", queue)
+		case !was && !paused:
+			fmt.Fprintf(a.stdout, "%s was not paused\n", queue)
+		default:
+			fmt.Fprintf(a.stdout, "%s %s\n", queue, verb)
+		}
+		return nil
+	})
+}
+
+// pausedWord is how tables show a queue's pause.
+func pausedWord(paused bool) string {
+	if paused {
+		return "yes"
+	}
+	return "-"
 }
 
 // printQueueDetail prints one queue's counts and rates, a line each.
@@ -201,6 +268,7 @@ func printQueueDetail(w io.Writer, q *taskstorepb.QueueStats) error {
 	fmt.Fprintf(tw, "claimed\t%d\n", q.Claimed)
 	fmt.Fprintf(tw, "delayed\t%d\n", q.Delayed)
 	fmt.Fprintf(tw, "oldest available\t%s\n", age)
+	fmt.Fprintf(tw, "paused\t%s\n", pausedWord(q.Paused))
 	fmt.Fprintf(tw, "enqueue rate\t%.2f/s (over %s)\n", q.EnqueueRate, window)
 	fmt.Fprintf(tw, "claim rate\t%.2f/s\n", q.ClaimRate)
 	fmt.Fprintf(tw, "commit rate\t%.2f/s\n", q.CommitRate)

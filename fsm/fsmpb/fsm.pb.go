@@ -47,6 +47,9 @@ const (
 	// mechanism stops at it instead of applying later entries by old rules;
 	// a binary that knows the op but not the format stops too.
 	Op_OP_SET_FORMAT Op = 7
+	// Pauses or resumes a queue (Command.pause): a paused queue takes
+	// inserts and changes but hands out no claims.
+	Op_OP_PAUSE Op = 8
 )
 
 // Enum value maps for Op.
@@ -60,6 +63,7 @@ var (
 		5: "OP_BATCH",
 		6: "OP_MODIFY_CLAIM",
 		7: "OP_SET_FORMAT",
+		8: "OP_PAUSE",
 	}
 	Op_value = map[string]int32{
 		"OP_UNSPECIFIED":  0,
@@ -70,6 +74,7 @@ var (
 		"OP_BATCH":        5,
 		"OP_MODIFY_CLAIM": 6,
 		"OP_SET_FORMAT":   7,
+		"OP_PAUSE":        8,
 	}
 )
 
@@ -168,7 +173,7 @@ func (x RefError_Category) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RefError_Category.Descriptor instead.
 func (RefError_Category) EnumDescriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{13, 0}
+	return file_fsm_proto_rawDescGZIP(), []int{15, 0}
 }
 
 // Command is one log entry's payload.
@@ -188,6 +193,7 @@ type Command struct {
 	// OP_SET_FORMAT: the state format to raise to (fsm.MaxFormat documents
 	// each format).
 	Format        uint32 `protobuf:"varint,14,opt,name=format,proto3" json:"format,omitempty"`
+	Pause         *Pause `protobuf:"bytes,15,opt,name=pause,proto3" json:"pause,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -283,6 +289,13 @@ func (x *Command) GetFormat() uint32 {
 		return x.Format
 	}
 	return 0
+}
+
+func (x *Command) GetPause() *Pause {
+	if x != nil {
+		return x.Pause
+	}
+	return nil
 }
 
 type Modify struct {
@@ -807,6 +820,59 @@ func (x *Purge) GetQueue() string {
 	return ""
 }
 
+type Pause struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Queue string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	// true pauses the queue, false resumes it.
+	Paused        bool `protobuf:"varint,2,opt,name=paused,proto3" json:"paused,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Pause) Reset() {
+	*x = Pause{}
+	mi := &file_fsm_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Pause) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Pause) ProtoMessage() {}
+
+func (x *Pause) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Pause.ProtoReflect.Descriptor instead.
+func (*Pause) Descriptor() ([]byte, []int) {
+	return file_fsm_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *Pause) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *Pause) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
 type Task struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -828,7 +894,7 @@ type Task struct {
 
 func (x *Task) Reset() {
 	*x = Task{}
-	mi := &file_fsm_proto_msgTypes[7]
+	mi := &file_fsm_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -840,7 +906,7 @@ func (x *Task) String() string {
 func (*Task) ProtoMessage() {}
 
 func (x *Task) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[7]
+	mi := &file_fsm_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -853,7 +919,7 @@ func (x *Task) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Task.ProtoReflect.Descriptor instead.
 func (*Task) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{7}
+	return file_fsm_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Task) GetId() string {
@@ -958,14 +1024,15 @@ type Result struct {
 	Batch []*Result `protobuf:"bytes,5,rep,name=batch,proto3" json:"batch,omitempty"`
 	// Set on the answer to a retried request (same client_id and seq): the
 	// stored answer, replayed; nothing was applied this time. Never stored.
-	Replayed      bool `protobuf:"varint,6,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	Replayed      bool         `protobuf:"varint,6,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	Pause         *PauseResult `protobuf:"bytes,7,opt,name=pause,proto3" json:"pause,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_fsm_proto_msgTypes[8]
+	mi := &file_fsm_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -977,7 +1044,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[8]
+	mi := &file_fsm_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -990,7 +1057,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{8}
+	return file_fsm_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Result) GetModify() *ModifyResult {
@@ -1035,6 +1102,13 @@ func (x *Result) GetReplayed() bool {
 	return false
 }
 
+func (x *Result) GetPause() *PauseResult {
+	if x != nil {
+		return x.Pause
+	}
+	return nil
+}
+
 type ModifyResult struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Inserted  []*Task                `protobuf:"bytes,1,rep,name=inserted,proto3" json:"inserted,omitempty"`
@@ -1048,7 +1122,7 @@ type ModifyResult struct {
 
 func (x *ModifyResult) Reset() {
 	*x = ModifyResult{}
-	mi := &file_fsm_proto_msgTypes[9]
+	mi := &file_fsm_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1060,7 +1134,7 @@ func (x *ModifyResult) String() string {
 func (*ModifyResult) ProtoMessage() {}
 
 func (x *ModifyResult) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[9]
+	mi := &file_fsm_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1073,7 +1147,7 @@ func (x *ModifyResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModifyResult.ProtoReflect.Descriptor instead.
 func (*ModifyResult) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{9}
+	return file_fsm_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ModifyResult) GetInserted() []*Task {
@@ -1116,7 +1190,7 @@ type ClaimResult struct {
 
 func (x *ClaimResult) Reset() {
 	*x = ClaimResult{}
-	mi := &file_fsm_proto_msgTypes[10]
+	mi := &file_fsm_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1128,7 +1202,7 @@ func (x *ClaimResult) String() string {
 func (*ClaimResult) ProtoMessage() {}
 
 func (x *ClaimResult) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[10]
+	mi := &file_fsm_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1141,7 +1215,7 @@ func (x *ClaimResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimResult.ProtoReflect.Descriptor instead.
 func (*ClaimResult) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{10}
+	return file_fsm_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ClaimResult) GetTasks() []*Task {
@@ -1167,7 +1241,7 @@ type PurgeResult struct {
 
 func (x *PurgeResult) Reset() {
 	*x = PurgeResult{}
-	mi := &file_fsm_proto_msgTypes[11]
+	mi := &file_fsm_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1179,7 +1253,7 @@ func (x *PurgeResult) String() string {
 func (*PurgeResult) ProtoMessage() {}
 
 func (x *PurgeResult) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[11]
+	mi := &file_fsm_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1192,7 +1266,7 @@ func (x *PurgeResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeResult.ProtoReflect.Descriptor instead.
 func (*PurgeResult) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{11}
+	return file_fsm_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PurgeResult) GetDeleted() uint64 {
@@ -1200,6 +1274,51 @@ func (x *PurgeResult) GetDeleted() uint64 {
 		return x.Deleted
 	}
 	return 0
+}
+
+type PauseResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Whether the queue was paused before the command.
+	WasPaused     bool `protobuf:"varint,1,opt,name=was_paused,json=wasPaused,proto3" json:"was_paused,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseResult) Reset() {
+	*x = PauseResult{}
+	mi := &file_fsm_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseResult) ProtoMessage() {}
+
+func (x *PauseResult) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseResult.ProtoReflect.Descriptor instead.
+func (*PauseResult) Descriptor() ([]byte, []int) {
+	return file_fsm_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *PauseResult) GetWasPaused() bool {
+	if x != nil {
+		return x.WasPaused
+	}
+	return false
 }
 
 // Failure: the command changed nothing.
@@ -1214,7 +1333,7 @@ type Failure struct {
 
 func (x *Failure) Reset() {
 	*x = Failure{}
-	mi := &file_fsm_proto_msgTypes[12]
+	mi := &file_fsm_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1226,7 +1345,7 @@ func (x *Failure) String() string {
 func (*Failure) ProtoMessage() {}
 
 func (x *Failure) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[12]
+	mi := &file_fsm_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1239,7 +1358,7 @@ func (x *Failure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Failure.ProtoReflect.Descriptor instead.
 func (*Failure) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{12}
+	return file_fsm_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Failure) GetErrors() []*RefError {
@@ -1273,7 +1392,7 @@ type RefError struct {
 
 func (x *RefError) Reset() {
 	*x = RefError{}
-	mi := &file_fsm_proto_msgTypes[13]
+	mi := &file_fsm_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1285,7 +1404,7 @@ func (x *RefError) String() string {
 func (*RefError) ProtoMessage() {}
 
 func (x *RefError) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[13]
+	mi := &file_fsm_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1298,7 +1417,7 @@ func (x *RefError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefError.ProtoReflect.Descriptor instead.
 func (*RefError) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{13}
+	return file_fsm_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RefError) GetCategory() RefError_Category {
@@ -1368,18 +1487,20 @@ func (x *RefError) GetExistingId() string {
 // length-prefixed (uvarint) SnapshotRecord messages, the first a header and
 // the last a trailer carrying the CRC-32C of every byte before it.
 type SnapshotRecord struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Header        *SnapshotHeader        `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
-	Task          *Task                  `protobuf:"bytes,2,opt,name=task,proto3" json:"task,omitempty"`
-	Session       *Session               `protobuf:"bytes,3,opt,name=session,proto3" json:"session,omitempty"`
-	Trailer       *SnapshotTrailer       `protobuf:"bytes,4,opt,name=trailer,proto3" json:"trailer,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Header  *SnapshotHeader        `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Task    *Task                  `protobuf:"bytes,2,opt,name=task,proto3" json:"task,omitempty"`
+	Session *Session               `protobuf:"bytes,3,opt,name=session,proto3" json:"session,omitempty"`
+	Trailer *SnapshotTrailer       `protobuf:"bytes,4,opt,name=trailer,proto3" json:"trailer,omitempty"`
+	// A paused queue's name (after the sessions; the header counts them).
+	PausedQueue   string `protobuf:"bytes,5,opt,name=paused_queue,json=pausedQueue,proto3" json:"paused_queue,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SnapshotRecord) Reset() {
 	*x = SnapshotRecord{}
-	mi := &file_fsm_proto_msgTypes[14]
+	mi := &file_fsm_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1391,7 +1512,7 @@ func (x *SnapshotRecord) String() string {
 func (*SnapshotRecord) ProtoMessage() {}
 
 func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[14]
+	mi := &file_fsm_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1404,7 +1525,7 @@ func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
 func (*SnapshotRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{14}
+	return file_fsm_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SnapshotRecord) GetHeader() *SnapshotHeader {
@@ -1435,6 +1556,13 @@ func (x *SnapshotRecord) GetTrailer() *SnapshotTrailer {
 	return nil
 }
 
+func (x *SnapshotRecord) GetPausedQueue() string {
+	if x != nil {
+		return x.PausedQueue
+	}
+	return ""
+}
+
 type SnapshotHeader struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Format   uint32                 `protobuf:"varint,1,opt,name=format,proto3" json:"format,omitempty"`
@@ -1444,14 +1572,16 @@ type SnapshotHeader struct {
 	// The log index of the last command applied before the snapshot.
 	AppliedIndex uint64 `protobuf:"varint,5,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
 	// The state format (OP_SET_FORMAT); absent in snapshots of format 0.
-	StateFormat   uint32 `protobuf:"varint,6,opt,name=state_format,json=stateFormat,proto3" json:"state_format,omitempty"`
+	StateFormat uint32 `protobuf:"varint,6,opt,name=state_format,json=stateFormat,proto3" json:"state_format,omitempty"`
+	// How many paused_queue records follow the sessions.
+	PausedQueues  uint64 `protobuf:"varint,7,opt,name=paused_queues,json=pausedQueues,proto3" json:"paused_queues,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_fsm_proto_msgTypes[15]
+	mi := &file_fsm_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1463,7 +1593,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[15]
+	mi := &file_fsm_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1476,7 +1606,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{15}
+	return file_fsm_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SnapshotHeader) GetFormat() uint32 {
@@ -1521,6 +1651,13 @@ func (x *SnapshotHeader) GetStateFormat() uint32 {
 	return 0
 }
 
+func (x *SnapshotHeader) GetPausedQueues() uint64 {
+	if x != nil {
+		return x.PausedQueues
+	}
+	return 0
+}
+
 // Session is the exactly-once memory for one client.
 type Session struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1534,7 +1671,7 @@ type Session struct {
 
 func (x *Session) Reset() {
 	*x = Session{}
-	mi := &file_fsm_proto_msgTypes[16]
+	mi := &file_fsm_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1546,7 +1683,7 @@ func (x *Session) String() string {
 func (*Session) ProtoMessage() {}
 
 func (x *Session) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[16]
+	mi := &file_fsm_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1559,7 +1696,7 @@ func (x *Session) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Session.ProtoReflect.Descriptor instead.
 func (*Session) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{16}
+	return file_fsm_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Session) GetClientId() string {
@@ -1599,7 +1736,7 @@ type SnapshotTrailer struct {
 
 func (x *SnapshotTrailer) Reset() {
 	*x = SnapshotTrailer{}
-	mi := &file_fsm_proto_msgTypes[17]
+	mi := &file_fsm_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1611,7 +1748,7 @@ func (x *SnapshotTrailer) String() string {
 func (*SnapshotTrailer) ProtoMessage() {}
 
 func (x *SnapshotTrailer) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[17]
+	mi := &file_fsm_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1624,7 +1761,7 @@ func (x *SnapshotTrailer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotTrailer.ProtoReflect.Descriptor instead.
 func (*SnapshotTrailer) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{17}
+	return file_fsm_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SnapshotTrailer) GetCrc32C() uint32 {
@@ -1638,7 +1775,7 @@ var File_fsm_proto protoreflect.FileDescriptor
 
 const file_fsm_proto_rawDesc = "" +
 	"\n" +
-	"\tfsm.proto\x12\x10taskstore.fsm.v1\"\xc9\x02\n" +
+	"\tfsm.proto\x12\x10taskstore.fsm.v1\"\xf8\x02\n" +
 	"\aCommand\x12$\n" +
 	"\x02op\x18\x01 \x01(\x0e2\x14.taskstore.fsm.v1.OpR\x02op\x12\x10\n" +
 	"\x03now\x18\x02 \x01(\x03R\x03now\x12\x1b\n" +
@@ -1649,7 +1786,8 @@ const file_fsm_proto_rawDesc = "" +
 	"\x05claim\x18\v \x01(\v2\x17.taskstore.fsm.v1.ClaimR\x05claim\x12-\n" +
 	"\x05purge\x18\f \x01(\v2\x17.taskstore.fsm.v1.PurgeR\x05purge\x12/\n" +
 	"\x05batch\x18\r \x03(\v2\x19.taskstore.fsm.v1.CommandR\x05batch\x12\x16\n" +
-	"\x06format\x18\x0e \x01(\rR\x06format\"\xf3\x02\n" +
+	"\x06format\x18\x0e \x01(\rR\x06format\x12-\n" +
+	"\x05pause\x18\x0f \x01(\v2\x17.taskstore.fsm.v1.PauseR\x05pause\"\xf3\x02\n" +
 	"\x06Modify\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x1a\n" +
 	"\bclaimant\x18\x02 \x01(\tR\bclaimant\x122\n" +
@@ -1696,7 +1834,10 @@ const file_fsm_proto_rawDesc = "" +
 	"\x05limit\x18\x04 \x01(\rR\x05limit\x12\x1b\n" +
 	"\tmax_bytes\x18\x05 \x01(\x04R\bmaxBytes\"\x1d\n" +
 	"\x05Purge\x12\x14\n" +
-	"\x05queue\x18\x01 \x01(\tR\x05queue\"\xb0\x02\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\"5\n" +
+	"\x05Pause\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x16\n" +
+	"\x06paused\x18\x02 \x01(\bR\x06paused\"\xb0\x02\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x14\n" +
@@ -1711,14 +1852,15 @@ const file_fsm_proto_rawDesc = "" +
 	" \x01(\x03R\bmodified\x12\x16\n" +
 	"\x06claims\x18\v \x01(\rR\x06claims\x12\x18\n" +
 	"\aattempt\x18\f \x01(\rR\aattempt\x12\x10\n" +
-	"\x03err\x18\r \x01(\tR\x03err\"\xab\x02\n" +
+	"\x03err\x18\r \x01(\tR\x03err\"\xe0\x02\n" +
 	"\x06Result\x126\n" +
 	"\x06modify\x18\x01 \x01(\v2\x1e.taskstore.fsm.v1.ModifyResultR\x06modify\x123\n" +
 	"\x05claim\x18\x02 \x01(\v2\x1d.taskstore.fsm.v1.ClaimResultR\x05claim\x123\n" +
 	"\x05purge\x18\x03 \x01(\v2\x1d.taskstore.fsm.v1.PurgeResultR\x05purge\x123\n" +
 	"\afailure\x18\x04 \x01(\v2\x19.taskstore.fsm.v1.FailureR\afailure\x12.\n" +
 	"\x05batch\x18\x05 \x03(\v2\x18.taskstore.fsm.v1.ResultR\x05batch\x12\x1a\n" +
-	"\breplayed\x18\x06 \x01(\bR\breplayed\"\xc7\x01\n" +
+	"\breplayed\x18\x06 \x01(\bR\breplayed\x123\n" +
+	"\x05pause\x18\a \x01(\v2\x1d.taskstore.fsm.v1.PauseResultR\x05pause\"\xc7\x01\n" +
 	"\fModifyResult\x122\n" +
 	"\binserted\x18\x01 \x03(\v2\x16.taskstore.fsm.v1.TaskR\binserted\x120\n" +
 	"\achanged\x18\x02 \x03(\v2\x16.taskstore.fsm.v1.TaskR\achanged\x12\x1c\n" +
@@ -1728,7 +1870,10 @@ const file_fsm_proto_rawDesc = "" +
 	"\x05tasks\x18\x01 \x03(\v2\x16.taskstore.fsm.v1.TaskR\x05tasks\x12%\n" +
 	"\x0eexpired_leases\x18\x02 \x01(\rR\rexpiredLeases\"'\n" +
 	"\vPurgeResult\x12\x18\n" +
-	"\adeleted\x18\x01 \x01(\x04R\adeleted\"W\n" +
+	"\adeleted\x18\x01 \x01(\x04R\adeleted\",\n" +
+	"\vPauseResult\x12\x1d\n" +
+	"\n" +
+	"was_paused\x18\x01 \x01(\bR\twasPaused\"W\n" +
 	"\aFailure\x122\n" +
 	"\x06errors\x18\x01 \x03(\v2\x1a.taskstore.fsm.v1.RefErrorR\x06errors\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"\xfd\x03\n" +
@@ -1754,26 +1899,28 @@ const file_fsm_proto_rawDesc = "" +
 	"\fDEPEND_STALE\x10\x06\x12\x17\n" +
 	"\x13INSERT_DUPLICATE_ID\x10\a\x12\x18\n" +
 	"\x14INSERT_DUPLICATE_KEY\x10\b\x12\v\n" +
-	"\aCLAIMED\x10\t\"\xe8\x01\n" +
+	"\aCLAIMED\x10\t\"\x8b\x02\n" +
 	"\x0eSnapshotRecord\x128\n" +
 	"\x06header\x18\x01 \x01(\v2 .taskstore.fsm.v1.SnapshotHeaderR\x06header\x12*\n" +
 	"\x04task\x18\x02 \x01(\v2\x16.taskstore.fsm.v1.TaskR\x04task\x123\n" +
 	"\asession\x18\x03 \x01(\v2\x19.taskstore.fsm.v1.SessionR\asession\x12;\n" +
-	"\atrailer\x18\x04 \x01(\v2!.taskstore.fsm.v1.SnapshotTrailerR\atrailer\"\xb8\x01\n" +
+	"\atrailer\x18\x04 \x01(\v2!.taskstore.fsm.v1.SnapshotTrailerR\atrailer\x12!\n" +
+	"\fpaused_queue\x18\x05 \x01(\tR\vpausedQueue\"\xdd\x01\n" +
 	"\x0eSnapshotHeader\x12\x16\n" +
 	"\x06format\x18\x01 \x01(\rR\x06format\x12\x14\n" +
 	"\x05clock\x18\x02 \x01(\x03R\x05clock\x12\x14\n" +
 	"\x05tasks\x18\x03 \x01(\x04R\x05tasks\x12\x1a\n" +
 	"\bsessions\x18\x04 \x01(\x04R\bsessions\x12#\n" +
 	"\rapplied_index\x18\x05 \x01(\x04R\fappliedIndex\x12!\n" +
-	"\fstate_format\x18\x06 \x01(\rR\vstateFormat\"\x87\x01\n" +
+	"\fstate_format\x18\x06 \x01(\rR\vstateFormat\x12#\n" +
+	"\rpaused_queues\x18\a \x01(\x04R\fpausedQueues\"\x87\x01\n" +
 	"\aSession\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x1b\n" +
 	"\tlast_seen\x18\x03 \x01(\x03R\blastSeen\x120\n" +
 	"\x06result\x18\x04 \x01(\v2\x18.taskstore.fsm.v1.ResultR\x06result\")\n" +
 	"\x0fSnapshotTrailer\x12\x16\n" +
-	"\x06crc32c\x18\x01 \x01(\rR\x06crc32c*\x86\x01\n" +
+	"\x06crc32c\x18\x01 \x01(\rR\x06crc32c*\x94\x01\n" +
 	"\x02Op\x12\x12\n" +
 	"\x0eOP_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tOP_MODIFY\x10\x01\x12\f\n" +
@@ -1782,7 +1929,8 @@ const file_fsm_proto_rawDesc = "" +
 	"\aOP_TICK\x10\x04\x12\f\n" +
 	"\bOP_BATCH\x10\x05\x12\x13\n" +
 	"\x0fOP_MODIFY_CLAIM\x10\x06\x12\x11\n" +
-	"\rOP_SET_FORMAT\x10\aB/Z-github.com/e1158ecb/taskstore/fsm/fsmpb;fsmpbb\x06proto3"
+	"\rOP_SET_FORMAT\x10\a\x12\f\n" +
+	"\bOP_PAUSE\x10\bB/Z-github.com/e1158ecb/taskstore/fsm/fsmpb;fsmpbb\x06proto3"
 
 var (
 	file_fsm_proto_rawDescOnce sync.Once
@@ -1797,7 +1945,7 @@ func file_fsm_proto_rawDescGZIP() []byte {
 }
 
 var file_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_fsm_proto_goTypes = []any{
 	(Op)(0),                 // 0: taskstore.fsm.v1.Op
 	(RefError_Category)(0),  // 1: taskstore.fsm.v1.RefError.Category
@@ -1808,17 +1956,19 @@ var file_fsm_proto_goTypes = []any{
 	(*Ref)(nil),             // 6: taskstore.fsm.v1.Ref
 	(*Claim)(nil),           // 7: taskstore.fsm.v1.Claim
 	(*Purge)(nil),           // 8: taskstore.fsm.v1.Purge
-	(*Task)(nil),            // 9: taskstore.fsm.v1.Task
-	(*Result)(nil),          // 10: taskstore.fsm.v1.Result
-	(*ModifyResult)(nil),    // 11: taskstore.fsm.v1.ModifyResult
-	(*ClaimResult)(nil),     // 12: taskstore.fsm.v1.ClaimResult
-	(*PurgeResult)(nil),     // 13: taskstore.fsm.v1.PurgeResult
-	(*Failure)(nil),         // 14: taskstore.fsm.v1.Failure
-	(*RefError)(nil),        // 15: taskstore.fsm.v1.RefError
-	(*SnapshotRecord)(nil),  // 16: taskstore.fsm.v1.SnapshotRecord
-	(*SnapshotHeader)(nil),  // 17: taskstore.fsm.v1.SnapshotHeader
-	(*Session)(nil),         // 18: taskstore.fsm.v1.Session
-	(*SnapshotTrailer)(nil), // 19: taskstore.fsm.v1.SnapshotTrailer
+	(*Pause)(nil),           // 9: taskstore.fsm.v1.Pause
+	(*Task)(nil),            // 10: taskstore.fsm.v1.Task
+	(*Result)(nil),          // 11: taskstore.fsm.v1.Result
+	(*ModifyResult)(nil),    // 12: taskstore.fsm.v1.ModifyResult
+	(*ClaimResult)(nil),     // 13: taskstore.fsm.v1.ClaimResult
+	(*PurgeResult)(nil),     // 14: taskstore.fsm.v1.PurgeResult
+	(*PauseResult)(nil),     // 15: taskstore.fsm.v1.PauseResult
+	(*Failure)(nil),         // 16: taskstore.fsm.v1.Failure
+	(*RefError)(nil),        // 17: taskstore.fsm.v1.RefError
+	(*SnapshotRecord)(nil),  // 18: taskstore.fsm.v1.SnapshotRecord
+	(*SnapshotHeader)(nil),  // 19: taskstore.fsm.v1.SnapshotHeader
+	(*Session)(nil),         // 20: taskstore.fsm.v1.Session
+	(*SnapshotTrailer)(nil), // 21: taskstore.fsm.v1.SnapshotTrailer
 }
 var file_fsm_proto_depIdxs = []int32{
 	0,  // 0: taskstore.fsm.v1.Command.op:type_name -> taskstore.fsm.v1.Op
@@ -1826,32 +1976,34 @@ var file_fsm_proto_depIdxs = []int32{
 	7,  // 2: taskstore.fsm.v1.Command.claim:type_name -> taskstore.fsm.v1.Claim
 	8,  // 3: taskstore.fsm.v1.Command.purge:type_name -> taskstore.fsm.v1.Purge
 	2,  // 4: taskstore.fsm.v1.Command.batch:type_name -> taskstore.fsm.v1.Command
-	4,  // 5: taskstore.fsm.v1.Modify.inserts:type_name -> taskstore.fsm.v1.Insert
-	5,  // 6: taskstore.fsm.v1.Modify.changes:type_name -> taskstore.fsm.v1.Change
-	6,  // 7: taskstore.fsm.v1.Modify.deletes:type_name -> taskstore.fsm.v1.Ref
-	6,  // 8: taskstore.fsm.v1.Modify.depends:type_name -> taskstore.fsm.v1.Ref
-	7,  // 9: taskstore.fsm.v1.Modify.claim:type_name -> taskstore.fsm.v1.Claim
-	11, // 10: taskstore.fsm.v1.Result.modify:type_name -> taskstore.fsm.v1.ModifyResult
-	12, // 11: taskstore.fsm.v1.Result.claim:type_name -> taskstore.fsm.v1.ClaimResult
-	13, // 12: taskstore.fsm.v1.Result.purge:type_name -> taskstore.fsm.v1.PurgeResult
-	14, // 13: taskstore.fsm.v1.Result.failure:type_name -> taskstore.fsm.v1.Failure
-	10, // 14: taskstore.fsm.v1.Result.batch:type_name -> taskstore.fsm.v1.Result
-	9,  // 15: taskstore.fsm.v1.ModifyResult.inserted:type_name -> taskstore.fsm.v1.Task
-	9,  // 16: taskstore.fsm.v1.ModifyResult.changed:type_name -> taskstore.fsm.v1.Task
-	12, // 17: taskstore.fsm.v1.ModifyResult.claim:type_name -> taskstore.fsm.v1.ClaimResult
-	9,  // 18: taskstore.fsm.v1.ClaimResult.tasks:type_name -> taskstore.fsm.v1.Task
-	15, // 19: taskstore.fsm.v1.Failure.errors:type_name -> taskstore.fsm.v1.RefError
-	1,  // 20: taskstore.fsm.v1.RefError.category:type_name -> taskstore.fsm.v1.RefError.Category
-	17, // 21: taskstore.fsm.v1.SnapshotRecord.header:type_name -> taskstore.fsm.v1.SnapshotHeader
-	9,  // 22: taskstore.fsm.v1.SnapshotRecord.task:type_name -> taskstore.fsm.v1.Task
-	18, // 23: taskstore.fsm.v1.SnapshotRecord.session:type_name -> taskstore.fsm.v1.Session
-	19, // 24: taskstore.fsm.v1.SnapshotRecord.trailer:type_name -> taskstore.fsm.v1.SnapshotTrailer
-	10, // 25: taskstore.fsm.v1.Session.result:type_name -> taskstore.fsm.v1.Result
-	26, // [26:26] is the sub-list for method output_type
-	26, // [26:26] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	9,  // 5: taskstore.fsm.v1.Command.pause:type_name -> taskstore.fsm.v1.Pause
+	4,  // 6: taskstore.fsm.v1.Modify.inserts:type_name -> taskstore.fsm.v1.Insert
+	5,  // 7: taskstore.fsm.v1.Modify.changes:type_name -> taskstore.fsm.v1.Change
+	6,  // 8: taskstore.fsm.v1.Modify.deletes:type_name -> taskstore.fsm.v1.Ref
+	6,  // 9: taskstore.fsm.v1.Modify.depends:type_name -> taskstore.fsm.v1.Ref
+	7,  // 10: taskstore.fsm.v1.Modify.claim:type_name -> taskstore.fsm.v1.Claim
+	12, // 11: taskstore.fsm.v1.Result.modify:type_name -> taskstore.fsm.v1.ModifyResult
+	13, // 12: taskstore.fsm.v1.Result.claim:type_name -> taskstore.fsm.v1.ClaimResult
+	14, // 13: taskstore.fsm.v1.Result.purge:type_name -> taskstore.fsm.v1.PurgeResult
+	16, // 14: taskstore.fsm.v1.Result.failure:type_name -> taskstore.fsm.v1.Failure
+	11, // 15: taskstore.fsm.v1.Result.batch:type_name -> taskstore.fsm.v1.Result
+	15, // 16: taskstore.fsm.v1.Result.pause:type_name -> taskstore.fsm.v1.PauseResult
+	10, // 17: taskstore.fsm.v1.ModifyResult.inserted:type_name -> taskstore.fsm.v1.Task
+	10, // 18: taskstore.fsm.v1.ModifyResult.changed:type_name -> taskstore.fsm.v1.Task
+	13, // 19: taskstore.fsm.v1.ModifyResult.claim:type_name -> taskstore.fsm.v1.ClaimResult
+	10, // 20: taskstore.fsm.v1.ClaimResult.tasks:type_name -> taskstore.fsm.v1.Task
+	17, // 21: taskstore.fsm.v1.Failure.errors:type_name -> taskstore.fsm.v1.RefError
+	1,  // 22: taskstore.fsm.v1.RefError.category:type_name -> taskstore.fsm.v1.RefError.Category
+	19, // 23: taskstore.fsm.v1.SnapshotRecord.header:type_name -> taskstore.fsm.v1.SnapshotHeader
+	10, // 24: taskstore.fsm.v1.SnapshotRecord.task:type_name -> taskstore.fsm.v1.Task
+	20, // 25: taskstore.fsm.v1.SnapshotRecord.session:type_name -> taskstore.fsm.v1.Session
+	21, // 26: taskstore.fsm.v1.SnapshotRecord.trailer:type_name -> taskstore.fsm.v1.SnapshotTrailer
+	11, // 27: taskstore.fsm.v1.Session.result:type_name -> taskstore.fsm.v1.Result
+	28, // [28:28] is the sub-list for method output_type
+	28, // [28:28] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_fsm_proto_init() }
@@ -1866,7 +2018,7 @@ func file_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fsm_proto_rawDesc), len(file_fsm_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   18,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -418,6 +418,25 @@ func TestStatusPage(t *testing.T) {
 		}
 	})
 
+	t.Run("paused", func(t *testing.T) {
+		// Issue 18 item 2: a paused queue says so in the list and on its
+		// page; one that is not, does not.
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if _, err := f.c.TaskStore("beta/mail").PauseQueue(ctx, &taskstorepb.QueuePauseRequest{Queue: "beta/mail"}); err != nil {
+			t.Fatal(err)
+		}
+		defer f.c.TaskStore("beta/mail").ResumeQueue(ctx, &taskstorepb.QueuePauseRequest{Queue: "beta/mail"})
+		body := getOK(t, base+"/queues")
+		if cells := row(t, body, `href="/queues/beta%2Fmail"`); cells[0] != "beta/mail paused" {
+			t.Errorf("beta/mail row %q, want the name with a paused badge", cells)
+		}
+		if cells := row(t, body, `href="/queues/alpha%2Fjobs"`); cells[0] != "alpha/jobs" {
+			t.Errorf("alpha/jobs row %q: a queue that is not paused shows a badge", cells)
+		}
+		contains(t, "queue page", getOK(t, base+"/queues/beta%2Fmail"), `<span class="badge warn"`, ">paused</span>")
+	})
+
 	t.Run("screenshot", func(t *testing.T) {
 		screenshotPages(t, base, map[string]string{
 			"overview": "/",

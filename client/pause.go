@@ -1,0 +1,44 @@
+package client
+
+import (
+	"context"
+	"fmt"
+
+	"google.golang.org/grpc"
+
+	"github.com/e1158ecb/taskstore/api/taskstorepb"
+)
+
+// PauseQueue stops queue from handing out claims until ResumeQueue:
+// inserts and changes go on, claims find nothing in it, waiting claims stay
+// parked, and tasks already claimed keep their leases. It reports whether
+// the queue was already paused. Retries are exactly-once like Modify's.
+func (c *Client) PauseQueue(ctx context.Context, queue string) (wasPaused bool, err error) {
+	return c.setPaused(ctx, "PauseQueue", queue)
+}
+
+// ResumeQueue lets a paused queue hand out claims again; waiting claims
+// wake at once. It reports whether the queue was paused.
+func (c *Client) ResumeQueue(ctx context.Context, queue string) (wasPaused bool, err error) {
+	return c.setPaused(ctx, "ResumeQueue", queue)
+}
+
+func (c *Client) setPaused(ctx context.Context, method, queue string) (bool, error) {
+	if queue == "" {
+		return false, fmt.Errorf("%s: queue is required: %w", method, ErrInvalid)
+	}
+	rid, release := c.nextRequestID()
+	defer release()
+	req := &taskstorepb.QueuePauseRequest{Queue: queue, Request: rid}
+	var resp *taskstorepb.QueuePauseResponse
+	err := c.call(ctx, method, target{group: taskstorepb.GroupOf(queue)}, 0, func(ctx context.Context, cc *grpc.ClientConn) (err error) {
+		ts := taskstorepb.NewTaskStoreClient(cc)
+		if method == "PauseQueue" {
+			resp, err = ts.PauseQueue(ctx, req)
+		} else {
+			resp, err = ts.ResumeQueue(ctx, req)
+		}
+		return err
+	})
+	return resp.GetWasPaused(), err
+}
