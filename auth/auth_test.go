@@ -99,6 +99,8 @@ func TestAuthorize(t *testing.T) {
 		{anyClient, ts + "PauseQueue", &taskstorepb.QueuePauseRequest{Queue: "x/y"}, codes.PermissionDenied},
 		{anyClient, ts + "ResumeQueue", &taskstorepb.QueuePauseRequest{Queue: "x/y"}, codes.PermissionDenied},
 		{admin, ts + "PauseQueue", &taskstorepb.QueuePauseRequest{Queue: "x/y"}, codes.OK},
+		{anyClient, ts + "SetQueueLimit", &taskstorepb.QueueLimitRequest{Queue: "x/y", MaxClaimed: 1}, codes.PermissionDenied},
+		{admin, ts + "SetQueueLimit", &taskstorepb.QueueLimitRequest{Queue: "x/y", MaxClaimed: 1}, codes.OK},
 		{anyClient, ts + "Modify", modify("x/y"), codes.OK},
 		{anyClient, ad + "Routing", nil, codes.OK},
 		{anyClient, "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo", nil, codes.PermissionDenied},

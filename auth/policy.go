@@ -174,12 +174,14 @@ var methodPerms = map[string]int{
 	// Pausing stops every worker of a queue: an operator's act, like purge.
 	"/taskstore.v1.TaskStore/PauseQueue":  permAdmin,
 	"/taskstore.v1.TaskStore/ResumeQueue": permAdmin,
-	"/taskstore.v1.Admin/Status":          permAny,
-	"/taskstore.v1.Admin/Routing":         permAny,
-	"/taskstore.v1.Admin/TransferLeader":  permAdmin,
-	"/taskstore.v1.Admin/AddNode":         permAdmin,
-	"/taskstore.v1.Admin/RemoveNode":      permAdmin,
-	"/taskstore.v1.Admin/RebuildReplica":  permAdmin,
+	// A concurrency limit throttles every worker of a queue: the same.
+	"/taskstore.v1.TaskStore/SetQueueLimit": permAdmin,
+	"/taskstore.v1.Admin/Status":            permAny,
+	"/taskstore.v1.Admin/Routing":           permAny,
+	"/taskstore.v1.Admin/TransferLeader":    permAdmin,
+	"/taskstore.v1.Admin/AddNode":           permAdmin,
+	"/taskstore.v1.Admin/RemoveNode":        permAdmin,
+	"/taskstore.v1.Admin/RebuildReplica":    permAdmin,
 	// The nodes' internal service (cluster/peerpb): nodes, and admins
 	// debugging them.
 	"/taskstore.peer.v1.Peer/Report": permAdmin,

@@ -211,7 +211,9 @@ func DescribeRefError(r *taskstorepb.RefError) string {
 	case taskstorepb.RefError_DEPEND_STALE:
 		return fmt.Sprintf("stale dependency on %s (current v%d)", ref, r.CurrentVersion)
 	case taskstorepb.RefError_INSERT_DUPLICATE_ID:
-		return "insert of existing id " + ref
+		// r.Queue is the insert's queue; the task holding the id may be
+		// in another queue of the group.
+		return "insert of existing id " + ref + " (its consistency group already holds a task with that id)"
 	case taskstorepb.RefError_INSERT_DUPLICATE_KEY:
 		s := fmt.Sprintf("insert with existing key %q", r.Key)
 		if r.Queue != "" {

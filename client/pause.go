@@ -42,3 +42,22 @@ func (c *Client) setPaused(ctx context.Context, method, queue string) (bool, err
 	})
 	return resp.GetWasPaused(), err
 }
+
+// SetQueueLimit bounds how many of queue's tasks may be claimed at once,
+// across all workers (0 removes the bound), and returns the limit it
+// replaced. A claim that would exceed it takes fewer or none; waiting
+// claims wake when a claim ends. Retries are exactly-once like Modify's.
+func (c *Client) SetQueueLimit(ctx context.Context, queue string, maxClaimed uint32) (previous uint32, err error) {
+	if queue == "" {
+		return 0, fmt.Errorf("set queue limit: queue is required: %w", ErrInvalid)
+	}
+	rid, release := c.nextRequestID()
+	defer release()
+	req := &taskstorepb.QueueLimitRequest{Queue: queue, MaxClaimed: maxClaimed, Request: rid}
+	var resp *taskstorepb.QueueLimitResponse
+	err = c.call(ctx, "SetQueueLimit", target{group: taskstorepb.GroupOf(queue)}, 0, func(ctx context.Context, cc *grpc.ClientConn) (err error) {
+		resp, err = taskstorepb.NewTaskStoreClient(cc).SetQueueLimit(ctx, req)
+		return err
+	})
+	return resp.GetPrevious(), err
+}

@@ -372,7 +372,7 @@ func testWorkerMoveWithInsertsIsAtomic(t *testing.T, addrs string) {
 	}
 	// m2's commit was refused as a whole and counted as its one attempt.
 	checkTask(t, mustGet(t, c, "m2"), taskWant{Queue: "move/dead", Version: 3, Value: "in-2", Claims: 1, Attempt: 1,
-		Err: "commit: transaction refused: insert of existing id m-taken in move/follow"})
+		Err: "commit: transaction refused: insert of existing id m-taken in move/follow (its consistency group already holds a task with that id)"})
 	assertGone(t, c, "m2-c")
 	checkTask(t, mustGet(t, c, "m-taken"), taskWant{Queue: "move/other", Version: 1, Value: "taken"})
 	checkStats(t, w, client.WorkerStats{Claimed: 2, Committed: 1, DeadLettered: 1})

@@ -117,6 +117,11 @@ func (a *applier) dispatch(cmd *fsmpb.Command) *fsmpb.Result {
 			return failuref("OP_PAUSE without a queue")
 		}
 		return a.pause(cmd.Pause)
+	case fsmpb.Op_OP_LIMIT:
+		if cmd.Limit == nil || cmd.Limit.Queue == "" {
+			return failuref("OP_LIMIT without a queue")
+		}
+		return a.limit(cmd.Limit)
 	case fsmpb.Op_OP_BATCH:
 		res := &fsmpb.Result{Batch: make([]*fsmpb.Result, len(cmd.Batch))}
 		for i, sub := range cmd.Batch {

@@ -45,7 +45,9 @@ func (a *applier) take(c *fsmpb.Claim, used uint64) *fsmpb.ClaimResult {
 	limit := int(c.Limit)
 	var picked []*task
 	for _, q := range queues {
-		picked = q.available(st.clock, limit, picked)
+		if n := min(limit, st.capacity(q)); n > 0 {
+			picked = q.available(st.clock, n, picked)
+		}
 	}
 	if len(queues) > 1 {
 		slices.SortFunc(picked, func(a, b *task) int {
@@ -131,6 +133,21 @@ func (a *applier) pause(p *fsmpb.Pause) *fsmpb.Result {
 		a.n.add(p.Queue)
 	}
 	return &fsmpb.Result{Pause: &fsmpb.PauseResult{WasPaused: was}}
+}
+
+// limit sets or clears a queue's concurrency limit. A raised or removed
+// limit may let waiting claims take tasks: they look again.
+func (a *applier) limit(l *fsmpb.QueueLimit) *fsmpb.Result {
+	prev := a.st.limits[l.Queue]
+	if l.MaxClaimed == 0 {
+		delete(a.st.limits, l.Queue)
+	} else {
+		a.st.limits[l.Queue] = l.MaxClaimed
+	}
+	if prev != 0 && (l.MaxClaimed == 0 || l.MaxClaimed > prev) {
+		a.n.add(l.Queue)
+	}
+	return &fsmpb.Result{Limit: &fsmpb.LimitResult{Previous: prev}}
 }
 
 func (a *applier) purge(p *fsmpb.Purge) *fsmpb.Result {

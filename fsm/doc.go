@@ -125,5 +125,14 @@ users; DESIGN.md §1 is the contract.
     Queues (with no tasks, as a row of zeros), in snapshots (records after
     the sessions, counted in the header; older binaries refuse them) and in
     the Digest only when there is one.
+
+ 18. Limits. OP_LIMIT sets (or with 0 clears) a queue's concurrency limit:
+    a claim takes at most the limit less the queue's tasks under an
+    unexpired lease (by the machine's clock), so a claim of several queues
+    takes from the others. A commit that ends a claim of a limited queue
+    tells waiting claims (OnAvailable), as a lease running out does; NextAt
+    leaves out a full queue and Available counts within the room left.
+    Limits are kept like pauses: in Queues (MaxClaimed), snapshots (records
+    after the paused queues) and the Digest when there is one.
 */
 package fsm

@@ -75,6 +75,9 @@ type QueueStats struct {
 	// Paused: the queue hands out no claims (OP_PAUSE). A paused queue is
 	// listed even when it holds no tasks.
 	Paused bool
+	// MaxClaimed is the queue's concurrency limit (OP_LIMIT; 0: none). A
+	// queue with a limit is listed even when it holds no tasks.
+	MaxClaimed uint32
 }
 
 // Machine is the state machine of one shard. It implements raft.FSM. Apply,

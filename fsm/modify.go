@@ -241,6 +241,11 @@ func (a *applier) modify(m *fsmpb.Modify) *fsmpb.Result {
 	// in, so that keys moving between tasks never collide midway.
 	for _, id := range md.order {
 		if old := st.find(m.Group, id); old != nil {
+			if isClaimed(old, st.clock) && st.limits[old.q.name] > 0 {
+				// A claim of a limited queue ends: room for a waiting
+				// claim.
+				a.n.add(old.q.name)
+			}
 			st.remove(old)
 			md.touched = append(md.touched, old.q.name)
 		}

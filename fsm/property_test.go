@@ -23,6 +23,7 @@ type refModel struct {
 	format      uint32
 	tasks       map[string]*fsmpb.Task // by refKey(group, id)
 	paused      map[string]bool
+	limits      map[string]uint32
 	sessions    map[string]*refSession
 	maxSessions int
 	ttl         int64
@@ -35,7 +36,7 @@ type refSession struct {
 }
 
 func newRefModel(maxSessions int, ttl int64) *refModel {
-	return &refModel{tasks: map[string]*fsmpb.Task{}, sessions: map[string]*refSession{}, paused: map[string]bool{}, maxSessions: maxSessions, ttl: ttl}
+	return &refModel{tasks: map[string]*fsmpb.Task{}, sessions: map[string]*refSession{}, paused: map[string]bool{}, limits: map[string]uint32{}, maxSessions: maxSessions, ttl: ttl}
 }
 
 func (r *refModel) apply(cmd *fsmpb.Command) *fsmpb.Result {
@@ -73,6 +74,13 @@ func (r *refModel) apply(cmd *fsmpb.Command) *fsmpb.Result {
 	case fsmpb.Op_OP_SET_FORMAT:
 		r.format = max(r.format, cmd.Format)
 		res = &fsmpb.Result{}
+	case fsmpb.Op_OP_LIMIT:
+		res = &fsmpb.Result{Limit: &fsmpb.LimitResult{Previous: r.limits[cmd.Limit.Queue]}}
+		if cmd.Limit.MaxClaimed == 0 {
+			delete(r.limits, cmd.Limit.Queue)
+		} else {
+			r.limits[cmd.Limit.Queue] = cmd.Limit.MaxClaimed
+		}
 	case fsmpb.Op_OP_PAUSE:
 		res = &fsmpb.Result{Pause: &fsmpb.PauseResult{WasPaused: r.paused[cmd.Pause.Queue]}}
 		if cmd.Pause.Paused {
@@ -292,8 +300,21 @@ func (r *refModel) claim(c *fsmpb.Claim) *fsmpb.Result {
 		}
 	}
 	slices.SortFunc(cands, refClaimLess)
+	// Best first, skipping a queue whose concurrency limit is reached.
+	var take []*fsmpb.Task
+	took := map[string]int{}
+	for _, t := range cands {
+		if len(take) == int(c.Limit) {
+			break
+		}
+		if l := r.limits[t.Queue]; l > 0 && r.claimedIn(t.Queue)+took[t.Queue] >= int(l) {
+			continue
+		}
+		took[t.Queue]++
+		take = append(take, t)
+	}
 	res := &fsmpb.ClaimResult{}
-	for _, t := range cands[:min(len(cands), int(c.Limit))] {
+	for _, t := range take {
 		if t.Claimant != "" { // its holder's lease ran out
 			res.ExpiredLeases++
 		}
@@ -346,6 +367,12 @@ func (r *refModel) queueStats() []QueueStats {
 			byName[name] = &QueueStats{Name: name}
 		}
 		byName[name].Paused = true
+	}
+	for name, l := range r.limits {
+		if byName[name] == nil {
+			byName[name] = &QueueStats{Name: name}
+		}
+		byName[name].MaxClaimed = l
 	}
 	var out []QueueStats
 	for _, q := range byName {
@@ -440,6 +467,10 @@ func (g *gen) command(allowBatch bool) *fsmpb.Command {
 		return &fsmpb.Command{Op: fsmpb.Op_OP_SET_FORMAT, Now: g.now, Format: uint32(r.IntN(int(MaxFormat) + 1))}
 	}
 	group := g.pick([]string{"g", "g", "h"})
+	if r.IntN(25) == 0 {
+		cmd.Op, cmd.Limit = fsmpb.Op_OP_LIMIT, &fsmpb.QueueLimit{Queue: g.queueIn(group), MaxClaimed: uint32(r.IntN(3))}
+		return cmd
+	}
 	if r.IntN(25) == 0 {
 		cmd.Op, cmd.Pause = fsmpb.Op_OP_PAUSE, &fsmpb.Pause{Queue: g.queueIn(group), Paused: r.IntN(3) == 0}
 		return cmd
@@ -556,7 +587,7 @@ func TestProperty(t *testing.T) {
 	// little.
 	want := []string{"modify", "claim", "claim-empty", "purge", "batch", "stale-seq", "coalesced", "moved",
 		"modify-claim", "modify-claim-empty", "modify-claim-group", "modify-claim-refused", "id-in-two-groups",
-		"was-paused", "claim-in-paused"}
+		"was-paused", "claim-in-paused", "claim-at-limit"}
 	for c := range fsmpb.RefError_Category_value {
 		if c != "CATEGORY_UNSPECIFIED" {
 			want = append(want, c)
@@ -632,6 +663,9 @@ func propertyRun(t *testing.T, seed uint64, steps int, seen map[string]int) {
 			for _, q := range c.Queues {
 				if ref.paused[q] && len(ref.Queues(q)) > 0 {
 					seen["claim-in-paused"]++ // a claim of a paused queue with tasks
+				}
+				if l := ref.limits[q]; l > 0 && !ref.paused[q] && ref.claimedIn(q) == int(l) && len(ref.Queues(q)) > 0 {
+					seen["claim-at-limit"]++ // the limit holds tasks back
 				}
 			}
 		}
@@ -735,7 +769,8 @@ func compareState(t *testing.T, step int, m *Machine, ref *refModel) {
 		for _, tk := range ref.tasks {
 			if tk.Queue == q {
 				wantQ = append(wantQ, tk)
-				if !ref.paused[q] && (!any || tk.At < nextAt) {
+				full := ref.limits[q] > 0 && ref.claimedIn(q) >= int(ref.limits[q])
+				if !ref.paused[q] && !full && (!any || tk.At < nextAt) {
 					nextAt, any = tk.At, true
 				}
 			}
@@ -786,4 +821,15 @@ func (r *refModel) Queues(q string) []*fsmpb.Task {
 		}
 	}
 	return out
+}
+
+// claimedIn counts the model's tasks of queue q under an unexpired lease.
+func (r *refModel) claimedIn(q string) int {
+	n := 0
+	for _, t := range r.tasks {
+		if t.Queue == q && t.Claimant != "" && t.At > r.clock {
+			n++
+		}
+	}
+	return n
 }

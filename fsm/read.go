@@ -185,14 +185,24 @@ func decodePageToken(s string) (*task, error) {
 func (m *Machine) Queues(prefix string, limit int) []QueueStats {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	// Paused queues are few: merge the empty ones into the walk by name.
+	// Queues with settings (paused, limited) are few: merge the empty ones
+	// into the walk by name.
 	var idle []string
 	for name := range m.st.paused {
 		if m.st.queues[name] == nil && strings.HasPrefix(name, prefix) {
 			idle = append(idle, name)
 		}
 	}
+	for name := range m.st.limits {
+		if m.st.queues[name] == nil && !m.st.isPaused(name) && strings.HasPrefix(name, prefix) {
+			idle = append(idle, name)
+		}
+	}
 	slices.Sort(idle)
+	settings := func(st QueueStats) QueueStats {
+		st.Paused, st.MaxClaimed = m.st.isPaused(st.Name), m.st.limits[st.Name]
+		return st
+	}
 	var out []QueueStats
 	full := func() bool { return limit > 0 && len(out) == limit }
 	m.st.names.AscendGreaterOrEqual(&queue{name: prefix}, func(q *queue) bool {
@@ -200,16 +210,16 @@ func (m *Machine) Queues(prefix string, limit int) []QueueStats {
 			return false
 		}
 		for ; len(idle) > 0 && idle[0] < q.name && !full(); idle = idle[1:] {
-			out = append(out, QueueStats{Name: idle[0], Paused: true})
+			out = append(out, settings(QueueStats{Name: idle[0]}))
 		}
 		if full() {
 			return false
 		}
-		out = append(out, q.stats(m.st.clock, m.st.isPaused(q.name)))
+		out = append(out, settings(q.stats(m.st.clock)))
 		return true
 	})
 	for ; len(idle) > 0 && !full(); idle = idle[1:] {
-		out = append(out, QueueStats{Name: idle[0], Paused: true})
+		out = append(out, settings(QueueStats{Name: idle[0]}))
 	}
 	return out
 }
@@ -226,8 +236,11 @@ func (m *Machine) NextAt(queues []string) (at int64, ok bool) {
 	at = math.MaxInt64
 	for _, name := range queues {
 		q := m.st.queues[name]
-		if q == nil || m.st.isPaused(name) {
-			continue // a paused queue's waiting claims wait for the resume
+		if q == nil || m.st.isPaused(name) || m.st.capacity(q) == 0 {
+			// A paused queue's waiting claims wait for the resume; a
+			// full one's, for a claim to end (a commit or a lease
+			// running out, which both tell them).
+			continue
 		}
 		all := q.runs(func(first *task) bool {
 			at, ok = min(at, first.at), true
@@ -255,6 +268,11 @@ func (m *Machine) Available(queue string, now int64, limit int) int {
 	defer m.mu.RUnlock()
 	q := m.st.queues[queue]
 	if q == nil || m.st.isPaused(queue) {
+		return 0
+	}
+	// Capacity by the machine's clock: leases that ran out since count once
+	// a tick moves it, and the tick tells the waiters.
+	if limit = min(limit, m.st.capacity(q)); limit <= 0 {
 		return 0
 	}
 	return len(q.available(max(now, m.st.clock), limit, nil))
@@ -343,6 +361,14 @@ func digestOf(snap *snapshot) [32]byte {
 		u(uint64(len(snap.paused)))
 		for _, name := range snap.paused {
 			str(name)
+		}
+	}
+	if len(snap.limits) > 0 {
+		str("limits")
+		u(uint64(len(snap.limits)))
+		for _, l := range snap.limits {
+			str(l.Queue)
+			u(uint64(l.MaxClaimed))
 		}
 	}
 	flush()

@@ -10,6 +10,7 @@ import (
 	"io"
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -53,7 +54,8 @@ type snapshot struct {
 	applied  uint64
 	tasks    []*task
 	sessions []*session
-	paused   []string // sorted
+	paused   []string            // sorted
+	limits   []*fsmpb.QueueLimit // sorted by queue
 }
 
 // Snapshot captures the state cheaply; Persist streams it while Apply goes on.
@@ -89,6 +91,10 @@ func (s *state) snapshot() *snapshot {
 		snap.paused = append(snap.paused, name)
 	}
 	slices.Sort(snap.paused)
+	for name, l := range s.limits {
+		snap.limits = append(snap.limits, &fsmpb.QueueLimit{Queue: name, MaxClaimed: l})
+	}
+	slices.SortFunc(snap.limits, func(a, b *fsmpb.QueueLimit) int { return strings.Compare(a.Queue, b.Queue) })
 	return snap
 }
 
@@ -157,7 +163,7 @@ func (s *snapshot) writeTo(w io.Writer) error {
 	if s.format > 0 {
 		h.Format, h.StateFormat = snapshotFormatStated, s.format
 	}
-	h.PausedQueues = uint64(len(s.paused))
+	h.PausedQueues, h.QueueLimits = uint64(len(s.paused)), uint64(len(s.limits))
 	err := sw.record(&fsmpb.SnapshotRecord{Header: h})
 	if err != nil {
 		return err
@@ -176,6 +182,11 @@ func (s *snapshot) writeTo(w io.Writer) error {
 	}
 	for _, name := range s.paused {
 		if err := sw.record(&fsmpb.SnapshotRecord{PausedQueue: name}); err != nil {
+			return err
+		}
+	}
+	for _, l := range s.limits {
+		if err := sw.record(&fsmpb.SnapshotRecord{QueueLimit: l}); err != nil {
 			return err
 		}
 	}
@@ -282,6 +293,7 @@ type record struct {
 	session *fsmpb.Session
 	trailer *fsmpb.SnapshotTrailer
 	paused  *string
+	limit   *fsmpb.QueueLimit
 }
 
 // parseRecord splits a SnapshotRecord into its one body.
@@ -319,6 +331,9 @@ func parseRecord(data []byte) (record, error) {
 		case 5:
 			name := string(body)
 			rec.paused = &name
+		case 6:
+			rec.limit = &fsmpb.QueueLimit{}
+			err = proto.Unmarshal(body, rec.limit)
 		default:
 			return rec, fmt.Errorf("unknown field %d", num)
 		}
@@ -371,7 +386,7 @@ func readSnapshot(r io.Reader) (*state, error) {
 	st.tasks = make(map[string]*slot, min(h.Tasks, 1<<20))
 	st.clock = h.Clock
 	st.applied = h.AppliedIndex
-	var tasks, sessions, paused uint64
+	var tasks, sessions, paused, limits uint64
 	for {
 		data, sum, err := sr.next()
 		if err != nil {
@@ -382,7 +397,20 @@ func readSnapshot(r io.Reader) (*state, error) {
 			return nil, corrupt("record %d: %v", tasks+sessions+paused+1, err)
 		}
 		switch {
+		case rec.limit != nil:
+			l := rec.limit
+			if limits == h.QueueLimits {
+				return nil, corrupt("more queue limits than the header's %d", h.QueueLimits)
+			}
+			if l.Queue == "" || l.MaxClaimed == 0 || st.limits[l.Queue] != 0 {
+				return nil, corrupt("queue limit %v empty, zero or repeated", l)
+			}
+			st.limits[l.Queue] = l.MaxClaimed
+			limits++
 		case rec.paused != nil:
+			if limits > 0 {
+				return nil, corrupt("paused queue after queue limits")
+			}
 			if paused == h.PausedQueues {
 				return nil, corrupt("more paused queues than the header's %d", h.PausedQueues)
 			}
@@ -398,6 +426,9 @@ func readSnapshot(r io.Reader) (*state, error) {
 			if tasks == h.Tasks {
 				return nil, corrupt("more task records than the header's %d", h.Tasks)
 			}
+			if limits > 0 {
+				return nil, corrupt("task record after queue limits")
+			}
 			if err := st.restoreTask(rec.task); err != nil {
 				return nil, corrupt("task record %d: %v", tasks+1, err)
 			}
@@ -406,17 +437,17 @@ func readSnapshot(r io.Reader) (*state, error) {
 			if sessions == h.Sessions {
 				return nil, corrupt("more session records than the header's %d", h.Sessions)
 			}
-			if paused > 0 {
-				return nil, corrupt("session record after paused records")
+			if paused > 0 || limits > 0 {
+				return nil, corrupt("session record after paused queues or limits")
 			}
 			if err := st.restoreSession(rec.session); err != nil {
 				return nil, corrupt("session record %d: %v", sessions+1, err)
 			}
 			sessions++
 		case rec.trailer != nil:
-			if tasks != h.Tasks || sessions != h.Sessions || paused != h.PausedQueues {
-				return nil, corrupt("%d tasks, %d sessions and %d paused queues, header says %d, %d and %d",
-					tasks, sessions, paused, h.Tasks, h.Sessions, h.PausedQueues)
+			if tasks != h.Tasks || sessions != h.Sessions || paused != h.PausedQueues || limits != h.QueueLimits {
+				return nil, corrupt("%d tasks, %d sessions, %d paused queues and %d limits, header says %d, %d, %d and %d",
+					tasks, sessions, paused, limits, h.Tasks, h.Sessions, h.PausedQueues, h.QueueLimits)
 			}
 			if rec.trailer.Crc32C != sum {
 				return nil, corrupt("checksum %08x, trailer says %08x", sum, rec.trailer.Crc32C)

@@ -141,6 +141,20 @@ type state struct {
 	// or not they hold tasks: a queue record is pruned when it empties,
 	// a pause is not.
 	paused map[string]struct{}
+	// limits holds the queues' concurrency limits (OP_LIMIT): at most so
+	// many of a queue's tasks claimed at once. Like a pause, a limit
+	// outlives the queue's tasks.
+	limits map[string]uint32
+}
+
+// capacity is how many more of q's tasks a claim may take now: its limit
+// less the tasks under an unexpired lease, or no bound.
+func (s *state) capacity(q *queue) int {
+	l, ok := s.limits[q.name]
+	if !ok {
+		return math.MaxInt
+	}
+	return int(uint64(l) - min(uint64(l), q.futureClaimed))
 }
 
 // isPaused reports whether the named queue is paused.
@@ -180,6 +194,7 @@ func newState() *state {
 		sessions:     make(map[string]*session),
 		sessionOrder: btree.NewG(btreeDegree, sessionLess),
 		paused:       make(map[string]struct{}),
+		limits:       make(map[string]uint32),
 	}
 }
 
@@ -363,11 +378,10 @@ func (s *state) advance(now int64, became func(queue string)) {
 func isClaimed(t *task, clock int64) bool { return t.claimant != "" && t.at > clock }
 
 // stats returns q's counts at clock.
-func (q *queue) stats(clock int64, paused bool) QueueStats {
+func (q *queue) stats(clock int64) QueueStats {
 	total := uint64(q.byClaim.Len())
 	st := QueueStats{
 		Name:      q.name,
-		Paused:    paused,
 		Total:     total,
 		Claimed:   q.futureClaimed,
 		Delayed:   q.futureDelayed,

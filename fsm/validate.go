@@ -128,10 +128,10 @@ func (v *validator) id(field, s string) error {
 }
 
 func (v *validator) bodies(cmd *fsmpb.Command, path string) error {
-	set := map[string]bool{"modify": cmd.Modify != nil, "claim": cmd.Claim != nil, "purge": cmd.Purge != nil, "pause": cmd.Pause != nil, "batch": len(cmd.Batch) > 0}
+	set := map[string]bool{"modify": cmd.Modify != nil, "claim": cmd.Claim != nil, "purge": cmd.Purge != nil, "pause": cmd.Pause != nil, "limit": cmd.Limit != nil, "batch": len(cmd.Batch) > 0}
 	want := map[fsmpb.Op]string{fsmpb.Op_OP_MODIFY: "modify", fsmpb.Op_OP_MODIFY_CLAIM: "modify", fsmpb.Op_OP_CLAIM: "claim", fsmpb.Op_OP_PURGE: "purge",
-		fsmpb.Op_OP_PAUSE: "pause", fsmpb.Op_OP_BATCH: "batch"}[cmd.Op]
-	for _, body := range []string{"modify", "claim", "purge", "pause", "batch"} {
+		fsmpb.Op_OP_PAUSE: "pause", fsmpb.Op_OP_LIMIT: "limit", fsmpb.Op_OP_BATCH: "batch"}[cmd.Op]
+	for _, body := range []string{"modify", "claim", "purge", "pause", "limit", "batch"} {
 		if body == want && !set[body] {
 			return invalidf(path+body, "required for %v", cmd.Op)
 		}
@@ -147,7 +147,7 @@ func (v *validator) command(cmd *fsmpb.Command, path string, top bool) error {
 		return err
 	}
 	switch cmd.Op {
-	case fsmpb.Op_OP_MODIFY, fsmpb.Op_OP_MODIFY_CLAIM, fsmpb.Op_OP_CLAIM, fsmpb.Op_OP_PURGE, fsmpb.Op_OP_PAUSE, fsmpb.Op_OP_TICK:
+	case fsmpb.Op_OP_MODIFY, fsmpb.Op_OP_MODIFY_CLAIM, fsmpb.Op_OP_CLAIM, fsmpb.Op_OP_PURGE, fsmpb.Op_OP_PAUSE, fsmpb.Op_OP_LIMIT, fsmpb.Op_OP_TICK:
 	case fsmpb.Op_OP_BATCH:
 		if !top {
 			return invalidf(path+"op", "a batch may not contain a batch")
@@ -175,6 +175,8 @@ func (v *validator) command(cmd *fsmpb.Command, path string, top bool) error {
 		return v.queue(path+"purge.queue", cmd.Purge.Queue, "")
 	case fsmpb.Op_OP_PAUSE:
 		return v.queue(path+"pause.queue", cmd.Pause.Queue, "")
+	case fsmpb.Op_OP_LIMIT:
+		return v.queue(path+"limit.queue", cmd.Limit.Queue, "")
 	case fsmpb.Op_OP_BATCH:
 		if len(cmd.Batch) > v.l.MaxOps {
 			return &ValidationError{Field: path + "batch", Rule: fmt.Sprintf("%d commands exceeds the limit of %d", len(cmd.Batch), v.l.MaxOps), Kind: ErrTooLarge}

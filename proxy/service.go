@@ -294,6 +294,30 @@ func (s *Server) setPaused(ctx context.Context, method string, req *taskstorepb.
 	return resp, nil
 }
 
+// SetQueueLimit implements TaskStore.SetQueueLimit; request ids as in Purge.
+func (s *Server) SetQueueLimit(ctx context.Context, req *taskstorepb.QueueLimitRequest) (resp *taskstorepb.QueueLimitResponse, err error) {
+	bctx, cancel := s.withBudget(ctx, 0)
+	defer cancel()
+	call := func(ctx context.Context, cc *grpc.ClientConn) (err error) {
+		resp, err = taskstorepb.NewTaskStoreClient(cc).SetQueueLimit(ctx, req)
+		return err
+	}
+	switch {
+	case req.Queue == "" || groupless(req.Queue):
+		err = s.c.CallAnyNode(bctx, "SetQueueLimit", call)
+	case req.Request != nil:
+		err = s.c.CallGroup(bctx, "SetQueueLimit", taskstorepb.GroupOf(req.Queue), call)
+	default:
+		var prev uint32
+		prev, err = s.c.SetQueueLimit(bctx, req.Queue, req.MaxClaimed)
+		resp = &taskstorepb.QueueLimitResponse{Previous: prev}
+	}
+	if err != nil {
+		return nil, s.toStatus(ctx, "SetQueueLimit", err)
+	}
+	return resp, nil
+}
+
 // Status implements Admin.Status: any node's view of the cluster.
 func (s *Server) Status(ctx context.Context, req *taskstorepb.StatusRequest) (resp *taskstorepb.StatusResponse, err error) {
 	bctx, cancel := s.withBudget(ctx, 0)

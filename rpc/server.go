@@ -573,7 +573,7 @@ func (srv *Server) queues(ctx context.Context, req *taskstorepb.QueuesRequest) (
 		clock := s.Now()
 		for _, q := range queues {
 			qs := &taskstorepb.QueueStats{Name: q.Name, Total: q.Total, Available: q.Available, Claimed: q.Claimed, Delayed: q.Delayed, Shard: s.ID(),
-				Paused: q.Paused}
+				Paused: q.Paused, MaxClaimed: q.MaxClaimed}
 			if q.OldestAvailableAt != 0 {
 				qs.OldestAvailableAge = durationpb.New(time.Duration(max(clock-q.OldestAvailableAt, 0)))
 			}
@@ -671,6 +671,39 @@ func (srv *Server) pause(ctx context.Context, req *taskstorepb.QueuePauseRequest
 		srv.log.Info(verb, "queue", req.Queue)
 	}
 	return &taskstorepb.QueuePauseResponse{WasPaused: was}, nil
+}
+
+// SetQueueLimit implements TaskStore.SetQueueLimit.
+func (srv *Server) SetQueueLimit(ctx context.Context, req *taskstorepb.QueueLimitRequest) (*taskstorepb.QueueLimitResponse, error) {
+	res, err := srv.setLimit(ctx, req)
+	return res, toStatus(err)
+}
+
+func (srv *Server) setLimit(ctx context.Context, req *taskstorepb.QueueLimitRequest) (*taskstorepb.QueueLimitResponse, error) {
+	if req.Queue == "" {
+		return nil, invalid("queue", "required")
+	}
+	cmd := &fsmpb.Command{Op: fsmpb.Op_OP_LIMIT, Limit: &fsmpb.QueueLimit{Queue: req.Queue, MaxClaimed: req.MaxClaimed}}
+	requestID(cmd, req.Request)
+	if err := fsm.Validate(cmd, srv.limits); err != nil {
+		return nil, err
+	}
+	shard, err := srv.shards.ShardFor(taskstorepb.GroupOf(req.Queue))
+	if err != nil {
+		return nil, err
+	}
+	res, err := shard.Propose(ctx, cmd)
+	if err != nil {
+		return nil, err
+	}
+	if res.Failure != nil {
+		return nil, &refusedError{failure: res.Failure}
+	}
+	prev := res.GetLimit().GetPrevious()
+	if !res.Replayed && prev != req.MaxClaimed {
+		srv.log.Info("queue concurrency limit set", "queue", req.Queue, "max_claimed", req.MaxClaimed, "previous", prev)
+	}
+	return &taskstorepb.QueueLimitResponse{Previous: prev}, nil
 }
 
 // Purge implements TaskStore.Purge.

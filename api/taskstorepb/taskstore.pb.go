@@ -1505,7 +1505,10 @@ type QueueStats struct {
 	RateWindow       *durationpb.Duration `protobuf:"bytes,12,opt,name=rate_window,json=rateWindow,proto3" json:"rate_window,omitempty"`
 	// The queue hands out no claims (PauseQueue). A paused queue is listed
 	// even when it holds no tasks.
-	Paused        bool `protobuf:"varint,13,opt,name=paused,proto3" json:"paused,omitempty"`
+	Paused bool `protobuf:"varint,13,opt,name=paused,proto3" json:"paused,omitempty"`
+	// The queue's concurrency limit (SetQueueLimit); 0: none. A queue with a
+	// limit is listed even when it holds no tasks.
+	MaxClaimed    uint32 `protobuf:"varint,14,opt,name=max_claimed,json=maxClaimed,proto3" json:"max_claimed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1629,6 +1632,13 @@ func (x *QueueStats) GetPaused() bool {
 		return x.Paused
 	}
 	return false
+}
+
+func (x *QueueStats) GetMaxClaimed() uint32 {
+	if x != nil {
+		return x.MaxClaimed
+	}
+	return 0
 }
 
 type QueuesResponse struct {
@@ -1824,6 +1834,113 @@ func (x *QueuePauseRequest) GetRequest() *RequestID {
 	return nil
 }
 
+type QueueLimitRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Queue string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	// At most this many of the queue's tasks claimed at once; 0 removes the
+	// limit.
+	MaxClaimed    uint32     `protobuf:"varint,2,opt,name=max_claimed,json=maxClaimed,proto3" json:"max_claimed,omitempty"`
+	Request       *RequestID `protobuf:"bytes,3,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueLimitRequest) Reset() {
+	*x = QueueLimitRequest{}
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueLimitRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueLimitRequest) ProtoMessage() {}
+
+func (x *QueueLimitRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueLimitRequest.ProtoReflect.Descriptor instead.
+func (*QueueLimitRequest) Descriptor() ([]byte, []int) {
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *QueueLimitRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *QueueLimitRequest) GetMaxClaimed() uint32 {
+	if x != nil {
+		return x.MaxClaimed
+	}
+	return 0
+}
+
+func (x *QueueLimitRequest) GetRequest() *RequestID {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+type QueueLimitResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The limit before this request (0: none).
+	Previous      uint32 `protobuf:"varint,1,opt,name=previous,proto3" json:"previous,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueLimitResponse) Reset() {
+	*x = QueueLimitResponse{}
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueLimitResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueLimitResponse) ProtoMessage() {}
+
+func (x *QueueLimitResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueLimitResponse.ProtoReflect.Descriptor instead.
+func (*QueueLimitResponse) Descriptor() ([]byte, []int) {
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *QueueLimitResponse) GetPrevious() uint32 {
+	if x != nil {
+		return x.Previous
+	}
+	return 0
+}
+
 type QueuePauseResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Whether the queue was paused before this request.
@@ -1834,7 +1951,7 @@ type QueuePauseResponse struct {
 
 func (x *QueuePauseResponse) Reset() {
 	*x = QueuePauseResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[20]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1846,7 +1963,7 @@ func (x *QueuePauseResponse) String() string {
 func (*QueuePauseResponse) ProtoMessage() {}
 
 func (x *QueuePauseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[20]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1859,7 +1976,7 @@ func (x *QueuePauseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuePauseResponse.ProtoReflect.Descriptor instead.
 func (*QueuePauseResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{20}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *QueuePauseResponse) GetWasPaused() bool {
@@ -1877,7 +1994,7 @@ type TimeRequest struct {
 
 func (x *TimeRequest) Reset() {
 	*x = TimeRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[21]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1889,7 +2006,7 @@ func (x *TimeRequest) String() string {
 func (*TimeRequest) ProtoMessage() {}
 
 func (x *TimeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[21]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1902,7 +2019,7 @@ func (x *TimeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimeRequest.ProtoReflect.Descriptor instead.
 func (*TimeRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{21}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{23}
 }
 
 type TimeResponse struct {
@@ -1914,7 +2031,7 @@ type TimeResponse struct {
 
 func (x *TimeResponse) Reset() {
 	*x = TimeResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[22]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1926,7 +2043,7 @@ func (x *TimeResponse) String() string {
 func (*TimeResponse) ProtoMessage() {}
 
 func (x *TimeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[22]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1939,7 +2056,7 @@ func (x *TimeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimeResponse.ProtoReflect.Descriptor instead.
 func (*TimeResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{22}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *TimeResponse) GetNow() *timestamppb.Timestamp {
@@ -1963,7 +2080,7 @@ type NotLeader struct {
 
 func (x *NotLeader) Reset() {
 	*x = NotLeader{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[23]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1975,7 +2092,7 @@ func (x *NotLeader) String() string {
 func (*NotLeader) ProtoMessage() {}
 
 func (x *NotLeader) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[23]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1988,7 +2105,7 @@ func (x *NotLeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NotLeader.ProtoReflect.Descriptor instead.
 func (*NotLeader) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{23}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *NotLeader) GetShard() uint32 {
@@ -2026,7 +2143,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[24]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2038,7 +2155,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[24]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2051,7 +2168,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{24}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *StatusRequest) GetLocalOnly() bool {
@@ -2094,7 +2211,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[25]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2106,7 +2223,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[25]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2119,7 +2236,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{25}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *NodeStatus) GetId() string {
@@ -2220,7 +2337,7 @@ type ReplicaStatus struct {
 
 func (x *ReplicaStatus) Reset() {
 	*x = ReplicaStatus{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[26]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2232,7 +2349,7 @@ func (x *ReplicaStatus) String() string {
 func (*ReplicaStatus) ProtoMessage() {}
 
 func (x *ReplicaStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[26]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2245,7 +2362,7 @@ func (x *ReplicaStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaStatus.ProtoReflect.Descriptor instead.
 func (*ReplicaStatus) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{26}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ReplicaStatus) GetNode() string {
@@ -2331,7 +2448,7 @@ type Checkpoint struct {
 
 func (x *Checkpoint) Reset() {
 	*x = Checkpoint{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[27]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2343,7 +2460,7 @@ func (x *Checkpoint) String() string {
 func (*Checkpoint) ProtoMessage() {}
 
 func (x *Checkpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[27]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2356,7 +2473,7 @@ func (x *Checkpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checkpoint.ProtoReflect.Descriptor instead.
 func (*Checkpoint) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{27}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Checkpoint) GetIndex() uint64 {
@@ -2393,7 +2510,7 @@ type Divergence struct {
 
 func (x *Divergence) Reset() {
 	*x = Divergence{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[28]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2405,7 +2522,7 @@ func (x *Divergence) String() string {
 func (*Divergence) ProtoMessage() {}
 
 func (x *Divergence) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[28]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2418,7 +2535,7 @@ func (x *Divergence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Divergence.ProtoReflect.Descriptor instead.
 func (*Divergence) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{28}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Divergence) GetIndex() uint64 {
@@ -2482,7 +2599,7 @@ type ShardStatus struct {
 
 func (x *ShardStatus) Reset() {
 	*x = ShardStatus{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[29]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2494,7 +2611,7 @@ func (x *ShardStatus) String() string {
 func (*ShardStatus) ProtoMessage() {}
 
 func (x *ShardStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[29]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2507,7 +2624,7 @@ func (x *ShardStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardStatus.ProtoReflect.Descriptor instead.
 func (*ShardStatus) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{29}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ShardStatus) GetId() uint32 {
@@ -2574,7 +2691,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[30]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2586,7 +2703,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[30]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2599,7 +2716,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{30}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *StatusResponse) GetNodes() []*NodeStatus {
@@ -2645,7 +2762,7 @@ type RoutingRequest struct {
 
 func (x *RoutingRequest) Reset() {
 	*x = RoutingRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[31]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2657,7 +2774,7 @@ func (x *RoutingRequest) String() string {
 func (*RoutingRequest) ProtoMessage() {}
 
 func (x *RoutingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[31]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2670,7 +2787,7 @@ func (x *RoutingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoutingRequest.ProtoReflect.Descriptor instead.
 func (*RoutingRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{31}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{33}
 }
 
 type Replica struct {
@@ -2683,7 +2800,7 @@ type Replica struct {
 
 func (x *Replica) Reset() {
 	*x = Replica{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[32]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2695,7 +2812,7 @@ func (x *Replica) String() string {
 func (*Replica) ProtoMessage() {}
 
 func (x *Replica) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[32]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2708,7 +2825,7 @@ func (x *Replica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Replica.ProtoReflect.Descriptor instead.
 func (*Replica) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{32}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Replica) GetId() string {
@@ -2738,7 +2855,7 @@ type ShardRoute struct {
 
 func (x *ShardRoute) Reset() {
 	*x = ShardRoute{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[33]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2750,7 +2867,7 @@ func (x *ShardRoute) String() string {
 func (*ShardRoute) ProtoMessage() {}
 
 func (x *ShardRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[33]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2763,7 +2880,7 @@ func (x *ShardRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardRoute.ProtoReflect.Descriptor instead.
 func (*ShardRoute) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{33}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ShardRoute) GetId() uint32 {
@@ -2808,7 +2925,7 @@ type RoutingResponse struct {
 
 func (x *RoutingResponse) Reset() {
 	*x = RoutingResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[34]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2820,7 +2937,7 @@ func (x *RoutingResponse) String() string {
 func (*RoutingResponse) ProtoMessage() {}
 
 func (x *RoutingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[34]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2833,7 +2950,7 @@ func (x *RoutingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoutingResponse.ProtoReflect.Descriptor instead.
 func (*RoutingResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{34}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *RoutingResponse) GetSlots() []uint32 {
@@ -2868,7 +2985,7 @@ type TransferLeaderRequest struct {
 
 func (x *TransferLeaderRequest) Reset() {
 	*x = TransferLeaderRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[35]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2880,7 +2997,7 @@ func (x *TransferLeaderRequest) String() string {
 func (*TransferLeaderRequest) ProtoMessage() {}
 
 func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[35]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2893,7 +3010,7 @@ func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{35}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *TransferLeaderRequest) GetShard() uint32 {
@@ -2919,7 +3036,7 @@ type TransferLeaderResponse struct {
 
 func (x *TransferLeaderResponse) Reset() {
 	*x = TransferLeaderResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[36]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2931,7 +3048,7 @@ func (x *TransferLeaderResponse) String() string {
 func (*TransferLeaderResponse) ProtoMessage() {}
 
 func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[36]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2944,7 +3061,7 @@ func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{36}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *TransferLeaderResponse) GetLeader() string {
@@ -2965,7 +3082,7 @@ type AddNodeRequest struct {
 
 func (x *AddNodeRequest) Reset() {
 	*x = AddNodeRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[37]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2977,7 +3094,7 @@ func (x *AddNodeRequest) String() string {
 func (*AddNodeRequest) ProtoMessage() {}
 
 func (x *AddNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[37]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2990,7 +3107,7 @@ func (x *AddNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodeRequest.ProtoReflect.Descriptor instead.
 func (*AddNodeRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{37}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *AddNodeRequest) GetId() string {
@@ -3016,7 +3133,7 @@ type AddNodeResponse struct {
 
 func (x *AddNodeResponse) Reset() {
 	*x = AddNodeResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[38]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3028,7 +3145,7 @@ func (x *AddNodeResponse) String() string {
 func (*AddNodeResponse) ProtoMessage() {}
 
 func (x *AddNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[38]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3041,7 +3158,7 @@ func (x *AddNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodeResponse.ProtoReflect.Descriptor instead.
 func (*AddNodeResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{38}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *AddNodeResponse) GetNode() *NodeStatus {
@@ -3063,7 +3180,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[39]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3075,7 +3192,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[39]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3088,7 +3205,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{39}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RemoveNodeRequest) GetId() string {
@@ -3114,7 +3231,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[40]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3126,7 +3243,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[40]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3139,7 +3256,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{40}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *RemoveNodeResponse) GetNode() *NodeStatus {
@@ -3167,7 +3284,7 @@ type RebuildReplicaRequest struct {
 
 func (x *RebuildReplicaRequest) Reset() {
 	*x = RebuildReplicaRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[41]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3179,7 +3296,7 @@ func (x *RebuildReplicaRequest) String() string {
 func (*RebuildReplicaRequest) ProtoMessage() {}
 
 func (x *RebuildReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[41]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3192,7 +3309,7 @@ func (x *RebuildReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebuildReplicaRequest.ProtoReflect.Descriptor instead.
 func (*RebuildReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{41}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *RebuildReplicaRequest) GetShard() uint32 {
@@ -3224,7 +3341,7 @@ type RebuildReplicaResponse struct {
 
 func (x *RebuildReplicaResponse) Reset() {
 	*x = RebuildReplicaResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[42]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3236,7 +3353,7 @@ func (x *RebuildReplicaResponse) String() string {
 func (*RebuildReplicaResponse) ProtoMessage() {}
 
 func (x *RebuildReplicaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[42]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3249,7 +3366,7 @@ func (x *RebuildReplicaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebuildReplicaResponse.ProtoReflect.Descriptor instead.
 func (*RebuildReplicaResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{42}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{44}
 }
 
 var File_taskstore_v1_taskstore_proto protoreflect.FileDescriptor
@@ -3391,7 +3508,7 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x14\n" +
 	"\x05shard\x18\x02 \x01(\rR\x05shard\x12\x14\n" +
 	"\x05limit\x18\x03 \x01(\rR\x05limit\x12\x14\n" +
-	"\x05stale\x18\x04 \x01(\bR\x05stale\"\xec\x03\n" +
+	"\x05stale\x18\x04 \x01(\bR\x05stale\"\x8d\x04\n" +
 	"\n" +
 	"QueueStats\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
@@ -3410,7 +3527,9 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\x13avg_claim_to_commit\x18\v \x01(\v2\x19.google.protobuf.DurationR\x10avgClaimToCommit\x12:\n" +
 	"\vrate_window\x18\f \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"rateWindow\x12\x16\n" +
-	"\x06paused\x18\r \x01(\bR\x06paused\"B\n" +
+	"\x06paused\x18\r \x01(\bR\x06paused\x12\x1f\n" +
+	"\vmax_claimed\x18\x0e \x01(\rR\n" +
+	"maxClaimed\"B\n" +
 	"\x0eQueuesResponse\x120\n" +
 	"\x06queues\x18\x01 \x03(\v2\x18.taskstore.v1.QueueStatsR\x06queues\"W\n" +
 	"\fPurgeRequest\x12\x14\n" +
@@ -3420,7 +3539,14 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\adeleted\x18\x01 \x01(\x04R\adeleted\"\\\n" +
 	"\x11QueuePauseRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x121\n" +
-	"\arequest\x18\x02 \x01(\v2\x17.taskstore.v1.RequestIDR\arequest\"3\n" +
+	"\arequest\x18\x02 \x01(\v2\x17.taskstore.v1.RequestIDR\arequest\"}\n" +
+	"\x11QueueLimitRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x1f\n" +
+	"\vmax_claimed\x18\x02 \x01(\rR\n" +
+	"maxClaimed\x121\n" +
+	"\arequest\x18\x03 \x01(\v2\x17.taskstore.v1.RequestIDR\arequest\"0\n" +
+	"\x12QueueLimitResponse\x12\x1a\n" +
+	"\bprevious\x18\x01 \x01(\rR\bprevious\"3\n" +
 	"\x12QueuePauseResponse\x12\x1d\n" +
 	"\n" +
 	"was_paused\x18\x01 \x01(\bR\twasPaused\"\r\n" +
@@ -3528,7 +3654,7 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\x16TASK_STATE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14TASK_STATE_AVAILABLE\x10\x01\x12\x16\n" +
 	"\x12TASK_STATE_CLAIMED\x10\x02\x12\x16\n" +
-	"\x12TASK_STATE_DELAYED\x10\x032\xbd\x04\n" +
+	"\x12TASK_STATE_DELAYED\x10\x032\x91\x05\n" +
 	"\tTaskStore\x12C\n" +
 	"\x06Modify\x12\x1b.taskstore.v1.ModifyRequest\x1a\x1c.taskstore.v1.ModifyResponse\x12@\n" +
 	"\x05Claim\x12\x1a.taskstore.v1.ClaimRequest\x1a\x1b.taskstore.v1.ClaimResponse\x12@\n" +
@@ -3538,7 +3664,8 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\x05Purge\x12\x1a.taskstore.v1.PurgeRequest\x1a\x1b.taskstore.v1.PurgeResponse\x12O\n" +
 	"\n" +
 	"PauseQueue\x12\x1f.taskstore.v1.QueuePauseRequest\x1a .taskstore.v1.QueuePauseResponse\x12P\n" +
-	"\vResumeQueue\x12\x1f.taskstore.v1.QueuePauseRequest\x1a .taskstore.v1.QueuePauseResponse2\xe7\x03\n" +
+	"\vResumeQueue\x12\x1f.taskstore.v1.QueuePauseRequest\x1a .taskstore.v1.QueuePauseResponse\x12R\n" +
+	"\rSetQueueLimit\x12\x1f.taskstore.v1.QueueLimitRequest\x1a .taskstore.v1.QueueLimitResponse2\xe7\x03\n" +
 	"\x05Admin\x12C\n" +
 	"\x06Status\x12\x1b.taskstore.v1.StatusRequest\x1a\x1c.taskstore.v1.StatusResponse\x12F\n" +
 	"\aRouting\x12\x1c.taskstore.v1.RoutingRequest\x1a\x1d.taskstore.v1.RoutingResponse\x12[\n" +
@@ -3561,7 +3688,7 @@ func file_taskstore_v1_taskstore_proto_rawDescGZIP() []byte {
 }
 
 var file_taskstore_v1_taskstore_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_taskstore_v1_taskstore_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_taskstore_v1_taskstore_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_taskstore_v1_taskstore_proto_goTypes = []any{
 	(TaskState)(0),                 // 0: taskstore.v1.TaskState
 	(RefError_Category)(0),         // 1: taskstore.v1.RefError.Category
@@ -3585,111 +3712,116 @@ var file_taskstore_v1_taskstore_proto_goTypes = []any{
 	(*PurgeRequest)(nil),           // 19: taskstore.v1.PurgeRequest
 	(*PurgeResponse)(nil),          // 20: taskstore.v1.PurgeResponse
 	(*QueuePauseRequest)(nil),      // 21: taskstore.v1.QueuePauseRequest
-	(*QueuePauseResponse)(nil),     // 22: taskstore.v1.QueuePauseResponse
-	(*TimeRequest)(nil),            // 23: taskstore.v1.TimeRequest
-	(*TimeResponse)(nil),           // 24: taskstore.v1.TimeResponse
-	(*NotLeader)(nil),              // 25: taskstore.v1.NotLeader
-	(*StatusRequest)(nil),          // 26: taskstore.v1.StatusRequest
-	(*NodeStatus)(nil),             // 27: taskstore.v1.NodeStatus
-	(*ReplicaStatus)(nil),          // 28: taskstore.v1.ReplicaStatus
-	(*Checkpoint)(nil),             // 29: taskstore.v1.Checkpoint
-	(*Divergence)(nil),             // 30: taskstore.v1.Divergence
-	(*ShardStatus)(nil),            // 31: taskstore.v1.ShardStatus
-	(*StatusResponse)(nil),         // 32: taskstore.v1.StatusResponse
-	(*RoutingRequest)(nil),         // 33: taskstore.v1.RoutingRequest
-	(*Replica)(nil),                // 34: taskstore.v1.Replica
-	(*ShardRoute)(nil),             // 35: taskstore.v1.ShardRoute
-	(*RoutingResponse)(nil),        // 36: taskstore.v1.RoutingResponse
-	(*TransferLeaderRequest)(nil),  // 37: taskstore.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil), // 38: taskstore.v1.TransferLeaderResponse
-	(*AddNodeRequest)(nil),         // 39: taskstore.v1.AddNodeRequest
-	(*AddNodeResponse)(nil),        // 40: taskstore.v1.AddNodeResponse
-	(*RemoveNodeRequest)(nil),      // 41: taskstore.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),     // 42: taskstore.v1.RemoveNodeResponse
-	(*RebuildReplicaRequest)(nil),  // 43: taskstore.v1.RebuildReplicaRequest
-	(*RebuildReplicaResponse)(nil), // 44: taskstore.v1.RebuildReplicaResponse
-	(*timestamppb.Timestamp)(nil),  // 45: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 46: google.protobuf.Duration
+	(*QueueLimitRequest)(nil),      // 22: taskstore.v1.QueueLimitRequest
+	(*QueueLimitResponse)(nil),     // 23: taskstore.v1.QueueLimitResponse
+	(*QueuePauseResponse)(nil),     // 24: taskstore.v1.QueuePauseResponse
+	(*TimeRequest)(nil),            // 25: taskstore.v1.TimeRequest
+	(*TimeResponse)(nil),           // 26: taskstore.v1.TimeResponse
+	(*NotLeader)(nil),              // 27: taskstore.v1.NotLeader
+	(*StatusRequest)(nil),          // 28: taskstore.v1.StatusRequest
+	(*NodeStatus)(nil),             // 29: taskstore.v1.NodeStatus
+	(*ReplicaStatus)(nil),          // 30: taskstore.v1.ReplicaStatus
+	(*Checkpoint)(nil),             // 31: taskstore.v1.Checkpoint
+	(*Divergence)(nil),             // 32: taskstore.v1.Divergence
+	(*ShardStatus)(nil),            // 33: taskstore.v1.ShardStatus
+	(*StatusResponse)(nil),         // 34: taskstore.v1.StatusResponse
+	(*RoutingRequest)(nil),         // 35: taskstore.v1.RoutingRequest
+	(*Replica)(nil),                // 36: taskstore.v1.Replica
+	(*ShardRoute)(nil),             // 37: taskstore.v1.ShardRoute
+	(*RoutingResponse)(nil),        // 38: taskstore.v1.RoutingResponse
+	(*TransferLeaderRequest)(nil),  // 39: taskstore.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil), // 40: taskstore.v1.TransferLeaderResponse
+	(*AddNodeRequest)(nil),         // 41: taskstore.v1.AddNodeRequest
+	(*AddNodeResponse)(nil),        // 42: taskstore.v1.AddNodeResponse
+	(*RemoveNodeRequest)(nil),      // 43: taskstore.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),     // 44: taskstore.v1.RemoveNodeResponse
+	(*RebuildReplicaRequest)(nil),  // 45: taskstore.v1.RebuildReplicaRequest
+	(*RebuildReplicaResponse)(nil), // 46: taskstore.v1.RebuildReplicaResponse
+	(*timestamppb.Timestamp)(nil),  // 47: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 48: google.protobuf.Duration
 }
 var file_taskstore_v1_taskstore_proto_depIdxs = []int32{
-	45, // 0: taskstore.v1.Task.at:type_name -> google.protobuf.Timestamp
-	45, // 1: taskstore.v1.Task.created:type_name -> google.protobuf.Timestamp
-	45, // 2: taskstore.v1.Task.modified:type_name -> google.protobuf.Timestamp
-	45, // 3: taskstore.v1.TaskInsert.at:type_name -> google.protobuf.Timestamp
-	46, // 4: taskstore.v1.TaskInsert.delay:type_name -> google.protobuf.Duration
-	45, // 5: taskstore.v1.TaskChange.at:type_name -> google.protobuf.Timestamp
-	46, // 6: taskstore.v1.TaskChange.delay:type_name -> google.protobuf.Duration
+	47, // 0: taskstore.v1.Task.at:type_name -> google.protobuf.Timestamp
+	47, // 1: taskstore.v1.Task.created:type_name -> google.protobuf.Timestamp
+	47, // 2: taskstore.v1.Task.modified:type_name -> google.protobuf.Timestamp
+	47, // 3: taskstore.v1.TaskInsert.at:type_name -> google.protobuf.Timestamp
+	48, // 4: taskstore.v1.TaskInsert.delay:type_name -> google.protobuf.Duration
+	47, // 5: taskstore.v1.TaskChange.at:type_name -> google.protobuf.Timestamp
+	48, // 6: taskstore.v1.TaskChange.delay:type_name -> google.protobuf.Duration
 	5,  // 7: taskstore.v1.ModifyRequest.inserts:type_name -> taskstore.v1.TaskInsert
 	6,  // 8: taskstore.v1.ModifyRequest.changes:type_name -> taskstore.v1.TaskChange
 	3,  // 9: taskstore.v1.ModifyRequest.deletes:type_name -> taskstore.v1.TaskRef
 	3,  // 10: taskstore.v1.ModifyRequest.depends:type_name -> taskstore.v1.TaskRef
 	4,  // 11: taskstore.v1.ModifyRequest.request:type_name -> taskstore.v1.RequestID
 	8,  // 12: taskstore.v1.ModifyRequest.claim:type_name -> taskstore.v1.ModifyClaim
-	46, // 13: taskstore.v1.ModifyClaim.lease:type_name -> google.protobuf.Duration
+	48, // 13: taskstore.v1.ModifyClaim.lease:type_name -> google.protobuf.Duration
 	2,  // 14: taskstore.v1.ModifyResponse.inserted:type_name -> taskstore.v1.Task
 	2,  // 15: taskstore.v1.ModifyResponse.changed:type_name -> taskstore.v1.Task
 	2,  // 16: taskstore.v1.ModifyResponse.claimed:type_name -> taskstore.v1.Task
 	11, // 17: taskstore.v1.ModifyError.errors:type_name -> taskstore.v1.RefError
 	1,  // 18: taskstore.v1.RefError.category:type_name -> taskstore.v1.RefError.Category
-	45, // 19: taskstore.v1.RefError.lease_until:type_name -> google.protobuf.Timestamp
-	46, // 20: taskstore.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
-	46, // 21: taskstore.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	47, // 19: taskstore.v1.RefError.lease_until:type_name -> google.protobuf.Timestamp
+	48, // 20: taskstore.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
+	48, // 21: taskstore.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
 	4,  // 22: taskstore.v1.ClaimRequest.request:type_name -> taskstore.v1.RequestID
 	2,  // 23: taskstore.v1.ClaimResponse.tasks:type_name -> taskstore.v1.Task
 	0,  // 24: taskstore.v1.TasksRequest.state:type_name -> taskstore.v1.TaskState
 	2,  // 25: taskstore.v1.TasksResponse.tasks:type_name -> taskstore.v1.Task
-	46, // 26: taskstore.v1.QueueStats.oldest_available_age:type_name -> google.protobuf.Duration
-	46, // 27: taskstore.v1.QueueStats.avg_claim_to_commit:type_name -> google.protobuf.Duration
-	46, // 28: taskstore.v1.QueueStats.rate_window:type_name -> google.protobuf.Duration
+	48, // 26: taskstore.v1.QueueStats.oldest_available_age:type_name -> google.protobuf.Duration
+	48, // 27: taskstore.v1.QueueStats.avg_claim_to_commit:type_name -> google.protobuf.Duration
+	48, // 28: taskstore.v1.QueueStats.rate_window:type_name -> google.protobuf.Duration
 	17, // 29: taskstore.v1.QueuesResponse.queues:type_name -> taskstore.v1.QueueStats
 	4,  // 30: taskstore.v1.PurgeRequest.request:type_name -> taskstore.v1.RequestID
 	4,  // 31: taskstore.v1.QueuePauseRequest.request:type_name -> taskstore.v1.RequestID
-	45, // 32: taskstore.v1.TimeResponse.now:type_name -> google.protobuf.Timestamp
-	29, // 33: taskstore.v1.ReplicaStatus.checkpoints:type_name -> taskstore.v1.Checkpoint
-	30, // 34: taskstore.v1.ReplicaStatus.divergence:type_name -> taskstore.v1.Divergence
-	45, // 35: taskstore.v1.Divergence.detected:type_name -> google.protobuf.Timestamp
-	28, // 36: taskstore.v1.ShardStatus.replica_status:type_name -> taskstore.v1.ReplicaStatus
-	27, // 37: taskstore.v1.StatusResponse.nodes:type_name -> taskstore.v1.NodeStatus
-	31, // 38: taskstore.v1.StatusResponse.shards:type_name -> taskstore.v1.ShardStatus
-	31, // 39: taskstore.v1.StatusResponse.meta:type_name -> taskstore.v1.ShardStatus
-	45, // 40: taskstore.v1.StatusResponse.now:type_name -> google.protobuf.Timestamp
-	34, // 41: taskstore.v1.ShardRoute.replicas:type_name -> taskstore.v1.Replica
-	35, // 42: taskstore.v1.RoutingResponse.shards:type_name -> taskstore.v1.ShardRoute
-	27, // 43: taskstore.v1.AddNodeResponse.node:type_name -> taskstore.v1.NodeStatus
-	27, // 44: taskstore.v1.RemoveNodeResponse.node:type_name -> taskstore.v1.NodeStatus
-	7,  // 45: taskstore.v1.TaskStore.Modify:input_type -> taskstore.v1.ModifyRequest
-	12, // 46: taskstore.v1.TaskStore.Claim:input_type -> taskstore.v1.ClaimRequest
-	14, // 47: taskstore.v1.TaskStore.Tasks:input_type -> taskstore.v1.TasksRequest
-	16, // 48: taskstore.v1.TaskStore.Queues:input_type -> taskstore.v1.QueuesRequest
-	23, // 49: taskstore.v1.TaskStore.Time:input_type -> taskstore.v1.TimeRequest
-	19, // 50: taskstore.v1.TaskStore.Purge:input_type -> taskstore.v1.PurgeRequest
-	21, // 51: taskstore.v1.TaskStore.PauseQueue:input_type -> taskstore.v1.QueuePauseRequest
-	21, // 52: taskstore.v1.TaskStore.ResumeQueue:input_type -> taskstore.v1.QueuePauseRequest
-	26, // 53: taskstore.v1.Admin.Status:input_type -> taskstore.v1.StatusRequest
-	33, // 54: taskstore.v1.Admin.Routing:input_type -> taskstore.v1.RoutingRequest
-	37, // 55: taskstore.v1.Admin.TransferLeader:input_type -> taskstore.v1.TransferLeaderRequest
-	39, // 56: taskstore.v1.Admin.AddNode:input_type -> taskstore.v1.AddNodeRequest
-	41, // 57: taskstore.v1.Admin.RemoveNode:input_type -> taskstore.v1.RemoveNodeRequest
-	43, // 58: taskstore.v1.Admin.RebuildReplica:input_type -> taskstore.v1.RebuildReplicaRequest
-	9,  // 59: taskstore.v1.TaskStore.Modify:output_type -> taskstore.v1.ModifyResponse
-	13, // 60: taskstore.v1.TaskStore.Claim:output_type -> taskstore.v1.ClaimResponse
-	15, // 61: taskstore.v1.TaskStore.Tasks:output_type -> taskstore.v1.TasksResponse
-	18, // 62: taskstore.v1.TaskStore.Queues:output_type -> taskstore.v1.QueuesResponse
-	24, // 63: taskstore.v1.TaskStore.Time:output_type -> taskstore.v1.TimeResponse
-	20, // 64: taskstore.v1.TaskStore.Purge:output_type -> taskstore.v1.PurgeResponse
-	22, // 65: taskstore.v1.TaskStore.PauseQueue:output_type -> taskstore.v1.QueuePauseResponse
-	22, // 66: taskstore.v1.TaskStore.ResumeQueue:output_type -> taskstore.v1.QueuePauseResponse
-	32, // 67: taskstore.v1.Admin.Status:output_type -> taskstore.v1.StatusResponse
-	36, // 68: taskstore.v1.Admin.Routing:output_type -> taskstore.v1.RoutingResponse
-	38, // 69: taskstore.v1.Admin.TransferLeader:output_type -> taskstore.v1.TransferLeaderResponse
-	40, // 70: taskstore.v1.Admin.AddNode:output_type -> taskstore.v1.AddNodeResponse
-	42, // 71: taskstore.v1.Admin.RemoveNode:output_type -> taskstore.v1.RemoveNodeResponse
-	44, // 72: taskstore.v1.Admin.RebuildReplica:output_type -> taskstore.v1.RebuildReplicaResponse
-	59, // [59:73] is the sub-list for method output_type
-	45, // [45:59] is the sub-list for method input_type
-	45, // [45:45] is the sub-list for extension type_name
-	45, // [45:45] is the sub-list for extension extendee
-	0,  // [0:45] is the sub-list for field type_name
+	4,  // 32: taskstore.v1.QueueLimitRequest.request:type_name -> taskstore.v1.RequestID
+	47, // 33: taskstore.v1.TimeResponse.now:type_name -> google.protobuf.Timestamp
+	31, // 34: taskstore.v1.ReplicaStatus.checkpoints:type_name -> taskstore.v1.Checkpoint
+	32, // 35: taskstore.v1.ReplicaStatus.divergence:type_name -> taskstore.v1.Divergence
+	47, // 36: taskstore.v1.Divergence.detected:type_name -> google.protobuf.Timestamp
+	30, // 37: taskstore.v1.ShardStatus.replica_status:type_name -> taskstore.v1.ReplicaStatus
+	29, // 38: taskstore.v1.StatusResponse.nodes:type_name -> taskstore.v1.NodeStatus
+	33, // 39: taskstore.v1.StatusResponse.shards:type_name -> taskstore.v1.ShardStatus
+	33, // 40: taskstore.v1.StatusResponse.meta:type_name -> taskstore.v1.ShardStatus
+	47, // 41: taskstore.v1.StatusResponse.now:type_name -> google.protobuf.Timestamp
+	36, // 42: taskstore.v1.ShardRoute.replicas:type_name -> taskstore.v1.Replica
+	37, // 43: taskstore.v1.RoutingResponse.shards:type_name -> taskstore.v1.ShardRoute
+	29, // 44: taskstore.v1.AddNodeResponse.node:type_name -> taskstore.v1.NodeStatus
+	29, // 45: taskstore.v1.RemoveNodeResponse.node:type_name -> taskstore.v1.NodeStatus
+	7,  // 46: taskstore.v1.TaskStore.Modify:input_type -> taskstore.v1.ModifyRequest
+	12, // 47: taskstore.v1.TaskStore.Claim:input_type -> taskstore.v1.ClaimRequest
+	14, // 48: taskstore.v1.TaskStore.Tasks:input_type -> taskstore.v1.TasksRequest
+	16, // 49: taskstore.v1.TaskStore.Queues:input_type -> taskstore.v1.QueuesRequest
+	25, // 50: taskstore.v1.TaskStore.Time:input_type -> taskstore.v1.TimeRequest
+	19, // 51: taskstore.v1.TaskStore.Purge:input_type -> taskstore.v1.PurgeRequest
+	21, // 52: taskstore.v1.TaskStore.PauseQueue:input_type -> taskstore.v1.QueuePauseRequest
+	21, // 53: taskstore.v1.TaskStore.ResumeQueue:input_type -> taskstore.v1.QueuePauseRequest
+	22, // 54: taskstore.v1.TaskStore.SetQueueLimit:input_type -> taskstore.v1.QueueLimitRequest
+	28, // 55: taskstore.v1.Admin.Status:input_type -> taskstore.v1.StatusRequest
+	35, // 56: taskstore.v1.Admin.Routing:input_type -> taskstore.v1.RoutingRequest
+	39, // 57: taskstore.v1.Admin.TransferLeader:input_type -> taskstore.v1.TransferLeaderRequest
+	41, // 58: taskstore.v1.Admin.AddNode:input_type -> taskstore.v1.AddNodeRequest
+	43, // 59: taskstore.v1.Admin.RemoveNode:input_type -> taskstore.v1.RemoveNodeRequest
+	45, // 60: taskstore.v1.Admin.RebuildReplica:input_type -> taskstore.v1.RebuildReplicaRequest
+	9,  // 61: taskstore.v1.TaskStore.Modify:output_type -> taskstore.v1.ModifyResponse
+	13, // 62: taskstore.v1.TaskStore.Claim:output_type -> taskstore.v1.ClaimResponse
+	15, // 63: taskstore.v1.TaskStore.Tasks:output_type -> taskstore.v1.TasksResponse
+	18, // 64: taskstore.v1.TaskStore.Queues:output_type -> taskstore.v1.QueuesResponse
+	26, // 65: taskstore.v1.TaskStore.Time:output_type -> taskstore.v1.TimeResponse
+	20, // 66: taskstore.v1.TaskStore.Purge:output_type -> taskstore.v1.PurgeResponse
+	24, // 67: taskstore.v1.TaskStore.PauseQueue:output_type -> taskstore.v1.QueuePauseResponse
+	24, // 68: taskstore.v1.TaskStore.ResumeQueue:output_type -> taskstore.v1.QueuePauseResponse
+	23, // 69: taskstore.v1.TaskStore.SetQueueLimit:output_type -> taskstore.v1.QueueLimitResponse
+	34, // 70: taskstore.v1.Admin.Status:output_type -> taskstore.v1.StatusResponse
+	38, // 71: taskstore.v1.Admin.Routing:output_type -> taskstore.v1.RoutingResponse
+	40, // 72: taskstore.v1.Admin.TransferLeader:output_type -> taskstore.v1.TransferLeaderResponse
+	42, // 73: taskstore.v1.Admin.AddNode:output_type -> taskstore.v1.AddNodeResponse
+	44, // 74: taskstore.v1.Admin.RemoveNode:output_type -> taskstore.v1.RemoveNodeResponse
+	46, // 75: taskstore.v1.Admin.RebuildReplica:output_type -> taskstore.v1.RebuildReplicaResponse
+	61, // [61:76] is the sub-list for method output_type
+	46, // [46:61] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_taskstore_v1_taskstore_proto_init() }
@@ -3705,7 +3837,7 @@ func file_taskstore_v1_taskstore_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_taskstore_v1_taskstore_proto_rawDesc), len(file_taskstore_v1_taskstore_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   43,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -288,6 +288,33 @@ func local_request_TaskStore_ResumeQueue_0(ctx context.Context, marshaler runtim
 	return msg, metadata, err
 }
 
+func request_TaskStore_SetQueueLimit_0(ctx context.Context, marshaler runtime.Marshaler, client TaskStoreClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq QueueLimitRequest
+		metadata runtime.ServerMetadata
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.SetQueueLimit(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_TaskStore_SetQueueLimit_0(ctx context.Context, marshaler runtime.Marshaler, server TaskStoreServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq QueueLimitRequest
+		metadata runtime.ServerMetadata
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	msg, err := server.SetQueueLimit(ctx, &protoReq)
+	return msg, metadata, err
+}
+
 var filter_Admin_Status_0 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
 
 func request_Admin_Status_0(ctx context.Context, marshaler runtime.Marshaler, client AdminClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
@@ -647,6 +674,26 @@ func RegisterTaskStoreHandlerServer(ctx context.Context, mux *runtime.ServeMux, 
 		}
 		forward_TaskStore_ResumeQueue_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodPost, pattern_TaskStore_SetQueueLimit_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/taskstore.v1.TaskStore/SetQueueLimit", runtime.WithHTTPPathPattern("/v1/limit"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_TaskStore_SetQueueLimit_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_TaskStore_SetQueueLimit_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 
 	return nil
 }
@@ -950,31 +997,50 @@ func RegisterTaskStoreHandlerClient(ctx context.Context, mux *runtime.ServeMux, 
 		}
 		forward_TaskStore_ResumeQueue_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodPost, pattern_TaskStore_SetQueueLimit_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/taskstore.v1.TaskStore/SetQueueLimit", runtime.WithHTTPPathPattern("/v1/limit"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_TaskStore_SetQueueLimit_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_TaskStore_SetQueueLimit_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 	return nil
 }
 
 var (
-	pattern_TaskStore_Modify_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "modify"}, ""))
-	pattern_TaskStore_Claim_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "claim"}, ""))
-	pattern_TaskStore_Tasks_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "tasks"}, ""))
-	pattern_TaskStore_Tasks_1       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "tasks"}, ""))
-	pattern_TaskStore_Queues_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "queues"}, ""))
-	pattern_TaskStore_Time_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "time"}, ""))
-	pattern_TaskStore_Purge_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "purge"}, ""))
-	pattern_TaskStore_PauseQueue_0  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "pause"}, ""))
-	pattern_TaskStore_ResumeQueue_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "resume"}, ""))
+	pattern_TaskStore_Modify_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "modify"}, ""))
+	pattern_TaskStore_Claim_0         = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "claim"}, ""))
+	pattern_TaskStore_Tasks_0         = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "tasks"}, ""))
+	pattern_TaskStore_Tasks_1         = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "tasks"}, ""))
+	pattern_TaskStore_Queues_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "queues"}, ""))
+	pattern_TaskStore_Time_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "time"}, ""))
+	pattern_TaskStore_Purge_0         = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "purge"}, ""))
+	pattern_TaskStore_PauseQueue_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "pause"}, ""))
+	pattern_TaskStore_ResumeQueue_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "resume"}, ""))
+	pattern_TaskStore_SetQueueLimit_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "limit"}, ""))
 )
 
 var (
-	forward_TaskStore_Modify_0      = runtime.ForwardResponseMessage
-	forward_TaskStore_Claim_0       = runtime.ForwardResponseMessage
-	forward_TaskStore_Tasks_0       = runtime.ForwardResponseMessage
-	forward_TaskStore_Tasks_1       = runtime.ForwardResponseMessage
-	forward_TaskStore_Queues_0      = runtime.ForwardResponseMessage
-	forward_TaskStore_Time_0        = runtime.ForwardResponseMessage
-	forward_TaskStore_Purge_0       = runtime.ForwardResponseMessage
-	forward_TaskStore_PauseQueue_0  = runtime.ForwardResponseMessage
-	forward_TaskStore_ResumeQueue_0 = runtime.ForwardResponseMessage
+	forward_TaskStore_Modify_0        = runtime.ForwardResponseMessage
+	forward_TaskStore_Claim_0         = runtime.ForwardResponseMessage
+	forward_TaskStore_Tasks_0         = runtime.ForwardResponseMessage
+	forward_TaskStore_Tasks_1         = runtime.ForwardResponseMessage
+	forward_TaskStore_Queues_0        = runtime.ForwardResponseMessage
+	forward_TaskStore_Time_0          = runtime.ForwardResponseMessage
+	forward_TaskStore_Purge_0         = runtime.ForwardResponseMessage
+	forward_TaskStore_PauseQueue_0    = runtime.ForwardResponseMessage
+	forward_TaskStore_ResumeQueue_0   = runtime.ForwardResponseMessage
+	forward_TaskStore_SetQueueLimit_0 = runtime.ForwardResponseMessage
 )
 
 // RegisterAdminHandlerFromEndpoint is same as RegisterAdminHandler but

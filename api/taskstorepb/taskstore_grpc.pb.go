@@ -22,14 +22,15 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	TaskStore_Modify_FullMethodName      = "/taskstore.v1.TaskStore/Modify"
-	TaskStore_Claim_FullMethodName       = "/taskstore.v1.TaskStore/Claim"
-	TaskStore_Tasks_FullMethodName       = "/taskstore.v1.TaskStore/Tasks"
-	TaskStore_Queues_FullMethodName      = "/taskstore.v1.TaskStore/Queues"
-	TaskStore_Time_FullMethodName        = "/taskstore.v1.TaskStore/Time"
-	TaskStore_Purge_FullMethodName       = "/taskstore.v1.TaskStore/Purge"
-	TaskStore_PauseQueue_FullMethodName  = "/taskstore.v1.TaskStore/PauseQueue"
-	TaskStore_ResumeQueue_FullMethodName = "/taskstore.v1.TaskStore/ResumeQueue"
+	TaskStore_Modify_FullMethodName        = "/taskstore.v1.TaskStore/Modify"
+	TaskStore_Claim_FullMethodName         = "/taskstore.v1.TaskStore/Claim"
+	TaskStore_Tasks_FullMethodName         = "/taskstore.v1.TaskStore/Tasks"
+	TaskStore_Queues_FullMethodName        = "/taskstore.v1.TaskStore/Queues"
+	TaskStore_Time_FullMethodName          = "/taskstore.v1.TaskStore/Time"
+	TaskStore_Purge_FullMethodName         = "/taskstore.v1.TaskStore/Purge"
+	TaskStore_PauseQueue_FullMethodName    = "/taskstore.v1.TaskStore/PauseQueue"
+	TaskStore_ResumeQueue_FullMethodName   = "/taskstore.v1.TaskStore/ResumeQueue"
+	TaskStore_SetQueueLimit_FullMethodName = "/taskstore.v1.TaskStore/SetQueueLimit"
 )
 
 // TaskStoreClient is the client API for TaskStore service.
@@ -61,6 +62,12 @@ type TaskStoreClient interface {
 	PauseQueue(ctx context.Context, in *QueuePauseRequest, opts ...grpc.CallOption) (*QueuePauseResponse, error)
 	// ResumeQueue undoes PauseQueue; waiting claims wake at once.
 	ResumeQueue(ctx context.Context, in *QueuePauseRequest, opts ...grpc.CallOption) (*QueuePauseResponse, error)
+	// SetQueueLimit bounds how many of a queue's tasks may be claimed at once,
+	// across all workers: a claim that would exceed it takes fewer or none,
+	// and waiting claims wake when a claim ends (a commit, a release, a lease
+	// running out). max_claimed 0 removes the limit. Lowering it below what is
+	// claimed now takes nothing back.
+	SetQueueLimit(ctx context.Context, in *QueueLimitRequest, opts ...grpc.CallOption) (*QueueLimitResponse, error)
 }
 
 type taskStoreClient struct {
@@ -151,6 +158,16 @@ func (c *taskStoreClient) ResumeQueue(ctx context.Context, in *QueuePauseRequest
 	return out, nil
 }
 
+func (c *taskStoreClient) SetQueueLimit(ctx context.Context, in *QueueLimitRequest, opts ...grpc.CallOption) (*QueueLimitResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QueueLimitResponse)
+	err := c.cc.Invoke(ctx, TaskStore_SetQueueLimit_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TaskStoreServer is the server API for TaskStore service.
 // All implementations must embed UnimplementedTaskStoreServer
 // for forward compatibility.
@@ -180,6 +197,12 @@ type TaskStoreServer interface {
 	PauseQueue(context.Context, *QueuePauseRequest) (*QueuePauseResponse, error)
 	// ResumeQueue undoes PauseQueue; waiting claims wake at once.
 	ResumeQueue(context.Context, *QueuePauseRequest) (*QueuePauseResponse, error)
+	// SetQueueLimit bounds how many of a queue's tasks may be claimed at once,
+	// across all workers: a claim that would exceed it takes fewer or none,
+	// and waiting claims wake when a claim ends (a commit, a release, a lease
+	// running out). max_claimed 0 removes the limit. Lowering it below what is
+	// claimed now takes nothing back.
+	SetQueueLimit(context.Context, *QueueLimitRequest) (*QueueLimitResponse, error)
 	mustEmbedUnimplementedTaskStoreServer()
 }
 
@@ -213,6 +236,9 @@ func (UnimplementedTaskStoreServer) PauseQueue(context.Context, *QueuePauseReque
 }
 func (UnimplementedTaskStoreServer) ResumeQueue(context.Context, *QueuePauseRequest) (*QueuePauseResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ResumeQueue not implemented")
+}
+func (UnimplementedTaskStoreServer) SetQueueLimit(context.Context, *QueueLimitRequest) (*QueueLimitResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method SetQueueLimit not implemented")
 }
 func (UnimplementedTaskStoreServer) mustEmbedUnimplementedTaskStoreServer() {}
 func (UnimplementedTaskStoreServer) testEmbeddedByValue()                   {}
@@ -379,6 +405,24 @@ func _TaskStore_ResumeQueue_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _TaskStore_SetQueueLimit_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(QueueLimitRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TaskStoreServer).SetQueueLimit(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TaskStore_SetQueueLimit_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TaskStoreServer).SetQueueLimit(ctx, req.(*QueueLimitRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // TaskStore_ServiceDesc is the grpc.ServiceDesc for TaskStore service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -417,6 +461,10 @@ var TaskStore_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ResumeQueue",
 			Handler:    _TaskStore_ResumeQueue_Handler,
+		},
+		{
+			MethodName: "SetQueueLimit",
+			Handler:    _TaskStore_SetQueueLimit_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

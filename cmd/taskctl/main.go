@@ -162,7 +162,7 @@ func printError(w io.Writer, err error) {
 		msg += "\n(the cluster requires a client certificate: give --tls-cert and --tls-key, from `taskctl cert issue client NAME`; see docs/security.md)"
 	}
 	if errors.Is(err, client.ErrAmbiguous) {
-		msg += "\n(give --queue to say which task is meant)"
+		msg += "\n(give --queue QUEUE)"
 	}
 	if errors.Is(err, client.ErrPermission) {
 		msg += "\n(give a certificate of the right role with --tls-cert/--tls-key, or a token with --token-file; see docs/security.md)"

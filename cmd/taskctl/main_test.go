@@ -488,7 +488,7 @@ func TestQueuePauseResume(t *testing.T) {
 	}
 	mustRun(t, fc, "task", "insert", "jobs/q", "--id", "p1", "--value", "v")
 	list := mustRun(t, fc, "queue", "list", "jobs/")
-	if lines := strings.Split(strings.TrimSpace(list), "\n"); len(lines) != 2 || !strings.HasSuffix(strings.TrimSpace(lines[1]), "yes") {
+	if lines := strings.Split(strings.TrimSpace(list), "\n"); len(lines) != 2 || !regexp.MustCompile(`\syes\s+-$`).MatchString(strings.TrimSpace(lines[1])) {
 		t.Fatalf("queue list of a paused queue:\n%s", list)
 	}
 	if out := mustRun(t, fc, "queue", "stats", "jobs/q"); !regexp.MustCompile(`paused\s+yes`).MatchString(out) {
@@ -505,5 +505,48 @@ func TestQueuePauseResume(t *testing.T) {
 	}
 	if out := mustRun(t, fc, "queue", "resume", "jobs/q"); !strings.Contains(out, "was not paused") {
 		t.Fatalf("a second queue resume printed %q", out)
+	}
+}
+
+// TestQueueLimit (issue 18 item 8): with queue limit 1, a claim of five
+// takes one, the next finds nothing and says the limit is why, queue list
+// and stats show it, and deleting the claimed task lets the other be
+// claimed; a paused queue's empty claim says it is paused.
+func TestQueueLimit(t *testing.T) {
+	fc := clienttest.New(t, 3, 2)
+	if out := mustRun(t, fc, "queue", "limit", "lim/q", "1"); !strings.Contains(out, "at most 1 claimed at once (was -)") {
+		t.Fatalf("queue limit printed %q", out)
+	}
+	for _, id := range []string{"l1", "l2"} {
+		mustRun(t, fc, "task", "insert", "lim/q", "--id", id)
+	}
+	first := tasksJSON(t, mustRun(t, fc, "-o", "json", "task", "claim", "lim/q", "--limit", "5"))
+	if len(first) != 1 {
+		t.Fatalf("a claim of 5 under a limit of 1 took %d tasks", len(first))
+	}
+	r := run(t, fc, "task", "claim", "lim/q")
+	if r.code != 0 || !strings.Contains(r.stderr, "no task available: lim/q has 1 claimed, its limit") {
+		t.Fatalf("a claim at the limit: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if out := mustRun(t, fc, "queue", "list", "lim/"); !regexp.MustCompile(`lim/q\s.*\s-\s+1\s*$`).MatchString(strings.TrimSpace(out)) {
+		t.Fatalf("queue list shows no LIMIT 1:\n%s", out)
+	}
+	if out := mustRun(t, fc, "queue", "stats", "lim/q"); !regexp.MustCompile(`max claimed\s+1`).MatchString(out) {
+		t.Fatalf("queue stats shows no limit:\n%s", out)
+	}
+	mustRun(t, fc, "task", "delete", first[0].Id, "--version", fmt.Sprint(first[0].Version), "--queue", "lim/q")
+	if next := tasksJSON(t, mustRun(t, fc, "-o", "json", "task", "claim", "lim/q")); len(next) != 1 || next[0].Id == first[0].Id {
+		t.Fatalf("after the claimed task was deleted: %v, want the other task", next)
+	}
+	if out := mustRun(t, fc, "queue", "limit", "lim/q", "0"); !strings.Contains(out, "(was 1)") {
+		t.Fatalf("removing the limit printed %q", out)
+	}
+	if r := run(t, fc, "queue", "limit", "lim/q", "many"); r.code == 0 || !strings.Contains(r.stderr, "whole number") {
+		t.Fatalf("queue limit with a bad N: exit %d, stderr %q", r.code, r.stderr)
+	}
+	mustRun(t, fc, "queue", "pause", "lim/p")
+	mustRun(t, fc, "task", "insert", "lim/p", "--id", "p1")
+	if r := run(t, fc, "task", "claim", "lim/p"); !strings.Contains(r.stderr, "lim/p is paused") {
+		t.Fatalf("a claim of a paused queue: stderr %q, want it to say the queue is paused", r.stderr)
 	}
 }

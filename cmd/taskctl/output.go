@@ -155,10 +155,10 @@ func printTask(w io.Writer, task *taskstorepb.Task) error {
 }
 
 func printQueues(w io.Writer, queues []*taskstorepb.QueueStats) error {
-	t := newTable(w, "QUEUE", "SHARD", "TOTAL", "AVAILABLE", "CLAIMED", "DELAYED", "OLDEST AVAILABLE", "PAUSED")
+	t := newTable(w, "QUEUE", "SHARD", "TOTAL", "AVAILABLE", "CLAIMED", "DELAYED", "OLDEST AVAILABLE", "PAUSED", "LIMIT")
 	for _, q := range queues {
 		t.row(q.Name, u64(uint64(q.Shard)), u64(q.Total), u64(q.Available), u64(q.Claimed), u64(q.Delayed), formatDuration(q.OldestAvailableAge),
-			pausedWord(q.Paused))
+			pausedWord(q.Paused), limitWord(q.MaxClaimed))
 	}
 	return t.flush()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -35,8 +36,8 @@ its shard.`,
 PREFIX (all queues without one) and prints them sorted by name with their
 shard and counts: total, available (claimable now), claimed (under an
 unexpired lease), delayed (not yet available), the age of the oldest
-available task, and whether it is paused (queue pause): a paused queue is
-listed even when it holds no tasks.
+available task, whether it is paused (queue pause) and its concurrency limit
+(queue limit): a queue with either is listed even when it holds no tasks.
 
 With -o json it prints a QueuesResponse: {"queues":[...]}.`,
 		Example: `  taskctl queue list
@@ -208,7 +209,39 @@ needs the admin role.`,
 		},
 	}
 
-	cmd.AddCommand(list, stats, pause, resume, purge, move)
+	limitCmd := &cobra.Command{
+		Use:   "limit QUEUE N",
+		Short: "Bound how many of a queue's tasks are claimed at once",
+		Long: `queue limit lets at most N tasks of QUEUE be claimed at once, across all
+workers: a claim that would exceed it takes fewer or none, and waiting claims
+wake when a claim ends (a commit, a release, a lease running out). N = 0
+removes the limit. Lowering it below what is claimed now takes nothing back:
+new claims wait until enough end. The limit is replicated (it survives leader
+changes and restarts) and shows as LIMIT in queue list and "max claimed" in
+queue stats. It needs the admin role.`,
+		Example: `  taskctl queue limit crawl/fetch 10     # at most 10 fetches at a time
+  taskctl queue limit crawl/fetch 0      # no limit`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			n, err := strconv.ParseUint(args[1], 10, 32)
+			if err != nil {
+				return fmt.Errorf("N: %q is not a whole number of tasks (0 removes the limit)", args[1])
+			}
+			return a.withClient(0, func(ctx context.Context, c *client.Client) error {
+				prev, err := c.SetQueueLimit(ctx, args[0], uint32(n))
+				if err != nil {
+					return err
+				}
+				if a.output == "json" {
+					return printJSON(a.stdout, &taskstorepb.QueueLimitResponse{Previous: prev})
+				}
+				fmt.Fprintf(a.stdout, "%s: at most %s claimed at once (was %s)\n", args[0], limitWord(uint32(n)), limitWord(prev))
+				return nil
+			})
+		},
+	}
+
+	cmd.AddCommand(list, stats, pause, resume, limitCmd, purge, move)
 	return cmd
 }
 
@@ -236,6 +269,39 @@ func (a *app) setPaused(queue string, paused bool) error {
 		}
 		return nil
 	})
+}
+
+// limitWord is how tables show a queue's concurrency limit.
+func limitWord(n uint32) string {
+	if n == 0 {
+		return "-"
+	}
+	return strconv.FormatUint(uint64(n), 10)
+}
+
+// emptyClaimHint says why a claim of queues found nothing when one of them
+// is paused or at its concurrency limit (a claim's answer does not say).
+func emptyClaimHint(ctx context.Context, c *client.Client, queues []string) string {
+	var why []string
+	for _, name := range queues {
+		qs, err := c.ListQueues(ctx, name)
+		if err != nil {
+			return ""
+		}
+		for _, q := range qs {
+			switch {
+			case q.Name != name:
+			case q.Paused:
+				why = append(why, fmt.Sprintf("%s is paused (taskctl queue resume %s)", name, name))
+			case q.MaxClaimed > 0 && q.Claimed >= uint64(q.MaxClaimed):
+				why = append(why, fmt.Sprintf("%s has %d claimed, its limit (taskctl queue limit)", name, q.Claimed))
+			}
+		}
+	}
+	if len(why) == 0 {
+		return ""
+	}
+	return ": " + strings.Join(why, "; ")
 }
 
 // pausedWord is how tables show a queue's pause.
@@ -269,6 +335,7 @@ func printQueueDetail(w io.Writer, q *taskstorepb.QueueStats) error {
 	fmt.Fprintf(tw, "delayed\t%d\n", q.Delayed)
 	fmt.Fprintf(tw, "oldest available\t%s\n", age)
 	fmt.Fprintf(tw, "paused\t%s\n", pausedWord(q.Paused))
+	fmt.Fprintf(tw, "max claimed\t%s\n", limitWord(q.MaxClaimed))
 	fmt.Fprintf(tw, "enqueue rate\t%.2f/s (over %s)\n", q.EnqueueRate, window)
 	fmt.Fprintf(tw, "claim rate\t%.2f/s\n", q.ClaimRate)
 	fmt.Fprintf(tw, "commit rate\t%.2f/s\n", q.CommitRate)

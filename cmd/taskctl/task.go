@@ -181,7 +181,7 @@ With -o json it prints the ClaimResponse: {"tasks":[...]}.`,
 					return printJSON(a.stdout, resp)
 				}
 				if len(resp.Tasks) == 0 {
-					fmt.Fprintln(a.stderr, "no task available")
+					fmt.Fprintln(a.stderr, "no task available"+emptyClaimHint(ctx, c, args))
 					return nil
 				}
 				return printTasks(a.stdout, resp.Tasks)
@@ -429,7 +429,9 @@ nothing changes and the error says what the current version is.
 The task is looked up first to find its queue (skipped with --queue) and its
 claimant: by default the command acts as the task's current claimant, so a
 task a worker holds can be deleted; that worker's version then no longer
-exists. Give --claimant to act as someone else.
+exists. Give --claimant to act as someone else. Ids are unique within a
+consistency group only: when tasks of several groups have ID, the command
+deletes nothing and lists them; give --queue to name the one meant.
 
 --claim-next QUEUE (repeatable; queues of the task's consistency group) also
 claims up to --limit tasks of those queues, in the same request and log entry,

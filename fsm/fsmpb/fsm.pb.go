@@ -50,6 +50,9 @@ const (
 	// Pauses or resumes a queue (Command.pause): a paused queue takes
 	// inserts and changes but hands out no claims.
 	Op_OP_PAUSE Op = 8
+	// Sets or clears a queue's concurrency limit (Command.limit): at most
+	// max_claimed of its tasks claimed at once.
+	Op_OP_LIMIT Op = 9
 )
 
 // Enum value maps for Op.
@@ -64,6 +67,7 @@ var (
 		6: "OP_MODIFY_CLAIM",
 		7: "OP_SET_FORMAT",
 		8: "OP_PAUSE",
+		9: "OP_LIMIT",
 	}
 	Op_value = map[string]int32{
 		"OP_UNSPECIFIED":  0,
@@ -75,6 +79,7 @@ var (
 		"OP_MODIFY_CLAIM": 6,
 		"OP_SET_FORMAT":   7,
 		"OP_PAUSE":        8,
+		"OP_LIMIT":        9,
 	}
 )
 
@@ -173,7 +178,7 @@ func (x RefError_Category) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RefError_Category.Descriptor instead.
 func (RefError_Category) EnumDescriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{15, 0}
+	return file_fsm_proto_rawDescGZIP(), []int{17, 0}
 }
 
 // Command is one log entry's payload.
@@ -192,8 +197,9 @@ type Command struct {
 	Batch    []*Command `protobuf:"bytes,13,rep,name=batch,proto3" json:"batch,omitempty"`
 	// OP_SET_FORMAT: the state format to raise to (fsm.MaxFormat documents
 	// each format).
-	Format        uint32 `protobuf:"varint,14,opt,name=format,proto3" json:"format,omitempty"`
-	Pause         *Pause `protobuf:"bytes,15,opt,name=pause,proto3" json:"pause,omitempty"`
+	Format        uint32      `protobuf:"varint,14,opt,name=format,proto3" json:"format,omitempty"`
+	Pause         *Pause      `protobuf:"bytes,15,opt,name=pause,proto3" json:"pause,omitempty"`
+	Limit         *QueueLimit `protobuf:"bytes,16,opt,name=limit,proto3" json:"limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -294,6 +300,13 @@ func (x *Command) GetFormat() uint32 {
 func (x *Command) GetPause() *Pause {
 	if x != nil {
 		return x.Pause
+	}
+	return nil
+}
+
+func (x *Command) GetLimit() *QueueLimit {
+	if x != nil {
+		return x.Limit
 	}
 	return nil
 }
@@ -820,6 +833,60 @@ func (x *Purge) GetQueue() string {
 	return ""
 }
 
+type QueueLimit struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Queue string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	// At most this many of the queue's tasks under an unexpired lease at
+	// once; 0 removes the limit.
+	MaxClaimed    uint32 `protobuf:"varint,2,opt,name=max_claimed,json=maxClaimed,proto3" json:"max_claimed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueLimit) Reset() {
+	*x = QueueLimit{}
+	mi := &file_fsm_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueLimit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueLimit) ProtoMessage() {}
+
+func (x *QueueLimit) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueLimit.ProtoReflect.Descriptor instead.
+func (*QueueLimit) Descriptor() ([]byte, []int) {
+	return file_fsm_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *QueueLimit) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *QueueLimit) GetMaxClaimed() uint32 {
+	if x != nil {
+		return x.MaxClaimed
+	}
+	return 0
+}
+
 type Pause struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Queue string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
@@ -831,7 +898,7 @@ type Pause struct {
 
 func (x *Pause) Reset() {
 	*x = Pause{}
-	mi := &file_fsm_proto_msgTypes[7]
+	mi := &file_fsm_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -843,7 +910,7 @@ func (x *Pause) String() string {
 func (*Pause) ProtoMessage() {}
 
 func (x *Pause) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[7]
+	mi := &file_fsm_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -856,7 +923,7 @@ func (x *Pause) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pause.ProtoReflect.Descriptor instead.
 func (*Pause) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{7}
+	return file_fsm_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Pause) GetQueue() string {
@@ -894,7 +961,7 @@ type Task struct {
 
 func (x *Task) Reset() {
 	*x = Task{}
-	mi := &file_fsm_proto_msgTypes[8]
+	mi := &file_fsm_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -906,7 +973,7 @@ func (x *Task) String() string {
 func (*Task) ProtoMessage() {}
 
 func (x *Task) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[8]
+	mi := &file_fsm_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -919,7 +986,7 @@ func (x *Task) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Task.ProtoReflect.Descriptor instead.
 func (*Task) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{8}
+	return file_fsm_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Task) GetId() string {
@@ -1026,13 +1093,14 @@ type Result struct {
 	// stored answer, replayed; nothing was applied this time. Never stored.
 	Replayed      bool         `protobuf:"varint,6,opt,name=replayed,proto3" json:"replayed,omitempty"`
 	Pause         *PauseResult `protobuf:"bytes,7,opt,name=pause,proto3" json:"pause,omitempty"`
+	Limit         *LimitResult `protobuf:"bytes,8,opt,name=limit,proto3" json:"limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_fsm_proto_msgTypes[9]
+	mi := &file_fsm_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1044,7 +1112,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[9]
+	mi := &file_fsm_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1057,7 +1125,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{9}
+	return file_fsm_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Result) GetModify() *ModifyResult {
@@ -1109,6 +1177,58 @@ func (x *Result) GetPause() *PauseResult {
 	return nil
 }
 
+func (x *Result) GetLimit() *LimitResult {
+	if x != nil {
+		return x.Limit
+	}
+	return nil
+}
+
+type LimitResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The queue's limit before the command (0: none).
+	Previous      uint32 `protobuf:"varint,1,opt,name=previous,proto3" json:"previous,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LimitResult) Reset() {
+	*x = LimitResult{}
+	mi := &file_fsm_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LimitResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LimitResult) ProtoMessage() {}
+
+func (x *LimitResult) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LimitResult.ProtoReflect.Descriptor instead.
+func (*LimitResult) Descriptor() ([]byte, []int) {
+	return file_fsm_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *LimitResult) GetPrevious() uint32 {
+	if x != nil {
+		return x.Previous
+	}
+	return 0
+}
+
 type ModifyResult struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Inserted  []*Task                `protobuf:"bytes,1,rep,name=inserted,proto3" json:"inserted,omitempty"`
@@ -1122,7 +1242,7 @@ type ModifyResult struct {
 
 func (x *ModifyResult) Reset() {
 	*x = ModifyResult{}
-	mi := &file_fsm_proto_msgTypes[10]
+	mi := &file_fsm_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1134,7 +1254,7 @@ func (x *ModifyResult) String() string {
 func (*ModifyResult) ProtoMessage() {}
 
 func (x *ModifyResult) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[10]
+	mi := &file_fsm_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1147,7 +1267,7 @@ func (x *ModifyResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModifyResult.ProtoReflect.Descriptor instead.
 func (*ModifyResult) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{10}
+	return file_fsm_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ModifyResult) GetInserted() []*Task {
@@ -1190,7 +1310,7 @@ type ClaimResult struct {
 
 func (x *ClaimResult) Reset() {
 	*x = ClaimResult{}
-	mi := &file_fsm_proto_msgTypes[11]
+	mi := &file_fsm_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1202,7 +1322,7 @@ func (x *ClaimResult) String() string {
 func (*ClaimResult) ProtoMessage() {}
 
 func (x *ClaimResult) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[11]
+	mi := &file_fsm_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1215,7 +1335,7 @@ func (x *ClaimResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimResult.ProtoReflect.Descriptor instead.
 func (*ClaimResult) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{11}
+	return file_fsm_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ClaimResult) GetTasks() []*Task {
@@ -1241,7 +1361,7 @@ type PurgeResult struct {
 
 func (x *PurgeResult) Reset() {
 	*x = PurgeResult{}
-	mi := &file_fsm_proto_msgTypes[12]
+	mi := &file_fsm_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1253,7 +1373,7 @@ func (x *PurgeResult) String() string {
 func (*PurgeResult) ProtoMessage() {}
 
 func (x *PurgeResult) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[12]
+	mi := &file_fsm_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1266,7 +1386,7 @@ func (x *PurgeResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeResult.ProtoReflect.Descriptor instead.
 func (*PurgeResult) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{12}
+	return file_fsm_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PurgeResult) GetDeleted() uint64 {
@@ -1286,7 +1406,7 @@ type PauseResult struct {
 
 func (x *PauseResult) Reset() {
 	*x = PauseResult{}
-	mi := &file_fsm_proto_msgTypes[13]
+	mi := &file_fsm_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1298,7 +1418,7 @@ func (x *PauseResult) String() string {
 func (*PauseResult) ProtoMessage() {}
 
 func (x *PauseResult) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[13]
+	mi := &file_fsm_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1311,7 +1431,7 @@ func (x *PauseResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseResult.ProtoReflect.Descriptor instead.
 func (*PauseResult) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{13}
+	return file_fsm_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PauseResult) GetWasPaused() bool {
@@ -1333,7 +1453,7 @@ type Failure struct {
 
 func (x *Failure) Reset() {
 	*x = Failure{}
-	mi := &file_fsm_proto_msgTypes[14]
+	mi := &file_fsm_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1345,7 +1465,7 @@ func (x *Failure) String() string {
 func (*Failure) ProtoMessage() {}
 
 func (x *Failure) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[14]
+	mi := &file_fsm_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1358,7 +1478,7 @@ func (x *Failure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Failure.ProtoReflect.Descriptor instead.
 func (*Failure) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{14}
+	return file_fsm_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Failure) GetErrors() []*RefError {
@@ -1392,7 +1512,7 @@ type RefError struct {
 
 func (x *RefError) Reset() {
 	*x = RefError{}
-	mi := &file_fsm_proto_msgTypes[15]
+	mi := &file_fsm_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1404,7 +1524,7 @@ func (x *RefError) String() string {
 func (*RefError) ProtoMessage() {}
 
 func (x *RefError) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[15]
+	mi := &file_fsm_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1417,7 +1537,7 @@ func (x *RefError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefError.ProtoReflect.Descriptor instead.
 func (*RefError) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{15}
+	return file_fsm_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RefError) GetCategory() RefError_Category {
@@ -1493,14 +1613,17 @@ type SnapshotRecord struct {
 	Session *Session               `protobuf:"bytes,3,opt,name=session,proto3" json:"session,omitempty"`
 	Trailer *SnapshotTrailer       `protobuf:"bytes,4,opt,name=trailer,proto3" json:"trailer,omitempty"`
 	// A paused queue's name (after the sessions; the header counts them).
-	PausedQueue   string `protobuf:"bytes,5,opt,name=paused_queue,json=pausedQueue,proto3" json:"paused_queue,omitempty"`
+	PausedQueue string `protobuf:"bytes,5,opt,name=paused_queue,json=pausedQueue,proto3" json:"paused_queue,omitempty"`
+	// A queue's concurrency limit (after the paused queues; the header counts
+	// them).
+	QueueLimit    *QueueLimit `protobuf:"bytes,6,opt,name=queue_limit,json=queueLimit,proto3" json:"queue_limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SnapshotRecord) Reset() {
 	*x = SnapshotRecord{}
-	mi := &file_fsm_proto_msgTypes[16]
+	mi := &file_fsm_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1512,7 +1635,7 @@ func (x *SnapshotRecord) String() string {
 func (*SnapshotRecord) ProtoMessage() {}
 
 func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[16]
+	mi := &file_fsm_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1525,7 +1648,7 @@ func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
 func (*SnapshotRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{16}
+	return file_fsm_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SnapshotRecord) GetHeader() *SnapshotHeader {
@@ -1563,6 +1686,13 @@ func (x *SnapshotRecord) GetPausedQueue() string {
 	return ""
 }
 
+func (x *SnapshotRecord) GetQueueLimit() *QueueLimit {
+	if x != nil {
+		return x.QueueLimit
+	}
+	return nil
+}
+
 type SnapshotHeader struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Format   uint32                 `protobuf:"varint,1,opt,name=format,proto3" json:"format,omitempty"`
@@ -1574,14 +1704,16 @@ type SnapshotHeader struct {
 	// The state format (OP_SET_FORMAT); absent in snapshots of format 0.
 	StateFormat uint32 `protobuf:"varint,6,opt,name=state_format,json=stateFormat,proto3" json:"state_format,omitempty"`
 	// How many paused_queue records follow the sessions.
-	PausedQueues  uint64 `protobuf:"varint,7,opt,name=paused_queues,json=pausedQueues,proto3" json:"paused_queues,omitempty"`
+	PausedQueues uint64 `protobuf:"varint,7,opt,name=paused_queues,json=pausedQueues,proto3" json:"paused_queues,omitempty"`
+	// How many queue_limit records follow the paused queues.
+	QueueLimits   uint64 `protobuf:"varint,8,opt,name=queue_limits,json=queueLimits,proto3" json:"queue_limits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_fsm_proto_msgTypes[17]
+	mi := &file_fsm_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1593,7 +1725,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[17]
+	mi := &file_fsm_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1606,7 +1738,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{17}
+	return file_fsm_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SnapshotHeader) GetFormat() uint32 {
@@ -1658,6 +1790,13 @@ func (x *SnapshotHeader) GetPausedQueues() uint64 {
 	return 0
 }
 
+func (x *SnapshotHeader) GetQueueLimits() uint64 {
+	if x != nil {
+		return x.QueueLimits
+	}
+	return 0
+}
+
 // Session is the exactly-once memory for one client.
 type Session struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1671,7 +1810,7 @@ type Session struct {
 
 func (x *Session) Reset() {
 	*x = Session{}
-	mi := &file_fsm_proto_msgTypes[18]
+	mi := &file_fsm_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1683,7 +1822,7 @@ func (x *Session) String() string {
 func (*Session) ProtoMessage() {}
 
 func (x *Session) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[18]
+	mi := &file_fsm_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1696,7 +1835,7 @@ func (x *Session) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Session.ProtoReflect.Descriptor instead.
 func (*Session) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{18}
+	return file_fsm_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Session) GetClientId() string {
@@ -1736,7 +1875,7 @@ type SnapshotTrailer struct {
 
 func (x *SnapshotTrailer) Reset() {
 	*x = SnapshotTrailer{}
-	mi := &file_fsm_proto_msgTypes[19]
+	mi := &file_fsm_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1748,7 +1887,7 @@ func (x *SnapshotTrailer) String() string {
 func (*SnapshotTrailer) ProtoMessage() {}
 
 func (x *SnapshotTrailer) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[19]
+	mi := &file_fsm_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1761,7 +1900,7 @@ func (x *SnapshotTrailer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotTrailer.ProtoReflect.Descriptor instead.
 func (*SnapshotTrailer) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{19}
+	return file_fsm_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SnapshotTrailer) GetCrc32C() uint32 {
@@ -1775,7 +1914,7 @@ var File_fsm_proto protoreflect.FileDescriptor
 
 const file_fsm_proto_rawDesc = "" +
 	"\n" +
-	"\tfsm.proto\x12\x10taskstore.fsm.v1\"\xf8\x02\n" +
+	"\tfsm.proto\x12\x10taskstore.fsm.v1\"\xac\x03\n" +
 	"\aCommand\x12$\n" +
 	"\x02op\x18\x01 \x01(\x0e2\x14.taskstore.fsm.v1.OpR\x02op\x12\x10\n" +
 	"\x03now\x18\x02 \x01(\x03R\x03now\x12\x1b\n" +
@@ -1787,7 +1926,8 @@ const file_fsm_proto_rawDesc = "" +
 	"\x05purge\x18\f \x01(\v2\x17.taskstore.fsm.v1.PurgeR\x05purge\x12/\n" +
 	"\x05batch\x18\r \x03(\v2\x19.taskstore.fsm.v1.CommandR\x05batch\x12\x16\n" +
 	"\x06format\x18\x0e \x01(\rR\x06format\x12-\n" +
-	"\x05pause\x18\x0f \x01(\v2\x17.taskstore.fsm.v1.PauseR\x05pause\"\xf3\x02\n" +
+	"\x05pause\x18\x0f \x01(\v2\x17.taskstore.fsm.v1.PauseR\x05pause\x122\n" +
+	"\x05limit\x18\x10 \x01(\v2\x1c.taskstore.fsm.v1.QueueLimitR\x05limit\"\xf3\x02\n" +
 	"\x06Modify\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x1a\n" +
 	"\bclaimant\x18\x02 \x01(\tR\bclaimant\x122\n" +
@@ -1834,7 +1974,12 @@ const file_fsm_proto_rawDesc = "" +
 	"\x05limit\x18\x04 \x01(\rR\x05limit\x12\x1b\n" +
 	"\tmax_bytes\x18\x05 \x01(\x04R\bmaxBytes\"\x1d\n" +
 	"\x05Purge\x12\x14\n" +
-	"\x05queue\x18\x01 \x01(\tR\x05queue\"5\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\"C\n" +
+	"\n" +
+	"QueueLimit\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x1f\n" +
+	"\vmax_claimed\x18\x02 \x01(\rR\n" +
+	"maxClaimed\"5\n" +
 	"\x05Pause\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x16\n" +
 	"\x06paused\x18\x02 \x01(\bR\x06paused\"\xb0\x02\n" +
@@ -1852,7 +1997,7 @@ const file_fsm_proto_rawDesc = "" +
 	" \x01(\x03R\bmodified\x12\x16\n" +
 	"\x06claims\x18\v \x01(\rR\x06claims\x12\x18\n" +
 	"\aattempt\x18\f \x01(\rR\aattempt\x12\x10\n" +
-	"\x03err\x18\r \x01(\tR\x03err\"\xe0\x02\n" +
+	"\x03err\x18\r \x01(\tR\x03err\"\x95\x03\n" +
 	"\x06Result\x126\n" +
 	"\x06modify\x18\x01 \x01(\v2\x1e.taskstore.fsm.v1.ModifyResultR\x06modify\x123\n" +
 	"\x05claim\x18\x02 \x01(\v2\x1d.taskstore.fsm.v1.ClaimResultR\x05claim\x123\n" +
@@ -1860,7 +2005,10 @@ const file_fsm_proto_rawDesc = "" +
 	"\afailure\x18\x04 \x01(\v2\x19.taskstore.fsm.v1.FailureR\afailure\x12.\n" +
 	"\x05batch\x18\x05 \x03(\v2\x18.taskstore.fsm.v1.ResultR\x05batch\x12\x1a\n" +
 	"\breplayed\x18\x06 \x01(\bR\breplayed\x123\n" +
-	"\x05pause\x18\a \x01(\v2\x1d.taskstore.fsm.v1.PauseResultR\x05pause\"\xc7\x01\n" +
+	"\x05pause\x18\a \x01(\v2\x1d.taskstore.fsm.v1.PauseResultR\x05pause\x123\n" +
+	"\x05limit\x18\b \x01(\v2\x1d.taskstore.fsm.v1.LimitResultR\x05limit\")\n" +
+	"\vLimitResult\x12\x1a\n" +
+	"\bprevious\x18\x01 \x01(\rR\bprevious\"\xc7\x01\n" +
 	"\fModifyResult\x122\n" +
 	"\binserted\x18\x01 \x03(\v2\x16.taskstore.fsm.v1.TaskR\binserted\x120\n" +
 	"\achanged\x18\x02 \x03(\v2\x16.taskstore.fsm.v1.TaskR\achanged\x12\x1c\n" +
@@ -1899,13 +2047,15 @@ const file_fsm_proto_rawDesc = "" +
 	"\fDEPEND_STALE\x10\x06\x12\x17\n" +
 	"\x13INSERT_DUPLICATE_ID\x10\a\x12\x18\n" +
 	"\x14INSERT_DUPLICATE_KEY\x10\b\x12\v\n" +
-	"\aCLAIMED\x10\t\"\x8b\x02\n" +
+	"\aCLAIMED\x10\t\"\xca\x02\n" +
 	"\x0eSnapshotRecord\x128\n" +
 	"\x06header\x18\x01 \x01(\v2 .taskstore.fsm.v1.SnapshotHeaderR\x06header\x12*\n" +
 	"\x04task\x18\x02 \x01(\v2\x16.taskstore.fsm.v1.TaskR\x04task\x123\n" +
 	"\asession\x18\x03 \x01(\v2\x19.taskstore.fsm.v1.SessionR\asession\x12;\n" +
 	"\atrailer\x18\x04 \x01(\v2!.taskstore.fsm.v1.SnapshotTrailerR\atrailer\x12!\n" +
-	"\fpaused_queue\x18\x05 \x01(\tR\vpausedQueue\"\xdd\x01\n" +
+	"\fpaused_queue\x18\x05 \x01(\tR\vpausedQueue\x12=\n" +
+	"\vqueue_limit\x18\x06 \x01(\v2\x1c.taskstore.fsm.v1.QueueLimitR\n" +
+	"queueLimit\"\x80\x02\n" +
 	"\x0eSnapshotHeader\x12\x16\n" +
 	"\x06format\x18\x01 \x01(\rR\x06format\x12\x14\n" +
 	"\x05clock\x18\x02 \x01(\x03R\x05clock\x12\x14\n" +
@@ -1913,14 +2063,15 @@ const file_fsm_proto_rawDesc = "" +
 	"\bsessions\x18\x04 \x01(\x04R\bsessions\x12#\n" +
 	"\rapplied_index\x18\x05 \x01(\x04R\fappliedIndex\x12!\n" +
 	"\fstate_format\x18\x06 \x01(\rR\vstateFormat\x12#\n" +
-	"\rpaused_queues\x18\a \x01(\x04R\fpausedQueues\"\x87\x01\n" +
+	"\rpaused_queues\x18\a \x01(\x04R\fpausedQueues\x12!\n" +
+	"\fqueue_limits\x18\b \x01(\x04R\vqueueLimits\"\x87\x01\n" +
 	"\aSession\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x1b\n" +
 	"\tlast_seen\x18\x03 \x01(\x03R\blastSeen\x120\n" +
 	"\x06result\x18\x04 \x01(\v2\x18.taskstore.fsm.v1.ResultR\x06result\")\n" +
 	"\x0fSnapshotTrailer\x12\x16\n" +
-	"\x06crc32c\x18\x01 \x01(\rR\x06crc32c*\x94\x01\n" +
+	"\x06crc32c\x18\x01 \x01(\rR\x06crc32c*\xa2\x01\n" +
 	"\x02Op\x12\x12\n" +
 	"\x0eOP_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tOP_MODIFY\x10\x01\x12\f\n" +
@@ -1930,7 +2081,8 @@ const file_fsm_proto_rawDesc = "" +
 	"\bOP_BATCH\x10\x05\x12\x13\n" +
 	"\x0fOP_MODIFY_CLAIM\x10\x06\x12\x11\n" +
 	"\rOP_SET_FORMAT\x10\a\x12\f\n" +
-	"\bOP_PAUSE\x10\bB/Z-github.com/e1158ecb/taskstore/fsm/fsmpb;fsmpbb\x06proto3"
+	"\bOP_PAUSE\x10\b\x12\f\n" +
+	"\bOP_LIMIT\x10\tB/Z-github.com/e1158ecb/taskstore/fsm/fsmpb;fsmpbb\x06proto3"
 
 var (
 	file_fsm_proto_rawDescOnce sync.Once
@@ -1945,7 +2097,7 @@ func file_fsm_proto_rawDescGZIP() []byte {
 }
 
 var file_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_fsm_proto_goTypes = []any{
 	(Op)(0),                 // 0: taskstore.fsm.v1.Op
 	(RefError_Category)(0),  // 1: taskstore.fsm.v1.RefError.Category
@@ -1956,19 +2108,21 @@ var file_fsm_proto_goTypes = []any{
 	(*Ref)(nil),             // 6: taskstore.fsm.v1.Ref
 	(*Claim)(nil),           // 7: taskstore.fsm.v1.Claim
 	(*Purge)(nil),           // 8: taskstore.fsm.v1.Purge
-	(*Pause)(nil),           // 9: taskstore.fsm.v1.Pause
-	(*Task)(nil),            // 10: taskstore.fsm.v1.Task
-	(*Result)(nil),          // 11: taskstore.fsm.v1.Result
-	(*ModifyResult)(nil),    // 12: taskstore.fsm.v1.ModifyResult
-	(*ClaimResult)(nil),     // 13: taskstore.fsm.v1.ClaimResult
-	(*PurgeResult)(nil),     // 14: taskstore.fsm.v1.PurgeResult
-	(*PauseResult)(nil),     // 15: taskstore.fsm.v1.PauseResult
-	(*Failure)(nil),         // 16: taskstore.fsm.v1.Failure
-	(*RefError)(nil),        // 17: taskstore.fsm.v1.RefError
-	(*SnapshotRecord)(nil),  // 18: taskstore.fsm.v1.SnapshotRecord
-	(*SnapshotHeader)(nil),  // 19: taskstore.fsm.v1.SnapshotHeader
-	(*Session)(nil),         // 20: taskstore.fsm.v1.Session
-	(*SnapshotTrailer)(nil), // 21: taskstore.fsm.v1.SnapshotTrailer
+	(*QueueLimit)(nil),      // 9: taskstore.fsm.v1.QueueLimit
+	(*Pause)(nil),           // 10: taskstore.fsm.v1.Pause
+	(*Task)(nil),            // 11: taskstore.fsm.v1.Task
+	(*Result)(nil),          // 12: taskstore.fsm.v1.Result
+	(*LimitResult)(nil),     // 13: taskstore.fsm.v1.LimitResult
+	(*ModifyResult)(nil),    // 14: taskstore.fsm.v1.ModifyResult
+	(*ClaimResult)(nil),     // 15: taskstore.fsm.v1.ClaimResult
+	(*PurgeResult)(nil),     // 16: taskstore.fsm.v1.PurgeResult
+	(*PauseResult)(nil),     // 17: taskstore.fsm.v1.PauseResult
+	(*Failure)(nil),         // 18: taskstore.fsm.v1.Failure
+	(*RefError)(nil),        // 19: taskstore.fsm.v1.RefError
+	(*SnapshotRecord)(nil),  // 20: taskstore.fsm.v1.SnapshotRecord
+	(*SnapshotHeader)(nil),  // 21: taskstore.fsm.v1.SnapshotHeader
+	(*Session)(nil),         // 22: taskstore.fsm.v1.Session
+	(*SnapshotTrailer)(nil), // 23: taskstore.fsm.v1.SnapshotTrailer
 }
 var file_fsm_proto_depIdxs = []int32{
 	0,  // 0: taskstore.fsm.v1.Command.op:type_name -> taskstore.fsm.v1.Op
@@ -1976,34 +2130,37 @@ var file_fsm_proto_depIdxs = []int32{
 	7,  // 2: taskstore.fsm.v1.Command.claim:type_name -> taskstore.fsm.v1.Claim
 	8,  // 3: taskstore.fsm.v1.Command.purge:type_name -> taskstore.fsm.v1.Purge
 	2,  // 4: taskstore.fsm.v1.Command.batch:type_name -> taskstore.fsm.v1.Command
-	9,  // 5: taskstore.fsm.v1.Command.pause:type_name -> taskstore.fsm.v1.Pause
-	4,  // 6: taskstore.fsm.v1.Modify.inserts:type_name -> taskstore.fsm.v1.Insert
-	5,  // 7: taskstore.fsm.v1.Modify.changes:type_name -> taskstore.fsm.v1.Change
-	6,  // 8: taskstore.fsm.v1.Modify.deletes:type_name -> taskstore.fsm.v1.Ref
-	6,  // 9: taskstore.fsm.v1.Modify.depends:type_name -> taskstore.fsm.v1.Ref
-	7,  // 10: taskstore.fsm.v1.Modify.claim:type_name -> taskstore.fsm.v1.Claim
-	12, // 11: taskstore.fsm.v1.Result.modify:type_name -> taskstore.fsm.v1.ModifyResult
-	13, // 12: taskstore.fsm.v1.Result.claim:type_name -> taskstore.fsm.v1.ClaimResult
-	14, // 13: taskstore.fsm.v1.Result.purge:type_name -> taskstore.fsm.v1.PurgeResult
-	16, // 14: taskstore.fsm.v1.Result.failure:type_name -> taskstore.fsm.v1.Failure
-	11, // 15: taskstore.fsm.v1.Result.batch:type_name -> taskstore.fsm.v1.Result
-	15, // 16: taskstore.fsm.v1.Result.pause:type_name -> taskstore.fsm.v1.PauseResult
-	10, // 17: taskstore.fsm.v1.ModifyResult.inserted:type_name -> taskstore.fsm.v1.Task
-	10, // 18: taskstore.fsm.v1.ModifyResult.changed:type_name -> taskstore.fsm.v1.Task
-	13, // 19: taskstore.fsm.v1.ModifyResult.claim:type_name -> taskstore.fsm.v1.ClaimResult
-	10, // 20: taskstore.fsm.v1.ClaimResult.tasks:type_name -> taskstore.fsm.v1.Task
-	17, // 21: taskstore.fsm.v1.Failure.errors:type_name -> taskstore.fsm.v1.RefError
-	1,  // 22: taskstore.fsm.v1.RefError.category:type_name -> taskstore.fsm.v1.RefError.Category
-	19, // 23: taskstore.fsm.v1.SnapshotRecord.header:type_name -> taskstore.fsm.v1.SnapshotHeader
-	10, // 24: taskstore.fsm.v1.SnapshotRecord.task:type_name -> taskstore.fsm.v1.Task
-	20, // 25: taskstore.fsm.v1.SnapshotRecord.session:type_name -> taskstore.fsm.v1.Session
-	21, // 26: taskstore.fsm.v1.SnapshotRecord.trailer:type_name -> taskstore.fsm.v1.SnapshotTrailer
-	11, // 27: taskstore.fsm.v1.Session.result:type_name -> taskstore.fsm.v1.Result
-	28, // [28:28] is the sub-list for method output_type
-	28, // [28:28] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	10, // 5: taskstore.fsm.v1.Command.pause:type_name -> taskstore.fsm.v1.Pause
+	9,  // 6: taskstore.fsm.v1.Command.limit:type_name -> taskstore.fsm.v1.QueueLimit
+	4,  // 7: taskstore.fsm.v1.Modify.inserts:type_name -> taskstore.fsm.v1.Insert
+	5,  // 8: taskstore.fsm.v1.Modify.changes:type_name -> taskstore.fsm.v1.Change
+	6,  // 9: taskstore.fsm.v1.Modify.deletes:type_name -> taskstore.fsm.v1.Ref
+	6,  // 10: taskstore.fsm.v1.Modify.depends:type_name -> taskstore.fsm.v1.Ref
+	7,  // 11: taskstore.fsm.v1.Modify.claim:type_name -> taskstore.fsm.v1.Claim
+	14, // 12: taskstore.fsm.v1.Result.modify:type_name -> taskstore.fsm.v1.ModifyResult
+	15, // 13: taskstore.fsm.v1.Result.claim:type_name -> taskstore.fsm.v1.ClaimResult
+	16, // 14: taskstore.fsm.v1.Result.purge:type_name -> taskstore.fsm.v1.PurgeResult
+	18, // 15: taskstore.fsm.v1.Result.failure:type_name -> taskstore.fsm.v1.Failure
+	12, // 16: taskstore.fsm.v1.Result.batch:type_name -> taskstore.fsm.v1.Result
+	17, // 17: taskstore.fsm.v1.Result.pause:type_name -> taskstore.fsm.v1.PauseResult
+	13, // 18: taskstore.fsm.v1.Result.limit:type_name -> taskstore.fsm.v1.LimitResult
+	11, // 19: taskstore.fsm.v1.ModifyResult.inserted:type_name -> taskstore.fsm.v1.Task
+	11, // 20: taskstore.fsm.v1.ModifyResult.changed:type_name -> taskstore.fsm.v1.Task
+	15, // 21: taskstore.fsm.v1.ModifyResult.claim:type_name -> taskstore.fsm.v1.ClaimResult
+	11, // 22: taskstore.fsm.v1.ClaimResult.tasks:type_name -> taskstore.fsm.v1.Task
+	19, // 23: taskstore.fsm.v1.Failure.errors:type_name -> taskstore.fsm.v1.RefError
+	1,  // 24: taskstore.fsm.v1.RefError.category:type_name -> taskstore.fsm.v1.RefError.Category
+	21, // 25: taskstore.fsm.v1.SnapshotRecord.header:type_name -> taskstore.fsm.v1.SnapshotHeader
+	11, // 26: taskstore.fsm.v1.SnapshotRecord.task:type_name -> taskstore.fsm.v1.Task
+	22, // 27: taskstore.fsm.v1.SnapshotRecord.session:type_name -> taskstore.fsm.v1.Session
+	23, // 28: taskstore.fsm.v1.SnapshotRecord.trailer:type_name -> taskstore.fsm.v1.SnapshotTrailer
+	9,  // 29: taskstore.fsm.v1.SnapshotRecord.queue_limit:type_name -> taskstore.fsm.v1.QueueLimit
+	12, // 30: taskstore.fsm.v1.Session.result:type_name -> taskstore.fsm.v1.Result
+	31, // [31:31] is the sub-list for method output_type
+	31, // [31:31] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_fsm_proto_init() }
@@ -2018,7 +2175,7 @@ func file_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fsm_proto_rawDesc), len(file_fsm_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   20,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -427,9 +427,13 @@ func TestStatusPage(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer f.c.TaskStore("beta/mail").ResumeQueue(ctx, &taskstorepb.QueuePauseRequest{Queue: "beta/mail"})
+		if _, err := f.c.TaskStore("beta/mail").SetQueueLimit(ctx, &taskstorepb.QueueLimitRequest{Queue: "beta/mail", MaxClaimed: 3}); err != nil {
+			t.Fatal(err)
+		}
+		defer f.c.TaskStore("beta/mail").SetQueueLimit(ctx, &taskstorepb.QueueLimitRequest{Queue: "beta/mail"})
 		body := getOK(t, base+"/queues")
-		if cells := row(t, body, `href="/queues/beta%2Fmail"`); cells[0] != "beta/mail paused" {
-			t.Errorf("beta/mail row %q, want the name with a paused badge", cells)
+		if cells := row(t, body, `href="/queues/beta%2Fmail"`); cells[0] != "beta/mail paused limit 3" {
+			t.Errorf("beta/mail row %q, want the name with paused and limit badges", cells)
 		}
 		if cells := row(t, body, `href="/queues/alpha%2Fjobs"`); cells[0] != "alpha/jobs" {
 			t.Errorf("alpha/jobs row %q: a queue that is not paused shows a badge", cells)
