@@ -36,6 +36,12 @@ func WithAt(t time.Time) InsertOption {
 	return func(in *taskstorepb.TaskInsert) { in.At, in.Delay = timestamppb.New(t), nil }
 }
 
+// Held, with a delay or a time in the future, inserts the task held by the
+// Client's claimant until then, as if claimed: nobody else may change or
+// delete it before its time (the producer may revise it, acting as that
+// claimant); then it is available to every worker.
+func Held() InsertOption { return func(in *taskstorepb.TaskInsert) { in.Held = true } }
+
 // IfAbsent, with a key, returns the task that already holds the key instead
 // of failing.
 func IfAbsent() InsertOption { return func(in *taskstorepb.TaskInsert) { in.IfAbsent = true } }

@@ -2,6 +2,7 @@ package cluster_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -55,6 +56,12 @@ func TestRaiseFormatAfterUpgrade(t *testing.T) {
 	rep, err := peerpb.NewPeerClient(c.ConnTo(older.Addr())).Report(ctx, &peerpb.ReportRequest{})
 	if err != nil || rep.MaxStateFormat != fsm.FormatShardIDs {
 		t.Fatalf("the older node reports %v (%v), want max_state_format 0", rep.GetMaxStateFormat(), err)
+	}
+	// What needs format 2 is refused, and says why, while a replica's node
+	// would stop at it.
+	if _, err := c.TaskStore("alpha/q").PauseQueue(ctx, &taskstorepb.QueuePauseRequest{Queue: "alpha/q"}); status.Code(err) != codes.Unavailable ||
+		!strings.Contains(err.Error(), "state format") {
+		t.Fatalf("a pause below format %d: %v, want Unavailable naming the state format", fsm.FormatQueueControls, err)
 	}
 	if err := insert("alpha/q"); err != nil {
 		t.Fatal(err)

@@ -19,6 +19,7 @@ import (
 func TestPauseQueue(t *testing.T) {
 	c := harness.Start(t, 3, harness.Options{Shards: 1, Scale: raceScale})
 	c.WaitReady()
+	c.WaitFormat()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	ts := c.TaskStore("pz/a")
@@ -72,6 +73,7 @@ func TestPauseQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.WaitReady()
+	c.WaitFormat()
 	if got := claim(0, "pz/a"); len(got.Tasks) != 0 {
 		t.Fatalf("after a leader change a claim of the paused queue took %v", got.Tasks)
 	}
@@ -106,6 +108,7 @@ func TestPauseQueue(t *testing.T) {
 func TestResumeWakesWaitingClaim(t *testing.T) {
 	c := harness.Start(t, 3, harness.Options{Shards: 1, Scale: raceScale})
 	c.WaitReady()
+	c.WaitFormat()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	ts := c.TaskStore("pw/a")
@@ -148,6 +151,7 @@ func TestResumeWakesWaitingClaim(t *testing.T) {
 func TestLimitWakesWaitingClaims(t *testing.T) {
 	c := harness.Start(t, 3, harness.Options{Shards: 1, Scale: raceScale})
 	c.WaitReady()
+	c.WaitFormat()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	ts := c.TaskStore("lw/a")

@@ -58,7 +58,7 @@ func DefaultTuning() Tuning {
 		ClockCheckEvery:    5 * time.Second,
 		MinFreeDisk:        256 << 20,
 		DiskCheckEvery:     time.Second,
-		FormatEvery:        5 * time.Second,
+		FormatEvery:        time.Second,
 	}
 }
 

@@ -20,9 +20,16 @@ const (
 	// every reference names its group (Modify.group), and a lookup by id
 	// alone (Get) returns every match.
 	FormatGroupIDs uint32 = 1
+	// FormatQueueControls: an insert may be held by the Modify's claimant
+	// until its time (Insert.held; ignored below this format, so that
+	// replicas of binaries that do not know the field apply it alike), and
+	// the cluster accepts OP_PAUSE and OP_LIMIT (the API refuses them and
+	// held inserts below it: a replica of an older binary would stop at
+	// them).
+	FormatQueueControls uint32 = 2
 
 	// MaxFormat is the highest format this binary applies.
-	MaxFormat = FormatGroupIDs
+	MaxFormat = FormatQueueControls
 )
 
 // Format is the state format the log has raised the machine to.

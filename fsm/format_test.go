@@ -220,3 +220,41 @@ func streamWithHeader(t *testing.T, h *fsmpb.SnapshotHeader) []byte {
 	}
 	return buf.Bytes()
 }
+
+// TestHeldInsert: from FormatQueueControls an insert with held and a future
+// at is claimed by the Modify's claimant until then (others' changes are
+// refused as CLAIMED, its own go through), and available to all after; below
+// that format the field is ignored, as binaries that do not know it ignore it.
+func TestHeldInsert(t *testing.T) {
+	held := func(now int64, id string) *fsmpb.Command {
+		return &fsmpb.Command{Op: fsmpb.Op_OP_MODIFY, Now: now, Modify: &fsmpb.Modify{Group: "g", Claimant: "producer",
+			Inserts: []*fsmpb.Insert{{Id: id, Queue: "g/q", At: now + 100, Held: true}}}}
+	}
+	m := New(Options{})
+	m.ApplyCommand(1, SetFormatCommand(FormatGroupIDs))
+	if res := m.ApplyCommand(2, held(10, "old")); res.GetModify().GetInserted()[0].GetClaimant() != "" {
+		t.Fatalf("format %d: a held insert was claimed: %v", FormatGroupIDs, res)
+	}
+	m.ApplyCommand(3, SetFormatCommand(FormatQueueControls))
+	res := m.ApplyCommand(4, held(20, "h"))
+	if got := res.GetModify().GetInserted(); len(got) != 1 || got[0].Claimant != "producer" || got[0].At != 120 {
+		t.Fatalf("held insert: %v, want claimed by producer until 120", res)
+	}
+	if st := m.Queues("g/q", 0); len(st) != 1 || st[0].Claimed != 1 || st[0].Delayed != 1 {
+		t.Fatalf("stats %+v, want the held task claimed and the other delayed", st)
+	}
+	change := func(now int64, claimant string, version uint64) *fsmpb.Result {
+		return m.ApplyCommand(uint64(now), &fsmpb.Command{Op: fsmpb.Op_OP_MODIFY, Now: now, Modify: &fsmpb.Modify{Group: "g", Claimant: claimant,
+			Changes: []*fsmpb.Change{{Id: "h", Version: version, KeepClaim: true, Value: []byte(claimant)}}}})
+	}
+	if got := failureCategories(change(30, "other", 1)); len(got) != 1 || got[0] != "CLAIMED" {
+		t.Fatalf("another's change of a held task: %v, want CLAIMED", got)
+	}
+	if res := change(40, "producer", 1); res.Failure != nil {
+		t.Fatalf("the producer's change of its held task: %v", res.Failure)
+	}
+	res = m.ApplyCommand(200, &fsmpb.Command{Op: fsmpb.Op_OP_CLAIM, Now: 200, Claim: &fsmpb.Claim{Claimant: "worker", Queues: []string{"g/q"}, Lease: 10, Limit: 5}})
+	if got := res.GetClaim().GetTasks(); len(got) != 2 {
+		t.Fatalf("after their time a worker claimed %v, want both tasks", got)
+	}
+}

@@ -210,6 +210,9 @@ func (a *applier) modify(m *fsmpb.Modify) *fsmpb.Result {
 		}
 		nt := &task{id: in.Id, q: st.queueFor(in.Queue), key: in.Key, value: in.Value, err: in.Err,
 			version: 1, at: at, created: md.now, modified: md.now, priority: in.Priority, attempt: in.Attempt}
+		if in.Held && at > md.now && st.format >= FormatQueueControls {
+			nt.claimant = m.Claimant // held by its producer until at
+		}
 		md.touched = append(md.touched, in.Queue)
 		if in.Key != "" {
 			md.keys[queueKey{in.Queue, in.Key}] = in.Id

@@ -257,6 +257,9 @@ func (r *refModel) modify(m *fsmpb.Modify) *fsmpb.Result {
 		}
 		nt := &fsmpb.Task{Id: in.Id, Version: 1, Queue: in.Queue, At: at, Priority: in.Priority, Key: in.Key, Value: in.Value,
 			Created: r.clock, Modified: r.clock, Attempt: in.Attempt, Err: in.Err}
+		if in.Held && at > r.clock && r.format >= FormatQueueControls {
+			nt.Claimant = m.Claimant
+		}
 		work[key(nt.Id)] = nt
 		touched[nt.Id] = true
 		if nt.Key != "" {
@@ -499,6 +502,7 @@ func (g *gen) command(allowBatch bool) *fsmpb.Command {
 			}
 			if r.IntN(4) == 0 {
 				in.At = g.now + int64(r.IntN(40)) - 10
+				in.Held = m.Claimant != "" && r.IntN(2) == 0
 			}
 			m.Inserts = append(m.Inserts, in)
 		}
@@ -587,7 +591,7 @@ func TestProperty(t *testing.T) {
 	// little.
 	want := []string{"modify", "claim", "claim-empty", "purge", "batch", "stale-seq", "coalesced", "moved",
 		"modify-claim", "modify-claim-empty", "modify-claim-group", "modify-claim-refused", "id-in-two-groups",
-		"was-paused", "claim-in-paused", "claim-at-limit"}
+		"was-paused", "claim-in-paused", "claim-at-limit", "held-insert"}
 	for c := range fsmpb.RefError_Category_value {
 		if c != "CATEGORY_UNSPECIFIED" {
 			want = append(want, c)
@@ -674,6 +678,9 @@ func propertyRun(t *testing.T, seed uint64, steps int, seen map[string]int) {
 		}
 		if got.Modify != nil {
 			for _, in := range got.Modify.Inserted {
+				if in.Claimant != "" && in.Version == 1 {
+					seen["held-insert"]++
+				}
 				for _, other := range ref.tasks {
 					if other.Id == in.Id && refGroup(other.Queue) != refGroup(in.Queue) {
 						seen["id-in-two-groups"]++ // FormatGroupIDs at work

@@ -200,6 +200,11 @@ func (v *validator) modify(m *fsmpb.Modify, path string) error {
 	if groupOf(m.Group) != m.Group {
 		return invalidf(path+"group", "%q is not a group name (it contains '/')", m.Group)
 	}
+	for i, in := range m.Inserts {
+		if in.Held && m.Claimant == "" {
+			return invalidf(fmt.Sprintf("%sinserts[%d].held", path, i), "needs the request's claimant: the task is held by it")
+		}
+	}
 	if err := v.name(path+"claimant", m.Claimant, false); err != nil {
 		return err
 	}

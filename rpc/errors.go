@@ -28,6 +28,21 @@ func invalid(field, format string, args ...any) error {
 // FailedPrecondition, with every offending reference as a ModifyError detail.
 type refusedError struct{ failure *fsmpb.Failure }
 
+// upgradingError refuses what a shard's state format does not take yet
+// (needFormat). It maps to Unavailable, which clients retry: a new cluster
+// raises its shards' format within a second or two of electing leaders, and
+// a cluster mid-upgrade once its last node runs the new version.
+type upgradingError struct {
+	what       string
+	shard      uint32
+	have, need uint32
+}
+
+func (e *upgradingError) Error() string {
+	return fmt.Sprintf("%s needs shard %d at state format %d, and it is at %d: not every replica's node runs a version that has it yet "+
+		"(a new cluster gets there within seconds; a cluster being upgraded, once its last node is)", e.what, e.shard, e.need, e.have)
+}
+
 func (e *refusedError) Error() string {
 	if e.failure.Message != "" {
 		return e.failure.Message
@@ -50,6 +65,7 @@ func toStatus(err error) error {
 		refused   *refusedError
 		notFound  *cluster.NotFoundError
 		denied    *deniedError
+		upgrading *upgradingError
 	)
 	switch {
 	case errors.As(err, &notLeader):
@@ -66,6 +82,8 @@ func toStatus(err error) error {
 			}
 		}
 		return st.Err()
+	case errors.As(err, &upgrading):
+		return status.Error(codes.Unavailable, err.Error())
 	case errors.As(err, &denied):
 		return status.Error(codes.PermissionDenied, err.Error())
 	case errors.As(err, &inv):

@@ -223,7 +223,12 @@ func (srv *Server) modify(ctx context.Context, req *taskstorepb.ModifyRequest) (
 			id = newID()
 		}
 		m.Inserts = append(m.Inserts, &fsmpb.Insert{Id: id, Queue: in.Queue, At: at, Priority: in.Priority, Key: in.Key,
-			Value: in.Value, Attempt: in.Attempt, Err: in.Err, IfAbsent: in.IfAbsent})
+			Value: in.Value, Attempt: in.Attempt, Err: in.Err, IfAbsent: in.IfAbsent, Held: in.Held})
+		if in.Held {
+			if err := needFormat(ctx, shard, fsm.FormatQueueControls, "a held insert"); err != nil {
+				return nil, err
+			}
+		}
 	}
 	for i, c := range req.Changes {
 		at, err := availability(field("changes", i, ""), c.At, c.Delay, now)
@@ -655,6 +660,9 @@ func (srv *Server) pause(ctx context.Context, req *taskstorepb.QueuePauseRequest
 	if err != nil {
 		return nil, err
 	}
+	if err := needFormat(ctx, shard, fsm.FormatQueueControls, "pausing a queue"); err != nil {
+		return nil, err
+	}
 	res, err := shard.Propose(ctx, cmd)
 	if err != nil {
 		return nil, err
@@ -692,6 +700,9 @@ func (srv *Server) setLimit(ctx context.Context, req *taskstorepb.QueueLimitRequ
 	if err != nil {
 		return nil, err
 	}
+	if err := needFormat(ctx, shard, fsm.FormatQueueControls, "a queue limit"); err != nil {
+		return nil, err
+	}
 	res, err := shard.Propose(ctx, cmd)
 	if err != nil {
 		return nil, err
@@ -704,6 +715,23 @@ func (srv *Server) setLimit(ctx context.Context, req *taskstorepb.QueueLimitRequ
 		srv.log.Info("queue concurrency limit set", "queue", req.Queue, "max_claimed", req.MaxClaimed, "previous", prev)
 	}
 	return &taskstorepb.QueueLimitResponse{Previous: prev}, nil
+}
+
+// needFormat refuses what a shard below state format f cannot take yet:
+// some replica's node runs a binary that would stop at it (mid-upgrade; the
+// shard's leader raises the format once every replica's node applies it,
+// cluster/DESIGN.md "State formats"). The leader's machine is read without
+// a barrier: a format is never lowered, so a stale read only refuses what a
+// retry a moment later accepts.
+func needFormat(ctx context.Context, shard Shard, f uint32, what string) error {
+	var have uint32
+	if err := shard.Read(ctx, true, func(m *fsm.Machine) error { have = m.Format(); return nil }); err != nil {
+		return err
+	}
+	if have < f {
+		return &upgradingError{what: what, shard: shard.ID(), have: have, need: f}
+	}
+	return nil
 }
 
 // Purge implements TaskStore.Purge.

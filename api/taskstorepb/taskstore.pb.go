@@ -441,7 +441,13 @@ type TaskInsert struct {
 	Err      string                 `protobuf:"bytes,9,opt,name=err,proto3" json:"err,omitempty"`
 	// With a key: if a task with this key already exists in the queue, return
 	// it instead of failing (coalescing).
-	IfAbsent      bool `protobuf:"varint,10,opt,name=if_absent,json=ifAbsent,proto3" json:"if_absent,omitempty"`
+	IfAbsent bool `protobuf:"varint,10,opt,name=if_absent,json=ifAbsent,proto3" json:"if_absent,omitempty"`
+	// With a future at or delay: the task is held by the request's claimant
+	// (required) until then, as if claimed, so nobody else may change or
+	// delete it before its time; then it is available to every worker (its
+	// claims count stays 0). A producer that wants to revise a delayed task
+	// before it runs holds it (EntroQ's model).
+	Held          bool `protobuf:"varint,11,opt,name=held,proto3" json:"held,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -542,6 +548,13 @@ func (x *TaskInsert) GetErr() string {
 func (x *TaskInsert) GetIfAbsent() bool {
 	if x != nil {
 		return x.IfAbsent
+	}
+	return false
+}
+
+func (x *TaskInsert) GetHeld() bool {
+	if x != nil {
+		return x.Held
 	}
 	return false
 }
@@ -3395,7 +3408,7 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\x05queue\x18\x03 \x01(\tR\x05queue\":\n" +
 	"\tRequestID\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x10\n" +
-	"\x03seq\x18\x02 \x01(\x04R\x03seq\"\x9c\x02\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\"\xb0\x02\n" +
 	"\n" +
 	"TaskInsert\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
@@ -3408,7 +3421,8 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\aattempt\x18\b \x01(\rR\aattempt\x12\x10\n" +
 	"\x03err\x18\t \x01(\tR\x03err\x12\x1b\n" +
 	"\tif_absent\x18\n" +
-	" \x01(\bR\bifAbsent\"\x82\x03\n" +
+	" \x01(\bR\bifAbsent\x12\x12\n" +
+	"\x04held\x18\v \x01(\bR\x04held\"\x82\x03\n" +
 	"\n" +
 	"TaskChange\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +

@@ -550,3 +550,23 @@ func TestQueueLimit(t *testing.T) {
 		t.Fatalf("a claim of a paused queue: stderr %q, want it to say the queue is paused", r.stderr)
 	}
 }
+
+// TestInsertHeld (issue 18 item 7): task insert --hold --delay inserts the
+// task held by --claimant until its time: another claimant's delete is
+// refused as claimed, the holder's goes through; --hold without --delay is
+// refused.
+func TestInsertHeld(t *testing.T) {
+	fc := clienttest.New(t, 3, 2)
+	got := tasksJSON(t, mustRun(t, fc, "-o", "json", "task", "insert", "ed/drafts", "--id", "d1", "--delay", "1h", "--hold", "--claimant", "editor"))
+	if len(got) != 1 || got[0].Claimant != "editor" {
+		t.Fatalf("held insert: %v, want claimant editor", got)
+	}
+	r := run(t, fc, "task", "delete", "d1", "--version", "1", "--queue", "ed/drafts", "--claimant", "someone-else")
+	if r.code == 0 || !strings.Contains(r.stderr, "editor") {
+		t.Fatalf("another claimant's delete of a held task: exit %d, stderr %q", r.code, r.stderr)
+	}
+	mustRun(t, fc, "task", "delete", "d1", "--version", "1", "--queue", "ed/drafts", "--claimant", "editor")
+	if r := run(t, fc, "task", "insert", "ed/drafts", "--hold"); r.code == 0 || !strings.Contains(r.stderr, "--hold needs --delay") {
+		t.Fatalf("--hold without --delay: exit %d, stderr %q", r.code, r.stderr)
+	}
+}

@@ -44,7 +44,8 @@ func (a *app) taskInsertCmd() *cobra.Command {
 		value, file, key, id string
 		priority             int32
 		delay                time.Duration
-		ifAbsent             bool
+		ifAbsent, held       bool
+		claimant             string
 	)
 	cmd := &cobra.Command{
 		Use:   "insert QUEUE [--value V | --file F]",
@@ -56,12 +57,16 @@ without either it is empty. --delay makes the task available that long after
 the shard leader's clock. --id chooses the id, which makes a retried insert
 safe: the cluster refuses a second task with the same id. --key must be
 unique within the queue; with --if-absent an insert whose key exists returns
-the existing task instead of failing.
+the existing task instead of failing. --hold, with --delay, inserts the task
+held by --claimant until its time, as if claimed: nobody else may change or
+delete it before then (task delete --claimant, or a change as that claimant,
+still can); then it is available to every worker.
 
 With -o json it prints {"tasks":[TASK]}.`,
 		Example: `  taskctl task insert crawl/fetch --value https://example.com
   taskctl task insert crawl/fetch --file job.json --priority 10 --delay 5m
-  echo -n payload | taskctl task insert mr/map --file - --key shard-7 --if-absent`,
+  echo -n payload | taskctl task insert mr/map --file - --key shard-7 --if-absent
+  taskctl task insert mail/send --value draft-42 --delay 10m --hold --claimant editor-1`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var data []byte
@@ -98,12 +103,18 @@ With -o json it prints {"tasks":[TASK]}.`,
 				}
 				opts = append(opts, client.IfAbsent())
 			}
+			if held {
+				if delay <= 0 {
+					return fmt.Errorf("--hold needs --delay: a task is held until its time")
+				}
+				opts = append(opts, client.Held())
+			}
 			in := &taskstorepb.TaskInsert{Queue: args[0], Value: data}
 			for _, o := range opts {
 				o(in)
 			}
 			return a.withClient(0, func(ctx context.Context, c *client.Client) error {
-				resp, err := c.Modify(ctx, &taskstorepb.ModifyRequest{Inserts: []*taskstorepb.TaskInsert{in}})
+				resp, err := c.Modify(ctx, &taskstorepb.ModifyRequest{Claimant: claimant, Inserts: []*taskstorepb.TaskInsert{in}})
 				if err != nil {
 					return err
 				}
@@ -128,6 +139,8 @@ With -o json it prints {"tasks":[TASK]}.`,
 	f.DurationVar(&delay, "delay", 0, "make the task available this long from now")
 	f.StringVar(&id, "id", "", "the task's id (default: chosen by the cluster)")
 	f.BoolVar(&ifAbsent, "if-absent", false, "with --key: return the task holding the key instead of failing")
+	f.BoolVar(&held, "hold", false, "with --delay: hold the task as --claimant until its time")
+	f.StringVar(&claimant, "claimant", defaultClaimant(), "who holds the task (--hold)")
 	return cmd
 }
 

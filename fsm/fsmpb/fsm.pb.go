@@ -439,13 +439,18 @@ type Insert struct {
 	Id    string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	Queue string `protobuf:"bytes,2,opt,name=queue,proto3" json:"queue,omitempty"`
 	// Absolute availability time; 0 means the command's now.
-	At            int64  `protobuf:"varint,3,opt,name=at,proto3" json:"at,omitempty"`
-	Priority      int32  `protobuf:"varint,4,opt,name=priority,proto3" json:"priority,omitempty"`
-	Key           string `protobuf:"bytes,5,opt,name=key,proto3" json:"key,omitempty"`
-	Value         []byte `protobuf:"bytes,6,opt,name=value,proto3" json:"value,omitempty"`
-	Attempt       uint32 `protobuf:"varint,7,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	Err           string `protobuf:"bytes,8,opt,name=err,proto3" json:"err,omitempty"`
-	IfAbsent      bool   `protobuf:"varint,9,opt,name=if_absent,json=ifAbsent,proto3" json:"if_absent,omitempty"`
+	At       int64  `protobuf:"varint,3,opt,name=at,proto3" json:"at,omitempty"`
+	Priority int32  `protobuf:"varint,4,opt,name=priority,proto3" json:"priority,omitempty"`
+	Key      string `protobuf:"bytes,5,opt,name=key,proto3" json:"key,omitempty"`
+	Value    []byte `protobuf:"bytes,6,opt,name=value,proto3" json:"value,omitempty"`
+	Attempt  uint32 `protobuf:"varint,7,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Err      string `protobuf:"bytes,8,opt,name=err,proto3" json:"err,omitempty"`
+	IfAbsent bool   `protobuf:"varint,9,opt,name=if_absent,json=ifAbsent,proto3" json:"if_absent,omitempty"`
+	// From state format 2 (fsm.FormatQueueControls): with a future at, the
+	// task is inserted claimed by the Modify's claimant until at, so nobody
+	// else may change or delete it before then; at its time it is available
+	// to all. Ignored below that format and when at is not in the future.
+	Held          bool `protobuf:"varint,10,opt,name=held,proto3" json:"held,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -539,6 +544,13 @@ func (x *Insert) GetErr() string {
 func (x *Insert) GetIfAbsent() bool {
 	if x != nil {
 		return x.IfAbsent
+	}
+	return false
+}
+
+func (x *Insert) GetHeld() bool {
+	if x != nil {
+		return x.Held
 	}
 	return false
 }
@@ -1937,7 +1949,7 @@ const file_fsm_proto_rawDesc = "" +
 	"\adepends\x18\x06 \x03(\v2\x15.taskstore.fsm.v1.RefR\adepends\x12-\n" +
 	"\x05claim\x18\a \x01(\v2\x17.taskstore.fsm.v1.ClaimR\x05claim\x12(\n" +
 	"\x10max_answer_bytes\x18\b \x01(\x04R\x0emaxAnswerBytes\x12\x14\n" +
-	"\x05scope\x18\t \x03(\tR\x05scope\"\xcb\x01\n" +
+	"\x05scope\x18\t \x03(\tR\x05scope\"\xdf\x01\n" +
 	"\x06Insert\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x0e\n" +
@@ -1947,7 +1959,9 @@ const file_fsm_proto_rawDesc = "" +
 	"\x05value\x18\x06 \x01(\fR\x05value\x12\x18\n" +
 	"\aattempt\x18\a \x01(\rR\aattempt\x12\x10\n" +
 	"\x03err\x18\b \x01(\tR\x03err\x12\x1b\n" +
-	"\tif_absent\x18\t \x01(\bR\bifAbsent\"\x94\x02\n" +
+	"\tif_absent\x18\t \x01(\bR\bifAbsent\x12\x12\n" +
+	"\x04held\x18\n" +
+	" \x01(\bR\x04held\"\x94\x02\n" +
 	"\x06Change\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x14\n" +

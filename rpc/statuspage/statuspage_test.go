@@ -41,6 +41,7 @@ func startFixture(t *testing.T) *fixture {
 	t.Helper()
 	c := harness.Start(t, 3, harness.Options{Shards: 2, Scale: 2})
 	c.WaitReady()
+	c.WaitFormat()
 	f := &fixture{c: c, ids: map[string][]string{},
 		longV:  strings.Repeat("The quick brown fox jumps over the lazy dog. ", 8),
 		binV:   []byte{0x00, 0xff, 0x10, 0x80, 0x7f, 'a', 0x00, 0xc3, 0x28, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0a},

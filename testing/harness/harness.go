@@ -30,6 +30,7 @@ import (
 	"github.com/e1158ecb/taskstore/auth"
 	"github.com/e1158ecb/taskstore/cluster"
 	"github.com/e1158ecb/taskstore/cluster/metapb"
+	"github.com/e1158ecb/taskstore/fsm"
 	"github.com/e1158ecb/taskstore/internal/freeport"
 	"github.com/e1158ecb/taskstore/rpc"
 )
@@ -487,4 +488,34 @@ func (n *Node) measureDisk(dir string) (uint64, error) {
 		return 0, err
 	}
 	return st.Bavail * uint64(st.Bsize), nil
+}
+
+// WaitFormat waits until every shard's leader has raised its state format
+// to what this binary applies (cluster.Node.RaiseFormat, within about
+// Tuning.FormatEvery of a leader settling): before that the API refuses
+// what needs it (queue pauses and limits, held inserts) as unavailable.
+func (c *Cluster) WaitFormat() {
+	c.t.Helper()
+	deadline := time.Now().Add(time.Duration(float64(30*time.Second) * c.opts.Scale))
+	for {
+		behind := ""
+		for _, id := range c.Shards() {
+			l := c.Leader(id)
+			if l < 0 {
+				behind = fmt.Sprintf("shard %d has no leader", id)
+				break
+			}
+			if s := c.Nodes[l].srv.Node.Shard(id); s == nil || s.Machine().Format() < fsm.MaxFormat {
+				behind = fmt.Sprintf("shard %d is below state format %d", id, fsm.MaxFormat)
+				break
+			}
+		}
+		if behind == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("state formats not raised: %s", behind)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
