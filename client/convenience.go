@@ -42,6 +42,14 @@ func WithAt(t time.Time) InsertOption {
 // claimant); then it is available to every worker.
 func Held() InsertOption { return func(in *taskstorepb.TaskInsert) { in.Held = true } }
 
+// WithDedupWindow, with a key, keeps the key reserved in its queue for d
+// after the task is deleted or purged: an insert of the key within it fails
+// as a duplicate (or, with IfAbsent, returns the task as it was deleted), so
+// a producer that retries after the work is done does not create it again.
+func WithDedupWindow(d time.Duration) InsertOption {
+	return func(in *taskstorepb.TaskInsert) { in.DedupWindow = durationpb.New(d) }
+}
+
 // IfAbsent, with a key, returns the task that already holds the key instead
 // of failing.
 func IfAbsent() InsertOption { return func(in *taskstorepb.TaskInsert) { in.IfAbsent = true } }

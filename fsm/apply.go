@@ -62,6 +62,7 @@ func (a *applier) command(cmd *fsmpb.Command) *fsmpb.Result {
 	}
 	a.st.advance(cmd.Now, a.n.add)
 	a.expireSessions()
+	a.st.expireReservations()
 	if cmd.ClientId != "" {
 		if s := a.st.sessions[cmd.ClientId]; s != nil {
 			a.touch(s)

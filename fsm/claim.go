@@ -157,8 +157,12 @@ func (a *applier) purge(p *fsmpb.Purge) *fsmpb.Result {
 		return &fsmpb.Result{Purge: &fsmpb.PurgeResult{}}
 	}
 	n := q.byClaim.Len()
+	var purged []*task
 	q.byClaim.Ascend(func(t *task) bool {
 		st.unlink(t)
+		if t.key != "" && t.dedup > 0 {
+			purged = append(purged, t)
+		}
 		if t.at > st.clock {
 			st.pending.Delete(t)
 		}
@@ -166,6 +170,9 @@ func (a *applier) purge(p *fsmpb.Purge) *fsmpb.Result {
 	})
 	delete(st.queues, q.name)
 	st.names.Delete(q)
+	for _, t := range purged {
+		st.reserve(t)
+	}
 	return &fsmpb.Result{Purge: &fsmpb.PurgeResult{Deleted: uint64(n)}}
 }
 

@@ -54,7 +54,13 @@ users; DESIGN.md §1 is the contract.
 
  8. Keys. A key is unique within its queue. An if_absent insert whose key
     is taken returns the holder (in ModifyResult.inserted, its index in
-    coalesced) instead of failing.
+    coalesced) instead of failing. From FormatQueueControls, the key of a
+    task inserted with a dedup window stays reserved for that long of log
+    time after the task is deleted or purged (unless the same request
+    gives the key to another task): an insert of it fails naming the
+    deleted task, or with if_absent returns the deleted version.
+    Reservations expire as the clock passes them, and are in snapshots and
+    in the Digest when there are any.
 
  9. Purge drops a whole queue in one command and returns the count.
 

@@ -21,8 +21,10 @@ const (
 	// alone (Get) returns every match.
 	FormatGroupIDs uint32 = 1
 	// FormatQueueControls: an insert may be held by the Modify's claimant
-	// until its time (Insert.held; ignored below this format, so that
-	// replicas of binaries that do not know the field apply it alike), and
+	// until its time (Insert.held) and may keep its key reserved after its
+	// deletion (Insert.dedup_window): both ignored below this format, so
+	// that replicas of binaries that do not know the fields apply them
+	// alike; and
 	// the cluster accepts OP_PAUSE and OP_LIMIT (the API refuses them and
 	// held inserts below it: a replica of an older binary would stop at
 	// them).

@@ -258,3 +258,76 @@ func TestHeldInsert(t *testing.T) {
 		t.Fatalf("after their time a worker claimed %v, want both tasks", got)
 	}
 }
+
+// TestDedupWindow: from FormatQueueControls a deleted task's key stays
+// reserved for its dedup window (an insert of it fails, naming the deleted
+// task; with if_absent it returns the deleted version), also after a purge;
+// the window ends by log time; a request that deletes the task and inserts
+// the key again takes it; below the format the window is ignored.
+func TestDedupWindow(t *testing.T) {
+	ins := func(now int64, id string, window int64, ifAbsent bool) *fsmpb.Command {
+		return &fsmpb.Command{Op: fsmpb.Op_OP_MODIFY, Now: now, Modify: &fsmpb.Modify{Group: "g",
+			Inserts: []*fsmpb.Insert{{Id: id, Queue: "g/q", Key: "k", DedupWindow: window, IfAbsent: ifAbsent}}}}
+	}
+	del := func(now int64, id string, version uint64) *fsmpb.Command {
+		return &fsmpb.Command{Op: fsmpb.Op_OP_MODIFY, Now: now, Modify: &fsmpb.Modify{Group: "g", Deletes: []*fsmpb.Ref{{Id: id, Version: version}}}}
+	}
+	apply := func(m *Machine, cmd *fsmpb.Command) *fsmpb.Result {
+		res := m.ApplyCommand(m.AppliedIndex()+1, cmd)
+		return res
+	}
+
+	old := New(Options{})
+	apply(old, SetFormatCommand(FormatGroupIDs))
+	apply(old, ins(10, "a", 100, false))
+	apply(old, del(11, "a", 1))
+	if res := apply(old, ins(12, "b", 0, false)); res.Failure != nil {
+		t.Fatalf("format %d: the key of a deleted task is free: %v", FormatGroupIDs, res.Failure)
+	}
+
+	m := New(Options{})
+	apply(m, SetFormatCommand(FormatQueueControls))
+	apply(m, ins(10, "a", 100, false))
+	apply(m, del(20, "a", 1))
+	res := apply(m, ins(30, "b", 0, false))
+	if errs := res.GetFailure().GetErrors(); len(errs) != 1 || errs[0].Category != fsmpb.RefError_INSERT_DUPLICATE_KEY || errs[0].ExistingId != "a" {
+		t.Fatalf("insert of a reserved key: %v, want INSERT_DUPLICATE_KEY naming a", res)
+	}
+	res = apply(m, ins(31, "c", 0, true))
+	if got := res.GetModify(); len(got.GetCoalesced()) != 1 || got.Inserted[0].Id != "a" || m.TaskCount() != 0 {
+		t.Fatalf("if_absent insert of a reserved key: %v, want the deleted a, nothing inserted", res)
+	}
+	// The window ends 100 after the delete, by log time.
+	if res := apply(m, ins(119, "d", 0, false)); res.Failure == nil {
+		t.Fatal("the key was free before its window ended")
+	}
+	if res := apply(m, ins(120, "e", 50, false)); res.Failure != nil {
+		t.Fatalf("the key after its window: %v", res.Failure)
+	}
+	// Purge reserves too; a request that deletes the holder and inserts the
+	// key again takes it.
+	apply(m, &fsmpb.Command{Op: fsmpb.Op_OP_PURGE, Now: 130, Purge: &fsmpb.Purge{Queue: "g/q"}})
+	if res := apply(m, ins(140, "f", 0, false)); res.Failure == nil {
+		t.Fatal("the key of a purged task was free within its window")
+	}
+	apply(m, ins(200, "g1", 500, false))
+	res = apply(m, &fsmpb.Command{Op: fsmpb.Op_OP_MODIFY, Now: 210, Modify: &fsmpb.Modify{Group: "g",
+		Deletes: []*fsmpb.Ref{{Id: "g1", Version: 1}}, Inserts: []*fsmpb.Insert{{Id: "g2", Queue: "g/q", Key: "k"}}}})
+	if res.Failure != nil {
+		t.Fatalf("delete and re-insert of a key in one request: %v", res.Failure)
+	}
+	// The reservation survives a snapshot.
+	apply(m, del(220, "g2", 1))
+	apply(m, ins(230, "h", 300, false))
+	apply(m, del(240, "h", 1))
+	r := New(Options{})
+	if err := r.Restore(io.NopCloser(bytes.NewReader(persist(t, m)))); err != nil {
+		t.Fatal(err)
+	}
+	if r.Digest() != m.Digest() {
+		t.Fatal("restored digest differs")
+	}
+	if res := r.ApplyCommand(r.AppliedIndex()+1, ins(250, "i", 0, false)); res.Failure == nil {
+		t.Fatal("a restored replica lost the reservation")
+	}
+}

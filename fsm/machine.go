@@ -54,6 +54,10 @@ var DefaultLimits = Limits{
 	MaxErrBytes:   4096,
 }
 
+// MaxDedupWindow bounds Insert.dedup_window: a key reserved for a week
+// after its task is done covers any producer's retries.
+const MaxDedupWindow = int64(7 * 24 * time.Hour)
+
 // Default exactly-once bounds.
 const (
 	DefaultMaxSessions = 100000

@@ -38,6 +38,16 @@ func (md *modifier) lookup(id string) *task {
 	return md.st.find(md.group, id)
 }
 
+// reservedKey returns the reservation of key in queue, unless the request
+// already changed who holds the key (a reservation only exists while no
+// live task holds its key).
+func (md *modifier) reservedKey(queue, key string) *reservation {
+	if _, ok := md.keys[queueKey{queue, key}]; ok {
+		return nil
+	}
+	return md.st.reservedKey(queue, key)
+}
+
 // keyOwner returns the id holding key in queue as the request sees it.
 func (md *modifier) keyOwner(queue, key string) string {
 	if id, ok := md.keys[queueKey{queue, key}]; ok {
@@ -195,6 +205,16 @@ func (a *applier) modify(m *fsmpb.Modify) *fsmpb.Result {
 				}
 				md.fail(&fsmpb.RefError{Category: fsmpb.RefError_INSERT_DUPLICATE_KEY, Id: in.Id,
 					Queue: in.Queue, Key: in.Key, ExistingId: owner})
+			} else if r := md.reservedKey(in.Queue, in.Key); r != nil {
+				// The key of a task deleted within its dedup window: taken,
+				// by the task as it was deleted.
+				if in.IfAbsent {
+					inserted[i] = r.last
+					coalesced = append(coalesced, uint32(i))
+					continue
+				}
+				md.fail(&fsmpb.RefError{Category: fsmpb.RefError_INSERT_DUPLICATE_KEY, Id: in.Id,
+					Queue: in.Queue, Key: in.Key, ExistingId: r.last.id})
 			}
 		}
 		// Ids are unique in the group, or across the shard before
@@ -210,8 +230,11 @@ func (a *applier) modify(m *fsmpb.Modify) *fsmpb.Result {
 		}
 		nt := &task{id: in.Id, q: st.queueFor(in.Queue), key: in.Key, value: in.Value, err: in.Err,
 			version: 1, at: at, created: md.now, modified: md.now, priority: in.Priority, attempt: in.Attempt}
-		if in.Held && at > md.now && st.format >= FormatQueueControls {
-			nt.claimant = m.Claimant // held by its producer until at
+		if st.format >= FormatQueueControls {
+			if in.Held && at > md.now {
+				nt.claimant = m.Claimant // held by its producer until at
+			}
+			nt.dedup = max(in.DedupWindow, 0)
 		}
 		md.touched = append(md.touched, in.Queue)
 		if in.Key != "" {
@@ -242,8 +265,12 @@ func (a *applier) modify(m *fsmpb.Modify) *fsmpb.Result {
 
 	// Commit: take every original version out, then put every final one
 	// in, so that keys moving between tasks never collide midway.
+	var deleted []*task
 	for _, id := range md.order {
 		if old := st.find(m.Group, id); old != nil {
+			if md.staged[id] == nil {
+				deleted = append(deleted, old)
+			}
 			if isClaimed(old, st.clock) && st.limits[old.q.name] > 0 {
 				// A claim of a limited queue ends: room for a waiting
 				// claim.
@@ -258,6 +285,9 @@ func (a *applier) modify(m *fsmpb.Modify) *fsmpb.Result {
 			st.add(t)
 			a.n.add(t.q.name)
 		}
+	}
+	for _, t := range deleted {
+		st.reserve(t)
 	}
 	res := &fsmpb.ModifyResult{Coalesced: coalesced}
 	if len(inserted) > 0 {

@@ -24,6 +24,8 @@ type refModel struct {
 	tasks       map[string]*fsmpb.Task // by refKey(group, id)
 	paused      map[string]bool
 	limits      map[string]uint32
+	reserved    map[[2]string]refReservation // queue, key
+	reservedHit int                          // inserts that met a reservation
 	sessions    map[string]*refSession
 	maxSessions int
 	ttl         int64
@@ -36,12 +38,17 @@ type refSession struct {
 }
 
 func newRefModel(maxSessions int, ttl int64) *refModel {
-	return &refModel{tasks: map[string]*fsmpb.Task{}, sessions: map[string]*refSession{}, paused: map[string]bool{}, limits: map[string]uint32{}, maxSessions: maxSessions, ttl: ttl}
+	return &refModel{tasks: map[string]*fsmpb.Task{}, sessions: map[string]*refSession{}, paused: map[string]bool{}, limits: map[string]uint32{}, reserved: map[[2]string]refReservation{}, maxSessions: maxSessions, ttl: ttl}
 }
 
 func (r *refModel) apply(cmd *fsmpb.Command) *fsmpb.Result {
 	if cmd.Now > r.clock {
 		r.clock = cmd.Now
+	}
+	for k, res := range r.reserved {
+		if res.until <= r.clock {
+			delete(r.reserved, k)
+		}
 	}
 	for id, s := range r.sessions {
 		if s.lastSeen+r.ttl < r.clock {
@@ -108,6 +115,25 @@ func (r *refModel) apply(cmd *fsmpb.Command) *fsmpb.Result {
 		}
 	}
 	return res
+}
+
+// refReservation keeps a deleted task's key taken until until.
+type refReservation struct {
+	last  *fsmpb.Task
+	until int64
+}
+
+// reserve keeps t's key taken for its dedup window, unless a task holds it.
+func (r *refModel) reserve(t *fsmpb.Task) {
+	if t.Key == "" || t.DedupWindow <= 0 {
+		return
+	}
+	for _, o := range r.tasks {
+		if o.Queue == t.Queue && o.Key == t.Key {
+			return
+		}
+	}
+	r.reserved[[2]string{t.Queue, t.Key}] = refReservation{last: t, until: r.clock + t.DedupWindow}
 }
 
 func refGroup(queue string) string { g, _, _ := strings.Cut(queue, "/"); return g }
@@ -180,10 +206,18 @@ func (r *refModel) modify(m *fsmpb.Modify) *fsmpb.Result {
 	for _, d := range m.Depends {
 		check(d.Id, d.Version, fsmpb.RefError_DEPEND_MISSING, fsmpb.RefError_DEPEND_STALE)
 	}
+	// keyed: the (queue, key) pairs whose holder this request changes; a
+	// reservation does not apply to them.
+	keyed := map[[2]string]bool{}
+	var deleted []*fsmpb.Task
 	for _, d := range m.Deletes {
 		if t := check(d.Id, d.Version, fsmpb.RefError_DELETE_MISSING, fsmpb.RefError_DELETE_STALE); t != nil && !claimedByOther(t, d.Version) {
 			delete(work, key(d.Id))
 			touched[d.Id] = true
+			deleted = append(deleted, t)
+			if t.Key != "" {
+				keyed[[2]string{t.Queue, t.Key}] = true
+			}
 		}
 	}
 	var changed []*fsmpb.Task
@@ -220,6 +254,8 @@ func (r *refModel) modify(m *fsmpb.Modify) *fsmpb.Result {
 			nt.Err = *c.Err
 		}
 		if nt.Key != "" && nt.Queue != t.Queue {
+			keyed[[2]string{t.Queue, t.Key}] = true
+			keyed[[2]string{nt.Queue, nt.Key}] = true
 			if owner := keyOwner(nt.Queue, nt.Key); owner != "" {
 				errs = append(errs, &fsmpb.RefError{Category: fsmpb.RefError_INSERT_DUPLICATE_KEY, Id: nt.Id, Version: c.Version,
 					Queue: nt.Queue, Key: nt.Key, ExistingId: owner})
@@ -242,6 +278,15 @@ func (r *refModel) modify(m *fsmpb.Modify) *fsmpb.Result {
 				}
 				errs = append(errs, &fsmpb.RefError{Category: fsmpb.RefError_INSERT_DUPLICATE_KEY, Id: in.Id, Queue: in.Queue,
 					Key: in.Key, ExistingId: owner})
+			} else if res, ok := r.reserved[[2]string{in.Queue, in.Key}]; ok && !keyed[[2]string{in.Queue, in.Key}] && !inKeyed(insertedKey, in.Queue, in.Key) {
+				r.reservedHit++
+				if in.IfAbsent {
+					inserted = append(inserted, res.last)
+					coalesced = append(coalesced, uint32(i))
+					continue
+				}
+				errs = append(errs, &fsmpb.RefError{Category: fsmpb.RefError_INSERT_DUPLICATE_KEY, Id: in.Id, Queue: in.Queue,
+					Key: in.Key, ExistingId: res.last.Id})
 			}
 		}
 		taken := r.tasks[key(in.Id)] != nil || r.format < FormatGroupIDs && r.holdsID(in.Id)
@@ -257,8 +302,11 @@ func (r *refModel) modify(m *fsmpb.Modify) *fsmpb.Result {
 		}
 		nt := &fsmpb.Task{Id: in.Id, Version: 1, Queue: in.Queue, At: at, Priority: in.Priority, Key: in.Key, Value: in.Value,
 			Created: r.clock, Modified: r.clock, Attempt: in.Attempt, Err: in.Err}
-		if in.Held && at > r.clock && r.format >= FormatQueueControls {
-			nt.Claimant = m.Claimant
+		if r.format >= FormatQueueControls {
+			if in.Held && at > r.clock {
+				nt.Claimant = m.Claimant
+			}
+			nt.DedupWindow = max(in.DedupWindow, 0)
 		}
 		work[key(nt.Id)] = nt
 		touched[nt.Id] = true
@@ -271,6 +319,9 @@ func (r *refModel) modify(m *fsmpb.Modify) *fsmpb.Result {
 		return &fsmpb.Result{Failure: &fsmpb.Failure{Errors: errs}}
 	}
 	r.tasks = work
+	for _, t := range deleted {
+		r.reserve(t)
+	}
 	res := &fsmpb.ModifyResult{Inserted: inserted, Changed: changed, Coalesced: coalesced}
 	if m.Claim != nil {
 		// The claim sees the committed transaction, like a Claim right after.
@@ -335,11 +386,16 @@ func (r *refModel) claim(c *fsmpb.Claim) *fsmpb.Result {
 
 func (r *refModel) purge(queue string) *fsmpb.Result {
 	n := 0
+	var purged []*fsmpb.Task
 	for k, t := range r.tasks {
 		if t.Queue == queue {
 			delete(r.tasks, k)
+			purged = append(purged, t)
 			n++
 		}
+	}
+	for _, t := range purged {
+		r.reserve(t)
 	}
 	return &fsmpb.Result{Purge: &fsmpb.PurgeResult{Deleted: uint64(n)}}
 }
@@ -499,6 +555,7 @@ func (g *gen) command(allowBatch bool) *fsmpb.Command {
 			if r.IntN(3) == 0 {
 				in.Key = fmt.Sprintf("k%d", r.IntN(4))
 				in.IfAbsent = r.IntN(2) == 0
+				in.DedupWindow = int64(r.IntN(3) * 80)
 			}
 			if r.IntN(4) == 0 {
 				in.At = g.now + int64(r.IntN(40)) - 10
@@ -591,7 +648,7 @@ func TestProperty(t *testing.T) {
 	// little.
 	want := []string{"modify", "claim", "claim-empty", "purge", "batch", "stale-seq", "coalesced", "moved",
 		"modify-claim", "modify-claim-empty", "modify-claim-group", "modify-claim-refused", "id-in-two-groups",
-		"was-paused", "claim-in-paused", "claim-at-limit", "held-insert"}
+		"was-paused", "claim-in-paused", "claim-at-limit", "held-insert", "reserved-key"}
 	for c := range fsmpb.RefError_Category_value {
 		if c != "CATEGORY_UNSPECIFIED" {
 			want = append(want, c)
@@ -715,6 +772,7 @@ func propertyRun(t *testing.T, seed uint64, steps int, seen map[string]int) {
 			compareState(t, i, m, ref)
 		}
 	}
+	seen["reserved-key"] += ref.reservedHit
 	if m.Digest() != replica.Digest() {
 		t.Fatalf("restored replica's digest differs")
 	}
@@ -797,6 +855,15 @@ func compareState(t *testing.T, step int, m *Machine, ref *refModel) {
 	}
 	m.mu.RLock()
 	defer m.mu.RUnlock()
+	if len(m.st.reserved) != len(ref.reserved) || m.st.reservedOrder.Len() != len(ref.reserved) {
+		t.Fatalf("step %d: %d key reservations, want %d", step, len(m.st.reserved), len(ref.reserved))
+	}
+	for k, want := range ref.reserved {
+		got := m.st.reserved[queueKey{k[0], k[1]}]
+		if got == nil || got.until != want.until || !proto.Equal(got.last.toProto(false), want.last) {
+			t.Fatalf("step %d: reservation of %v: %+v, want %+v", step, k, got, want)
+		}
+	}
 	if len(m.st.sessions) != len(ref.sessions) || m.st.sessionOrder.Len() != len(ref.sessions) {
 		t.Fatalf("step %d: %d sessions, want %d", step, len(m.st.sessions), len(ref.sessions))
 	}
@@ -839,4 +906,10 @@ func (r *refModel) claimedIn(q string) int {
 		}
 	}
 	return n
+}
+
+// inKeyed reports whether this request's inserts staged key in queue.
+func inKeyed(insertedKey map[[2]string]string, queue, key string) bool {
+	_, ok := insertedKey[[2]string{queue, key}]
+	return ok
 }

@@ -339,6 +339,11 @@ func digestOf(snap *snapshot) [32]byte {
 		u(uint64(t.claims))
 		u(uint64(t.attempt))
 		str(t.err)
+		if t.dedup != 0 {
+			// Only then: digests of tasks without one stay as they were.
+			str("dedup")
+			u(uint64(t.dedup))
+		}
 		flush()
 	}
 	u(uint64(len(snap.sessions)))
@@ -361,6 +366,17 @@ func digestOf(snap *snapshot) [32]byte {
 		u(uint64(len(snap.paused)))
 		for _, name := range snap.paused {
 			str(name)
+		}
+	}
+	if len(snap.reserved) > 0 {
+		str("reserved")
+		u(uint64(len(snap.reserved)))
+		for _, r := range snap.reserved {
+			str(r.last.q.name)
+			str(r.last.key)
+			str(r.last.id)
+			u(r.last.version)
+			u(uint64(r.until))
 		}
 	}
 	if len(snap.limits) > 0 {

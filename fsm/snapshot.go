@@ -56,6 +56,7 @@ type snapshot struct {
 	sessions []*session
 	paused   []string            // sorted
 	limits   []*fsmpb.QueueLimit // sorted by queue
+	reserved []*reservation      // in reservedOrder
 }
 
 // Snapshot captures the state cheaply; Persist streams it while Apply goes on.
@@ -95,6 +96,10 @@ func (s *state) snapshot() *snapshot {
 		snap.limits = append(snap.limits, &fsmpb.QueueLimit{Queue: name, MaxClaimed: l})
 	}
 	slices.SortFunc(snap.limits, func(a, b *fsmpb.QueueLimit) int { return strings.Compare(a.Queue, b.Queue) })
+	s.reservedOrder.Ascend(func(r *reservation) bool {
+		snap.reserved = append(snap.reserved, r)
+		return true
+	})
 	return snap
 }
 
@@ -163,7 +168,7 @@ func (s *snapshot) writeTo(w io.Writer) error {
 	if s.format > 0 {
 		h.Format, h.StateFormat = snapshotFormatStated, s.format
 	}
-	h.PausedQueues, h.QueueLimits = uint64(len(s.paused)), uint64(len(s.limits))
+	h.PausedQueues, h.QueueLimits, h.Reservations = uint64(len(s.paused)), uint64(len(s.limits)), uint64(len(s.reserved))
 	err := sw.record(&fsmpb.SnapshotRecord{Header: h})
 	if err != nil {
 		return err
@@ -187,6 +192,12 @@ func (s *snapshot) writeTo(w io.Writer) error {
 	}
 	for _, l := range s.limits {
 		if err := sw.record(&fsmpb.SnapshotRecord{QueueLimit: l}); err != nil {
+			return err
+		}
+	}
+	for _, r := range s.reserved {
+		err := sw.record(&fsmpb.SnapshotRecord{Reservation: &fsmpb.KeyReservation{Task: r.last.toProto(false), Until: r.until}})
+		if err != nil {
 			return err
 		}
 	}
@@ -294,6 +305,7 @@ type record struct {
 	trailer *fsmpb.SnapshotTrailer
 	paused  *string
 	limit   *fsmpb.QueueLimit
+	reserve *fsmpb.KeyReservation
 }
 
 // parseRecord splits a SnapshotRecord into its one body.
@@ -334,6 +346,9 @@ func parseRecord(data []byte) (record, error) {
 		case 6:
 			rec.limit = &fsmpb.QueueLimit{}
 			err = proto.Unmarshal(body, rec.limit)
+		case 7:
+			rec.reserve = &fsmpb.KeyReservation{}
+			err = proto.Unmarshal(body, rec.reserve)
 		default:
 			return rec, fmt.Errorf("unknown field %d", num)
 		}
@@ -386,7 +401,7 @@ func readSnapshot(r io.Reader) (*state, error) {
 	st.tasks = make(map[string]*slot, min(h.Tasks, 1<<20))
 	st.clock = h.Clock
 	st.applied = h.AppliedIndex
-	var tasks, sessions, paused, limits uint64
+	var tasks, sessions, paused, limits, reserved uint64
 	for {
 		data, sum, err := sr.next()
 		if err != nil {
@@ -397,7 +412,18 @@ func readSnapshot(r io.Reader) (*state, error) {
 			return nil, corrupt("record %d: %v", tasks+sessions+paused+1, err)
 		}
 		switch {
+		case rec.reserve != nil:
+			if reserved == h.Reservations {
+				return nil, corrupt("more key reservations than the header's %d", h.Reservations)
+			}
+			if err := st.restoreReservation(rec.reserve); err != nil {
+				return nil, corrupt("key reservation %d: %v", reserved+1, err)
+			}
+			reserved++
 		case rec.limit != nil:
+			if reserved > 0 {
+				return nil, corrupt("queue limit after key reservations")
+			}
 			l := rec.limit
 			if limits == h.QueueLimits {
 				return nil, corrupt("more queue limits than the header's %d", h.QueueLimits)
@@ -408,8 +434,8 @@ func readSnapshot(r io.Reader) (*state, error) {
 			st.limits[l.Queue] = l.MaxClaimed
 			limits++
 		case rec.paused != nil:
-			if limits > 0 {
-				return nil, corrupt("paused queue after queue limits")
+			if limits > 0 || reserved > 0 {
+				return nil, corrupt("paused queue after queue limits or reservations")
 			}
 			if paused == h.PausedQueues {
 				return nil, corrupt("more paused queues than the header's %d", h.PausedQueues)
@@ -426,8 +452,8 @@ func readSnapshot(r io.Reader) (*state, error) {
 			if tasks == h.Tasks {
 				return nil, corrupt("more task records than the header's %d", h.Tasks)
 			}
-			if limits > 0 {
-				return nil, corrupt("task record after queue limits")
+			if limits > 0 || reserved > 0 {
+				return nil, corrupt("task record after queue limits or reservations")
 			}
 			if err := st.restoreTask(rec.task); err != nil {
 				return nil, corrupt("task record %d: %v", tasks+1, err)
@@ -437,7 +463,7 @@ func readSnapshot(r io.Reader) (*state, error) {
 			if sessions == h.Sessions {
 				return nil, corrupt("more session records than the header's %d", h.Sessions)
 			}
-			if paused > 0 || limits > 0 {
+			if paused > 0 || limits > 0 || reserved > 0 {
 				return nil, corrupt("session record after paused queues or limits")
 			}
 			if err := st.restoreSession(rec.session); err != nil {
@@ -445,6 +471,9 @@ func readSnapshot(r io.Reader) (*state, error) {
 			}
 			sessions++
 		case rec.trailer != nil:
+			if reserved != h.Reservations {
+				return nil, corrupt("%d key reservations, header says %d", reserved, h.Reservations)
+			}
 			if tasks != h.Tasks || sessions != h.Sessions || paused != h.PausedQueues || limits != h.QueueLimits {
 				return nil, corrupt("%d tasks, %d sessions, %d paused queues and %d limits, header says %d, %d, %d and %d",
 					tasks, sessions, paused, limits, h.Tasks, h.Sessions, h.PausedQueues, h.QueueLimits)
@@ -482,6 +511,24 @@ func (s *state) restoreTask(data []byte) error {
 	}
 	t.q = q
 	s.add(t)
+	return nil
+}
+
+func (s *state) restoreReservation(p *fsmpb.KeyReservation) error {
+	tp := p.GetTask()
+	if tp.GetQueue() == "" || tp.Key == "" || tp.Id == "" || p.Until <= s.clock {
+		return errors.New("empty queue, key or id, or expired")
+	}
+	if s.reserved[queueKey{tp.Queue, tp.Key}] != nil {
+		return fmt.Errorf("key %q of queue %q reserved twice", tp.Key, tp.Queue)
+	}
+	// The deleted version's queue record is detached: only its name counts.
+	t := &task{id: tp.Id, key: tp.Key, claimant: tp.Claimant, err: tp.Err, value: tp.Value,
+		q: &queue{name: tp.Queue, group: groupOf(tp.Queue)}, version: tp.Version, at: tp.At, created: tp.Created,
+		modified: tp.Modified, priority: tp.Priority, claims: tp.Claims, attempt: tp.Attempt, dedup: tp.DedupWindow}
+	r := &reservation{last: t, until: p.Until}
+	s.reserved[queueKey{tp.Queue, tp.Key}] = r
+	s.reservedOrder.ReplaceOrInsert(r)
 	return nil
 }
 

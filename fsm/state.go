@@ -26,6 +26,7 @@ type task struct {
 	claimant string
 	err      string
 	value    []byte // shared with results and snapshots; never modified
+	dedup    int64  // the key's reservation after deletion (Insert.dedup_window)
 	q        *queue
 	slot     *slot // the id's entry in state.tasks, shared by every version
 	version  uint64
@@ -145,6 +146,64 @@ type state struct {
 	// many of a queue's tasks claimed at once. Like a pause, a limit
 	// outlives the queue's tasks.
 	limits map[string]uint32
+	// reserved holds the keys of deleted tasks inserted with a dedup
+	// window, until the window ends (reservedOrder, soonest first).
+	reserved      map[queueKey]*reservation
+	reservedOrder *btree.BTreeG[*reservation]
+}
+
+// reservation keeps a deleted task's key taken in its queue. Immutable.
+type reservation struct {
+	last  *task // the version deleted; its queue and key name the reservation
+	until int64
+}
+
+func reservationLess(a, b *reservation) bool {
+	if a.until != b.until {
+		return a.until < b.until
+	}
+	if a.last.q.name != b.last.q.name {
+		return a.last.q.name < b.last.q.name
+	}
+	return a.last.key < b.last.key
+}
+
+// reserve keeps t's key taken for its dedup window after t was deleted,
+// unless a live task holds the key again.
+func (s *state) reserve(t *task) {
+	if t.key == "" || t.dedup <= 0 {
+		return
+	}
+	if q := s.queues[t.q.name]; q != nil && q.keys[t.key] != "" {
+		return
+	}
+	k := queueKey{t.q.name, t.key}
+	if old := s.reserved[k]; old != nil {
+		s.reservedOrder.Delete(old)
+	}
+	r := &reservation{last: t, until: addSat(s.clock, t.dedup)}
+	s.reserved[k] = r
+	s.reservedOrder.ReplaceOrInsert(r)
+}
+
+// reservedKey returns the unexpired reservation of key in queue, if any.
+func (s *state) reservedKey(queue, key string) *reservation {
+	if r := s.reserved[queueKey{queue, key}]; r != nil && r.until > s.clock {
+		return r
+	}
+	return nil
+}
+
+// expireReservations drops the reservations whose window has ended.
+func (s *state) expireReservations() {
+	for {
+		r, ok := s.reservedOrder.Min()
+		if !ok || r.until > s.clock {
+			return
+		}
+		s.reservedOrder.DeleteMin()
+		delete(s.reserved, queueKey{r.last.q.name, r.last.key})
+	}
 }
 
 // capacity is how many more of q's tasks a claim may take now: its limit
@@ -187,14 +246,16 @@ func (st *state) dropOldestSession() {
 
 func newState() *state {
 	return &state{
-		tasks:        make(map[string]*slot),
-		queues:       make(map[string]*queue),
-		names:        btree.NewG(btreeDegree, queueLess),
-		pending:      btree.NewG(btreeDegree, atLess),
-		sessions:     make(map[string]*session),
-		sessionOrder: btree.NewG(btreeDegree, sessionLess),
-		paused:       make(map[string]struct{}),
-		limits:       make(map[string]uint32),
+		tasks:         make(map[string]*slot),
+		queues:        make(map[string]*queue),
+		names:         btree.NewG(btreeDegree, queueLess),
+		pending:       btree.NewG(btreeDegree, atLess),
+		sessions:      make(map[string]*session),
+		sessionOrder:  btree.NewG(btreeDegree, sessionLess),
+		paused:        make(map[string]struct{}),
+		limits:        make(map[string]uint32),
+		reserved:      make(map[queueKey]*reservation),
+		reservedOrder: btree.NewG(btreeDegree, reservationLess),
 	}
 }
 
@@ -438,18 +499,19 @@ func belowPriority(t *task) *task {
 // copied: callers must not modify it.
 func (t *task) toProto(omitValue bool) *fsmpb.Task {
 	p := &fsmpb.Task{
-		Id:       t.id,
-		Version:  t.version,
-		Queue:    t.q.name,
-		At:       t.at,
-		Claimant: t.claimant,
-		Priority: t.priority,
-		Key:      t.key,
-		Created:  t.created,
-		Modified: t.modified,
-		Claims:   t.claims,
-		Attempt:  t.attempt,
-		Err:      t.err,
+		Id:          t.id,
+		Version:     t.version,
+		Queue:       t.q.name,
+		At:          t.at,
+		Claimant:    t.claimant,
+		Priority:    t.priority,
+		Key:         t.key,
+		Created:     t.created,
+		Modified:    t.modified,
+		Claims:      t.claims,
+		Attempt:     t.attempt,
+		Err:         t.err,
+		DedupWindow: t.dedup,
 	}
 	if !omitValue {
 		p.Value = t.value

@@ -28,6 +28,7 @@ const (
 	taskClaims   protowire.Number = 11
 	taskAttempt  protowire.Number = 12
 	taskErr      protowire.Number = 13
+	taskDedup    protowire.Number = 14
 )
 
 // appendTask appends t as a Task message, fields in number order, zero
@@ -48,7 +49,8 @@ func appendTask(b []byte, t *task) []byte {
 	b = appendVarint(b, taskModified, uint64(t.modified))
 	b = appendVarint(b, taskClaims, uint64(t.claims))
 	b = appendVarint(b, taskAttempt, uint64(t.attempt))
-	return appendString(b, taskErr, t.err)
+	b = appendString(b, taskErr, t.err)
+	return appendVarint(b, taskDedup, uint64(t.dedup))
 }
 
 func appendString(b []byte, num protowire.Number, s string) []byte {
@@ -103,7 +105,7 @@ func decodeTask(data []byte) (*task, []byte, error) {
 			case taskErr:
 				t.err = string(v)
 			}
-		case taskVersion, taskAt, taskPriority, taskCreated, taskModified, taskClaims, taskAttempt:
+		case taskVersion, taskAt, taskPriority, taskCreated, taskModified, taskClaims, taskAttempt, taskDedup:
 			if typ != protowire.VarintType {
 				return nil, nil, fmt.Errorf("task field %d has wire type %d", num, typ)
 			}
@@ -127,6 +129,8 @@ func decodeTask(data []byte) (*task, []byte, error) {
 				t.claims = uint32(v)
 			case taskAttempt:
 				t.attempt = uint32(v)
+			case taskDedup:
+				t.dedup = int64(v)
 			}
 		default:
 			n := protowire.ConsumeFieldValue(num, typ, data)

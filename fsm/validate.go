@@ -3,6 +3,7 @@ package fsm
 import (
 	"errors"
 	"fmt"
+	"time"
 	"unicode/utf8"
 
 	"github.com/e1158ecb/taskstore/fsm/fsmpb"
@@ -268,6 +269,12 @@ func (v *validator) modify(m *fsmpb.Modify, path string) error {
 		}
 		if in.IfAbsent && in.Key == "" {
 			return invalidf(f+"if_absent", "needs a key")
+		}
+		switch {
+		case in.DedupWindow < 0 || in.DedupWindow > MaxDedupWindow:
+			return invalidf(f+"dedup_window", "must be between 0 and %v", time.Duration(MaxDedupWindow))
+		case in.DedupWindow > 0 && in.Key == "":
+			return invalidf(f+"dedup_window", "needs a key: the window keeps the key reserved")
 		}
 		if len(in.Value) > v.l.MaxValueBytes {
 			return tooLarge(f+"value", len(in.Value), v.l.MaxValueBytes)

@@ -3,6 +3,8 @@ package rpc
 import (
 	"time"
 
+	"google.golang.org/protobuf/types/known/durationpb"
+
 	"github.com/e1158ecb/taskstore/api/taskstorepb"
 	"github.com/e1158ecb/taskstore/fsm/fsmpb"
 )
@@ -11,20 +13,29 @@ func timeFromNanos(ns int64) time.Time { return time.Unix(0, ns).UTC() }
 
 func taskToAPI(t *fsmpb.Task) *taskstorepb.Task {
 	return &taskstorepb.Task{
-		Id:       t.Id,
-		Version:  t.Version,
-		Queue:    t.Queue,
-		At:       nanosToTimestamp(t.At),
-		Claimant: t.Claimant,
-		Priority: t.Priority,
-		Key:      t.Key,
-		Value:    t.Value,
-		Created:  nanosToTimestamp(t.Created),
-		Modified: nanosToTimestamp(t.Modified),
-		Claims:   t.Claims,
-		Attempt:  t.Attempt,
-		Err:      t.Err,
+		Id:          t.Id,
+		Version:     t.Version,
+		Queue:       t.Queue,
+		At:          nanosToTimestamp(t.At),
+		Claimant:    t.Claimant,
+		Priority:    t.Priority,
+		Key:         t.Key,
+		Value:       t.Value,
+		Created:     nanosToTimestamp(t.Created),
+		Modified:    nanosToTimestamp(t.Modified),
+		Claims:      t.Claims,
+		Attempt:     t.Attempt,
+		Err:         t.Err,
+		DedupWindow: nanosToDuration(t.DedupWindow),
 	}
+}
+
+// nanosToDuration converts a duration the state machine keeps, nil for 0.
+func nanosToDuration(n int64) *durationpb.Duration {
+	if n == 0 {
+		return nil
+	}
+	return durationpb.New(time.Duration(n))
 }
 
 func tasksToAPI(ts []*fsmpb.Task) []*taskstorepb.Task {

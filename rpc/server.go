@@ -223,9 +223,13 @@ func (srv *Server) modify(ctx context.Context, req *taskstorepb.ModifyRequest) (
 			id = newID()
 		}
 		m.Inserts = append(m.Inserts, &fsmpb.Insert{Id: id, Queue: in.Queue, At: at, Priority: in.Priority, Key: in.Key,
-			Value: in.Value, Attempt: in.Attempt, Err: in.Err, IfAbsent: in.IfAbsent, Held: in.Held})
-		if in.Held {
-			if err := needFormat(ctx, shard, fsm.FormatQueueControls, "a held insert"); err != nil {
+			Value: in.Value, Attempt: in.Attempt, Err: in.Err, IfAbsent: in.IfAbsent, Held: in.Held,
+			DedupWindow: in.DedupWindow.AsDuration().Nanoseconds()})
+		if in.DedupWindow != nil && in.DedupWindow.CheckValid() != nil {
+			return nil, invalid(field("inserts", i, "dedup_window"), "not a valid duration")
+		}
+		if in.Held || in.DedupWindow != nil {
+			if err := needFormat(ctx, shard, fsm.FormatQueueControls, "a held insert or a dedup window"); err != nil {
 				return nil, err
 			}
 		}

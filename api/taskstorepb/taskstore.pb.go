@@ -179,8 +179,10 @@ type Task struct {
 	// (docs/workers.md, "Fencing side effects").
 	Claims uint32 `protobuf:"varint,11,opt,name=claims,proto3" json:"claims,omitempty"`
 	// Set by workers (retries, dead-lettering).
-	Attempt       uint32 `protobuf:"varint,12,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	Err           string `protobuf:"bytes,13,opt,name=err,proto3" json:"err,omitempty"`
+	Attempt uint32 `protobuf:"varint,12,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Err     string `protobuf:"bytes,13,opt,name=err,proto3" json:"err,omitempty"`
+	// The key's reservation after deletion (TaskInsert.dedup_window).
+	DedupWindow   *durationpb.Duration `protobuf:"bytes,14,opt,name=dedup_window,json=dedupWindow,proto3" json:"dedup_window,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -304,6 +306,13 @@ func (x *Task) GetErr() string {
 		return x.Err
 	}
 	return ""
+}
+
+func (x *Task) GetDedupWindow() *durationpb.Duration {
+	if x != nil {
+		return x.DedupWindow
+	}
+	return nil
 }
 
 // TaskRef names one version of a task.
@@ -447,7 +456,15 @@ type TaskInsert struct {
 	// delete it before its time; then it is available to every worker (its
 	// claims count stays 0). A producer that wants to revise a delayed task
 	// before it runs holds it (EntroQ's model).
-	Held          bool `protobuf:"varint,11,opt,name=held,proto3" json:"held,omitempty"`
+	Held bool `protobuf:"varint,11,opt,name=held,proto3" json:"held,omitempty"`
+	// With a key: keep the key reserved in the queue for this long after the
+	// task is deleted (committed) or purged, so that a producer that retries
+	// after the work is done does not create it again (SQS FIFO's
+	// deduplication interval, asynq's unique TTL). An insert of the key
+	// within the window fails as INSERT_DUPLICATE_KEY naming the deleted
+	// task, or with if_absent returns the task as it was deleted. At most 7
+	// days.
+	DedupWindow   *durationpb.Duration `protobuf:"bytes,12,opt,name=dedup_window,json=dedupWindow,proto3" json:"dedup_window,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -557,6 +574,13 @@ func (x *TaskInsert) GetHeld() bool {
 		return x.Held
 	}
 	return false
+}
+
+func (x *TaskInsert) GetDedupWindow() *durationpb.Duration {
+	if x != nil {
+		return x.DedupWindow
+	}
+	return nil
 }
 
 type TaskChange struct {
@@ -3386,7 +3410,7 @@ var File_taskstore_v1_taskstore_proto protoreflect.FileDescriptor
 
 const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\n" +
-	"\x1ctaskstore/v1/taskstore.proto\x12\ftaskstore.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x84\x03\n" +
+	"\x1ctaskstore/v1/taskstore.proto\x12\ftaskstore.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc2\x03\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x14\n" +
@@ -3401,14 +3425,15 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\bmodified\x12\x16\n" +
 	"\x06claims\x18\v \x01(\rR\x06claims\x12\x18\n" +
 	"\aattempt\x18\f \x01(\rR\aattempt\x12\x10\n" +
-	"\x03err\x18\r \x01(\tR\x03err\"I\n" +
+	"\x03err\x18\r \x01(\tR\x03err\x12<\n" +
+	"\fdedup_window\x18\x0e \x01(\v2\x19.google.protobuf.DurationR\vdedupWindow\"I\n" +
 	"\aTaskRef\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x14\n" +
 	"\x05queue\x18\x03 \x01(\tR\x05queue\":\n" +
 	"\tRequestID\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x10\n" +
-	"\x03seq\x18\x02 \x01(\x04R\x03seq\"\xb0\x02\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\"\xee\x02\n" +
 	"\n" +
 	"TaskInsert\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
@@ -3422,7 +3447,8 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\x03err\x18\t \x01(\tR\x03err\x12\x1b\n" +
 	"\tif_absent\x18\n" +
 	" \x01(\bR\bifAbsent\x12\x12\n" +
-	"\x04held\x18\v \x01(\bR\x04held\"\x82\x03\n" +
+	"\x04held\x18\v \x01(\bR\x04held\x12<\n" +
+	"\fdedup_window\x18\f \x01(\v2\x19.google.protobuf.DurationR\vdedupWindow\"\x82\x03\n" +
 	"\n" +
 	"TaskChange\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
@@ -3758,84 +3784,86 @@ var file_taskstore_v1_taskstore_proto_depIdxs = []int32{
 	47, // 0: taskstore.v1.Task.at:type_name -> google.protobuf.Timestamp
 	47, // 1: taskstore.v1.Task.created:type_name -> google.protobuf.Timestamp
 	47, // 2: taskstore.v1.Task.modified:type_name -> google.protobuf.Timestamp
-	47, // 3: taskstore.v1.TaskInsert.at:type_name -> google.protobuf.Timestamp
-	48, // 4: taskstore.v1.TaskInsert.delay:type_name -> google.protobuf.Duration
-	47, // 5: taskstore.v1.TaskChange.at:type_name -> google.protobuf.Timestamp
-	48, // 6: taskstore.v1.TaskChange.delay:type_name -> google.protobuf.Duration
-	5,  // 7: taskstore.v1.ModifyRequest.inserts:type_name -> taskstore.v1.TaskInsert
-	6,  // 8: taskstore.v1.ModifyRequest.changes:type_name -> taskstore.v1.TaskChange
-	3,  // 9: taskstore.v1.ModifyRequest.deletes:type_name -> taskstore.v1.TaskRef
-	3,  // 10: taskstore.v1.ModifyRequest.depends:type_name -> taskstore.v1.TaskRef
-	4,  // 11: taskstore.v1.ModifyRequest.request:type_name -> taskstore.v1.RequestID
-	8,  // 12: taskstore.v1.ModifyRequest.claim:type_name -> taskstore.v1.ModifyClaim
-	48, // 13: taskstore.v1.ModifyClaim.lease:type_name -> google.protobuf.Duration
-	2,  // 14: taskstore.v1.ModifyResponse.inserted:type_name -> taskstore.v1.Task
-	2,  // 15: taskstore.v1.ModifyResponse.changed:type_name -> taskstore.v1.Task
-	2,  // 16: taskstore.v1.ModifyResponse.claimed:type_name -> taskstore.v1.Task
-	11, // 17: taskstore.v1.ModifyError.errors:type_name -> taskstore.v1.RefError
-	1,  // 18: taskstore.v1.RefError.category:type_name -> taskstore.v1.RefError.Category
-	47, // 19: taskstore.v1.RefError.lease_until:type_name -> google.protobuf.Timestamp
-	48, // 20: taskstore.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
-	48, // 21: taskstore.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
-	4,  // 22: taskstore.v1.ClaimRequest.request:type_name -> taskstore.v1.RequestID
-	2,  // 23: taskstore.v1.ClaimResponse.tasks:type_name -> taskstore.v1.Task
-	0,  // 24: taskstore.v1.TasksRequest.state:type_name -> taskstore.v1.TaskState
-	2,  // 25: taskstore.v1.TasksResponse.tasks:type_name -> taskstore.v1.Task
-	48, // 26: taskstore.v1.QueueStats.oldest_available_age:type_name -> google.protobuf.Duration
-	48, // 27: taskstore.v1.QueueStats.avg_claim_to_commit:type_name -> google.protobuf.Duration
-	48, // 28: taskstore.v1.QueueStats.rate_window:type_name -> google.protobuf.Duration
-	17, // 29: taskstore.v1.QueuesResponse.queues:type_name -> taskstore.v1.QueueStats
-	4,  // 30: taskstore.v1.PurgeRequest.request:type_name -> taskstore.v1.RequestID
-	4,  // 31: taskstore.v1.QueuePauseRequest.request:type_name -> taskstore.v1.RequestID
-	4,  // 32: taskstore.v1.QueueLimitRequest.request:type_name -> taskstore.v1.RequestID
-	47, // 33: taskstore.v1.TimeResponse.now:type_name -> google.protobuf.Timestamp
-	31, // 34: taskstore.v1.ReplicaStatus.checkpoints:type_name -> taskstore.v1.Checkpoint
-	32, // 35: taskstore.v1.ReplicaStatus.divergence:type_name -> taskstore.v1.Divergence
-	47, // 36: taskstore.v1.Divergence.detected:type_name -> google.protobuf.Timestamp
-	30, // 37: taskstore.v1.ShardStatus.replica_status:type_name -> taskstore.v1.ReplicaStatus
-	29, // 38: taskstore.v1.StatusResponse.nodes:type_name -> taskstore.v1.NodeStatus
-	33, // 39: taskstore.v1.StatusResponse.shards:type_name -> taskstore.v1.ShardStatus
-	33, // 40: taskstore.v1.StatusResponse.meta:type_name -> taskstore.v1.ShardStatus
-	47, // 41: taskstore.v1.StatusResponse.now:type_name -> google.protobuf.Timestamp
-	36, // 42: taskstore.v1.ShardRoute.replicas:type_name -> taskstore.v1.Replica
-	37, // 43: taskstore.v1.RoutingResponse.shards:type_name -> taskstore.v1.ShardRoute
-	29, // 44: taskstore.v1.AddNodeResponse.node:type_name -> taskstore.v1.NodeStatus
-	29, // 45: taskstore.v1.RemoveNodeResponse.node:type_name -> taskstore.v1.NodeStatus
-	7,  // 46: taskstore.v1.TaskStore.Modify:input_type -> taskstore.v1.ModifyRequest
-	12, // 47: taskstore.v1.TaskStore.Claim:input_type -> taskstore.v1.ClaimRequest
-	14, // 48: taskstore.v1.TaskStore.Tasks:input_type -> taskstore.v1.TasksRequest
-	16, // 49: taskstore.v1.TaskStore.Queues:input_type -> taskstore.v1.QueuesRequest
-	25, // 50: taskstore.v1.TaskStore.Time:input_type -> taskstore.v1.TimeRequest
-	19, // 51: taskstore.v1.TaskStore.Purge:input_type -> taskstore.v1.PurgeRequest
-	21, // 52: taskstore.v1.TaskStore.PauseQueue:input_type -> taskstore.v1.QueuePauseRequest
-	21, // 53: taskstore.v1.TaskStore.ResumeQueue:input_type -> taskstore.v1.QueuePauseRequest
-	22, // 54: taskstore.v1.TaskStore.SetQueueLimit:input_type -> taskstore.v1.QueueLimitRequest
-	28, // 55: taskstore.v1.Admin.Status:input_type -> taskstore.v1.StatusRequest
-	35, // 56: taskstore.v1.Admin.Routing:input_type -> taskstore.v1.RoutingRequest
-	39, // 57: taskstore.v1.Admin.TransferLeader:input_type -> taskstore.v1.TransferLeaderRequest
-	41, // 58: taskstore.v1.Admin.AddNode:input_type -> taskstore.v1.AddNodeRequest
-	43, // 59: taskstore.v1.Admin.RemoveNode:input_type -> taskstore.v1.RemoveNodeRequest
-	45, // 60: taskstore.v1.Admin.RebuildReplica:input_type -> taskstore.v1.RebuildReplicaRequest
-	9,  // 61: taskstore.v1.TaskStore.Modify:output_type -> taskstore.v1.ModifyResponse
-	13, // 62: taskstore.v1.TaskStore.Claim:output_type -> taskstore.v1.ClaimResponse
-	15, // 63: taskstore.v1.TaskStore.Tasks:output_type -> taskstore.v1.TasksResponse
-	18, // 64: taskstore.v1.TaskStore.Queues:output_type -> taskstore.v1.QueuesResponse
-	26, // 65: taskstore.v1.TaskStore.Time:output_type -> taskstore.v1.TimeResponse
-	20, // 66: taskstore.v1.TaskStore.Purge:output_type -> taskstore.v1.PurgeResponse
-	24, // 67: taskstore.v1.TaskStore.PauseQueue:output_type -> taskstore.v1.QueuePauseResponse
-	24, // 68: taskstore.v1.TaskStore.ResumeQueue:output_type -> taskstore.v1.QueuePauseResponse
-	23, // 69: taskstore.v1.TaskStore.SetQueueLimit:output_type -> taskstore.v1.QueueLimitResponse
-	34, // 70: taskstore.v1.Admin.Status:output_type -> taskstore.v1.StatusResponse
-	38, // 71: taskstore.v1.Admin.Routing:output_type -> taskstore.v1.RoutingResponse
-	40, // 72: taskstore.v1.Admin.TransferLeader:output_type -> taskstore.v1.TransferLeaderResponse
-	42, // 73: taskstore.v1.Admin.AddNode:output_type -> taskstore.v1.AddNodeResponse
-	44, // 74: taskstore.v1.Admin.RemoveNode:output_type -> taskstore.v1.RemoveNodeResponse
-	46, // 75: taskstore.v1.Admin.RebuildReplica:output_type -> taskstore.v1.RebuildReplicaResponse
-	61, // [61:76] is the sub-list for method output_type
-	46, // [46:61] is the sub-list for method input_type
-	46, // [46:46] is the sub-list for extension type_name
-	46, // [46:46] is the sub-list for extension extendee
-	0,  // [0:46] is the sub-list for field type_name
+	48, // 3: taskstore.v1.Task.dedup_window:type_name -> google.protobuf.Duration
+	47, // 4: taskstore.v1.TaskInsert.at:type_name -> google.protobuf.Timestamp
+	48, // 5: taskstore.v1.TaskInsert.delay:type_name -> google.protobuf.Duration
+	48, // 6: taskstore.v1.TaskInsert.dedup_window:type_name -> google.protobuf.Duration
+	47, // 7: taskstore.v1.TaskChange.at:type_name -> google.protobuf.Timestamp
+	48, // 8: taskstore.v1.TaskChange.delay:type_name -> google.protobuf.Duration
+	5,  // 9: taskstore.v1.ModifyRequest.inserts:type_name -> taskstore.v1.TaskInsert
+	6,  // 10: taskstore.v1.ModifyRequest.changes:type_name -> taskstore.v1.TaskChange
+	3,  // 11: taskstore.v1.ModifyRequest.deletes:type_name -> taskstore.v1.TaskRef
+	3,  // 12: taskstore.v1.ModifyRequest.depends:type_name -> taskstore.v1.TaskRef
+	4,  // 13: taskstore.v1.ModifyRequest.request:type_name -> taskstore.v1.RequestID
+	8,  // 14: taskstore.v1.ModifyRequest.claim:type_name -> taskstore.v1.ModifyClaim
+	48, // 15: taskstore.v1.ModifyClaim.lease:type_name -> google.protobuf.Duration
+	2,  // 16: taskstore.v1.ModifyResponse.inserted:type_name -> taskstore.v1.Task
+	2,  // 17: taskstore.v1.ModifyResponse.changed:type_name -> taskstore.v1.Task
+	2,  // 18: taskstore.v1.ModifyResponse.claimed:type_name -> taskstore.v1.Task
+	11, // 19: taskstore.v1.ModifyError.errors:type_name -> taskstore.v1.RefError
+	1,  // 20: taskstore.v1.RefError.category:type_name -> taskstore.v1.RefError.Category
+	47, // 21: taskstore.v1.RefError.lease_until:type_name -> google.protobuf.Timestamp
+	48, // 22: taskstore.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
+	48, // 23: taskstore.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	4,  // 24: taskstore.v1.ClaimRequest.request:type_name -> taskstore.v1.RequestID
+	2,  // 25: taskstore.v1.ClaimResponse.tasks:type_name -> taskstore.v1.Task
+	0,  // 26: taskstore.v1.TasksRequest.state:type_name -> taskstore.v1.TaskState
+	2,  // 27: taskstore.v1.TasksResponse.tasks:type_name -> taskstore.v1.Task
+	48, // 28: taskstore.v1.QueueStats.oldest_available_age:type_name -> google.protobuf.Duration
+	48, // 29: taskstore.v1.QueueStats.avg_claim_to_commit:type_name -> google.protobuf.Duration
+	48, // 30: taskstore.v1.QueueStats.rate_window:type_name -> google.protobuf.Duration
+	17, // 31: taskstore.v1.QueuesResponse.queues:type_name -> taskstore.v1.QueueStats
+	4,  // 32: taskstore.v1.PurgeRequest.request:type_name -> taskstore.v1.RequestID
+	4,  // 33: taskstore.v1.QueuePauseRequest.request:type_name -> taskstore.v1.RequestID
+	4,  // 34: taskstore.v1.QueueLimitRequest.request:type_name -> taskstore.v1.RequestID
+	47, // 35: taskstore.v1.TimeResponse.now:type_name -> google.protobuf.Timestamp
+	31, // 36: taskstore.v1.ReplicaStatus.checkpoints:type_name -> taskstore.v1.Checkpoint
+	32, // 37: taskstore.v1.ReplicaStatus.divergence:type_name -> taskstore.v1.Divergence
+	47, // 38: taskstore.v1.Divergence.detected:type_name -> google.protobuf.Timestamp
+	30, // 39: taskstore.v1.ShardStatus.replica_status:type_name -> taskstore.v1.ReplicaStatus
+	29, // 40: taskstore.v1.StatusResponse.nodes:type_name -> taskstore.v1.NodeStatus
+	33, // 41: taskstore.v1.StatusResponse.shards:type_name -> taskstore.v1.ShardStatus
+	33, // 42: taskstore.v1.StatusResponse.meta:type_name -> taskstore.v1.ShardStatus
+	47, // 43: taskstore.v1.StatusResponse.now:type_name -> google.protobuf.Timestamp
+	36, // 44: taskstore.v1.ShardRoute.replicas:type_name -> taskstore.v1.Replica
+	37, // 45: taskstore.v1.RoutingResponse.shards:type_name -> taskstore.v1.ShardRoute
+	29, // 46: taskstore.v1.AddNodeResponse.node:type_name -> taskstore.v1.NodeStatus
+	29, // 47: taskstore.v1.RemoveNodeResponse.node:type_name -> taskstore.v1.NodeStatus
+	7,  // 48: taskstore.v1.TaskStore.Modify:input_type -> taskstore.v1.ModifyRequest
+	12, // 49: taskstore.v1.TaskStore.Claim:input_type -> taskstore.v1.ClaimRequest
+	14, // 50: taskstore.v1.TaskStore.Tasks:input_type -> taskstore.v1.TasksRequest
+	16, // 51: taskstore.v1.TaskStore.Queues:input_type -> taskstore.v1.QueuesRequest
+	25, // 52: taskstore.v1.TaskStore.Time:input_type -> taskstore.v1.TimeRequest
+	19, // 53: taskstore.v1.TaskStore.Purge:input_type -> taskstore.v1.PurgeRequest
+	21, // 54: taskstore.v1.TaskStore.PauseQueue:input_type -> taskstore.v1.QueuePauseRequest
+	21, // 55: taskstore.v1.TaskStore.ResumeQueue:input_type -> taskstore.v1.QueuePauseRequest
+	22, // 56: taskstore.v1.TaskStore.SetQueueLimit:input_type -> taskstore.v1.QueueLimitRequest
+	28, // 57: taskstore.v1.Admin.Status:input_type -> taskstore.v1.StatusRequest
+	35, // 58: taskstore.v1.Admin.Routing:input_type -> taskstore.v1.RoutingRequest
+	39, // 59: taskstore.v1.Admin.TransferLeader:input_type -> taskstore.v1.TransferLeaderRequest
+	41, // 60: taskstore.v1.Admin.AddNode:input_type -> taskstore.v1.AddNodeRequest
+	43, // 61: taskstore.v1.Admin.RemoveNode:input_type -> taskstore.v1.RemoveNodeRequest
+	45, // 62: taskstore.v1.Admin.RebuildReplica:input_type -> taskstore.v1.RebuildReplicaRequest
+	9,  // 63: taskstore.v1.TaskStore.Modify:output_type -> taskstore.v1.ModifyResponse
+	13, // 64: taskstore.v1.TaskStore.Claim:output_type -> taskstore.v1.ClaimResponse
+	15, // 65: taskstore.v1.TaskStore.Tasks:output_type -> taskstore.v1.TasksResponse
+	18, // 66: taskstore.v1.TaskStore.Queues:output_type -> taskstore.v1.QueuesResponse
+	26, // 67: taskstore.v1.TaskStore.Time:output_type -> taskstore.v1.TimeResponse
+	20, // 68: taskstore.v1.TaskStore.Purge:output_type -> taskstore.v1.PurgeResponse
+	24, // 69: taskstore.v1.TaskStore.PauseQueue:output_type -> taskstore.v1.QueuePauseResponse
+	24, // 70: taskstore.v1.TaskStore.ResumeQueue:output_type -> taskstore.v1.QueuePauseResponse
+	23, // 71: taskstore.v1.TaskStore.SetQueueLimit:output_type -> taskstore.v1.QueueLimitResponse
+	34, // 72: taskstore.v1.Admin.Status:output_type -> taskstore.v1.StatusResponse
+	38, // 73: taskstore.v1.Admin.Routing:output_type -> taskstore.v1.RoutingResponse
+	40, // 74: taskstore.v1.Admin.TransferLeader:output_type -> taskstore.v1.TransferLeaderResponse
+	42, // 75: taskstore.v1.Admin.AddNode:output_type -> taskstore.v1.AddNodeResponse
+	44, // 76: taskstore.v1.Admin.RemoveNode:output_type -> taskstore.v1.RemoveNodeResponse
+	46, // 77: taskstore.v1.Admin.RebuildReplica:output_type -> taskstore.v1.RebuildReplicaResponse
+	63, // [63:78] is the sub-list for method output_type
+	48, // [48:63] is the sub-list for method input_type
+	48, // [48:48] is the sub-list for extension type_name
+	48, // [48:48] is the sub-list for extension extendee
+	0,  // [0:48] is the sub-list for field type_name
 }
 
 func init() { file_taskstore_v1_taskstore_proto_init() }

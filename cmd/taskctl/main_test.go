@@ -570,3 +570,29 @@ func TestInsertHeld(t *testing.T) {
 		t.Fatalf("--hold without --delay: exit %d, stderr %q", r.code, r.stderr)
 	}
 }
+
+// TestDedupWindow (issue 18 item 5): a task inserted with a key and a dedup
+// window, once deleted, keeps its key: inserting it again is refused, and
+// with --if-absent prints the deleted task and says nothing was inserted.
+func TestDedupWindow(t *testing.T) {
+	fc := clienttest.New(t, 3, 2)
+	got := tasksJSON(t, mustRun(t, fc, "-o", "json", "task", "insert", "mail/send", "--id", "m1", "--key", "order-7", "--dedup-window", "1h"))
+	if len(got) != 1 || got[0].DedupWindow.AsDuration() != time.Hour {
+		t.Fatalf("insert with a dedup window: %v", got)
+	}
+	mustRun(t, fc, "task", "delete", "m1", "--version", "1", "--queue", "mail/send")
+	r := run(t, fc, "task", "insert", "mail/send", "--id", "m2", "--key", "order-7")
+	if r.code == 0 || !strings.Contains(r.stderr, "order-7") || !strings.Contains(r.stderr, "m1") {
+		t.Fatalf("a second insert of the reserved key: exit %d, stderr %q", r.code, r.stderr)
+	}
+	r = run(t, fc, "-o", "json", "task", "insert", "mail/send", "--id", "m3", "--key", "order-7", "--if-absent")
+	if r.code != 0 || !strings.Contains(r.stderr, "nothing inserted") || !strings.Contains(r.stdout, `"m1"`) {
+		t.Fatalf("--if-absent of the reserved key: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	if fc.Count() != 0 {
+		t.Fatalf("%d tasks exist, want none", fc.Count())
+	}
+	if r := run(t, fc, "task", "insert", "mail/send", "--dedup-window", "1h"); r.code == 0 || !strings.Contains(r.stderr, "needs --key") {
+		t.Fatalf("--dedup-window without --key: exit %d, stderr %q", r.code, r.stderr)
+	}
+}

@@ -46,6 +46,7 @@ func (a *app) taskInsertCmd() *cobra.Command {
 		delay                time.Duration
 		ifAbsent, held       bool
 		claimant             string
+		dedupWindow          time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "insert QUEUE [--value V | --file F]",
@@ -60,7 +61,11 @@ unique within the queue; with --if-absent an insert whose key exists returns
 the existing task instead of failing. --hold, with --delay, inserts the task
 held by --claimant until its time, as if claimed: nobody else may change or
 delete it before then (task delete --claimant, or a change as that claimant,
-still can); then it is available to every worker.
+still can); then it is available to every worker. --dedup-window, with --key,
+keeps the key reserved in the queue for that long after the task is deleted
+(committed) or purged: inserting the key again within it fails, or with
+--if-absent returns the task as it was deleted, so a producer retrying after
+the work is done does not create it again.
 
 With -o json it prints {"tasks":[TASK]}.`,
 		Example: `  taskctl task insert crawl/fetch --value https://example.com
@@ -103,6 +108,12 @@ With -o json it prints {"tasks":[TASK]}.`,
 				}
 				opts = append(opts, client.IfAbsent())
 			}
+			if dedupWindow != 0 {
+				if key == "" || dedupWindow < 0 {
+					return fmt.Errorf("--dedup-window needs --key and a positive duration")
+				}
+				opts = append(opts, client.WithDedupWindow(dedupWindow))
+			}
 			if held {
 				if delay <= 0 {
 					return fmt.Errorf("--hold needs --delay: a task is held until its time")
@@ -141,6 +152,7 @@ With -o json it prints {"tasks":[TASK]}.`,
 	f.BoolVar(&ifAbsent, "if-absent", false, "with --key: return the task holding the key instead of failing")
 	f.BoolVar(&held, "hold", false, "with --delay: hold the task as --claimant until its time")
 	f.StringVar(&claimant, "claimant", defaultClaimant(), "who holds the task (--hold)")
+	f.DurationVar(&dedupWindow, "dedup-window", 0, "with --key: keep the key reserved this long after the task is deleted")
 	return cmd
 }
 

@@ -450,7 +450,11 @@ type Insert struct {
 	// task is inserted claimed by the Modify's claimant until at, so nobody
 	// else may change or delete it before then; at its time it is available
 	// to all. Ignored below that format and when at is not in the future.
-	Held          bool `protobuf:"varint,10,opt,name=held,proto3" json:"held,omitempty"`
+	Held bool `protobuf:"varint,10,opt,name=held,proto3" json:"held,omitempty"`
+	// From state format 2: with a key, the key stays reserved in the queue for
+	// this long (nanoseconds) after the task is deleted or purged, so a
+	// producer retrying after the work is done does not create it again.
+	DedupWindow   int64 `protobuf:"varint,11,opt,name=dedup_window,json=dedupWindow,proto3" json:"dedup_window,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -553,6 +557,13 @@ func (x *Insert) GetHeld() bool {
 		return x.Held
 	}
 	return false
+}
+
+func (x *Insert) GetDedupWindow() int64 {
+	if x != nil {
+		return x.DedupWindow
+	}
+	return 0
 }
 
 type Change struct {
@@ -953,20 +964,22 @@ func (x *Pause) GetPaused() bool {
 }
 
 type Task struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Version       uint64                 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
-	Queue         string                 `protobuf:"bytes,3,opt,name=queue,proto3" json:"queue,omitempty"`
-	At            int64                  `protobuf:"varint,4,opt,name=at,proto3" json:"at,omitempty"`
-	Claimant      string                 `protobuf:"bytes,5,opt,name=claimant,proto3" json:"claimant,omitempty"`
-	Priority      int32                  `protobuf:"varint,6,opt,name=priority,proto3" json:"priority,omitempty"`
-	Key           string                 `protobuf:"bytes,7,opt,name=key,proto3" json:"key,omitempty"`
-	Value         []byte                 `protobuf:"bytes,8,opt,name=value,proto3" json:"value,omitempty"`
-	Created       int64                  `protobuf:"varint,9,opt,name=created,proto3" json:"created,omitempty"`
-	Modified      int64                  `protobuf:"varint,10,opt,name=modified,proto3" json:"modified,omitempty"`
-	Claims        uint32                 `protobuf:"varint,11,opt,name=claims,proto3" json:"claims,omitempty"`
-	Attempt       uint32                 `protobuf:"varint,12,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	Err           string                 `protobuf:"bytes,13,opt,name=err,proto3" json:"err,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Id       string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Version  uint64                 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	Queue    string                 `protobuf:"bytes,3,opt,name=queue,proto3" json:"queue,omitempty"`
+	At       int64                  `protobuf:"varint,4,opt,name=at,proto3" json:"at,omitempty"`
+	Claimant string                 `protobuf:"bytes,5,opt,name=claimant,proto3" json:"claimant,omitempty"`
+	Priority int32                  `protobuf:"varint,6,opt,name=priority,proto3" json:"priority,omitempty"`
+	Key      string                 `protobuf:"bytes,7,opt,name=key,proto3" json:"key,omitempty"`
+	Value    []byte                 `protobuf:"bytes,8,opt,name=value,proto3" json:"value,omitempty"`
+	Created  int64                  `protobuf:"varint,9,opt,name=created,proto3" json:"created,omitempty"`
+	Modified int64                  `protobuf:"varint,10,opt,name=modified,proto3" json:"modified,omitempty"`
+	Claims   uint32                 `protobuf:"varint,11,opt,name=claims,proto3" json:"claims,omitempty"`
+	Attempt  uint32                 `protobuf:"varint,12,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Err      string                 `protobuf:"bytes,13,opt,name=err,proto3" json:"err,omitempty"`
+	// Insert.dedup_window, kept with the task.
+	DedupWindow   int64 `protobuf:"varint,14,opt,name=dedup_window,json=dedupWindow,proto3" json:"dedup_window,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1090,6 +1103,13 @@ func (x *Task) GetErr() string {
 		return x.Err
 	}
 	return ""
+}
+
+func (x *Task) GetDedupWindow() int64 {
+	if x != nil {
+		return x.DedupWindow
+	}
+	return 0
 }
 
 // Result is what applying a command produced. Exactly one body is set.
@@ -1628,7 +1648,10 @@ type SnapshotRecord struct {
 	PausedQueue string `protobuf:"bytes,5,opt,name=paused_queue,json=pausedQueue,proto3" json:"paused_queue,omitempty"`
 	// A queue's concurrency limit (after the paused queues; the header counts
 	// them).
-	QueueLimit    *QueueLimit `protobuf:"bytes,6,opt,name=queue_limit,json=queueLimit,proto3" json:"queue_limit,omitempty"`
+	QueueLimit *QueueLimit `protobuf:"bytes,6,opt,name=queue_limit,json=queueLimit,proto3" json:"queue_limit,omitempty"`
+	// A key reserved after its task was deleted (after the queue limits; the
+	// header counts them).
+	Reservation   *KeyReservation `protobuf:"bytes,7,opt,name=reservation,proto3" json:"reservation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1705,6 +1728,67 @@ func (x *SnapshotRecord) GetQueueLimit() *QueueLimit {
 	return nil
 }
 
+func (x *SnapshotRecord) GetReservation() *KeyReservation {
+	if x != nil {
+		return x.Reservation
+	}
+	return nil
+}
+
+// KeyReservation keeps a deleted task's key taken in its queue until until.
+type KeyReservation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The task as it was deleted (its queue and key name the reservation).
+	Task          *Task `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	Until         int64 `protobuf:"varint,2,opt,name=until,proto3" json:"until,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeyReservation) Reset() {
+	*x = KeyReservation{}
+	mi := &file_fsm_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyReservation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyReservation) ProtoMessage() {}
+
+func (x *KeyReservation) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyReservation.ProtoReflect.Descriptor instead.
+func (*KeyReservation) Descriptor() ([]byte, []int) {
+	return file_fsm_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *KeyReservation) GetTask() *Task {
+	if x != nil {
+		return x.Task
+	}
+	return nil
+}
+
+func (x *KeyReservation) GetUntil() int64 {
+	if x != nil {
+		return x.Until
+	}
+	return 0
+}
+
 type SnapshotHeader struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Format   uint32                 `protobuf:"varint,1,opt,name=format,proto3" json:"format,omitempty"`
@@ -1718,14 +1802,16 @@ type SnapshotHeader struct {
 	// How many paused_queue records follow the sessions.
 	PausedQueues uint64 `protobuf:"varint,7,opt,name=paused_queues,json=pausedQueues,proto3" json:"paused_queues,omitempty"`
 	// How many queue_limit records follow the paused queues.
-	QueueLimits   uint64 `protobuf:"varint,8,opt,name=queue_limits,json=queueLimits,proto3" json:"queue_limits,omitempty"`
+	QueueLimits uint64 `protobuf:"varint,8,opt,name=queue_limits,json=queueLimits,proto3" json:"queue_limits,omitempty"`
+	// How many reservation records follow the queue limits.
+	Reservations  uint64 `protobuf:"varint,9,opt,name=reservations,proto3" json:"reservations,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_fsm_proto_msgTypes[19]
+	mi := &file_fsm_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1737,7 +1823,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[19]
+	mi := &file_fsm_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1750,7 +1836,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{19}
+	return file_fsm_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SnapshotHeader) GetFormat() uint32 {
@@ -1809,6 +1895,13 @@ func (x *SnapshotHeader) GetQueueLimits() uint64 {
 	return 0
 }
 
+func (x *SnapshotHeader) GetReservations() uint64 {
+	if x != nil {
+		return x.Reservations
+	}
+	return 0
+}
+
 // Session is the exactly-once memory for one client.
 type Session struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1822,7 +1915,7 @@ type Session struct {
 
 func (x *Session) Reset() {
 	*x = Session{}
-	mi := &file_fsm_proto_msgTypes[20]
+	mi := &file_fsm_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1834,7 +1927,7 @@ func (x *Session) String() string {
 func (*Session) ProtoMessage() {}
 
 func (x *Session) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[20]
+	mi := &file_fsm_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1847,7 +1940,7 @@ func (x *Session) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Session.ProtoReflect.Descriptor instead.
 func (*Session) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{20}
+	return file_fsm_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Session) GetClientId() string {
@@ -1887,7 +1980,7 @@ type SnapshotTrailer struct {
 
 func (x *SnapshotTrailer) Reset() {
 	*x = SnapshotTrailer{}
-	mi := &file_fsm_proto_msgTypes[21]
+	mi := &file_fsm_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1899,7 +1992,7 @@ func (x *SnapshotTrailer) String() string {
 func (*SnapshotTrailer) ProtoMessage() {}
 
 func (x *SnapshotTrailer) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[21]
+	mi := &file_fsm_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1912,7 +2005,7 @@ func (x *SnapshotTrailer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotTrailer.ProtoReflect.Descriptor instead.
 func (*SnapshotTrailer) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{21}
+	return file_fsm_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SnapshotTrailer) GetCrc32C() uint32 {
@@ -1949,7 +2042,7 @@ const file_fsm_proto_rawDesc = "" +
 	"\adepends\x18\x06 \x03(\v2\x15.taskstore.fsm.v1.RefR\adepends\x12-\n" +
 	"\x05claim\x18\a \x01(\v2\x17.taskstore.fsm.v1.ClaimR\x05claim\x12(\n" +
 	"\x10max_answer_bytes\x18\b \x01(\x04R\x0emaxAnswerBytes\x12\x14\n" +
-	"\x05scope\x18\t \x03(\tR\x05scope\"\xdf\x01\n" +
+	"\x05scope\x18\t \x03(\tR\x05scope\"\x82\x02\n" +
 	"\x06Insert\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x0e\n" +
@@ -1961,7 +2054,8 @@ const file_fsm_proto_rawDesc = "" +
 	"\x03err\x18\b \x01(\tR\x03err\x12\x1b\n" +
 	"\tif_absent\x18\t \x01(\bR\bifAbsent\x12\x12\n" +
 	"\x04held\x18\n" +
-	" \x01(\bR\x04held\"\x94\x02\n" +
+	" \x01(\bR\x04held\x12!\n" +
+	"\fdedup_window\x18\v \x01(\x03R\vdedupWindow\"\x94\x02\n" +
 	"\x06Change\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x14\n" +
@@ -1996,7 +2090,7 @@ const file_fsm_proto_rawDesc = "" +
 	"maxClaimed\"5\n" +
 	"\x05Pause\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x16\n" +
-	"\x06paused\x18\x02 \x01(\bR\x06paused\"\xb0\x02\n" +
+	"\x06paused\x18\x02 \x01(\bR\x06paused\"\xd3\x02\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x14\n" +
@@ -2011,7 +2105,8 @@ const file_fsm_proto_rawDesc = "" +
 	" \x01(\x03R\bmodified\x12\x16\n" +
 	"\x06claims\x18\v \x01(\rR\x06claims\x12\x18\n" +
 	"\aattempt\x18\f \x01(\rR\aattempt\x12\x10\n" +
-	"\x03err\x18\r \x01(\tR\x03err\"\x95\x03\n" +
+	"\x03err\x18\r \x01(\tR\x03err\x12!\n" +
+	"\fdedup_window\x18\x0e \x01(\x03R\vdedupWindow\"\x95\x03\n" +
 	"\x06Result\x126\n" +
 	"\x06modify\x18\x01 \x01(\v2\x1e.taskstore.fsm.v1.ModifyResultR\x06modify\x123\n" +
 	"\x05claim\x18\x02 \x01(\v2\x1d.taskstore.fsm.v1.ClaimResultR\x05claim\x123\n" +
@@ -2061,7 +2156,7 @@ const file_fsm_proto_rawDesc = "" +
 	"\fDEPEND_STALE\x10\x06\x12\x17\n" +
 	"\x13INSERT_DUPLICATE_ID\x10\a\x12\x18\n" +
 	"\x14INSERT_DUPLICATE_KEY\x10\b\x12\v\n" +
-	"\aCLAIMED\x10\t\"\xca\x02\n" +
+	"\aCLAIMED\x10\t\"\x8e\x03\n" +
 	"\x0eSnapshotRecord\x128\n" +
 	"\x06header\x18\x01 \x01(\v2 .taskstore.fsm.v1.SnapshotHeaderR\x06header\x12*\n" +
 	"\x04task\x18\x02 \x01(\v2\x16.taskstore.fsm.v1.TaskR\x04task\x123\n" +
@@ -2069,7 +2164,11 @@ const file_fsm_proto_rawDesc = "" +
 	"\atrailer\x18\x04 \x01(\v2!.taskstore.fsm.v1.SnapshotTrailerR\atrailer\x12!\n" +
 	"\fpaused_queue\x18\x05 \x01(\tR\vpausedQueue\x12=\n" +
 	"\vqueue_limit\x18\x06 \x01(\v2\x1c.taskstore.fsm.v1.QueueLimitR\n" +
-	"queueLimit\"\x80\x02\n" +
+	"queueLimit\x12B\n" +
+	"\vreservation\x18\a \x01(\v2 .taskstore.fsm.v1.KeyReservationR\vreservation\"R\n" +
+	"\x0eKeyReservation\x12*\n" +
+	"\x04task\x18\x01 \x01(\v2\x16.taskstore.fsm.v1.TaskR\x04task\x12\x14\n" +
+	"\x05until\x18\x02 \x01(\x03R\x05until\"\xa4\x02\n" +
 	"\x0eSnapshotHeader\x12\x16\n" +
 	"\x06format\x18\x01 \x01(\rR\x06format\x12\x14\n" +
 	"\x05clock\x18\x02 \x01(\x03R\x05clock\x12\x14\n" +
@@ -2078,7 +2177,8 @@ const file_fsm_proto_rawDesc = "" +
 	"\rapplied_index\x18\x05 \x01(\x04R\fappliedIndex\x12!\n" +
 	"\fstate_format\x18\x06 \x01(\rR\vstateFormat\x12#\n" +
 	"\rpaused_queues\x18\a \x01(\x04R\fpausedQueues\x12!\n" +
-	"\fqueue_limits\x18\b \x01(\x04R\vqueueLimits\"\x87\x01\n" +
+	"\fqueue_limits\x18\b \x01(\x04R\vqueueLimits\x12\"\n" +
+	"\freservations\x18\t \x01(\x04R\freservations\"\x87\x01\n" +
 	"\aSession\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x1b\n" +
@@ -2111,7 +2211,7 @@ func file_fsm_proto_rawDescGZIP() []byte {
 }
 
 var file_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_fsm_proto_goTypes = []any{
 	(Op)(0),                 // 0: taskstore.fsm.v1.Op
 	(RefError_Category)(0),  // 1: taskstore.fsm.v1.RefError.Category
@@ -2134,9 +2234,10 @@ var file_fsm_proto_goTypes = []any{
 	(*Failure)(nil),         // 18: taskstore.fsm.v1.Failure
 	(*RefError)(nil),        // 19: taskstore.fsm.v1.RefError
 	(*SnapshotRecord)(nil),  // 20: taskstore.fsm.v1.SnapshotRecord
-	(*SnapshotHeader)(nil),  // 21: taskstore.fsm.v1.SnapshotHeader
-	(*Session)(nil),         // 22: taskstore.fsm.v1.Session
-	(*SnapshotTrailer)(nil), // 23: taskstore.fsm.v1.SnapshotTrailer
+	(*KeyReservation)(nil),  // 21: taskstore.fsm.v1.KeyReservation
+	(*SnapshotHeader)(nil),  // 22: taskstore.fsm.v1.SnapshotHeader
+	(*Session)(nil),         // 23: taskstore.fsm.v1.Session
+	(*SnapshotTrailer)(nil), // 24: taskstore.fsm.v1.SnapshotTrailer
 }
 var file_fsm_proto_depIdxs = []int32{
 	0,  // 0: taskstore.fsm.v1.Command.op:type_name -> taskstore.fsm.v1.Op
@@ -2164,17 +2265,19 @@ var file_fsm_proto_depIdxs = []int32{
 	11, // 22: taskstore.fsm.v1.ClaimResult.tasks:type_name -> taskstore.fsm.v1.Task
 	19, // 23: taskstore.fsm.v1.Failure.errors:type_name -> taskstore.fsm.v1.RefError
 	1,  // 24: taskstore.fsm.v1.RefError.category:type_name -> taskstore.fsm.v1.RefError.Category
-	21, // 25: taskstore.fsm.v1.SnapshotRecord.header:type_name -> taskstore.fsm.v1.SnapshotHeader
+	22, // 25: taskstore.fsm.v1.SnapshotRecord.header:type_name -> taskstore.fsm.v1.SnapshotHeader
 	11, // 26: taskstore.fsm.v1.SnapshotRecord.task:type_name -> taskstore.fsm.v1.Task
-	22, // 27: taskstore.fsm.v1.SnapshotRecord.session:type_name -> taskstore.fsm.v1.Session
-	23, // 28: taskstore.fsm.v1.SnapshotRecord.trailer:type_name -> taskstore.fsm.v1.SnapshotTrailer
+	23, // 27: taskstore.fsm.v1.SnapshotRecord.session:type_name -> taskstore.fsm.v1.Session
+	24, // 28: taskstore.fsm.v1.SnapshotRecord.trailer:type_name -> taskstore.fsm.v1.SnapshotTrailer
 	9,  // 29: taskstore.fsm.v1.SnapshotRecord.queue_limit:type_name -> taskstore.fsm.v1.QueueLimit
-	12, // 30: taskstore.fsm.v1.Session.result:type_name -> taskstore.fsm.v1.Result
-	31, // [31:31] is the sub-list for method output_type
-	31, // [31:31] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	21, // 30: taskstore.fsm.v1.SnapshotRecord.reservation:type_name -> taskstore.fsm.v1.KeyReservation
+	11, // 31: taskstore.fsm.v1.KeyReservation.task:type_name -> taskstore.fsm.v1.Task
+	12, // 32: taskstore.fsm.v1.Session.result:type_name -> taskstore.fsm.v1.Result
+	33, // [33:33] is the sub-list for method output_type
+	33, // [33:33] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_fsm_proto_init() }
@@ -2189,7 +2292,7 @@ func file_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fsm_proto_rawDesc), len(file_fsm_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   22,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
