@@ -15,6 +15,8 @@ require (
 	google.golang.org/protobuf v1.36.12
 )
 
+require github.com/robfig/cron/v3 v3.0.1
+
 require (
 	github.com/DataDog/zstd v1.5.7 // indirect
 	github.com/RaduBerinde/axisds v0.1.0 // indirect

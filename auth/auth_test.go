@@ -101,6 +101,13 @@ func TestAuthorize(t *testing.T) {
 		{admin, ts + "PauseQueue", &taskstorepb.QueuePauseRequest{Queue: "x/y"}, codes.OK},
 		{anyClient, ts + "SetQueueLimit", &taskstorepb.QueueLimitRequest{Queue: "x/y", MaxClaimed: 1}, codes.PermissionDenied},
 		{admin, ts + "SetQueueLimit", &taskstorepb.QueueLimitRequest{Queue: "x/y", MaxClaimed: 1}, codes.OK},
+		// Schedules insert into their queues: a client manages those of its
+		// prefixes only.
+		{jobs, ts + "PutSchedule", &taskstorepb.PutScheduleRequest{Schedule: &taskstorepb.Schedule{Name: "n", Queue: "jobs/a"}}, codes.OK},
+		{jobs, ts + "PutSchedule", &taskstorepb.PutScheduleRequest{Schedule: &taskstorepb.Schedule{Name: "n", Queue: "other/a"}}, codes.PermissionDenied},
+		{jobs, ts + "DeleteSchedule", &taskstorepb.DeleteScheduleRequest{Name: "n", Queue: "other/a"}, codes.PermissionDenied},
+		{jobs, ts + "Schedules", &taskstorepb.SchedulesRequest{}, codes.PermissionDenied},
+		{jobs, ts + "Schedules", &taskstorepb.SchedulesRequest{Prefix: "jobs/"}, codes.OK},
 		{anyClient, ts + "Modify", modify("x/y"), codes.OK},
 		{anyClient, ad + "Routing", nil, codes.OK},
 		{anyClient, "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo", nil, codes.PermissionDenied},

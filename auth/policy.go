@@ -176,12 +176,17 @@ var methodPerms = map[string]int{
 	"/taskstore.v1.TaskStore/ResumeQueue": permAdmin,
 	// A concurrency limit throttles every worker of a queue: the same.
 	"/taskstore.v1.TaskStore/SetQueueLimit": permAdmin,
-	"/taskstore.v1.Admin/Status":            permAny,
-	"/taskstore.v1.Admin/Routing":           permAny,
-	"/taskstore.v1.Admin/TransferLeader":    permAdmin,
-	"/taskstore.v1.Admin/AddNode":           permAdmin,
-	"/taskstore.v1.Admin/RemoveNode":        permAdmin,
-	"/taskstore.v1.Admin/RebuildReplica":    permAdmin,
+	// Schedules insert tasks into their queues: a client may manage those
+	// of queues it may use.
+	"/taskstore.v1.TaskStore/PutSchedule":    permClient,
+	"/taskstore.v1.TaskStore/DeleteSchedule": permClient,
+	"/taskstore.v1.TaskStore/Schedules":      permClient,
+	"/taskstore.v1.Admin/Status":             permAny,
+	"/taskstore.v1.Admin/Routing":            permAny,
+	"/taskstore.v1.Admin/TransferLeader":     permAdmin,
+	"/taskstore.v1.Admin/AddNode":            permAdmin,
+	"/taskstore.v1.Admin/RemoveNode":         permAdmin,
+	"/taskstore.v1.Admin/RebuildReplica":     permAdmin,
 	// The nodes' internal service (cluster/peerpb): nodes, and admins
 	// debugging them.
 	"/taskstore.peer.v1.Peer/Report": permAdmin,
@@ -255,6 +260,12 @@ func queuesOf(req any) []string {
 		qs = append(qs, r.GetPrefix())
 	case *taskstorepb.PurgeRequest:
 		qs = append(qs, r.GetQueue())
+	case *taskstorepb.PutScheduleRequest:
+		qs = append(qs, r.GetSchedule().GetQueue())
+	case *taskstorepb.DeleteScheduleRequest:
+		qs = append(qs, r.GetQueue())
+	case *taskstorepb.SchedulesRequest:
+		qs = append(qs, r.GetPrefix())
 	}
 	return qs
 }

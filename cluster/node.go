@@ -221,6 +221,7 @@ func Start(cfg Config) (*Node, error) {
 	n.loop(n.tickLoop)
 	n.loop(n.dueLoop)
 	n.loop(n.formatLoop)
+	n.loop(n.scheduleLoop)
 	n.loop(n.watchRemoval)
 	n.loop(n.boundLogs)
 	n.loop(n.measureClocks)

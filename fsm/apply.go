@@ -118,6 +118,16 @@ func (a *applier) dispatch(cmd *fsmpb.Command) *fsmpb.Result {
 			return failuref("OP_PAUSE without a queue")
 		}
 		return a.pause(cmd.Pause)
+	case fsmpb.Op_OP_SCHEDULE:
+		if cmd.Schedule == nil || cmd.Schedule.Queue == "" || cmd.Schedule.Name == "" {
+			return failuref("OP_SCHEDULE without a queue and name")
+		}
+		return a.schedule(cmd.Schedule)
+	case fsmpb.Op_OP_FIRE:
+		if cmd.Fire == nil {
+			return failuref("OP_FIRE without a body")
+		}
+		return a.fire(cmd.Fire)
 	case fsmpb.Op_OP_LIMIT:
 		if cmd.Limit == nil || cmd.Limit.Queue == "" {
 			return failuref("OP_LIMIT without a queue")

@@ -140,5 +140,14 @@ users; DESIGN.md §1 is the contract.
     leaves out a full queue and Available counts within the room left.
     Limits are kept like pauses: in Queues (MaxClaimed), snapshots (records
     after the paused queues) and the Digest when there is one.
+
+ 19. Schedules. OP_SCHEDULE puts (or removes) a periodic schedule keyed by
+    its group and name; its next tick comes in the command, computed by the
+    leader (package schedule), so no replica evaluates a cron expression or
+    a time zone. OP_FIRE fires one tick: only when it names the tick the
+    schedule waits for (next), which makes a tick fired twice apply once;
+    it moves next to the command's next and, when asked, inserts one task
+    NAME@TICK (ScheduleTaskID) into the schedule's queue. Schedules are in
+    snapshots and in the Digest when there are any.
 */
 package fsm

@@ -331,3 +331,61 @@ func TestDedupWindow(t *testing.T) {
 		t.Fatal("a restored replica lost the reservation")
 	}
 }
+
+// TestSchedule: a schedule's tick inserts one task whatever number of
+// leaders fire it (only the tick the state expects applies), a late tick
+// without catch-up moves on without inserting, a put keeps the count of
+// fired ticks, a remove ends it, and schedules survive a snapshot.
+func TestSchedule(t *testing.T) {
+	m := New(Options{})
+	apply := func(now int64, cmd *fsmpb.Command) *fsmpb.Result {
+		cmd.Now = now
+		return m.ApplyCommand(m.AppliedIndex()+1, cmd)
+	}
+	put := &fsmpb.Schedule{Name: "nightly", Queue: "rep/run", Every: 100, Value: []byte("go"), Next: 100}
+	if res := apply(10, &fsmpb.Command{Op: fsmpb.Op_OP_SCHEDULE, Schedule: put}); res.GetSchedule().GetExisted() {
+		t.Fatalf("a new schedule existed: %v", res)
+	}
+	fire := func(now, tick, next int64, insert bool) *fsmpb.Result {
+		return apply(now, &fsmpb.Command{Op: fsmpb.Op_OP_FIRE, Fire: &fsmpb.Fire{Queue: "rep/run", Name: "nightly", Tick: tick, Next: next, Insert: insert}})
+	}
+	if due := m.DueSchedules(99); len(due) != 0 {
+		t.Fatalf("due before its tick: %v", due)
+	}
+	if due := m.DueSchedules(100); len(due) != 1 || due[0].Next != 100 {
+		t.Fatalf("due at its tick: %v", due)
+	}
+	res := fire(101, 100, 200, true)
+	if got := res.GetModify().GetInserted(); len(got) != 1 || got[0].Id != "nightly@1970-01-01T00:00:00.0000001Z" || string(got[0].Value) != "go" {
+		t.Fatalf("first fire: %v", res)
+	}
+	if res := fire(102, 100, 200, true); res.Modify != nil {
+		t.Fatalf("the same tick fired twice inserted again: %v", res)
+	}
+	if m.TaskCount() != 1 {
+		t.Fatalf("%d tasks after one tick fired twice", m.TaskCount())
+	}
+	// Late, without catch-up: next moves, nothing is inserted.
+	if res := fire(450, 200, 500, false); res.Modify != nil || m.TaskCount() != 1 {
+		t.Fatalf("a skipped tick inserted: %v", res)
+	}
+	put2 := &fsmpb.Schedule{Name: "nightly", Queue: "rep/run", Every: 50, Next: 500}
+	if res := apply(460, &fsmpb.Command{Op: fsmpb.Op_OP_SCHEDULE, Schedule: put2}); !res.GetSchedule().GetExisted() {
+		t.Fatalf("a put over a schedule: %v", res)
+	}
+	s := m.Schedules("rep/")
+	if len(s) != 1 || s[0].Every != 50 || s[0].Fired != 1 || s[0].Last != 200 {
+		t.Fatalf("after a put: %v, want every 50, fired 1, last 200", s)
+	}
+	r := New(Options{})
+	if err := r.Restore(io.NopCloser(bytes.NewReader(persist(t, m)))); err != nil {
+		t.Fatal(err)
+	}
+	if r.Digest() != m.Digest() || len(r.Schedules("")) != 1 {
+		t.Fatal("a snapshot lost the schedule")
+	}
+	apply(470, &fsmpb.Command{Op: fsmpb.Op_OP_SCHEDULE, Schedule: &fsmpb.Schedule{Name: "nightly", Queue: "rep/x", Remove: true}})
+	if len(m.Schedules("")) != 0 || len(m.DueSchedules(1<<62)) != 0 {
+		t.Fatal("a removed schedule is still there")
+	}
+}

@@ -368,6 +368,18 @@ func digestOf(snap *snapshot) [32]byte {
 			str(name)
 		}
 	}
+	if len(snap.sched) > 0 {
+		str("schedules")
+		u(uint64(len(snap.sched)))
+		for _, sc := range snap.sched {
+			b, err := proto.MarshalOptions{Deterministic: true}.Marshal(sc)
+			if err != nil {
+				panic(fmt.Sprintf("fsm: digest: marshal schedule: %v", err))
+			}
+			u(uint64(len(b)))
+			buf = append(buf, b...)
+		}
+	}
 	if len(snap.reserved) > 0 {
 		str("reserved")
 		u(uint64(len(snap.reserved)))

@@ -57,6 +57,7 @@ type snapshot struct {
 	paused   []string            // sorted
 	limits   []*fsmpb.QueueLimit // sorted by queue
 	reserved []*reservation      // in reservedOrder
+	sched    []*fsmpb.Schedule   // by queue, then name
 }
 
 // Snapshot captures the state cheaply; Persist streams it while Apply goes on.
@@ -100,6 +101,10 @@ func (s *state) snapshot() *snapshot {
 		snap.reserved = append(snap.reserved, r)
 		return true
 	})
+	for _, sc := range s.schedules {
+		snap.sched = append(snap.sched, sc)
+	}
+	sortSchedules(snap.sched)
 	return snap
 }
 
@@ -169,6 +174,7 @@ func (s *snapshot) writeTo(w io.Writer) error {
 		h.Format, h.StateFormat = snapshotFormatStated, s.format
 	}
 	h.PausedQueues, h.QueueLimits, h.Reservations = uint64(len(s.paused)), uint64(len(s.limits)), uint64(len(s.reserved))
+	h.Schedules = uint64(len(s.sched))
 	err := sw.record(&fsmpb.SnapshotRecord{Header: h})
 	if err != nil {
 		return err
@@ -198,6 +204,11 @@ func (s *snapshot) writeTo(w io.Writer) error {
 	for _, r := range s.reserved {
 		err := sw.record(&fsmpb.SnapshotRecord{Reservation: &fsmpb.KeyReservation{Task: r.last.toProto(false), Until: r.until}})
 		if err != nil {
+			return err
+		}
+	}
+	for _, sc := range s.sched {
+		if err := sw.record(&fsmpb.SnapshotRecord{Schedule: sc}); err != nil {
 			return err
 		}
 	}
@@ -306,6 +317,7 @@ type record struct {
 	paused  *string
 	limit   *fsmpb.QueueLimit
 	reserve *fsmpb.KeyReservation
+	sched   *fsmpb.Schedule
 }
 
 // parseRecord splits a SnapshotRecord into its one body.
@@ -349,6 +361,9 @@ func parseRecord(data []byte) (record, error) {
 		case 7:
 			rec.reserve = &fsmpb.KeyReservation{}
 			err = proto.Unmarshal(body, rec.reserve)
+		case 8:
+			rec.sched = &fsmpb.Schedule{}
+			err = proto.Unmarshal(body, rec.sched)
 		default:
 			return rec, fmt.Errorf("unknown field %d", num)
 		}
@@ -401,7 +416,7 @@ func readSnapshot(r io.Reader) (*state, error) {
 	st.tasks = make(map[string]*slot, min(h.Tasks, 1<<20))
 	st.clock = h.Clock
 	st.applied = h.AppliedIndex
-	var tasks, sessions, paused, limits, reserved uint64
+	var tasks, sessions, paused, limits, reserved, scheds uint64
 	for {
 		data, sum, err := sr.next()
 		if err != nil {
@@ -412,7 +427,21 @@ func readSnapshot(r io.Reader) (*state, error) {
 			return nil, corrupt("record %d: %v", tasks+sessions+paused+1, err)
 		}
 		switch {
+		case rec.sched != nil:
+			sc := rec.sched
+			if scheds == h.Schedules {
+				return nil, corrupt("more schedules than the header's %d", h.Schedules)
+			}
+			k := scheduleKey(sc.Queue, sc.Name)
+			if sc.Queue == "" || sc.Name == "" || st.schedules[k] != nil {
+				return nil, corrupt("schedule %q of %q empty or repeated", sc.Name, sc.Queue)
+			}
+			st.schedules[k] = sc
+			scheds++
 		case rec.reserve != nil:
+			if scheds > 0 {
+				return nil, corrupt("key reservation after schedules")
+			}
 			if reserved == h.Reservations {
 				return nil, corrupt("more key reservations than the header's %d", h.Reservations)
 			}
@@ -471,8 +500,8 @@ func readSnapshot(r io.Reader) (*state, error) {
 			}
 			sessions++
 		case rec.trailer != nil:
-			if reserved != h.Reservations {
-				return nil, corrupt("%d key reservations, header says %d", reserved, h.Reservations)
+			if reserved != h.Reservations || scheds != h.Schedules {
+				return nil, corrupt("%d key reservations and %d schedules, header says %d and %d", reserved, scheds, h.Reservations, h.Schedules)
 			}
 			if tasks != h.Tasks || sessions != h.Sessions || paused != h.PausedQueues || limits != h.QueueLimits {
 				return nil, corrupt("%d tasks, %d sessions, %d paused queues and %d limits, header says %d, %d, %d and %d",

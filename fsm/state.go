@@ -150,6 +150,9 @@ type state struct {
 	// window, until the window ends (reservedOrder, soonest first).
 	reserved      map[queueKey]*reservation
 	reservedOrder *btree.BTreeG[*reservation]
+	// schedules by scheduleKey (group and name); each immutable, replaced
+	// on change.
+	schedules map[string]*fsmpb.Schedule
 }
 
 // reservation keeps a deleted task's key taken in its queue. Immutable.
@@ -255,6 +258,7 @@ func newState() *state {
 		paused:        make(map[string]struct{}),
 		limits:        make(map[string]uint32),
 		reserved:      make(map[queueKey]*reservation),
+		schedules:     make(map[string]*fsmpb.Schedule),
 		reservedOrder: btree.NewG(btreeDegree, reservationLess),
 	}
 }

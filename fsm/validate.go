@@ -3,6 +3,7 @@ package fsm
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -129,10 +130,10 @@ func (v *validator) id(field, s string) error {
 }
 
 func (v *validator) bodies(cmd *fsmpb.Command, path string) error {
-	set := map[string]bool{"modify": cmd.Modify != nil, "claim": cmd.Claim != nil, "purge": cmd.Purge != nil, "pause": cmd.Pause != nil, "limit": cmd.Limit != nil, "batch": len(cmd.Batch) > 0}
+	set := map[string]bool{"modify": cmd.Modify != nil, "claim": cmd.Claim != nil, "purge": cmd.Purge != nil, "pause": cmd.Pause != nil, "limit": cmd.Limit != nil, "schedule": cmd.Schedule != nil, "batch": len(cmd.Batch) > 0}
 	want := map[fsmpb.Op]string{fsmpb.Op_OP_MODIFY: "modify", fsmpb.Op_OP_MODIFY_CLAIM: "modify", fsmpb.Op_OP_CLAIM: "claim", fsmpb.Op_OP_PURGE: "purge",
-		fsmpb.Op_OP_PAUSE: "pause", fsmpb.Op_OP_LIMIT: "limit", fsmpb.Op_OP_BATCH: "batch"}[cmd.Op]
-	for _, body := range []string{"modify", "claim", "purge", "pause", "limit", "batch"} {
+		fsmpb.Op_OP_PAUSE: "pause", fsmpb.Op_OP_LIMIT: "limit", fsmpb.Op_OP_SCHEDULE: "schedule", fsmpb.Op_OP_BATCH: "batch"}[cmd.Op]
+	for _, body := range []string{"modify", "claim", "purge", "pause", "limit", "schedule", "batch"} {
 		if body == want && !set[body] {
 			return invalidf(path+body, "required for %v", cmd.Op)
 		}
@@ -148,7 +149,7 @@ func (v *validator) command(cmd *fsmpb.Command, path string, top bool) error {
 		return err
 	}
 	switch cmd.Op {
-	case fsmpb.Op_OP_MODIFY, fsmpb.Op_OP_MODIFY_CLAIM, fsmpb.Op_OP_CLAIM, fsmpb.Op_OP_PURGE, fsmpb.Op_OP_PAUSE, fsmpb.Op_OP_LIMIT, fsmpb.Op_OP_TICK:
+	case fsmpb.Op_OP_MODIFY, fsmpb.Op_OP_MODIFY_CLAIM, fsmpb.Op_OP_CLAIM, fsmpb.Op_OP_PURGE, fsmpb.Op_OP_PAUSE, fsmpb.Op_OP_LIMIT, fsmpb.Op_OP_SCHEDULE, fsmpb.Op_OP_TICK:
 	case fsmpb.Op_OP_BATCH:
 		if !top {
 			return invalidf(path+"op", "a batch may not contain a batch")
@@ -178,6 +179,8 @@ func (v *validator) command(cmd *fsmpb.Command, path string, top bool) error {
 		return v.queue(path+"pause.queue", cmd.Pause.Queue, "")
 	case fsmpb.Op_OP_LIMIT:
 		return v.queue(path+"limit.queue", cmd.Limit.Queue, "")
+	case fsmpb.Op_OP_SCHEDULE:
+		return v.schedule(cmd.Schedule, path+"schedule.")
 	case fsmpb.Op_OP_BATCH:
 		if len(cmd.Batch) > v.l.MaxOps {
 			return &ValidationError{Field: path + "batch", Rule: fmt.Sprintf("%d commands exceeds the limit of %d", len(cmd.Batch), v.l.MaxOps), Kind: ErrTooLarge}
@@ -190,6 +193,35 @@ func (v *validator) command(cmd *fsmpb.Command, path string, top bool) error {
 				return err
 			}
 		}
+	}
+	return nil
+}
+
+// MaxScheduleNameBytes bounds a schedule's name, so that the ids of the
+// tasks it inserts (name@time) fit MaxIDBytes.
+const MaxScheduleNameBytes = 64
+
+func (v *validator) schedule(s *fsmpb.Schedule, path string) error {
+	if err := v.queue(path+"queue", s.Queue, ""); err != nil {
+		return err
+	}
+	if err := v.name(path+"name", s.Name, true); err != nil {
+		return err
+	}
+	if len(s.Name) > MaxScheduleNameBytes {
+		return tooLarge(path+"name", len(s.Name), MaxScheduleNameBytes)
+	}
+	if strings.ContainsAny(s.Name, "@/") {
+		return invalidf(path+"name", "must not contain '@' or '/'")
+	}
+	if s.Remove {
+		return nil
+	}
+	if (s.Cron == "") == (s.Every <= 0) {
+		return invalidf(path+"cron", "give a cron expression or an interval, one of them")
+	}
+	if len(s.Value) > v.l.MaxValueBytes {
+		return tooLarge(path+"value", len(s.Value), v.l.MaxValueBytes)
 	}
 	return nil
 }

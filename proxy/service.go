@@ -318,6 +318,72 @@ func (s *Server) SetQueueLimit(ctx context.Context, req *taskstorepb.QueueLimitR
 	return resp, nil
 }
 
+// PutSchedule implements TaskStore.PutSchedule; request ids as in Purge.
+func (s *Server) PutSchedule(ctx context.Context, req *taskstorepb.PutScheduleRequest) (resp *taskstorepb.PutScheduleResponse, err error) {
+	bctx, cancel := s.withBudget(ctx, 0)
+	defer cancel()
+	queue := req.GetSchedule().GetQueue()
+	call := func(ctx context.Context, cc *grpc.ClientConn) (err error) {
+		resp, err = taskstorepb.NewTaskStoreClient(cc).PutSchedule(ctx, req)
+		return err
+	}
+	switch {
+	case queue == "" || groupless(queue):
+		err = s.c.CallAnyNode(bctx, "PutSchedule", call)
+	case req.Request != nil:
+		err = s.c.CallGroup(bctx, "PutSchedule", taskstorepb.GroupOf(queue), call)
+	default:
+		var stored *taskstorepb.Schedule
+		var replaced bool
+		stored, replaced, err = s.c.PutSchedule(bctx, req.Schedule)
+		resp = &taskstorepb.PutScheduleResponse{Schedule: stored, Replaced: replaced}
+	}
+	if err != nil {
+		return nil, s.toStatus(ctx, "PutSchedule", err)
+	}
+	return resp, nil
+}
+
+// DeleteSchedule implements TaskStore.DeleteSchedule; request ids as in
+// Purge.
+func (s *Server) DeleteSchedule(ctx context.Context, req *taskstorepb.DeleteScheduleRequest) (resp *taskstorepb.DeleteScheduleResponse, err error) {
+	bctx, cancel := s.withBudget(ctx, 0)
+	defer cancel()
+	call := func(ctx context.Context, cc *grpc.ClientConn) (err error) {
+		resp, err = taskstorepb.NewTaskStoreClient(cc).DeleteSchedule(ctx, req)
+		return err
+	}
+	switch {
+	case req.Queue == "" || groupless(req.Queue):
+		err = s.c.CallAnyNode(bctx, "DeleteSchedule", call)
+	case req.Request != nil:
+		err = s.c.CallGroup(bctx, "DeleteSchedule", taskstorepb.GroupOf(req.Queue), call)
+	default:
+		var deleted bool
+		deleted, err = s.c.DeleteSchedule(bctx, req.Name, req.Queue)
+		resp = &taskstorepb.DeleteScheduleResponse{Deleted: deleted}
+	}
+	if err != nil {
+		return nil, s.toStatus(ctx, "DeleteSchedule", err)
+	}
+	return resp, nil
+}
+
+// Schedules implements TaskStore.Schedules: every shard's, through the
+// client's fan-out.
+func (s *Server) Schedules(ctx context.Context, req *taskstorepb.SchedulesRequest) (resp *taskstorepb.SchedulesResponse, err error) {
+	bctx, cancel := s.withBudget(ctx, 0)
+	defer cancel()
+	if req.Shard != 0 && !s.knownShard(bctx, req.Shard) {
+		resp, err = anyNode(bctx, s, "Schedules", func(ctx context.Context, cc *grpc.ClientConn) (*taskstorepb.SchedulesResponse, error) {
+			return taskstorepb.NewTaskStoreClient(cc).Schedules(ctx, req)
+		})
+	} else {
+		resp, err = s.c.Schedules(bctx, req)
+	}
+	return resp, s.toStatus(ctx, "Schedules", err)
+}
+
 // Status implements Admin.Status: any node's view of the cluster.
 func (s *Server) Status(ctx context.Context, req *taskstorepb.StatusRequest) (resp *taskstorepb.StatusResponse, err error) {
 	bctx, cancel := s.withBudget(ctx, 0)

@@ -82,6 +82,56 @@ func (TaskState) EnumDescriptor() ([]byte, []int) {
 	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{0}
 }
 
+// What a schedule does with ticks missed while its shard had no leader (a
+// tick fired over a minute late, or after the next one).
+type MissedTicks int32
+
+const (
+	// Skip them: the schedule goes on from the next tick.
+	MissedTicks_MISSED_TICKS_SKIP MissedTicks = 0
+	// Insert one task for them all on recovery.
+	MissedTicks_MISSED_TICKS_RUN_ONCE MissedTicks = 1
+)
+
+// Enum value maps for MissedTicks.
+var (
+	MissedTicks_name = map[int32]string{
+		0: "MISSED_TICKS_SKIP",
+		1: "MISSED_TICKS_RUN_ONCE",
+	}
+	MissedTicks_value = map[string]int32{
+		"MISSED_TICKS_SKIP":     0,
+		"MISSED_TICKS_RUN_ONCE": 1,
+	}
+)
+
+func (x MissedTicks) Enum() *MissedTicks {
+	p := new(MissedTicks)
+	*p = x
+	return p
+}
+
+func (x MissedTicks) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (MissedTicks) Descriptor() protoreflect.EnumDescriptor {
+	return file_taskstore_v1_taskstore_proto_enumTypes[1].Descriptor()
+}
+
+func (MissedTicks) Type() protoreflect.EnumType {
+	return &file_taskstore_v1_taskstore_proto_enumTypes[1]
+}
+
+func (x MissedTicks) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use MissedTicks.Descriptor instead.
+func (MissedTicks) EnumDescriptor() ([]byte, []int) {
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{1}
+}
+
 type RefError_Category int32
 
 const (
@@ -136,11 +186,11 @@ func (x RefError_Category) String() string {
 }
 
 func (RefError_Category) Descriptor() protoreflect.EnumDescriptor {
-	return file_taskstore_v1_taskstore_proto_enumTypes[1].Descriptor()
+	return file_taskstore_v1_taskstore_proto_enumTypes[2].Descriptor()
 }
 
 func (RefError_Category) Type() protoreflect.EnumType {
-	return &file_taskstore_v1_taskstore_proto_enumTypes[1]
+	return &file_taskstore_v1_taskstore_proto_enumTypes[2]
 }
 
 func (x RefError_Category) Number() protoreflect.EnumNumber {
@@ -1871,6 +1921,455 @@ func (x *QueuePauseRequest) GetRequest() *RequestID {
 	return nil
 }
 
+type Schedule struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Unique within the queue's consistency group; no '/' or '@'; at most 64
+	// bytes. A tick's task has id NAME@TIME (UTC, RFC 3339).
+	Name  string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Queue string `protobuf:"bytes,2,opt,name=queue,proto3" json:"queue,omitempty"`
+	// A cron expression (minute hour day-of-month month day-of-week, or
+	// @hourly, @daily, ...) or an interval: one of them.
+	Cron  string               `protobuf:"bytes,3,opt,name=cron,proto3" json:"cron,omitempty"`
+	Every *durationpb.Duration `protobuf:"bytes,4,opt,name=every,proto3" json:"every,omitempty"`
+	// The cron expression's time zone (IANA, e.g. Europe/Berlin); UTC if
+	// empty.
+	TimeZone string `protobuf:"bytes,5,opt,name=time_zone,json=timeZone,proto3" json:"time_zone,omitempty"`
+	// The value and priority of each task inserted.
+	Value    []byte      `protobuf:"bytes,6,opt,name=value,proto3" json:"value,omitempty"`
+	Priority int32       `protobuf:"varint,7,opt,name=priority,proto3" json:"priority,omitempty"`
+	Missed   MissedTicks `protobuf:"varint,8,opt,name=missed,proto3,enum=taskstore.v1.MissedTicks" json:"missed,omitempty"`
+	// Read-only: the next tick, the last tick fired, how many ticks inserted
+	// a task, and the shard.
+	Next          *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=next,proto3" json:"next,omitempty"`
+	Last          *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=last,proto3" json:"last,omitempty"`
+	Fired         uint64                 `protobuf:"varint,11,opt,name=fired,proto3" json:"fired,omitempty"`
+	Shard         uint32                 `protobuf:"varint,12,opt,name=shard,proto3" json:"shard,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Schedule) Reset() {
+	*x = Schedule{}
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Schedule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Schedule) ProtoMessage() {}
+
+func (x *Schedule) ProtoReflect() protoreflect.Message {
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Schedule.ProtoReflect.Descriptor instead.
+func (*Schedule) Descriptor() ([]byte, []int) {
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *Schedule) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Schedule) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *Schedule) GetCron() string {
+	if x != nil {
+		return x.Cron
+	}
+	return ""
+}
+
+func (x *Schedule) GetEvery() *durationpb.Duration {
+	if x != nil {
+		return x.Every
+	}
+	return nil
+}
+
+func (x *Schedule) GetTimeZone() string {
+	if x != nil {
+		return x.TimeZone
+	}
+	return ""
+}
+
+func (x *Schedule) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *Schedule) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+func (x *Schedule) GetMissed() MissedTicks {
+	if x != nil {
+		return x.Missed
+	}
+	return MissedTicks_MISSED_TICKS_SKIP
+}
+
+func (x *Schedule) GetNext() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Next
+	}
+	return nil
+}
+
+func (x *Schedule) GetLast() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Last
+	}
+	return nil
+}
+
+func (x *Schedule) GetFired() uint64 {
+	if x != nil {
+		return x.Fired
+	}
+	return 0
+}
+
+func (x *Schedule) GetShard() uint32 {
+	if x != nil {
+		return x.Shard
+	}
+	return 0
+}
+
+type PutScheduleRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Schedule      *Schedule              `protobuf:"bytes,1,opt,name=schedule,proto3" json:"schedule,omitempty"`
+	Request       *RequestID             `protobuf:"bytes,2,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutScheduleRequest) Reset() {
+	*x = PutScheduleRequest{}
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutScheduleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutScheduleRequest) ProtoMessage() {}
+
+func (x *PutScheduleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutScheduleRequest.ProtoReflect.Descriptor instead.
+func (*PutScheduleRequest) Descriptor() ([]byte, []int) {
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *PutScheduleRequest) GetSchedule() *Schedule {
+	if x != nil {
+		return x.Schedule
+	}
+	return nil
+}
+
+func (x *PutScheduleRequest) GetRequest() *RequestID {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+type PutScheduleResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// As stored, with its next tick.
+	Schedule *Schedule `protobuf:"bytes,1,opt,name=schedule,proto3" json:"schedule,omitempty"`
+	// Whether it replaced a schedule of the same name.
+	Replaced      bool `protobuf:"varint,2,opt,name=replaced,proto3" json:"replaced,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutScheduleResponse) Reset() {
+	*x = PutScheduleResponse{}
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutScheduleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutScheduleResponse) ProtoMessage() {}
+
+func (x *PutScheduleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutScheduleResponse.ProtoReflect.Descriptor instead.
+func (*PutScheduleResponse) Descriptor() ([]byte, []int) {
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *PutScheduleResponse) GetSchedule() *Schedule {
+	if x != nil {
+		return x.Schedule
+	}
+	return nil
+}
+
+func (x *PutScheduleResponse) GetReplaced() bool {
+	if x != nil {
+		return x.Replaced
+	}
+	return false
+}
+
+type DeleteScheduleRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// A queue of the schedule's consistency group (routing).
+	Queue         string     `protobuf:"bytes,2,opt,name=queue,proto3" json:"queue,omitempty"`
+	Request       *RequestID `protobuf:"bytes,3,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteScheduleRequest) Reset() {
+	*x = DeleteScheduleRequest{}
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteScheduleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteScheduleRequest) ProtoMessage() {}
+
+func (x *DeleteScheduleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteScheduleRequest.ProtoReflect.Descriptor instead.
+func (*DeleteScheduleRequest) Descriptor() ([]byte, []int) {
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *DeleteScheduleRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DeleteScheduleRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *DeleteScheduleRequest) GetRequest() *RequestID {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+type DeleteScheduleResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Deleted       bool                   `protobuf:"varint,1,opt,name=deleted,proto3" json:"deleted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteScheduleResponse) Reset() {
+	*x = DeleteScheduleResponse{}
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteScheduleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteScheduleResponse) ProtoMessage() {}
+
+func (x *DeleteScheduleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteScheduleResponse.ProtoReflect.Descriptor instead.
+func (*DeleteScheduleResponse) Descriptor() ([]byte, []int) {
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *DeleteScheduleResponse) GetDeleted() bool {
+	if x != nil {
+		return x.Deleted
+	}
+	return false
+}
+
+type SchedulesRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Prefix string                 `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	// 0: every shard.
+	Shard         uint32 `protobuf:"varint,2,opt,name=shard,proto3" json:"shard,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SchedulesRequest) Reset() {
+	*x = SchedulesRequest{}
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SchedulesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SchedulesRequest) ProtoMessage() {}
+
+func (x *SchedulesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SchedulesRequest.ProtoReflect.Descriptor instead.
+func (*SchedulesRequest) Descriptor() ([]byte, []int) {
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *SchedulesRequest) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+func (x *SchedulesRequest) GetShard() uint32 {
+	if x != nil {
+		return x.Shard
+	}
+	return 0
+}
+
+type SchedulesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Schedules     []*Schedule            `protobuf:"bytes,1,rep,name=schedules,proto3" json:"schedules,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SchedulesResponse) Reset() {
+	*x = SchedulesResponse{}
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SchedulesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SchedulesResponse) ProtoMessage() {}
+
+func (x *SchedulesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SchedulesResponse.ProtoReflect.Descriptor instead.
+func (*SchedulesResponse) Descriptor() ([]byte, []int) {
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *SchedulesResponse) GetSchedules() []*Schedule {
+	if x != nil {
+		return x.Schedules
+	}
+	return nil
+}
+
 type QueueLimitRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Queue string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
@@ -1884,7 +2383,7 @@ type QueueLimitRequest struct {
 
 func (x *QueueLimitRequest) Reset() {
 	*x = QueueLimitRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[20]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1896,7 +2395,7 @@ func (x *QueueLimitRequest) String() string {
 func (*QueueLimitRequest) ProtoMessage() {}
 
 func (x *QueueLimitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[20]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1909,7 +2408,7 @@ func (x *QueueLimitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueLimitRequest.ProtoReflect.Descriptor instead.
 func (*QueueLimitRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{20}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *QueueLimitRequest) GetQueue() string {
@@ -1943,7 +2442,7 @@ type QueueLimitResponse struct {
 
 func (x *QueueLimitResponse) Reset() {
 	*x = QueueLimitResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[21]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1955,7 +2454,7 @@ func (x *QueueLimitResponse) String() string {
 func (*QueueLimitResponse) ProtoMessage() {}
 
 func (x *QueueLimitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[21]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1968,7 +2467,7 @@ func (x *QueueLimitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueLimitResponse.ProtoReflect.Descriptor instead.
 func (*QueueLimitResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{21}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *QueueLimitResponse) GetPrevious() uint32 {
@@ -1988,7 +2487,7 @@ type QueuePauseResponse struct {
 
 func (x *QueuePauseResponse) Reset() {
 	*x = QueuePauseResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[22]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2000,7 +2499,7 @@ func (x *QueuePauseResponse) String() string {
 func (*QueuePauseResponse) ProtoMessage() {}
 
 func (x *QueuePauseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[22]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2013,7 +2512,7 @@ func (x *QueuePauseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuePauseResponse.ProtoReflect.Descriptor instead.
 func (*QueuePauseResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{22}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *QueuePauseResponse) GetWasPaused() bool {
@@ -2031,7 +2530,7 @@ type TimeRequest struct {
 
 func (x *TimeRequest) Reset() {
 	*x = TimeRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[23]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2043,7 +2542,7 @@ func (x *TimeRequest) String() string {
 func (*TimeRequest) ProtoMessage() {}
 
 func (x *TimeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[23]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2056,7 +2555,7 @@ func (x *TimeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimeRequest.ProtoReflect.Descriptor instead.
 func (*TimeRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{23}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{30}
 }
 
 type TimeResponse struct {
@@ -2068,7 +2567,7 @@ type TimeResponse struct {
 
 func (x *TimeResponse) Reset() {
 	*x = TimeResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[24]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2080,7 +2579,7 @@ func (x *TimeResponse) String() string {
 func (*TimeResponse) ProtoMessage() {}
 
 func (x *TimeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[24]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2093,7 +2592,7 @@ func (x *TimeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimeResponse.ProtoReflect.Descriptor instead.
 func (*TimeResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{24}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *TimeResponse) GetNow() *timestamppb.Timestamp {
@@ -2117,7 +2616,7 @@ type NotLeader struct {
 
 func (x *NotLeader) Reset() {
 	*x = NotLeader{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[25]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2129,7 +2628,7 @@ func (x *NotLeader) String() string {
 func (*NotLeader) ProtoMessage() {}
 
 func (x *NotLeader) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[25]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2142,7 +2641,7 @@ func (x *NotLeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NotLeader.ProtoReflect.Descriptor instead.
 func (*NotLeader) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{25}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *NotLeader) GetShard() uint32 {
@@ -2180,7 +2679,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[26]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2192,7 +2691,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[26]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2205,7 +2704,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{26}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *StatusRequest) GetLocalOnly() bool {
@@ -2248,7 +2747,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[27]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2260,7 +2759,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[27]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2273,7 +2772,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{27}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *NodeStatus) GetId() string {
@@ -2374,7 +2873,7 @@ type ReplicaStatus struct {
 
 func (x *ReplicaStatus) Reset() {
 	*x = ReplicaStatus{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[28]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2386,7 +2885,7 @@ func (x *ReplicaStatus) String() string {
 func (*ReplicaStatus) ProtoMessage() {}
 
 func (x *ReplicaStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[28]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2399,7 +2898,7 @@ func (x *ReplicaStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaStatus.ProtoReflect.Descriptor instead.
 func (*ReplicaStatus) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{28}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ReplicaStatus) GetNode() string {
@@ -2485,7 +2984,7 @@ type Checkpoint struct {
 
 func (x *Checkpoint) Reset() {
 	*x = Checkpoint{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[29]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2497,7 +2996,7 @@ func (x *Checkpoint) String() string {
 func (*Checkpoint) ProtoMessage() {}
 
 func (x *Checkpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[29]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2510,7 +3009,7 @@ func (x *Checkpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checkpoint.ProtoReflect.Descriptor instead.
 func (*Checkpoint) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{29}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Checkpoint) GetIndex() uint64 {
@@ -2547,7 +3046,7 @@ type Divergence struct {
 
 func (x *Divergence) Reset() {
 	*x = Divergence{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[30]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2559,7 +3058,7 @@ func (x *Divergence) String() string {
 func (*Divergence) ProtoMessage() {}
 
 func (x *Divergence) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[30]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2572,7 +3071,7 @@ func (x *Divergence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Divergence.ProtoReflect.Descriptor instead.
 func (*Divergence) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{30}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Divergence) GetIndex() uint64 {
@@ -2636,7 +3135,7 @@ type ShardStatus struct {
 
 func (x *ShardStatus) Reset() {
 	*x = ShardStatus{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[31]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2648,7 +3147,7 @@ func (x *ShardStatus) String() string {
 func (*ShardStatus) ProtoMessage() {}
 
 func (x *ShardStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[31]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2661,7 +3160,7 @@ func (x *ShardStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardStatus.ProtoReflect.Descriptor instead.
 func (*ShardStatus) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{31}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ShardStatus) GetId() uint32 {
@@ -2728,7 +3227,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[32]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2740,7 +3239,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[32]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2753,7 +3252,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{32}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *StatusResponse) GetNodes() []*NodeStatus {
@@ -2799,7 +3298,7 @@ type RoutingRequest struct {
 
 func (x *RoutingRequest) Reset() {
 	*x = RoutingRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[33]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2811,7 +3310,7 @@ func (x *RoutingRequest) String() string {
 func (*RoutingRequest) ProtoMessage() {}
 
 func (x *RoutingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[33]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2824,7 +3323,7 @@ func (x *RoutingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoutingRequest.ProtoReflect.Descriptor instead.
 func (*RoutingRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{33}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{40}
 }
 
 type Replica struct {
@@ -2837,7 +3336,7 @@ type Replica struct {
 
 func (x *Replica) Reset() {
 	*x = Replica{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[34]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2849,7 +3348,7 @@ func (x *Replica) String() string {
 func (*Replica) ProtoMessage() {}
 
 func (x *Replica) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[34]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2862,7 +3361,7 @@ func (x *Replica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Replica.ProtoReflect.Descriptor instead.
 func (*Replica) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{34}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Replica) GetId() string {
@@ -2892,7 +3391,7 @@ type ShardRoute struct {
 
 func (x *ShardRoute) Reset() {
 	*x = ShardRoute{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[35]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2904,7 +3403,7 @@ func (x *ShardRoute) String() string {
 func (*ShardRoute) ProtoMessage() {}
 
 func (x *ShardRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[35]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2917,7 +3416,7 @@ func (x *ShardRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardRoute.ProtoReflect.Descriptor instead.
 func (*ShardRoute) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{35}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ShardRoute) GetId() uint32 {
@@ -2962,7 +3461,7 @@ type RoutingResponse struct {
 
 func (x *RoutingResponse) Reset() {
 	*x = RoutingResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[36]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2974,7 +3473,7 @@ func (x *RoutingResponse) String() string {
 func (*RoutingResponse) ProtoMessage() {}
 
 func (x *RoutingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[36]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2987,7 +3486,7 @@ func (x *RoutingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoutingResponse.ProtoReflect.Descriptor instead.
 func (*RoutingResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{36}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *RoutingResponse) GetSlots() []uint32 {
@@ -3022,7 +3521,7 @@ type TransferLeaderRequest struct {
 
 func (x *TransferLeaderRequest) Reset() {
 	*x = TransferLeaderRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[37]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3034,7 +3533,7 @@ func (x *TransferLeaderRequest) String() string {
 func (*TransferLeaderRequest) ProtoMessage() {}
 
 func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[37]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3047,7 +3546,7 @@ func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{37}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *TransferLeaderRequest) GetShard() uint32 {
@@ -3073,7 +3572,7 @@ type TransferLeaderResponse struct {
 
 func (x *TransferLeaderResponse) Reset() {
 	*x = TransferLeaderResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[38]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3085,7 +3584,7 @@ func (x *TransferLeaderResponse) String() string {
 func (*TransferLeaderResponse) ProtoMessage() {}
 
 func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[38]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3098,7 +3597,7 @@ func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{38}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *TransferLeaderResponse) GetLeader() string {
@@ -3119,7 +3618,7 @@ type AddNodeRequest struct {
 
 func (x *AddNodeRequest) Reset() {
 	*x = AddNodeRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[39]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3131,7 +3630,7 @@ func (x *AddNodeRequest) String() string {
 func (*AddNodeRequest) ProtoMessage() {}
 
 func (x *AddNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[39]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3144,7 +3643,7 @@ func (x *AddNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodeRequest.ProtoReflect.Descriptor instead.
 func (*AddNodeRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{39}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *AddNodeRequest) GetId() string {
@@ -3170,7 +3669,7 @@ type AddNodeResponse struct {
 
 func (x *AddNodeResponse) Reset() {
 	*x = AddNodeResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[40]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3182,7 +3681,7 @@ func (x *AddNodeResponse) String() string {
 func (*AddNodeResponse) ProtoMessage() {}
 
 func (x *AddNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[40]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3195,7 +3694,7 @@ func (x *AddNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodeResponse.ProtoReflect.Descriptor instead.
 func (*AddNodeResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{40}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *AddNodeResponse) GetNode() *NodeStatus {
@@ -3217,7 +3716,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[41]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3229,7 +3728,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[41]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3242,7 +3741,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{41}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *RemoveNodeRequest) GetId() string {
@@ -3268,7 +3767,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[42]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3280,7 +3779,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[42]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3293,7 +3792,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{42}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *RemoveNodeResponse) GetNode() *NodeStatus {
@@ -3321,7 +3820,7 @@ type RebuildReplicaRequest struct {
 
 func (x *RebuildReplicaRequest) Reset() {
 	*x = RebuildReplicaRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[43]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3333,7 +3832,7 @@ func (x *RebuildReplicaRequest) String() string {
 func (*RebuildReplicaRequest) ProtoMessage() {}
 
 func (x *RebuildReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[43]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3346,7 +3845,7 @@ func (x *RebuildReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebuildReplicaRequest.ProtoReflect.Descriptor instead.
 func (*RebuildReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{43}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *RebuildReplicaRequest) GetShard() uint32 {
@@ -3378,7 +3877,7 @@ type RebuildReplicaResponse struct {
 
 func (x *RebuildReplicaResponse) Reset() {
 	*x = RebuildReplicaResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[44]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3390,7 +3889,7 @@ func (x *RebuildReplicaResponse) String() string {
 func (*RebuildReplicaResponse) ProtoMessage() {}
 
 func (x *RebuildReplicaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[44]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3403,7 +3902,7 @@ func (x *RebuildReplicaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebuildReplicaResponse.ProtoReflect.Descriptor instead.
 func (*RebuildReplicaResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{44}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{51}
 }
 
 var File_taskstore_v1_taskstore_proto protoreflect.FileDescriptor
@@ -3579,7 +4078,38 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\adeleted\x18\x01 \x01(\x04R\adeleted\"\\\n" +
 	"\x11QueuePauseRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x121\n" +
-	"\arequest\x18\x02 \x01(\v2\x17.taskstore.v1.RequestIDR\arequest\"}\n" +
+	"\arequest\x18\x02 \x01(\v2\x17.taskstore.v1.RequestIDR\arequest\"\x87\x03\n" +
+	"\bSchedule\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x12\n" +
+	"\x04cron\x18\x03 \x01(\tR\x04cron\x12/\n" +
+	"\x05every\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x05every\x12\x1b\n" +
+	"\ttime_zone\x18\x05 \x01(\tR\btimeZone\x12\x14\n" +
+	"\x05value\x18\x06 \x01(\fR\x05value\x12\x1a\n" +
+	"\bpriority\x18\a \x01(\x05R\bpriority\x121\n" +
+	"\x06missed\x18\b \x01(\x0e2\x19.taskstore.v1.MissedTicksR\x06missed\x12.\n" +
+	"\x04next\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x04next\x12.\n" +
+	"\x04last\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\x04last\x12\x14\n" +
+	"\x05fired\x18\v \x01(\x04R\x05fired\x12\x14\n" +
+	"\x05shard\x18\f \x01(\rR\x05shard\"{\n" +
+	"\x12PutScheduleRequest\x122\n" +
+	"\bschedule\x18\x01 \x01(\v2\x16.taskstore.v1.ScheduleR\bschedule\x121\n" +
+	"\arequest\x18\x02 \x01(\v2\x17.taskstore.v1.RequestIDR\arequest\"e\n" +
+	"\x13PutScheduleResponse\x122\n" +
+	"\bschedule\x18\x01 \x01(\v2\x16.taskstore.v1.ScheduleR\bschedule\x12\x1a\n" +
+	"\breplaced\x18\x02 \x01(\bR\breplaced\"t\n" +
+	"\x15DeleteScheduleRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05queue\x18\x02 \x01(\tR\x05queue\x121\n" +
+	"\arequest\x18\x03 \x01(\v2\x17.taskstore.v1.RequestIDR\arequest\"2\n" +
+	"\x16DeleteScheduleResponse\x12\x18\n" +
+	"\adeleted\x18\x01 \x01(\bR\adeleted\"@\n" +
+	"\x10SchedulesRequest\x12\x16\n" +
+	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x14\n" +
+	"\x05shard\x18\x02 \x01(\rR\x05shard\"I\n" +
+	"\x11SchedulesResponse\x124\n" +
+	"\tschedules\x18\x01 \x03(\v2\x16.taskstore.v1.ScheduleR\tschedules\"}\n" +
 	"\x11QueueLimitRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x1f\n" +
 	"\vmax_claimed\x18\x02 \x01(\rR\n" +
@@ -3694,7 +4224,10 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\x16TASK_STATE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14TASK_STATE_AVAILABLE\x10\x01\x12\x16\n" +
 	"\x12TASK_STATE_CLAIMED\x10\x02\x12\x16\n" +
-	"\x12TASK_STATE_DELAYED\x10\x032\x91\x05\n" +
+	"\x12TASK_STATE_DELAYED\x10\x03*?\n" +
+	"\vMissedTicks\x12\x15\n" +
+	"\x11MISSED_TICKS_SKIP\x10\x00\x12\x19\n" +
+	"\x15MISSED_TICKS_RUN_ONCE\x10\x012\x90\a\n" +
 	"\tTaskStore\x12C\n" +
 	"\x06Modify\x12\x1b.taskstore.v1.ModifyRequest\x1a\x1c.taskstore.v1.ModifyResponse\x12@\n" +
 	"\x05Claim\x12\x1a.taskstore.v1.ClaimRequest\x1a\x1b.taskstore.v1.ClaimResponse\x12@\n" +
@@ -3705,7 +4238,10 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\n" +
 	"PauseQueue\x12\x1f.taskstore.v1.QueuePauseRequest\x1a .taskstore.v1.QueuePauseResponse\x12P\n" +
 	"\vResumeQueue\x12\x1f.taskstore.v1.QueuePauseRequest\x1a .taskstore.v1.QueuePauseResponse\x12R\n" +
-	"\rSetQueueLimit\x12\x1f.taskstore.v1.QueueLimitRequest\x1a .taskstore.v1.QueueLimitResponse2\xe7\x03\n" +
+	"\rSetQueueLimit\x12\x1f.taskstore.v1.QueueLimitRequest\x1a .taskstore.v1.QueueLimitResponse\x12R\n" +
+	"\vPutSchedule\x12 .taskstore.v1.PutScheduleRequest\x1a!.taskstore.v1.PutScheduleResponse\x12[\n" +
+	"\x0eDeleteSchedule\x12#.taskstore.v1.DeleteScheduleRequest\x1a$.taskstore.v1.DeleteScheduleResponse\x12L\n" +
+	"\tSchedules\x12\x1e.taskstore.v1.SchedulesRequest\x1a\x1f.taskstore.v1.SchedulesResponse2\xe7\x03\n" +
 	"\x05Admin\x12C\n" +
 	"\x06Status\x12\x1b.taskstore.v1.StatusRequest\x1a\x1c.taskstore.v1.StatusResponse\x12F\n" +
 	"\aRouting\x12\x1c.taskstore.v1.RoutingRequest\x1a\x1d.taskstore.v1.RoutingResponse\x12[\n" +
@@ -3727,143 +4263,166 @@ func file_taskstore_v1_taskstore_proto_rawDescGZIP() []byte {
 	return file_taskstore_v1_taskstore_proto_rawDescData
 }
 
-var file_taskstore_v1_taskstore_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_taskstore_v1_taskstore_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_taskstore_v1_taskstore_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_taskstore_v1_taskstore_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
 var file_taskstore_v1_taskstore_proto_goTypes = []any{
 	(TaskState)(0),                 // 0: taskstore.v1.TaskState
-	(RefError_Category)(0),         // 1: taskstore.v1.RefError.Category
-	(*Task)(nil),                   // 2: taskstore.v1.Task
-	(*TaskRef)(nil),                // 3: taskstore.v1.TaskRef
-	(*RequestID)(nil),              // 4: taskstore.v1.RequestID
-	(*TaskInsert)(nil),             // 5: taskstore.v1.TaskInsert
-	(*TaskChange)(nil),             // 6: taskstore.v1.TaskChange
-	(*ModifyRequest)(nil),          // 7: taskstore.v1.ModifyRequest
-	(*ModifyClaim)(nil),            // 8: taskstore.v1.ModifyClaim
-	(*ModifyResponse)(nil),         // 9: taskstore.v1.ModifyResponse
-	(*ModifyError)(nil),            // 10: taskstore.v1.ModifyError
-	(*RefError)(nil),               // 11: taskstore.v1.RefError
-	(*ClaimRequest)(nil),           // 12: taskstore.v1.ClaimRequest
-	(*ClaimResponse)(nil),          // 13: taskstore.v1.ClaimResponse
-	(*TasksRequest)(nil),           // 14: taskstore.v1.TasksRequest
-	(*TasksResponse)(nil),          // 15: taskstore.v1.TasksResponse
-	(*QueuesRequest)(nil),          // 16: taskstore.v1.QueuesRequest
-	(*QueueStats)(nil),             // 17: taskstore.v1.QueueStats
-	(*QueuesResponse)(nil),         // 18: taskstore.v1.QueuesResponse
-	(*PurgeRequest)(nil),           // 19: taskstore.v1.PurgeRequest
-	(*PurgeResponse)(nil),          // 20: taskstore.v1.PurgeResponse
-	(*QueuePauseRequest)(nil),      // 21: taskstore.v1.QueuePauseRequest
-	(*QueueLimitRequest)(nil),      // 22: taskstore.v1.QueueLimitRequest
-	(*QueueLimitResponse)(nil),     // 23: taskstore.v1.QueueLimitResponse
-	(*QueuePauseResponse)(nil),     // 24: taskstore.v1.QueuePauseResponse
-	(*TimeRequest)(nil),            // 25: taskstore.v1.TimeRequest
-	(*TimeResponse)(nil),           // 26: taskstore.v1.TimeResponse
-	(*NotLeader)(nil),              // 27: taskstore.v1.NotLeader
-	(*StatusRequest)(nil),          // 28: taskstore.v1.StatusRequest
-	(*NodeStatus)(nil),             // 29: taskstore.v1.NodeStatus
-	(*ReplicaStatus)(nil),          // 30: taskstore.v1.ReplicaStatus
-	(*Checkpoint)(nil),             // 31: taskstore.v1.Checkpoint
-	(*Divergence)(nil),             // 32: taskstore.v1.Divergence
-	(*ShardStatus)(nil),            // 33: taskstore.v1.ShardStatus
-	(*StatusResponse)(nil),         // 34: taskstore.v1.StatusResponse
-	(*RoutingRequest)(nil),         // 35: taskstore.v1.RoutingRequest
-	(*Replica)(nil),                // 36: taskstore.v1.Replica
-	(*ShardRoute)(nil),             // 37: taskstore.v1.ShardRoute
-	(*RoutingResponse)(nil),        // 38: taskstore.v1.RoutingResponse
-	(*TransferLeaderRequest)(nil),  // 39: taskstore.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil), // 40: taskstore.v1.TransferLeaderResponse
-	(*AddNodeRequest)(nil),         // 41: taskstore.v1.AddNodeRequest
-	(*AddNodeResponse)(nil),        // 42: taskstore.v1.AddNodeResponse
-	(*RemoveNodeRequest)(nil),      // 43: taskstore.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),     // 44: taskstore.v1.RemoveNodeResponse
-	(*RebuildReplicaRequest)(nil),  // 45: taskstore.v1.RebuildReplicaRequest
-	(*RebuildReplicaResponse)(nil), // 46: taskstore.v1.RebuildReplicaResponse
-	(*timestamppb.Timestamp)(nil),  // 47: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 48: google.protobuf.Duration
+	(MissedTicks)(0),               // 1: taskstore.v1.MissedTicks
+	(RefError_Category)(0),         // 2: taskstore.v1.RefError.Category
+	(*Task)(nil),                   // 3: taskstore.v1.Task
+	(*TaskRef)(nil),                // 4: taskstore.v1.TaskRef
+	(*RequestID)(nil),              // 5: taskstore.v1.RequestID
+	(*TaskInsert)(nil),             // 6: taskstore.v1.TaskInsert
+	(*TaskChange)(nil),             // 7: taskstore.v1.TaskChange
+	(*ModifyRequest)(nil),          // 8: taskstore.v1.ModifyRequest
+	(*ModifyClaim)(nil),            // 9: taskstore.v1.ModifyClaim
+	(*ModifyResponse)(nil),         // 10: taskstore.v1.ModifyResponse
+	(*ModifyError)(nil),            // 11: taskstore.v1.ModifyError
+	(*RefError)(nil),               // 12: taskstore.v1.RefError
+	(*ClaimRequest)(nil),           // 13: taskstore.v1.ClaimRequest
+	(*ClaimResponse)(nil),          // 14: taskstore.v1.ClaimResponse
+	(*TasksRequest)(nil),           // 15: taskstore.v1.TasksRequest
+	(*TasksResponse)(nil),          // 16: taskstore.v1.TasksResponse
+	(*QueuesRequest)(nil),          // 17: taskstore.v1.QueuesRequest
+	(*QueueStats)(nil),             // 18: taskstore.v1.QueueStats
+	(*QueuesResponse)(nil),         // 19: taskstore.v1.QueuesResponse
+	(*PurgeRequest)(nil),           // 20: taskstore.v1.PurgeRequest
+	(*PurgeResponse)(nil),          // 21: taskstore.v1.PurgeResponse
+	(*QueuePauseRequest)(nil),      // 22: taskstore.v1.QueuePauseRequest
+	(*Schedule)(nil),               // 23: taskstore.v1.Schedule
+	(*PutScheduleRequest)(nil),     // 24: taskstore.v1.PutScheduleRequest
+	(*PutScheduleResponse)(nil),    // 25: taskstore.v1.PutScheduleResponse
+	(*DeleteScheduleRequest)(nil),  // 26: taskstore.v1.DeleteScheduleRequest
+	(*DeleteScheduleResponse)(nil), // 27: taskstore.v1.DeleteScheduleResponse
+	(*SchedulesRequest)(nil),       // 28: taskstore.v1.SchedulesRequest
+	(*SchedulesResponse)(nil),      // 29: taskstore.v1.SchedulesResponse
+	(*QueueLimitRequest)(nil),      // 30: taskstore.v1.QueueLimitRequest
+	(*QueueLimitResponse)(nil),     // 31: taskstore.v1.QueueLimitResponse
+	(*QueuePauseResponse)(nil),     // 32: taskstore.v1.QueuePauseResponse
+	(*TimeRequest)(nil),            // 33: taskstore.v1.TimeRequest
+	(*TimeResponse)(nil),           // 34: taskstore.v1.TimeResponse
+	(*NotLeader)(nil),              // 35: taskstore.v1.NotLeader
+	(*StatusRequest)(nil),          // 36: taskstore.v1.StatusRequest
+	(*NodeStatus)(nil),             // 37: taskstore.v1.NodeStatus
+	(*ReplicaStatus)(nil),          // 38: taskstore.v1.ReplicaStatus
+	(*Checkpoint)(nil),             // 39: taskstore.v1.Checkpoint
+	(*Divergence)(nil),             // 40: taskstore.v1.Divergence
+	(*ShardStatus)(nil),            // 41: taskstore.v1.ShardStatus
+	(*StatusResponse)(nil),         // 42: taskstore.v1.StatusResponse
+	(*RoutingRequest)(nil),         // 43: taskstore.v1.RoutingRequest
+	(*Replica)(nil),                // 44: taskstore.v1.Replica
+	(*ShardRoute)(nil),             // 45: taskstore.v1.ShardRoute
+	(*RoutingResponse)(nil),        // 46: taskstore.v1.RoutingResponse
+	(*TransferLeaderRequest)(nil),  // 47: taskstore.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil), // 48: taskstore.v1.TransferLeaderResponse
+	(*AddNodeRequest)(nil),         // 49: taskstore.v1.AddNodeRequest
+	(*AddNodeResponse)(nil),        // 50: taskstore.v1.AddNodeResponse
+	(*RemoveNodeRequest)(nil),      // 51: taskstore.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),     // 52: taskstore.v1.RemoveNodeResponse
+	(*RebuildReplicaRequest)(nil),  // 53: taskstore.v1.RebuildReplicaRequest
+	(*RebuildReplicaResponse)(nil), // 54: taskstore.v1.RebuildReplicaResponse
+	(*timestamppb.Timestamp)(nil),  // 55: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 56: google.protobuf.Duration
 }
 var file_taskstore_v1_taskstore_proto_depIdxs = []int32{
-	47, // 0: taskstore.v1.Task.at:type_name -> google.protobuf.Timestamp
-	47, // 1: taskstore.v1.Task.created:type_name -> google.protobuf.Timestamp
-	47, // 2: taskstore.v1.Task.modified:type_name -> google.protobuf.Timestamp
-	48, // 3: taskstore.v1.Task.dedup_window:type_name -> google.protobuf.Duration
-	47, // 4: taskstore.v1.TaskInsert.at:type_name -> google.protobuf.Timestamp
-	48, // 5: taskstore.v1.TaskInsert.delay:type_name -> google.protobuf.Duration
-	48, // 6: taskstore.v1.TaskInsert.dedup_window:type_name -> google.protobuf.Duration
-	47, // 7: taskstore.v1.TaskChange.at:type_name -> google.protobuf.Timestamp
-	48, // 8: taskstore.v1.TaskChange.delay:type_name -> google.protobuf.Duration
-	5,  // 9: taskstore.v1.ModifyRequest.inserts:type_name -> taskstore.v1.TaskInsert
-	6,  // 10: taskstore.v1.ModifyRequest.changes:type_name -> taskstore.v1.TaskChange
-	3,  // 11: taskstore.v1.ModifyRequest.deletes:type_name -> taskstore.v1.TaskRef
-	3,  // 12: taskstore.v1.ModifyRequest.depends:type_name -> taskstore.v1.TaskRef
-	4,  // 13: taskstore.v1.ModifyRequest.request:type_name -> taskstore.v1.RequestID
-	8,  // 14: taskstore.v1.ModifyRequest.claim:type_name -> taskstore.v1.ModifyClaim
-	48, // 15: taskstore.v1.ModifyClaim.lease:type_name -> google.protobuf.Duration
-	2,  // 16: taskstore.v1.ModifyResponse.inserted:type_name -> taskstore.v1.Task
-	2,  // 17: taskstore.v1.ModifyResponse.changed:type_name -> taskstore.v1.Task
-	2,  // 18: taskstore.v1.ModifyResponse.claimed:type_name -> taskstore.v1.Task
-	11, // 19: taskstore.v1.ModifyError.errors:type_name -> taskstore.v1.RefError
-	1,  // 20: taskstore.v1.RefError.category:type_name -> taskstore.v1.RefError.Category
-	47, // 21: taskstore.v1.RefError.lease_until:type_name -> google.protobuf.Timestamp
-	48, // 22: taskstore.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
-	48, // 23: taskstore.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
-	4,  // 24: taskstore.v1.ClaimRequest.request:type_name -> taskstore.v1.RequestID
-	2,  // 25: taskstore.v1.ClaimResponse.tasks:type_name -> taskstore.v1.Task
+	55, // 0: taskstore.v1.Task.at:type_name -> google.protobuf.Timestamp
+	55, // 1: taskstore.v1.Task.created:type_name -> google.protobuf.Timestamp
+	55, // 2: taskstore.v1.Task.modified:type_name -> google.protobuf.Timestamp
+	56, // 3: taskstore.v1.Task.dedup_window:type_name -> google.protobuf.Duration
+	55, // 4: taskstore.v1.TaskInsert.at:type_name -> google.protobuf.Timestamp
+	56, // 5: taskstore.v1.TaskInsert.delay:type_name -> google.protobuf.Duration
+	56, // 6: taskstore.v1.TaskInsert.dedup_window:type_name -> google.protobuf.Duration
+	55, // 7: taskstore.v1.TaskChange.at:type_name -> google.protobuf.Timestamp
+	56, // 8: taskstore.v1.TaskChange.delay:type_name -> google.protobuf.Duration
+	6,  // 9: taskstore.v1.ModifyRequest.inserts:type_name -> taskstore.v1.TaskInsert
+	7,  // 10: taskstore.v1.ModifyRequest.changes:type_name -> taskstore.v1.TaskChange
+	4,  // 11: taskstore.v1.ModifyRequest.deletes:type_name -> taskstore.v1.TaskRef
+	4,  // 12: taskstore.v1.ModifyRequest.depends:type_name -> taskstore.v1.TaskRef
+	5,  // 13: taskstore.v1.ModifyRequest.request:type_name -> taskstore.v1.RequestID
+	9,  // 14: taskstore.v1.ModifyRequest.claim:type_name -> taskstore.v1.ModifyClaim
+	56, // 15: taskstore.v1.ModifyClaim.lease:type_name -> google.protobuf.Duration
+	3,  // 16: taskstore.v1.ModifyResponse.inserted:type_name -> taskstore.v1.Task
+	3,  // 17: taskstore.v1.ModifyResponse.changed:type_name -> taskstore.v1.Task
+	3,  // 18: taskstore.v1.ModifyResponse.claimed:type_name -> taskstore.v1.Task
+	12, // 19: taskstore.v1.ModifyError.errors:type_name -> taskstore.v1.RefError
+	2,  // 20: taskstore.v1.RefError.category:type_name -> taskstore.v1.RefError.Category
+	55, // 21: taskstore.v1.RefError.lease_until:type_name -> google.protobuf.Timestamp
+	56, // 22: taskstore.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
+	56, // 23: taskstore.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	5,  // 24: taskstore.v1.ClaimRequest.request:type_name -> taskstore.v1.RequestID
+	3,  // 25: taskstore.v1.ClaimResponse.tasks:type_name -> taskstore.v1.Task
 	0,  // 26: taskstore.v1.TasksRequest.state:type_name -> taskstore.v1.TaskState
-	2,  // 27: taskstore.v1.TasksResponse.tasks:type_name -> taskstore.v1.Task
-	48, // 28: taskstore.v1.QueueStats.oldest_available_age:type_name -> google.protobuf.Duration
-	48, // 29: taskstore.v1.QueueStats.avg_claim_to_commit:type_name -> google.protobuf.Duration
-	48, // 30: taskstore.v1.QueueStats.rate_window:type_name -> google.protobuf.Duration
-	17, // 31: taskstore.v1.QueuesResponse.queues:type_name -> taskstore.v1.QueueStats
-	4,  // 32: taskstore.v1.PurgeRequest.request:type_name -> taskstore.v1.RequestID
-	4,  // 33: taskstore.v1.QueuePauseRequest.request:type_name -> taskstore.v1.RequestID
-	4,  // 34: taskstore.v1.QueueLimitRequest.request:type_name -> taskstore.v1.RequestID
-	47, // 35: taskstore.v1.TimeResponse.now:type_name -> google.protobuf.Timestamp
-	31, // 36: taskstore.v1.ReplicaStatus.checkpoints:type_name -> taskstore.v1.Checkpoint
-	32, // 37: taskstore.v1.ReplicaStatus.divergence:type_name -> taskstore.v1.Divergence
-	47, // 38: taskstore.v1.Divergence.detected:type_name -> google.protobuf.Timestamp
-	30, // 39: taskstore.v1.ShardStatus.replica_status:type_name -> taskstore.v1.ReplicaStatus
-	29, // 40: taskstore.v1.StatusResponse.nodes:type_name -> taskstore.v1.NodeStatus
-	33, // 41: taskstore.v1.StatusResponse.shards:type_name -> taskstore.v1.ShardStatus
-	33, // 42: taskstore.v1.StatusResponse.meta:type_name -> taskstore.v1.ShardStatus
-	47, // 43: taskstore.v1.StatusResponse.now:type_name -> google.protobuf.Timestamp
-	36, // 44: taskstore.v1.ShardRoute.replicas:type_name -> taskstore.v1.Replica
-	37, // 45: taskstore.v1.RoutingResponse.shards:type_name -> taskstore.v1.ShardRoute
-	29, // 46: taskstore.v1.AddNodeResponse.node:type_name -> taskstore.v1.NodeStatus
-	29, // 47: taskstore.v1.RemoveNodeResponse.node:type_name -> taskstore.v1.NodeStatus
-	7,  // 48: taskstore.v1.TaskStore.Modify:input_type -> taskstore.v1.ModifyRequest
-	12, // 49: taskstore.v1.TaskStore.Claim:input_type -> taskstore.v1.ClaimRequest
-	14, // 50: taskstore.v1.TaskStore.Tasks:input_type -> taskstore.v1.TasksRequest
-	16, // 51: taskstore.v1.TaskStore.Queues:input_type -> taskstore.v1.QueuesRequest
-	25, // 52: taskstore.v1.TaskStore.Time:input_type -> taskstore.v1.TimeRequest
-	19, // 53: taskstore.v1.TaskStore.Purge:input_type -> taskstore.v1.PurgeRequest
-	21, // 54: taskstore.v1.TaskStore.PauseQueue:input_type -> taskstore.v1.QueuePauseRequest
-	21, // 55: taskstore.v1.TaskStore.ResumeQueue:input_type -> taskstore.v1.QueuePauseRequest
-	22, // 56: taskstore.v1.TaskStore.SetQueueLimit:input_type -> taskstore.v1.QueueLimitRequest
-	28, // 57: taskstore.v1.Admin.Status:input_type -> taskstore.v1.StatusRequest
-	35, // 58: taskstore.v1.Admin.Routing:input_type -> taskstore.v1.RoutingRequest
-	39, // 59: taskstore.v1.Admin.TransferLeader:input_type -> taskstore.v1.TransferLeaderRequest
-	41, // 60: taskstore.v1.Admin.AddNode:input_type -> taskstore.v1.AddNodeRequest
-	43, // 61: taskstore.v1.Admin.RemoveNode:input_type -> taskstore.v1.RemoveNodeRequest
-	45, // 62: taskstore.v1.Admin.RebuildReplica:input_type -> taskstore.v1.RebuildReplicaRequest
-	9,  // 63: taskstore.v1.TaskStore.Modify:output_type -> taskstore.v1.ModifyResponse
-	13, // 64: taskstore.v1.TaskStore.Claim:output_type -> taskstore.v1.ClaimResponse
-	15, // 65: taskstore.v1.TaskStore.Tasks:output_type -> taskstore.v1.TasksResponse
-	18, // 66: taskstore.v1.TaskStore.Queues:output_type -> taskstore.v1.QueuesResponse
-	26, // 67: taskstore.v1.TaskStore.Time:output_type -> taskstore.v1.TimeResponse
-	20, // 68: taskstore.v1.TaskStore.Purge:output_type -> taskstore.v1.PurgeResponse
-	24, // 69: taskstore.v1.TaskStore.PauseQueue:output_type -> taskstore.v1.QueuePauseResponse
-	24, // 70: taskstore.v1.TaskStore.ResumeQueue:output_type -> taskstore.v1.QueuePauseResponse
-	23, // 71: taskstore.v1.TaskStore.SetQueueLimit:output_type -> taskstore.v1.QueueLimitResponse
-	34, // 72: taskstore.v1.Admin.Status:output_type -> taskstore.v1.StatusResponse
-	38, // 73: taskstore.v1.Admin.Routing:output_type -> taskstore.v1.RoutingResponse
-	40, // 74: taskstore.v1.Admin.TransferLeader:output_type -> taskstore.v1.TransferLeaderResponse
-	42, // 75: taskstore.v1.Admin.AddNode:output_type -> taskstore.v1.AddNodeResponse
-	44, // 76: taskstore.v1.Admin.RemoveNode:output_type -> taskstore.v1.RemoveNodeResponse
-	46, // 77: taskstore.v1.Admin.RebuildReplica:output_type -> taskstore.v1.RebuildReplicaResponse
-	63, // [63:78] is the sub-list for method output_type
-	48, // [48:63] is the sub-list for method input_type
-	48, // [48:48] is the sub-list for extension type_name
-	48, // [48:48] is the sub-list for extension extendee
-	0,  // [0:48] is the sub-list for field type_name
+	3,  // 27: taskstore.v1.TasksResponse.tasks:type_name -> taskstore.v1.Task
+	56, // 28: taskstore.v1.QueueStats.oldest_available_age:type_name -> google.protobuf.Duration
+	56, // 29: taskstore.v1.QueueStats.avg_claim_to_commit:type_name -> google.protobuf.Duration
+	56, // 30: taskstore.v1.QueueStats.rate_window:type_name -> google.protobuf.Duration
+	18, // 31: taskstore.v1.QueuesResponse.queues:type_name -> taskstore.v1.QueueStats
+	5,  // 32: taskstore.v1.PurgeRequest.request:type_name -> taskstore.v1.RequestID
+	5,  // 33: taskstore.v1.QueuePauseRequest.request:type_name -> taskstore.v1.RequestID
+	56, // 34: taskstore.v1.Schedule.every:type_name -> google.protobuf.Duration
+	1,  // 35: taskstore.v1.Schedule.missed:type_name -> taskstore.v1.MissedTicks
+	55, // 36: taskstore.v1.Schedule.next:type_name -> google.protobuf.Timestamp
+	55, // 37: taskstore.v1.Schedule.last:type_name -> google.protobuf.Timestamp
+	23, // 38: taskstore.v1.PutScheduleRequest.schedule:type_name -> taskstore.v1.Schedule
+	5,  // 39: taskstore.v1.PutScheduleRequest.request:type_name -> taskstore.v1.RequestID
+	23, // 40: taskstore.v1.PutScheduleResponse.schedule:type_name -> taskstore.v1.Schedule
+	5,  // 41: taskstore.v1.DeleteScheduleRequest.request:type_name -> taskstore.v1.RequestID
+	23, // 42: taskstore.v1.SchedulesResponse.schedules:type_name -> taskstore.v1.Schedule
+	5,  // 43: taskstore.v1.QueueLimitRequest.request:type_name -> taskstore.v1.RequestID
+	55, // 44: taskstore.v1.TimeResponse.now:type_name -> google.protobuf.Timestamp
+	39, // 45: taskstore.v1.ReplicaStatus.checkpoints:type_name -> taskstore.v1.Checkpoint
+	40, // 46: taskstore.v1.ReplicaStatus.divergence:type_name -> taskstore.v1.Divergence
+	55, // 47: taskstore.v1.Divergence.detected:type_name -> google.protobuf.Timestamp
+	38, // 48: taskstore.v1.ShardStatus.replica_status:type_name -> taskstore.v1.ReplicaStatus
+	37, // 49: taskstore.v1.StatusResponse.nodes:type_name -> taskstore.v1.NodeStatus
+	41, // 50: taskstore.v1.StatusResponse.shards:type_name -> taskstore.v1.ShardStatus
+	41, // 51: taskstore.v1.StatusResponse.meta:type_name -> taskstore.v1.ShardStatus
+	55, // 52: taskstore.v1.StatusResponse.now:type_name -> google.protobuf.Timestamp
+	44, // 53: taskstore.v1.ShardRoute.replicas:type_name -> taskstore.v1.Replica
+	45, // 54: taskstore.v1.RoutingResponse.shards:type_name -> taskstore.v1.ShardRoute
+	37, // 55: taskstore.v1.AddNodeResponse.node:type_name -> taskstore.v1.NodeStatus
+	37, // 56: taskstore.v1.RemoveNodeResponse.node:type_name -> taskstore.v1.NodeStatus
+	8,  // 57: taskstore.v1.TaskStore.Modify:input_type -> taskstore.v1.ModifyRequest
+	13, // 58: taskstore.v1.TaskStore.Claim:input_type -> taskstore.v1.ClaimRequest
+	15, // 59: taskstore.v1.TaskStore.Tasks:input_type -> taskstore.v1.TasksRequest
+	17, // 60: taskstore.v1.TaskStore.Queues:input_type -> taskstore.v1.QueuesRequest
+	33, // 61: taskstore.v1.TaskStore.Time:input_type -> taskstore.v1.TimeRequest
+	20, // 62: taskstore.v1.TaskStore.Purge:input_type -> taskstore.v1.PurgeRequest
+	22, // 63: taskstore.v1.TaskStore.PauseQueue:input_type -> taskstore.v1.QueuePauseRequest
+	22, // 64: taskstore.v1.TaskStore.ResumeQueue:input_type -> taskstore.v1.QueuePauseRequest
+	30, // 65: taskstore.v1.TaskStore.SetQueueLimit:input_type -> taskstore.v1.QueueLimitRequest
+	24, // 66: taskstore.v1.TaskStore.PutSchedule:input_type -> taskstore.v1.PutScheduleRequest
+	26, // 67: taskstore.v1.TaskStore.DeleteSchedule:input_type -> taskstore.v1.DeleteScheduleRequest
+	28, // 68: taskstore.v1.TaskStore.Schedules:input_type -> taskstore.v1.SchedulesRequest
+	36, // 69: taskstore.v1.Admin.Status:input_type -> taskstore.v1.StatusRequest
+	43, // 70: taskstore.v1.Admin.Routing:input_type -> taskstore.v1.RoutingRequest
+	47, // 71: taskstore.v1.Admin.TransferLeader:input_type -> taskstore.v1.TransferLeaderRequest
+	49, // 72: taskstore.v1.Admin.AddNode:input_type -> taskstore.v1.AddNodeRequest
+	51, // 73: taskstore.v1.Admin.RemoveNode:input_type -> taskstore.v1.RemoveNodeRequest
+	53, // 74: taskstore.v1.Admin.RebuildReplica:input_type -> taskstore.v1.RebuildReplicaRequest
+	10, // 75: taskstore.v1.TaskStore.Modify:output_type -> taskstore.v1.ModifyResponse
+	14, // 76: taskstore.v1.TaskStore.Claim:output_type -> taskstore.v1.ClaimResponse
+	16, // 77: taskstore.v1.TaskStore.Tasks:output_type -> taskstore.v1.TasksResponse
+	19, // 78: taskstore.v1.TaskStore.Queues:output_type -> taskstore.v1.QueuesResponse
+	34, // 79: taskstore.v1.TaskStore.Time:output_type -> taskstore.v1.TimeResponse
+	21, // 80: taskstore.v1.TaskStore.Purge:output_type -> taskstore.v1.PurgeResponse
+	32, // 81: taskstore.v1.TaskStore.PauseQueue:output_type -> taskstore.v1.QueuePauseResponse
+	32, // 82: taskstore.v1.TaskStore.ResumeQueue:output_type -> taskstore.v1.QueuePauseResponse
+	31, // 83: taskstore.v1.TaskStore.SetQueueLimit:output_type -> taskstore.v1.QueueLimitResponse
+	25, // 84: taskstore.v1.TaskStore.PutSchedule:output_type -> taskstore.v1.PutScheduleResponse
+	27, // 85: taskstore.v1.TaskStore.DeleteSchedule:output_type -> taskstore.v1.DeleteScheduleResponse
+	29, // 86: taskstore.v1.TaskStore.Schedules:output_type -> taskstore.v1.SchedulesResponse
+	42, // 87: taskstore.v1.Admin.Status:output_type -> taskstore.v1.StatusResponse
+	46, // 88: taskstore.v1.Admin.Routing:output_type -> taskstore.v1.RoutingResponse
+	48, // 89: taskstore.v1.Admin.TransferLeader:output_type -> taskstore.v1.TransferLeaderResponse
+	50, // 90: taskstore.v1.Admin.AddNode:output_type -> taskstore.v1.AddNodeResponse
+	52, // 91: taskstore.v1.Admin.RemoveNode:output_type -> taskstore.v1.RemoveNodeResponse
+	54, // 92: taskstore.v1.Admin.RebuildReplica:output_type -> taskstore.v1.RebuildReplicaResponse
+	75, // [75:93] is the sub-list for method output_type
+	57, // [57:75] is the sub-list for method input_type
+	57, // [57:57] is the sub-list for extension type_name
+	57, // [57:57] is the sub-list for extension extendee
+	0,  // [0:57] is the sub-list for field type_name
 }
 
 func init() { file_taskstore_v1_taskstore_proto_init() }
@@ -3878,8 +4437,8 @@ func file_taskstore_v1_taskstore_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_taskstore_v1_taskstore_proto_rawDesc), len(file_taskstore_v1_taskstore_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   45,
+			NumEnums:      3,
+			NumMessages:   52,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

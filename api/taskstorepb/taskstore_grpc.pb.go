@@ -22,15 +22,18 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	TaskStore_Modify_FullMethodName        = "/taskstore.v1.TaskStore/Modify"
-	TaskStore_Claim_FullMethodName         = "/taskstore.v1.TaskStore/Claim"
-	TaskStore_Tasks_FullMethodName         = "/taskstore.v1.TaskStore/Tasks"
-	TaskStore_Queues_FullMethodName        = "/taskstore.v1.TaskStore/Queues"
-	TaskStore_Time_FullMethodName          = "/taskstore.v1.TaskStore/Time"
-	TaskStore_Purge_FullMethodName         = "/taskstore.v1.TaskStore/Purge"
-	TaskStore_PauseQueue_FullMethodName    = "/taskstore.v1.TaskStore/PauseQueue"
-	TaskStore_ResumeQueue_FullMethodName   = "/taskstore.v1.TaskStore/ResumeQueue"
-	TaskStore_SetQueueLimit_FullMethodName = "/taskstore.v1.TaskStore/SetQueueLimit"
+	TaskStore_Modify_FullMethodName         = "/taskstore.v1.TaskStore/Modify"
+	TaskStore_Claim_FullMethodName          = "/taskstore.v1.TaskStore/Claim"
+	TaskStore_Tasks_FullMethodName          = "/taskstore.v1.TaskStore/Tasks"
+	TaskStore_Queues_FullMethodName         = "/taskstore.v1.TaskStore/Queues"
+	TaskStore_Time_FullMethodName           = "/taskstore.v1.TaskStore/Time"
+	TaskStore_Purge_FullMethodName          = "/taskstore.v1.TaskStore/Purge"
+	TaskStore_PauseQueue_FullMethodName     = "/taskstore.v1.TaskStore/PauseQueue"
+	TaskStore_ResumeQueue_FullMethodName    = "/taskstore.v1.TaskStore/ResumeQueue"
+	TaskStore_SetQueueLimit_FullMethodName  = "/taskstore.v1.TaskStore/SetQueueLimit"
+	TaskStore_PutSchedule_FullMethodName    = "/taskstore.v1.TaskStore/PutSchedule"
+	TaskStore_DeleteSchedule_FullMethodName = "/taskstore.v1.TaskStore/DeleteSchedule"
+	TaskStore_Schedules_FullMethodName      = "/taskstore.v1.TaskStore/Schedules"
 )
 
 // TaskStoreClient is the client API for TaskStore service.
@@ -68,6 +71,14 @@ type TaskStoreClient interface {
 	// running out). max_claimed 0 removes the limit. Lowering it below what is
 	// claimed now takes nothing back.
 	SetQueueLimit(ctx context.Context, in *QueueLimitRequest, opts ...grpc.CallOption) (*QueueLimitResponse, error)
+	// PutSchedule creates or replaces a periodic schedule: at each tick of a
+	// cron expression (in a time zone) or of an interval, the shard's leader
+	// inserts one task into the queue, exactly once whichever node leads.
+	PutSchedule(ctx context.Context, in *PutScheduleRequest, opts ...grpc.CallOption) (*PutScheduleResponse, error)
+	// DeleteSchedule removes a schedule; tasks it inserted stay.
+	DeleteSchedule(ctx context.Context, in *DeleteScheduleRequest, opts ...grpc.CallOption) (*DeleteScheduleResponse, error)
+	// Schedules lists schedules whose queues start with prefix.
+	Schedules(ctx context.Context, in *SchedulesRequest, opts ...grpc.CallOption) (*SchedulesResponse, error)
 }
 
 type taskStoreClient struct {
@@ -168,6 +179,36 @@ func (c *taskStoreClient) SetQueueLimit(ctx context.Context, in *QueueLimitReque
 	return out, nil
 }
 
+func (c *taskStoreClient) PutSchedule(ctx context.Context, in *PutScheduleRequest, opts ...grpc.CallOption) (*PutScheduleResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PutScheduleResponse)
+	err := c.cc.Invoke(ctx, TaskStore_PutSchedule_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *taskStoreClient) DeleteSchedule(ctx context.Context, in *DeleteScheduleRequest, opts ...grpc.CallOption) (*DeleteScheduleResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteScheduleResponse)
+	err := c.cc.Invoke(ctx, TaskStore_DeleteSchedule_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *taskStoreClient) Schedules(ctx context.Context, in *SchedulesRequest, opts ...grpc.CallOption) (*SchedulesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SchedulesResponse)
+	err := c.cc.Invoke(ctx, TaskStore_Schedules_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TaskStoreServer is the server API for TaskStore service.
 // All implementations must embed UnimplementedTaskStoreServer
 // for forward compatibility.
@@ -203,6 +244,14 @@ type TaskStoreServer interface {
 	// running out). max_claimed 0 removes the limit. Lowering it below what is
 	// claimed now takes nothing back.
 	SetQueueLimit(context.Context, *QueueLimitRequest) (*QueueLimitResponse, error)
+	// PutSchedule creates or replaces a periodic schedule: at each tick of a
+	// cron expression (in a time zone) or of an interval, the shard's leader
+	// inserts one task into the queue, exactly once whichever node leads.
+	PutSchedule(context.Context, *PutScheduleRequest) (*PutScheduleResponse, error)
+	// DeleteSchedule removes a schedule; tasks it inserted stay.
+	DeleteSchedule(context.Context, *DeleteScheduleRequest) (*DeleteScheduleResponse, error)
+	// Schedules lists schedules whose queues start with prefix.
+	Schedules(context.Context, *SchedulesRequest) (*SchedulesResponse, error)
 	mustEmbedUnimplementedTaskStoreServer()
 }
 
@@ -239,6 +288,15 @@ func (UnimplementedTaskStoreServer) ResumeQueue(context.Context, *QueuePauseRequ
 }
 func (UnimplementedTaskStoreServer) SetQueueLimit(context.Context, *QueueLimitRequest) (*QueueLimitResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method SetQueueLimit not implemented")
+}
+func (UnimplementedTaskStoreServer) PutSchedule(context.Context, *PutScheduleRequest) (*PutScheduleResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method PutSchedule not implemented")
+}
+func (UnimplementedTaskStoreServer) DeleteSchedule(context.Context, *DeleteScheduleRequest) (*DeleteScheduleResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method DeleteSchedule not implemented")
+}
+func (UnimplementedTaskStoreServer) Schedules(context.Context, *SchedulesRequest) (*SchedulesResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Schedules not implemented")
 }
 func (UnimplementedTaskStoreServer) mustEmbedUnimplementedTaskStoreServer() {}
 func (UnimplementedTaskStoreServer) testEmbeddedByValue()                   {}
@@ -423,6 +481,60 @@ func _TaskStore_SetQueueLimit_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _TaskStore_PutSchedule_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PutScheduleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TaskStoreServer).PutSchedule(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TaskStore_PutSchedule_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TaskStoreServer).PutSchedule(ctx, req.(*PutScheduleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _TaskStore_DeleteSchedule_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteScheduleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TaskStoreServer).DeleteSchedule(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TaskStore_DeleteSchedule_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TaskStoreServer).DeleteSchedule(ctx, req.(*DeleteScheduleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _TaskStore_Schedules_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SchedulesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TaskStoreServer).Schedules(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TaskStore_Schedules_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TaskStoreServer).Schedules(ctx, req.(*SchedulesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // TaskStore_ServiceDesc is the grpc.ServiceDesc for TaskStore service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -465,6 +577,18 @@ var TaskStore_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetQueueLimit",
 			Handler:    _TaskStore_SetQueueLimit_Handler,
+		},
+		{
+			MethodName: "PutSchedule",
+			Handler:    _TaskStore_PutSchedule_Handler,
+		},
+		{
+			MethodName: "DeleteSchedule",
+			Handler:    _TaskStore_DeleteSchedule_Handler,
+		},
+		{
+			MethodName: "Schedules",
+			Handler:    _TaskStore_Schedules_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -596,3 +596,42 @@ func TestDedupWindow(t *testing.T) {
 		t.Fatalf("--dedup-window without --key: exit %d, stderr %q", r.code, r.stderr)
 	}
 }
+
+// TestScheduleCommands (issue 18 item 1): schedule add prints the next tick,
+// list shows the timing, a bad cron expression or zone is refused, remove
+// of a name two groups use asks for --queue, and remove deletes it.
+func TestScheduleCommands(t *testing.T) {
+	fc := clienttest.New(t, 3, 2)
+	if out := mustRun(t, fc, "schedule", "add", "nightly", "--queue", "rep/run", "--cron", "0 2 * * *", "--tz", "Europe/Berlin"); !strings.Contains(out, "schedule nightly added: next tick ") {
+		t.Fatalf("schedule add printed %q", out)
+	}
+	mustRun(t, fc, "schedule", "add", "nightly", "--queue", "ops/run", "--every", "90s", "--missed", "once")
+	out := mustRun(t, fc, "schedule", "list")
+	for _, want := range []string{"0 2 * * * (Europe/Berlin)", "every 1m30s", "once", "rep/run", "ops/run"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("schedule list lacks %q:\n%s", want, out)
+		}
+	}
+	for _, bad := range [][]string{
+		{"schedule", "add", "x", "--queue", "rep/run", "--cron", "61 * * * *"},
+		{"schedule", "add", "x", "--queue", "rep/run", "--cron", "* * * * *", "--tz", "Mars/Base"},
+		{"schedule", "add", "x", "--queue", "rep/run"},
+		{"schedule", "add", "x/y", "--queue", "rep/run", "--every", "1m"},
+	} {
+		if r := run(t, fc, bad...); r.code == 0 {
+			t.Errorf("%v was accepted", bad)
+		}
+	}
+	if r := run(t, fc, "schedule", "remove", "nightly"); r.code == 0 || !strings.Contains(r.stderr, "--queue") {
+		t.Fatalf("remove of a name in two groups: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if out := mustRun(t, fc, "schedule", "remove", "nightly", "--queue", "ops/run"); !strings.Contains(out, "removed") {
+		t.Fatalf("schedule remove printed %q", out)
+	}
+	if out := mustRun(t, fc, "schedule", "remove", "nightly"); !strings.Contains(out, "removed") {
+		t.Fatalf("schedule remove of the last one printed %q", out)
+	}
+	if out := mustRun(t, fc, "schedule", "list"); strings.Contains(out, "nightly") {
+		t.Fatalf("removed schedules are listed:\n%s", out)
+	}
+}

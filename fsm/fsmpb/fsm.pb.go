@@ -53,21 +53,27 @@ const (
 	// Sets or clears a queue's concurrency limit (Command.limit): at most
 	// max_claimed of its tasks claimed at once.
 	Op_OP_LIMIT Op = 9
+	// Puts or removes a periodic schedule (Command.schedule).
+	Op_OP_SCHEDULE Op = 10
+	// One tick of a schedule (Command.fire), proposed by the shard's leader.
+	Op_OP_FIRE Op = 11
 )
 
 // Enum value maps for Op.
 var (
 	Op_name = map[int32]string{
-		0: "OP_UNSPECIFIED",
-		1: "OP_MODIFY",
-		2: "OP_CLAIM",
-		3: "OP_PURGE",
-		4: "OP_TICK",
-		5: "OP_BATCH",
-		6: "OP_MODIFY_CLAIM",
-		7: "OP_SET_FORMAT",
-		8: "OP_PAUSE",
-		9: "OP_LIMIT",
+		0:  "OP_UNSPECIFIED",
+		1:  "OP_MODIFY",
+		2:  "OP_CLAIM",
+		3:  "OP_PURGE",
+		4:  "OP_TICK",
+		5:  "OP_BATCH",
+		6:  "OP_MODIFY_CLAIM",
+		7:  "OP_SET_FORMAT",
+		8:  "OP_PAUSE",
+		9:  "OP_LIMIT",
+		10: "OP_SCHEDULE",
+		11: "OP_FIRE",
 	}
 	Op_value = map[string]int32{
 		"OP_UNSPECIFIED":  0,
@@ -80,6 +86,8 @@ var (
 		"OP_SET_FORMAT":   7,
 		"OP_PAUSE":        8,
 		"OP_LIMIT":        9,
+		"OP_SCHEDULE":     10,
+		"OP_FIRE":         11,
 	}
 )
 
@@ -178,7 +186,7 @@ func (x RefError_Category) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RefError_Category.Descriptor instead.
 func (RefError_Category) EnumDescriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{17, 0}
+	return file_fsm_proto_rawDescGZIP(), []int{20, 0}
 }
 
 // Command is one log entry's payload.
@@ -200,6 +208,8 @@ type Command struct {
 	Format        uint32      `protobuf:"varint,14,opt,name=format,proto3" json:"format,omitempty"`
 	Pause         *Pause      `protobuf:"bytes,15,opt,name=pause,proto3" json:"pause,omitempty"`
 	Limit         *QueueLimit `protobuf:"bytes,16,opt,name=limit,proto3" json:"limit,omitempty"`
+	Schedule      *Schedule   `protobuf:"bytes,17,opt,name=schedule,proto3" json:"schedule,omitempty"`
+	Fire          *Fire       `protobuf:"bytes,18,opt,name=fire,proto3" json:"fire,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -311,6 +321,243 @@ func (x *Command) GetLimit() *QueueLimit {
 	return nil
 }
 
+func (x *Command) GetSchedule() *Schedule {
+	if x != nil {
+		return x.Schedule
+	}
+	return nil
+}
+
+func (x *Command) GetFire() *Fire {
+	if x != nil {
+		return x.Fire
+	}
+	return nil
+}
+
+// Schedule inserts a task into a queue at each tick. The leader computes the
+// ticks from cron or every (and time_zone); the state machine keeps what the
+// log says, so replicas never evaluate a time zone.
+type Schedule struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Unique within the queue's consistency group.
+	Name  string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Queue string `protobuf:"bytes,2,opt,name=queue,proto3" json:"queue,omitempty"`
+	// A cron expression (five fields, or a descriptor like @hourly), or every
+	// (nanoseconds): one of them.
+	Cron  string `protobuf:"bytes,3,opt,name=cron,proto3" json:"cron,omitempty"`
+	Every int64  `protobuf:"varint,4,opt,name=every,proto3" json:"every,omitempty"`
+	// The cron expression's time zone (IANA name; empty: UTC).
+	TimeZone string `protobuf:"bytes,5,opt,name=time_zone,json=timeZone,proto3" json:"time_zone,omitempty"`
+	Value    []byte `protobuf:"bytes,6,opt,name=value,proto3" json:"value,omitempty"`
+	Priority int32  `protobuf:"varint,7,opt,name=priority,proto3" json:"priority,omitempty"`
+	// A tick found late (the shard had no leader at its time): insert one
+	// task for all the ticks missed (true) or skip them (false).
+	CatchUp bool `protobuf:"varint,8,opt,name=catch_up,json=catchUp,proto3" json:"catch_up,omitempty"`
+	// The next tick to fire (Unix ns).
+	Next int64 `protobuf:"varint,9,opt,name=next,proto3" json:"next,omitempty"`
+	// The last tick fired (0: none), and how many ticks inserted a task.
+	Last  int64  `protobuf:"varint,10,opt,name=last,proto3" json:"last,omitempty"`
+	Fired uint64 `protobuf:"varint,11,opt,name=fired,proto3" json:"fired,omitempty"`
+	// OP_SCHEDULE: remove the schedule name of queue's group instead.
+	Remove        bool `protobuf:"varint,12,opt,name=remove,proto3" json:"remove,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Schedule) Reset() {
+	*x = Schedule{}
+	mi := &file_fsm_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Schedule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Schedule) ProtoMessage() {}
+
+func (x *Schedule) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Schedule.ProtoReflect.Descriptor instead.
+func (*Schedule) Descriptor() ([]byte, []int) {
+	return file_fsm_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Schedule) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Schedule) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *Schedule) GetCron() string {
+	if x != nil {
+		return x.Cron
+	}
+	return ""
+}
+
+func (x *Schedule) GetEvery() int64 {
+	if x != nil {
+		return x.Every
+	}
+	return 0
+}
+
+func (x *Schedule) GetTimeZone() string {
+	if x != nil {
+		return x.TimeZone
+	}
+	return ""
+}
+
+func (x *Schedule) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *Schedule) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+func (x *Schedule) GetCatchUp() bool {
+	if x != nil {
+		return x.CatchUp
+	}
+	return false
+}
+
+func (x *Schedule) GetNext() int64 {
+	if x != nil {
+		return x.Next
+	}
+	return 0
+}
+
+func (x *Schedule) GetLast() int64 {
+	if x != nil {
+		return x.Last
+	}
+	return 0
+}
+
+func (x *Schedule) GetFired() uint64 {
+	if x != nil {
+		return x.Fired
+	}
+	return 0
+}
+
+func (x *Schedule) GetRemove() bool {
+	if x != nil {
+		return x.Remove
+	}
+	return false
+}
+
+// Fire fires a schedule's tick: if the schedule's next is tick, it moves
+// next to next and (insert) inserts one task; any other tick is a no-op, so
+// two leaders firing the same tick insert once.
+type Fire struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Queue         string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Tick          int64                  `protobuf:"varint,3,opt,name=tick,proto3" json:"tick,omitempty"`
+	Next          int64                  `protobuf:"varint,4,opt,name=next,proto3" json:"next,omitempty"`
+	Insert        bool                   `protobuf:"varint,5,opt,name=insert,proto3" json:"insert,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Fire) Reset() {
+	*x = Fire{}
+	mi := &file_fsm_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Fire) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Fire) ProtoMessage() {}
+
+func (x *Fire) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Fire.ProtoReflect.Descriptor instead.
+func (*Fire) Descriptor() ([]byte, []int) {
+	return file_fsm_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Fire) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *Fire) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Fire) GetTick() int64 {
+	if x != nil {
+		return x.Tick
+	}
+	return 0
+}
+
+func (x *Fire) GetNext() int64 {
+	if x != nil {
+		return x.Next
+	}
+	return 0
+}
+
+func (x *Fire) GetInsert() bool {
+	if x != nil {
+		return x.Insert
+	}
+	return false
+}
+
 type Modify struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The consistency group every task touched must belong to.
@@ -342,7 +589,7 @@ type Modify struct {
 
 func (x *Modify) Reset() {
 	*x = Modify{}
-	mi := &file_fsm_proto_msgTypes[1]
+	mi := &file_fsm_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -354,7 +601,7 @@ func (x *Modify) String() string {
 func (*Modify) ProtoMessage() {}
 
 func (x *Modify) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[1]
+	mi := &file_fsm_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -367,7 +614,7 @@ func (x *Modify) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Modify.ProtoReflect.Descriptor instead.
 func (*Modify) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{1}
+	return file_fsm_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Modify) GetGroup() string {
@@ -461,7 +708,7 @@ type Insert struct {
 
 func (x *Insert) Reset() {
 	*x = Insert{}
-	mi := &file_fsm_proto_msgTypes[2]
+	mi := &file_fsm_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -473,7 +720,7 @@ func (x *Insert) String() string {
 func (*Insert) ProtoMessage() {}
 
 func (x *Insert) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[2]
+	mi := &file_fsm_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -486,7 +733,7 @@ func (x *Insert) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Insert.ProtoReflect.Descriptor instead.
 func (*Insert) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{2}
+	return file_fsm_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Insert) GetId() string {
@@ -586,7 +833,7 @@ type Change struct {
 
 func (x *Change) Reset() {
 	*x = Change{}
-	mi := &file_fsm_proto_msgTypes[3]
+	mi := &file_fsm_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -598,7 +845,7 @@ func (x *Change) String() string {
 func (*Change) ProtoMessage() {}
 
 func (x *Change) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[3]
+	mi := &file_fsm_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -611,7 +858,7 @@ func (x *Change) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Change.ProtoReflect.Descriptor instead.
 func (*Change) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{3}
+	return file_fsm_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Change) GetId() string {
@@ -687,7 +934,7 @@ type Ref struct {
 
 func (x *Ref) Reset() {
 	*x = Ref{}
-	mi := &file_fsm_proto_msgTypes[4]
+	mi := &file_fsm_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -699,7 +946,7 @@ func (x *Ref) String() string {
 func (*Ref) ProtoMessage() {}
 
 func (x *Ref) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[4]
+	mi := &file_fsm_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -712,7 +959,7 @@ func (x *Ref) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ref.ProtoReflect.Descriptor instead.
 func (*Ref) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{4}
+	return file_fsm_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Ref) GetId() string {
@@ -749,7 +996,7 @@ type Claim struct {
 
 func (x *Claim) Reset() {
 	*x = Claim{}
-	mi := &file_fsm_proto_msgTypes[5]
+	mi := &file_fsm_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -761,7 +1008,7 @@ func (x *Claim) String() string {
 func (*Claim) ProtoMessage() {}
 
 func (x *Claim) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[5]
+	mi := &file_fsm_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -774,7 +1021,7 @@ func (x *Claim) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Claim.ProtoReflect.Descriptor instead.
 func (*Claim) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{5}
+	return file_fsm_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Claim) GetClaimant() string {
@@ -821,7 +1068,7 @@ type Purge struct {
 
 func (x *Purge) Reset() {
 	*x = Purge{}
-	mi := &file_fsm_proto_msgTypes[6]
+	mi := &file_fsm_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -833,7 +1080,7 @@ func (x *Purge) String() string {
 func (*Purge) ProtoMessage() {}
 
 func (x *Purge) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[6]
+	mi := &file_fsm_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -846,7 +1093,7 @@ func (x *Purge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Purge.ProtoReflect.Descriptor instead.
 func (*Purge) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{6}
+	return file_fsm_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Purge) GetQueue() string {
@@ -868,7 +1115,7 @@ type QueueLimit struct {
 
 func (x *QueueLimit) Reset() {
 	*x = QueueLimit{}
-	mi := &file_fsm_proto_msgTypes[7]
+	mi := &file_fsm_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -880,7 +1127,7 @@ func (x *QueueLimit) String() string {
 func (*QueueLimit) ProtoMessage() {}
 
 func (x *QueueLimit) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[7]
+	mi := &file_fsm_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -893,7 +1140,7 @@ func (x *QueueLimit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueLimit.ProtoReflect.Descriptor instead.
 func (*QueueLimit) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{7}
+	return file_fsm_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *QueueLimit) GetQueue() string {
@@ -921,7 +1168,7 @@ type Pause struct {
 
 func (x *Pause) Reset() {
 	*x = Pause{}
-	mi := &file_fsm_proto_msgTypes[8]
+	mi := &file_fsm_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -933,7 +1180,7 @@ func (x *Pause) String() string {
 func (*Pause) ProtoMessage() {}
 
 func (x *Pause) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[8]
+	mi := &file_fsm_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -946,7 +1193,7 @@ func (x *Pause) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pause.ProtoReflect.Descriptor instead.
 func (*Pause) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{8}
+	return file_fsm_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Pause) GetQueue() string {
@@ -986,7 +1233,7 @@ type Task struct {
 
 func (x *Task) Reset() {
 	*x = Task{}
-	mi := &file_fsm_proto_msgTypes[9]
+	mi := &file_fsm_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -998,7 +1245,7 @@ func (x *Task) String() string {
 func (*Task) ProtoMessage() {}
 
 func (x *Task) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[9]
+	mi := &file_fsm_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1011,7 +1258,7 @@ func (x *Task) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Task.ProtoReflect.Descriptor instead.
 func (*Task) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{9}
+	return file_fsm_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Task) GetId() string {
@@ -1123,16 +1370,17 @@ type Result struct {
 	Batch []*Result `protobuf:"bytes,5,rep,name=batch,proto3" json:"batch,omitempty"`
 	// Set on the answer to a retried request (same client_id and seq): the
 	// stored answer, replayed; nothing was applied this time. Never stored.
-	Replayed      bool         `protobuf:"varint,6,opt,name=replayed,proto3" json:"replayed,omitempty"`
-	Pause         *PauseResult `protobuf:"bytes,7,opt,name=pause,proto3" json:"pause,omitempty"`
-	Limit         *LimitResult `protobuf:"bytes,8,opt,name=limit,proto3" json:"limit,omitempty"`
+	Replayed      bool            `protobuf:"varint,6,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	Pause         *PauseResult    `protobuf:"bytes,7,opt,name=pause,proto3" json:"pause,omitempty"`
+	Limit         *LimitResult    `protobuf:"bytes,8,opt,name=limit,proto3" json:"limit,omitempty"`
+	Schedule      *ScheduleResult `protobuf:"bytes,9,opt,name=schedule,proto3" json:"schedule,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_fsm_proto_msgTypes[10]
+	mi := &file_fsm_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1144,7 +1392,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[10]
+	mi := &file_fsm_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1157,7 +1405,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{10}
+	return file_fsm_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Result) GetModify() *ModifyResult {
@@ -1216,6 +1464,58 @@ func (x *Result) GetLimit() *LimitResult {
 	return nil
 }
 
+func (x *Result) GetSchedule() *ScheduleResult {
+	if x != nil {
+		return x.Schedule
+	}
+	return nil
+}
+
+type ScheduleResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Whether a schedule of that name existed before the command.
+	Existed       bool `protobuf:"varint,1,opt,name=existed,proto3" json:"existed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScheduleResult) Reset() {
+	*x = ScheduleResult{}
+	mi := &file_fsm_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScheduleResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScheduleResult) ProtoMessage() {}
+
+func (x *ScheduleResult) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScheduleResult.ProtoReflect.Descriptor instead.
+func (*ScheduleResult) Descriptor() ([]byte, []int) {
+	return file_fsm_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ScheduleResult) GetExisted() bool {
+	if x != nil {
+		return x.Existed
+	}
+	return false
+}
+
 type LimitResult struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The queue's limit before the command (0: none).
@@ -1226,7 +1526,7 @@ type LimitResult struct {
 
 func (x *LimitResult) Reset() {
 	*x = LimitResult{}
-	mi := &file_fsm_proto_msgTypes[11]
+	mi := &file_fsm_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1238,7 +1538,7 @@ func (x *LimitResult) String() string {
 func (*LimitResult) ProtoMessage() {}
 
 func (x *LimitResult) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[11]
+	mi := &file_fsm_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1251,7 +1551,7 @@ func (x *LimitResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitResult.ProtoReflect.Descriptor instead.
 func (*LimitResult) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{11}
+	return file_fsm_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *LimitResult) GetPrevious() uint32 {
@@ -1274,7 +1574,7 @@ type ModifyResult struct {
 
 func (x *ModifyResult) Reset() {
 	*x = ModifyResult{}
-	mi := &file_fsm_proto_msgTypes[12]
+	mi := &file_fsm_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1286,7 +1586,7 @@ func (x *ModifyResult) String() string {
 func (*ModifyResult) ProtoMessage() {}
 
 func (x *ModifyResult) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[12]
+	mi := &file_fsm_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1299,7 +1599,7 @@ func (x *ModifyResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModifyResult.ProtoReflect.Descriptor instead.
 func (*ModifyResult) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{12}
+	return file_fsm_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ModifyResult) GetInserted() []*Task {
@@ -1342,7 +1642,7 @@ type ClaimResult struct {
 
 func (x *ClaimResult) Reset() {
 	*x = ClaimResult{}
-	mi := &file_fsm_proto_msgTypes[13]
+	mi := &file_fsm_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1354,7 +1654,7 @@ func (x *ClaimResult) String() string {
 func (*ClaimResult) ProtoMessage() {}
 
 func (x *ClaimResult) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[13]
+	mi := &file_fsm_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1367,7 +1667,7 @@ func (x *ClaimResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimResult.ProtoReflect.Descriptor instead.
 func (*ClaimResult) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{13}
+	return file_fsm_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ClaimResult) GetTasks() []*Task {
@@ -1393,7 +1693,7 @@ type PurgeResult struct {
 
 func (x *PurgeResult) Reset() {
 	*x = PurgeResult{}
-	mi := &file_fsm_proto_msgTypes[14]
+	mi := &file_fsm_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1405,7 +1705,7 @@ func (x *PurgeResult) String() string {
 func (*PurgeResult) ProtoMessage() {}
 
 func (x *PurgeResult) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[14]
+	mi := &file_fsm_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1418,7 +1718,7 @@ func (x *PurgeResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeResult.ProtoReflect.Descriptor instead.
 func (*PurgeResult) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{14}
+	return file_fsm_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PurgeResult) GetDeleted() uint64 {
@@ -1438,7 +1738,7 @@ type PauseResult struct {
 
 func (x *PauseResult) Reset() {
 	*x = PauseResult{}
-	mi := &file_fsm_proto_msgTypes[15]
+	mi := &file_fsm_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1450,7 +1750,7 @@ func (x *PauseResult) String() string {
 func (*PauseResult) ProtoMessage() {}
 
 func (x *PauseResult) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[15]
+	mi := &file_fsm_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1463,7 +1763,7 @@ func (x *PauseResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseResult.ProtoReflect.Descriptor instead.
 func (*PauseResult) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{15}
+	return file_fsm_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PauseResult) GetWasPaused() bool {
@@ -1485,7 +1785,7 @@ type Failure struct {
 
 func (x *Failure) Reset() {
 	*x = Failure{}
-	mi := &file_fsm_proto_msgTypes[16]
+	mi := &file_fsm_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1497,7 +1797,7 @@ func (x *Failure) String() string {
 func (*Failure) ProtoMessage() {}
 
 func (x *Failure) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[16]
+	mi := &file_fsm_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1510,7 +1810,7 @@ func (x *Failure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Failure.ProtoReflect.Descriptor instead.
 func (*Failure) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{16}
+	return file_fsm_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Failure) GetErrors() []*RefError {
@@ -1544,7 +1844,7 @@ type RefError struct {
 
 func (x *RefError) Reset() {
 	*x = RefError{}
-	mi := &file_fsm_proto_msgTypes[17]
+	mi := &file_fsm_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1556,7 +1856,7 @@ func (x *RefError) String() string {
 func (*RefError) ProtoMessage() {}
 
 func (x *RefError) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[17]
+	mi := &file_fsm_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1569,7 +1869,7 @@ func (x *RefError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefError.ProtoReflect.Descriptor instead.
 func (*RefError) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{17}
+	return file_fsm_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RefError) GetCategory() RefError_Category {
@@ -1651,14 +1951,16 @@ type SnapshotRecord struct {
 	QueueLimit *QueueLimit `protobuf:"bytes,6,opt,name=queue_limit,json=queueLimit,proto3" json:"queue_limit,omitempty"`
 	// A key reserved after its task was deleted (after the queue limits; the
 	// header counts them).
-	Reservation   *KeyReservation `protobuf:"bytes,7,opt,name=reservation,proto3" json:"reservation,omitempty"`
+	Reservation *KeyReservation `protobuf:"bytes,7,opt,name=reservation,proto3" json:"reservation,omitempty"`
+	// A periodic schedule (after the reservations; the header counts them).
+	Schedule      *Schedule `protobuf:"bytes,8,opt,name=schedule,proto3" json:"schedule,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SnapshotRecord) Reset() {
 	*x = SnapshotRecord{}
-	mi := &file_fsm_proto_msgTypes[18]
+	mi := &file_fsm_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1670,7 +1972,7 @@ func (x *SnapshotRecord) String() string {
 func (*SnapshotRecord) ProtoMessage() {}
 
 func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[18]
+	mi := &file_fsm_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1683,7 +1985,7 @@ func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
 func (*SnapshotRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{18}
+	return file_fsm_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SnapshotRecord) GetHeader() *SnapshotHeader {
@@ -1735,6 +2037,13 @@ func (x *SnapshotRecord) GetReservation() *KeyReservation {
 	return nil
 }
 
+func (x *SnapshotRecord) GetSchedule() *Schedule {
+	if x != nil {
+		return x.Schedule
+	}
+	return nil
+}
+
 // KeyReservation keeps a deleted task's key taken in its queue until until.
 type KeyReservation struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1747,7 +2056,7 @@ type KeyReservation struct {
 
 func (x *KeyReservation) Reset() {
 	*x = KeyReservation{}
-	mi := &file_fsm_proto_msgTypes[19]
+	mi := &file_fsm_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1759,7 +2068,7 @@ func (x *KeyReservation) String() string {
 func (*KeyReservation) ProtoMessage() {}
 
 func (x *KeyReservation) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[19]
+	mi := &file_fsm_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1772,7 +2081,7 @@ func (x *KeyReservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyReservation.ProtoReflect.Descriptor instead.
 func (*KeyReservation) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{19}
+	return file_fsm_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *KeyReservation) GetTask() *Task {
@@ -1804,14 +2113,16 @@ type SnapshotHeader struct {
 	// How many queue_limit records follow the paused queues.
 	QueueLimits uint64 `protobuf:"varint,8,opt,name=queue_limits,json=queueLimits,proto3" json:"queue_limits,omitempty"`
 	// How many reservation records follow the queue limits.
-	Reservations  uint64 `protobuf:"varint,9,opt,name=reservations,proto3" json:"reservations,omitempty"`
+	Reservations uint64 `protobuf:"varint,9,opt,name=reservations,proto3" json:"reservations,omitempty"`
+	// How many schedule records follow the reservations.
+	Schedules     uint64 `protobuf:"varint,10,opt,name=schedules,proto3" json:"schedules,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_fsm_proto_msgTypes[20]
+	mi := &file_fsm_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1823,7 +2134,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[20]
+	mi := &file_fsm_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1836,7 +2147,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{20}
+	return file_fsm_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SnapshotHeader) GetFormat() uint32 {
@@ -1902,6 +2213,13 @@ func (x *SnapshotHeader) GetReservations() uint64 {
 	return 0
 }
 
+func (x *SnapshotHeader) GetSchedules() uint64 {
+	if x != nil {
+		return x.Schedules
+	}
+	return 0
+}
+
 // Session is the exactly-once memory for one client.
 type Session struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1915,7 +2233,7 @@ type Session struct {
 
 func (x *Session) Reset() {
 	*x = Session{}
-	mi := &file_fsm_proto_msgTypes[21]
+	mi := &file_fsm_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1927,7 +2245,7 @@ func (x *Session) String() string {
 func (*Session) ProtoMessage() {}
 
 func (x *Session) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[21]
+	mi := &file_fsm_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1940,7 +2258,7 @@ func (x *Session) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Session.ProtoReflect.Descriptor instead.
 func (*Session) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{21}
+	return file_fsm_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Session) GetClientId() string {
@@ -1980,7 +2298,7 @@ type SnapshotTrailer struct {
 
 func (x *SnapshotTrailer) Reset() {
 	*x = SnapshotTrailer{}
-	mi := &file_fsm_proto_msgTypes[22]
+	mi := &file_fsm_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1992,7 +2310,7 @@ func (x *SnapshotTrailer) String() string {
 func (*SnapshotTrailer) ProtoMessage() {}
 
 func (x *SnapshotTrailer) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[22]
+	mi := &file_fsm_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2005,7 +2323,7 @@ func (x *SnapshotTrailer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotTrailer.ProtoReflect.Descriptor instead.
 func (*SnapshotTrailer) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{22}
+	return file_fsm_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SnapshotTrailer) GetCrc32C() uint32 {
@@ -2019,7 +2337,7 @@ var File_fsm_proto protoreflect.FileDescriptor
 
 const file_fsm_proto_rawDesc = "" +
 	"\n" +
-	"\tfsm.proto\x12\x10taskstore.fsm.v1\"\xac\x03\n" +
+	"\tfsm.proto\x12\x10taskstore.fsm.v1\"\x90\x04\n" +
 	"\aCommand\x12$\n" +
 	"\x02op\x18\x01 \x01(\x0e2\x14.taskstore.fsm.v1.OpR\x02op\x12\x10\n" +
 	"\x03now\x18\x02 \x01(\x03R\x03now\x12\x1b\n" +
@@ -2032,7 +2350,29 @@ const file_fsm_proto_rawDesc = "" +
 	"\x05batch\x18\r \x03(\v2\x19.taskstore.fsm.v1.CommandR\x05batch\x12\x16\n" +
 	"\x06format\x18\x0e \x01(\rR\x06format\x12-\n" +
 	"\x05pause\x18\x0f \x01(\v2\x17.taskstore.fsm.v1.PauseR\x05pause\x122\n" +
-	"\x05limit\x18\x10 \x01(\v2\x1c.taskstore.fsm.v1.QueueLimitR\x05limit\"\xf3\x02\n" +
+	"\x05limit\x18\x10 \x01(\v2\x1c.taskstore.fsm.v1.QueueLimitR\x05limit\x126\n" +
+	"\bschedule\x18\x11 \x01(\v2\x1a.taskstore.fsm.v1.ScheduleR\bschedule\x12*\n" +
+	"\x04fire\x18\x12 \x01(\v2\x16.taskstore.fsm.v1.FireR\x04fire\"\x9e\x02\n" +
+	"\bSchedule\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x12\n" +
+	"\x04cron\x18\x03 \x01(\tR\x04cron\x12\x14\n" +
+	"\x05every\x18\x04 \x01(\x03R\x05every\x12\x1b\n" +
+	"\ttime_zone\x18\x05 \x01(\tR\btimeZone\x12\x14\n" +
+	"\x05value\x18\x06 \x01(\fR\x05value\x12\x1a\n" +
+	"\bpriority\x18\a \x01(\x05R\bpriority\x12\x19\n" +
+	"\bcatch_up\x18\b \x01(\bR\acatchUp\x12\x12\n" +
+	"\x04next\x18\t \x01(\x03R\x04next\x12\x12\n" +
+	"\x04last\x18\n" +
+	" \x01(\x03R\x04last\x12\x14\n" +
+	"\x05fired\x18\v \x01(\x04R\x05fired\x12\x16\n" +
+	"\x06remove\x18\f \x01(\bR\x06remove\"p\n" +
+	"\x04Fire\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
+	"\x04tick\x18\x03 \x01(\x03R\x04tick\x12\x12\n" +
+	"\x04next\x18\x04 \x01(\x03R\x04next\x12\x16\n" +
+	"\x06insert\x18\x05 \x01(\bR\x06insert\"\xf3\x02\n" +
 	"\x06Modify\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x1a\n" +
 	"\bclaimant\x18\x02 \x01(\tR\bclaimant\x122\n" +
@@ -2106,7 +2446,7 @@ const file_fsm_proto_rawDesc = "" +
 	"\x06claims\x18\v \x01(\rR\x06claims\x12\x18\n" +
 	"\aattempt\x18\f \x01(\rR\aattempt\x12\x10\n" +
 	"\x03err\x18\r \x01(\tR\x03err\x12!\n" +
-	"\fdedup_window\x18\x0e \x01(\x03R\vdedupWindow\"\x95\x03\n" +
+	"\fdedup_window\x18\x0e \x01(\x03R\vdedupWindow\"\xd3\x03\n" +
 	"\x06Result\x126\n" +
 	"\x06modify\x18\x01 \x01(\v2\x1e.taskstore.fsm.v1.ModifyResultR\x06modify\x123\n" +
 	"\x05claim\x18\x02 \x01(\v2\x1d.taskstore.fsm.v1.ClaimResultR\x05claim\x123\n" +
@@ -2115,7 +2455,10 @@ const file_fsm_proto_rawDesc = "" +
 	"\x05batch\x18\x05 \x03(\v2\x18.taskstore.fsm.v1.ResultR\x05batch\x12\x1a\n" +
 	"\breplayed\x18\x06 \x01(\bR\breplayed\x123\n" +
 	"\x05pause\x18\a \x01(\v2\x1d.taskstore.fsm.v1.PauseResultR\x05pause\x123\n" +
-	"\x05limit\x18\b \x01(\v2\x1d.taskstore.fsm.v1.LimitResultR\x05limit\")\n" +
+	"\x05limit\x18\b \x01(\v2\x1d.taskstore.fsm.v1.LimitResultR\x05limit\x12<\n" +
+	"\bschedule\x18\t \x01(\v2 .taskstore.fsm.v1.ScheduleResultR\bschedule\"*\n" +
+	"\x0eScheduleResult\x12\x18\n" +
+	"\aexisted\x18\x01 \x01(\bR\aexisted\")\n" +
 	"\vLimitResult\x12\x1a\n" +
 	"\bprevious\x18\x01 \x01(\rR\bprevious\"\xc7\x01\n" +
 	"\fModifyResult\x122\n" +
@@ -2156,7 +2499,7 @@ const file_fsm_proto_rawDesc = "" +
 	"\fDEPEND_STALE\x10\x06\x12\x17\n" +
 	"\x13INSERT_DUPLICATE_ID\x10\a\x12\x18\n" +
 	"\x14INSERT_DUPLICATE_KEY\x10\b\x12\v\n" +
-	"\aCLAIMED\x10\t\"\x8e\x03\n" +
+	"\aCLAIMED\x10\t\"\xc6\x03\n" +
 	"\x0eSnapshotRecord\x128\n" +
 	"\x06header\x18\x01 \x01(\v2 .taskstore.fsm.v1.SnapshotHeaderR\x06header\x12*\n" +
 	"\x04task\x18\x02 \x01(\v2\x16.taskstore.fsm.v1.TaskR\x04task\x123\n" +
@@ -2165,10 +2508,11 @@ const file_fsm_proto_rawDesc = "" +
 	"\fpaused_queue\x18\x05 \x01(\tR\vpausedQueue\x12=\n" +
 	"\vqueue_limit\x18\x06 \x01(\v2\x1c.taskstore.fsm.v1.QueueLimitR\n" +
 	"queueLimit\x12B\n" +
-	"\vreservation\x18\a \x01(\v2 .taskstore.fsm.v1.KeyReservationR\vreservation\"R\n" +
+	"\vreservation\x18\a \x01(\v2 .taskstore.fsm.v1.KeyReservationR\vreservation\x126\n" +
+	"\bschedule\x18\b \x01(\v2\x1a.taskstore.fsm.v1.ScheduleR\bschedule\"R\n" +
 	"\x0eKeyReservation\x12*\n" +
 	"\x04task\x18\x01 \x01(\v2\x16.taskstore.fsm.v1.TaskR\x04task\x12\x14\n" +
-	"\x05until\x18\x02 \x01(\x03R\x05until\"\xa4\x02\n" +
+	"\x05until\x18\x02 \x01(\x03R\x05until\"\xc2\x02\n" +
 	"\x0eSnapshotHeader\x12\x16\n" +
 	"\x06format\x18\x01 \x01(\rR\x06format\x12\x14\n" +
 	"\x05clock\x18\x02 \x01(\x03R\x05clock\x12\x14\n" +
@@ -2178,14 +2522,16 @@ const file_fsm_proto_rawDesc = "" +
 	"\fstate_format\x18\x06 \x01(\rR\vstateFormat\x12#\n" +
 	"\rpaused_queues\x18\a \x01(\x04R\fpausedQueues\x12!\n" +
 	"\fqueue_limits\x18\b \x01(\x04R\vqueueLimits\x12\"\n" +
-	"\freservations\x18\t \x01(\x04R\freservations\"\x87\x01\n" +
+	"\freservations\x18\t \x01(\x04R\freservations\x12\x1c\n" +
+	"\tschedules\x18\n" +
+	" \x01(\x04R\tschedules\"\x87\x01\n" +
 	"\aSession\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x1b\n" +
 	"\tlast_seen\x18\x03 \x01(\x03R\blastSeen\x120\n" +
 	"\x06result\x18\x04 \x01(\v2\x18.taskstore.fsm.v1.ResultR\x06result\")\n" +
 	"\x0fSnapshotTrailer\x12\x16\n" +
-	"\x06crc32c\x18\x01 \x01(\rR\x06crc32c*\xa2\x01\n" +
+	"\x06crc32c\x18\x01 \x01(\rR\x06crc32c*\xc0\x01\n" +
 	"\x02Op\x12\x12\n" +
 	"\x0eOP_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tOP_MODIFY\x10\x01\x12\f\n" +
@@ -2196,7 +2542,10 @@ const file_fsm_proto_rawDesc = "" +
 	"\x0fOP_MODIFY_CLAIM\x10\x06\x12\x11\n" +
 	"\rOP_SET_FORMAT\x10\a\x12\f\n" +
 	"\bOP_PAUSE\x10\b\x12\f\n" +
-	"\bOP_LIMIT\x10\tB/Z-github.com/e1158ecb/taskstore/fsm/fsmpb;fsmpbb\x06proto3"
+	"\bOP_LIMIT\x10\t\x12\x0f\n" +
+	"\vOP_SCHEDULE\x10\n" +
+	"\x12\v\n" +
+	"\aOP_FIRE\x10\vB/Z-github.com/e1158ecb/taskstore/fsm/fsmpb;fsmpbb\x06proto3"
 
 var (
 	file_fsm_proto_rawDescOnce sync.Once
@@ -2211,73 +2560,80 @@ func file_fsm_proto_rawDescGZIP() []byte {
 }
 
 var file_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_fsm_proto_goTypes = []any{
 	(Op)(0),                 // 0: taskstore.fsm.v1.Op
 	(RefError_Category)(0),  // 1: taskstore.fsm.v1.RefError.Category
 	(*Command)(nil),         // 2: taskstore.fsm.v1.Command
-	(*Modify)(nil),          // 3: taskstore.fsm.v1.Modify
-	(*Insert)(nil),          // 4: taskstore.fsm.v1.Insert
-	(*Change)(nil),          // 5: taskstore.fsm.v1.Change
-	(*Ref)(nil),             // 6: taskstore.fsm.v1.Ref
-	(*Claim)(nil),           // 7: taskstore.fsm.v1.Claim
-	(*Purge)(nil),           // 8: taskstore.fsm.v1.Purge
-	(*QueueLimit)(nil),      // 9: taskstore.fsm.v1.QueueLimit
-	(*Pause)(nil),           // 10: taskstore.fsm.v1.Pause
-	(*Task)(nil),            // 11: taskstore.fsm.v1.Task
-	(*Result)(nil),          // 12: taskstore.fsm.v1.Result
-	(*LimitResult)(nil),     // 13: taskstore.fsm.v1.LimitResult
-	(*ModifyResult)(nil),    // 14: taskstore.fsm.v1.ModifyResult
-	(*ClaimResult)(nil),     // 15: taskstore.fsm.v1.ClaimResult
-	(*PurgeResult)(nil),     // 16: taskstore.fsm.v1.PurgeResult
-	(*PauseResult)(nil),     // 17: taskstore.fsm.v1.PauseResult
-	(*Failure)(nil),         // 18: taskstore.fsm.v1.Failure
-	(*RefError)(nil),        // 19: taskstore.fsm.v1.RefError
-	(*SnapshotRecord)(nil),  // 20: taskstore.fsm.v1.SnapshotRecord
-	(*KeyReservation)(nil),  // 21: taskstore.fsm.v1.KeyReservation
-	(*SnapshotHeader)(nil),  // 22: taskstore.fsm.v1.SnapshotHeader
-	(*Session)(nil),         // 23: taskstore.fsm.v1.Session
-	(*SnapshotTrailer)(nil), // 24: taskstore.fsm.v1.SnapshotTrailer
+	(*Schedule)(nil),        // 3: taskstore.fsm.v1.Schedule
+	(*Fire)(nil),            // 4: taskstore.fsm.v1.Fire
+	(*Modify)(nil),          // 5: taskstore.fsm.v1.Modify
+	(*Insert)(nil),          // 6: taskstore.fsm.v1.Insert
+	(*Change)(nil),          // 7: taskstore.fsm.v1.Change
+	(*Ref)(nil),             // 8: taskstore.fsm.v1.Ref
+	(*Claim)(nil),           // 9: taskstore.fsm.v1.Claim
+	(*Purge)(nil),           // 10: taskstore.fsm.v1.Purge
+	(*QueueLimit)(nil),      // 11: taskstore.fsm.v1.QueueLimit
+	(*Pause)(nil),           // 12: taskstore.fsm.v1.Pause
+	(*Task)(nil),            // 13: taskstore.fsm.v1.Task
+	(*Result)(nil),          // 14: taskstore.fsm.v1.Result
+	(*ScheduleResult)(nil),  // 15: taskstore.fsm.v1.ScheduleResult
+	(*LimitResult)(nil),     // 16: taskstore.fsm.v1.LimitResult
+	(*ModifyResult)(nil),    // 17: taskstore.fsm.v1.ModifyResult
+	(*ClaimResult)(nil),     // 18: taskstore.fsm.v1.ClaimResult
+	(*PurgeResult)(nil),     // 19: taskstore.fsm.v1.PurgeResult
+	(*PauseResult)(nil),     // 20: taskstore.fsm.v1.PauseResult
+	(*Failure)(nil),         // 21: taskstore.fsm.v1.Failure
+	(*RefError)(nil),        // 22: taskstore.fsm.v1.RefError
+	(*SnapshotRecord)(nil),  // 23: taskstore.fsm.v1.SnapshotRecord
+	(*KeyReservation)(nil),  // 24: taskstore.fsm.v1.KeyReservation
+	(*SnapshotHeader)(nil),  // 25: taskstore.fsm.v1.SnapshotHeader
+	(*Session)(nil),         // 26: taskstore.fsm.v1.Session
+	(*SnapshotTrailer)(nil), // 27: taskstore.fsm.v1.SnapshotTrailer
 }
 var file_fsm_proto_depIdxs = []int32{
 	0,  // 0: taskstore.fsm.v1.Command.op:type_name -> taskstore.fsm.v1.Op
-	3,  // 1: taskstore.fsm.v1.Command.modify:type_name -> taskstore.fsm.v1.Modify
-	7,  // 2: taskstore.fsm.v1.Command.claim:type_name -> taskstore.fsm.v1.Claim
-	8,  // 3: taskstore.fsm.v1.Command.purge:type_name -> taskstore.fsm.v1.Purge
+	5,  // 1: taskstore.fsm.v1.Command.modify:type_name -> taskstore.fsm.v1.Modify
+	9,  // 2: taskstore.fsm.v1.Command.claim:type_name -> taskstore.fsm.v1.Claim
+	10, // 3: taskstore.fsm.v1.Command.purge:type_name -> taskstore.fsm.v1.Purge
 	2,  // 4: taskstore.fsm.v1.Command.batch:type_name -> taskstore.fsm.v1.Command
-	10, // 5: taskstore.fsm.v1.Command.pause:type_name -> taskstore.fsm.v1.Pause
-	9,  // 6: taskstore.fsm.v1.Command.limit:type_name -> taskstore.fsm.v1.QueueLimit
-	4,  // 7: taskstore.fsm.v1.Modify.inserts:type_name -> taskstore.fsm.v1.Insert
-	5,  // 8: taskstore.fsm.v1.Modify.changes:type_name -> taskstore.fsm.v1.Change
-	6,  // 9: taskstore.fsm.v1.Modify.deletes:type_name -> taskstore.fsm.v1.Ref
-	6,  // 10: taskstore.fsm.v1.Modify.depends:type_name -> taskstore.fsm.v1.Ref
-	7,  // 11: taskstore.fsm.v1.Modify.claim:type_name -> taskstore.fsm.v1.Claim
-	14, // 12: taskstore.fsm.v1.Result.modify:type_name -> taskstore.fsm.v1.ModifyResult
-	15, // 13: taskstore.fsm.v1.Result.claim:type_name -> taskstore.fsm.v1.ClaimResult
-	16, // 14: taskstore.fsm.v1.Result.purge:type_name -> taskstore.fsm.v1.PurgeResult
-	18, // 15: taskstore.fsm.v1.Result.failure:type_name -> taskstore.fsm.v1.Failure
-	12, // 16: taskstore.fsm.v1.Result.batch:type_name -> taskstore.fsm.v1.Result
-	17, // 17: taskstore.fsm.v1.Result.pause:type_name -> taskstore.fsm.v1.PauseResult
-	13, // 18: taskstore.fsm.v1.Result.limit:type_name -> taskstore.fsm.v1.LimitResult
-	11, // 19: taskstore.fsm.v1.ModifyResult.inserted:type_name -> taskstore.fsm.v1.Task
-	11, // 20: taskstore.fsm.v1.ModifyResult.changed:type_name -> taskstore.fsm.v1.Task
-	15, // 21: taskstore.fsm.v1.ModifyResult.claim:type_name -> taskstore.fsm.v1.ClaimResult
-	11, // 22: taskstore.fsm.v1.ClaimResult.tasks:type_name -> taskstore.fsm.v1.Task
-	19, // 23: taskstore.fsm.v1.Failure.errors:type_name -> taskstore.fsm.v1.RefError
-	1,  // 24: taskstore.fsm.v1.RefError.category:type_name -> taskstore.fsm.v1.RefError.Category
-	22, // 25: taskstore.fsm.v1.SnapshotRecord.header:type_name -> taskstore.fsm.v1.SnapshotHeader
-	11, // 26: taskstore.fsm.v1.SnapshotRecord.task:type_name -> taskstore.fsm.v1.Task
-	23, // 27: taskstore.fsm.v1.SnapshotRecord.session:type_name -> taskstore.fsm.v1.Session
-	24, // 28: taskstore.fsm.v1.SnapshotRecord.trailer:type_name -> taskstore.fsm.v1.SnapshotTrailer
-	9,  // 29: taskstore.fsm.v1.SnapshotRecord.queue_limit:type_name -> taskstore.fsm.v1.QueueLimit
-	21, // 30: taskstore.fsm.v1.SnapshotRecord.reservation:type_name -> taskstore.fsm.v1.KeyReservation
-	11, // 31: taskstore.fsm.v1.KeyReservation.task:type_name -> taskstore.fsm.v1.Task
-	12, // 32: taskstore.fsm.v1.Session.result:type_name -> taskstore.fsm.v1.Result
-	33, // [33:33] is the sub-list for method output_type
-	33, // [33:33] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	12, // 5: taskstore.fsm.v1.Command.pause:type_name -> taskstore.fsm.v1.Pause
+	11, // 6: taskstore.fsm.v1.Command.limit:type_name -> taskstore.fsm.v1.QueueLimit
+	3,  // 7: taskstore.fsm.v1.Command.schedule:type_name -> taskstore.fsm.v1.Schedule
+	4,  // 8: taskstore.fsm.v1.Command.fire:type_name -> taskstore.fsm.v1.Fire
+	6,  // 9: taskstore.fsm.v1.Modify.inserts:type_name -> taskstore.fsm.v1.Insert
+	7,  // 10: taskstore.fsm.v1.Modify.changes:type_name -> taskstore.fsm.v1.Change
+	8,  // 11: taskstore.fsm.v1.Modify.deletes:type_name -> taskstore.fsm.v1.Ref
+	8,  // 12: taskstore.fsm.v1.Modify.depends:type_name -> taskstore.fsm.v1.Ref
+	9,  // 13: taskstore.fsm.v1.Modify.claim:type_name -> taskstore.fsm.v1.Claim
+	17, // 14: taskstore.fsm.v1.Result.modify:type_name -> taskstore.fsm.v1.ModifyResult
+	18, // 15: taskstore.fsm.v1.Result.claim:type_name -> taskstore.fsm.v1.ClaimResult
+	19, // 16: taskstore.fsm.v1.Result.purge:type_name -> taskstore.fsm.v1.PurgeResult
+	21, // 17: taskstore.fsm.v1.Result.failure:type_name -> taskstore.fsm.v1.Failure
+	14, // 18: taskstore.fsm.v1.Result.batch:type_name -> taskstore.fsm.v1.Result
+	20, // 19: taskstore.fsm.v1.Result.pause:type_name -> taskstore.fsm.v1.PauseResult
+	16, // 20: taskstore.fsm.v1.Result.limit:type_name -> taskstore.fsm.v1.LimitResult
+	15, // 21: taskstore.fsm.v1.Result.schedule:type_name -> taskstore.fsm.v1.ScheduleResult
+	13, // 22: taskstore.fsm.v1.ModifyResult.inserted:type_name -> taskstore.fsm.v1.Task
+	13, // 23: taskstore.fsm.v1.ModifyResult.changed:type_name -> taskstore.fsm.v1.Task
+	18, // 24: taskstore.fsm.v1.ModifyResult.claim:type_name -> taskstore.fsm.v1.ClaimResult
+	13, // 25: taskstore.fsm.v1.ClaimResult.tasks:type_name -> taskstore.fsm.v1.Task
+	22, // 26: taskstore.fsm.v1.Failure.errors:type_name -> taskstore.fsm.v1.RefError
+	1,  // 27: taskstore.fsm.v1.RefError.category:type_name -> taskstore.fsm.v1.RefError.Category
+	25, // 28: taskstore.fsm.v1.SnapshotRecord.header:type_name -> taskstore.fsm.v1.SnapshotHeader
+	13, // 29: taskstore.fsm.v1.SnapshotRecord.task:type_name -> taskstore.fsm.v1.Task
+	26, // 30: taskstore.fsm.v1.SnapshotRecord.session:type_name -> taskstore.fsm.v1.Session
+	27, // 31: taskstore.fsm.v1.SnapshotRecord.trailer:type_name -> taskstore.fsm.v1.SnapshotTrailer
+	11, // 32: taskstore.fsm.v1.SnapshotRecord.queue_limit:type_name -> taskstore.fsm.v1.QueueLimit
+	24, // 33: taskstore.fsm.v1.SnapshotRecord.reservation:type_name -> taskstore.fsm.v1.KeyReservation
+	3,  // 34: taskstore.fsm.v1.SnapshotRecord.schedule:type_name -> taskstore.fsm.v1.Schedule
+	13, // 35: taskstore.fsm.v1.KeyReservation.task:type_name -> taskstore.fsm.v1.Task
+	14, // 36: taskstore.fsm.v1.Session.result:type_name -> taskstore.fsm.v1.Result
+	37, // [37:37] is the sub-list for method output_type
+	37, // [37:37] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_fsm_proto_init() }
@@ -2285,14 +2641,14 @@ func file_fsm_proto_init() {
 	if File_fsm_proto != nil {
 		return
 	}
-	file_fsm_proto_msgTypes[3].OneofWrappers = []any{}
+	file_fsm_proto_msgTypes[5].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fsm_proto_rawDesc), len(file_fsm_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   23,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

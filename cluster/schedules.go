@@ -1,0 +1,58 @@
+package cluster
+
+import (
+	"context"
+	"time"
+
+	"github.com/e1158ecb/taskstore/fsm"
+	"github.com/e1158ecb/taskstore/fsm/fsmpb"
+	"github.com/e1158ecb/taskstore/schedule"
+)
+
+// scheduleLoop fires the due ticks of periodic schedules on each shard this
+// node leads, every dueEvery (issue 18 item 1).
+func (n *Node) scheduleLoop() {
+	for n.sleep(dueEvery) {
+		for _, s := range n.LocalShards() {
+			ctx, cancel := context.WithTimeout(context.Background(), n.cfg.Tuning.ApplyTimeout)
+			if _, err := s.FireSchedules(ctx); err != nil {
+				n.log.Debug("fire schedules", "shard", s.id, "err", err)
+			}
+			cancel()
+		}
+	}
+}
+
+// FireSchedules proposes one OP_FIRE for each schedule of the shard whose
+// next tick is due by the leader's clock, when this replica leads, and
+// returns how many it proposed. The state machine applies a fire only for
+// the tick it expects, so a tick fired by two leaders (one deposed while
+// its proposal was in flight) inserts once; a tick found late (no leader at
+// its time) inserts once or not, by the schedule's catch_up.
+func (s *Shard) FireSchedules(ctx context.Context) (int, error) {
+	if !s.IsLeader() {
+		return 0, nil
+	}
+	now := s.Now()
+	fired := 0
+	for _, sc := range s.machine.DueSchedules(now) {
+		spec, err := schedule.Parse(sc.Cron, time.Duration(sc.Every), sc.TimeZone)
+		if err != nil {
+			// Validated when put; a zone this binary does not know (an
+			// older zone database) leaves the schedule waiting, loudly.
+			s.log.Warn("schedule cannot be evaluated: its ticks wait", "schedule", sc.Name, "queue", sc.Queue, "err", err)
+			continue
+		}
+		next, insert := spec.Fire(sc.Next, now, sc.CatchUp)
+		if _, err := s.Propose(ctx, &fsmpb.Command{Op: fsmpb.Op_OP_FIRE, Fire: &fsmpb.Fire{
+			Queue: sc.Queue, Name: sc.Name, Tick: sc.Next, Next: next, Insert: insert}}); err != nil {
+			return fired, err
+		}
+		fired++
+		if !insert {
+			s.log.Info("schedule tick missed while the shard had no leader: skipped", "schedule", sc.Name, "queue", sc.Queue,
+				"tick", time.Unix(0, sc.Next).UTC(), "task", fsm.ScheduleTaskID(sc.Name, sc.Next))
+		}
+	}
+	return fired, nil
+}

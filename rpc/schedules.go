@@ -1,0 +1,150 @@
+package rpc
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/e1158ecb/taskstore/api/taskstorepb"
+	"github.com/e1158ecb/taskstore/fsm"
+	"github.com/e1158ecb/taskstore/fsm/fsmpb"
+	"github.com/e1158ecb/taskstore/schedule"
+)
+
+// PutSchedule implements TaskStore.PutSchedule.
+func (srv *Server) PutSchedule(ctx context.Context, req *taskstorepb.PutScheduleRequest) (*taskstorepb.PutScheduleResponse, error) {
+	res, err := srv.putSchedule(ctx, req)
+	return res, toStatus(err)
+}
+
+func (srv *Server) putSchedule(ctx context.Context, req *taskstorepb.PutScheduleRequest) (*taskstorepb.PutScheduleResponse, error) {
+	in := req.GetSchedule()
+	if in == nil {
+		return nil, invalid("schedule", "required")
+	}
+	if in.Every != nil && in.Every.CheckValid() != nil {
+		return nil, invalid("schedule.every", "not a valid duration")
+	}
+	spec, err := schedule.Parse(in.Cron, in.Every.AsDuration(), in.TimeZone)
+	if err != nil {
+		return nil, invalid("schedule", "%v", err)
+	}
+	sc := &fsmpb.Schedule{Name: in.Name, Queue: in.Queue, Cron: in.Cron, Every: int64(in.Every.AsDuration()), TimeZone: in.TimeZone,
+		Value: in.Value, Priority: in.Priority, CatchUp: in.Missed == taskstorepb.MissedTicks_MISSED_TICKS_RUN_ONCE}
+	cmd := &fsmpb.Command{Op: fsmpb.Op_OP_SCHEDULE, Schedule: sc}
+	requestID(cmd, req.Request)
+	if err := fsm.Validate(cmd, srv.limits); err != nil {
+		return nil, err
+	}
+	shard, err := srv.shards.ShardFor(taskstorepb.GroupOf(in.Queue))
+	if err != nil {
+		return nil, err
+	}
+	if err := needFormat(ctx, shard, fsm.FormatQueueControls, "a schedule"); err != nil {
+		return nil, err
+	}
+	sc.Next = spec.Next(shard.Now())
+	res, err := shard.Propose(ctx, cmd)
+	if err != nil {
+		return nil, err
+	}
+	if res.Failure != nil {
+		return nil, &refusedError{failure: res.Failure}
+	}
+	replaced := res.GetSchedule().GetExisted()
+	if !res.Replayed {
+		srv.log.Info("schedule put", "schedule", sc.Name, "queue", sc.Queue, "cron", sc.Cron, "every", time.Duration(sc.Every),
+			"next", time.Unix(0, sc.Next).UTC(), "replaced", replaced)
+	}
+	out := scheduleToAPI(sc, shard.ID())
+	return &taskstorepb.PutScheduleResponse{Schedule: out, Replaced: replaced}, nil
+}
+
+// DeleteSchedule implements TaskStore.DeleteSchedule.
+func (srv *Server) DeleteSchedule(ctx context.Context, req *taskstorepb.DeleteScheduleRequest) (*taskstorepb.DeleteScheduleResponse, error) {
+	res, err := srv.deleteSchedule(ctx, req)
+	return res, toStatus(err)
+}
+
+func (srv *Server) deleteSchedule(ctx context.Context, req *taskstorepb.DeleteScheduleRequest) (*taskstorepb.DeleteScheduleResponse, error) {
+	if req.Queue == "" {
+		return nil, invalid("queue", "required: a queue of the schedule's consistency group (taskctl schedule remove finds it)")
+	}
+	cmd := &fsmpb.Command{Op: fsmpb.Op_OP_SCHEDULE, Schedule: &fsmpb.Schedule{Name: req.Name, Queue: req.Queue, Remove: true}}
+	requestID(cmd, req.Request)
+	if err := fsm.Validate(cmd, srv.limits); err != nil {
+		return nil, err
+	}
+	shard, err := srv.shards.ShardFor(taskstorepb.GroupOf(req.Queue))
+	if err != nil {
+		return nil, err
+	}
+	res, err := shard.Propose(ctx, cmd)
+	if err != nil {
+		return nil, err
+	}
+	if res.Failure != nil {
+		return nil, &refusedError{failure: res.Failure}
+	}
+	deleted := res.GetSchedule().GetExisted()
+	if deleted && !res.Replayed {
+		srv.log.Info("schedule removed", "schedule", req.Name, "group", taskstorepb.GroupOf(req.Queue))
+	}
+	return &taskstorepb.DeleteScheduleResponse{Deleted: deleted}, nil
+}
+
+// Schedules implements TaskStore.Schedules: the schedules of the shards this
+// node leads (or of one shard).
+func (srv *Server) Schedules(ctx context.Context, req *taskstorepb.SchedulesRequest) (*taskstorepb.SchedulesResponse, error) {
+	res, err := srv.schedules(ctx, req)
+	return res, toStatus(err)
+}
+
+func (srv *Server) schedules(ctx context.Context, req *taskstorepb.SchedulesRequest) (*taskstorepb.SchedulesResponse, error) {
+	var shards []Shard
+	if req.Shard != 0 {
+		s, err := srv.readShard(req.Shard, "")
+		if err != nil {
+			return nil, err
+		}
+		shards = []Shard{s}
+	} else {
+		for _, s := range srv.shards.LocalShards() {
+			if s.IsLeader() {
+				shards = append(shards, s)
+			}
+		}
+	}
+	out := &taskstorepb.SchedulesResponse{}
+	for _, s := range shards {
+		var ss []*fsmpb.Schedule
+		if err := s.Read(ctx, false, func(m *fsm.Machine) error { ss = m.Schedules(req.Prefix); return nil }); err != nil {
+			if req.Shard != 0 {
+				return nil, err
+			}
+			continue // lost leadership since: another node answers for it
+		}
+		for _, sc := range ss {
+			out.Schedules = append(out.Schedules, scheduleToAPI(sc, s.ID()))
+		}
+	}
+	slices.SortFunc(out.Schedules, func(a, b *taskstorepb.Schedule) int {
+		return cmp.Or(cmp.Compare(a.Queue, b.Queue), cmp.Compare(a.Name, b.Name))
+	})
+	return out, nil
+}
+
+func scheduleToAPI(sc *fsmpb.Schedule, shard uint32) *taskstorepb.Schedule {
+	out := &taskstorepb.Schedule{Name: sc.Name, Queue: sc.Queue, Cron: sc.Cron, TimeZone: sc.TimeZone, Value: sc.Value,
+		Priority: sc.Priority, Next: nanosToTimestamp(sc.Next), Last: nanosToTimestamp(sc.Last), Fired: sc.Fired, Shard: shard}
+	if sc.Every > 0 {
+		out.Every = durationpb.New(time.Duration(sc.Every))
+	}
+	if sc.CatchUp {
+		out.Missed = taskstorepb.MissedTicks_MISSED_TICKS_RUN_ONCE
+	}
+	return out
+}
