@@ -83,7 +83,7 @@ func (c *Client) Schedules(ctx context.Context, req *taskstorepb.SchedulesReques
 		var mu sync.Mutex
 		var errs []error
 		c.eachShard(ctx, func(ctx context.Context, shard uint32) {
-			resp, err := c.Schedules(ctx, &taskstorepb.SchedulesRequest{Prefix: req.Prefix, Shard: shard})
+			resp, err := c.Schedules(ctx, &taskstorepb.SchedulesRequest{Prefix: req.Prefix, Shard: shard, Stale: req.Stale})
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {

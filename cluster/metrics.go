@@ -28,6 +28,7 @@ type nodeMetrics struct {
 	clockOffset     prometheus.Gauge
 	diskFree        prometheus.Gauge
 	diskLow         prometheus.Gauge
+	scheduleTicks   *prometheus.CounterVec
 }
 
 func newNodeMetrics(reg prometheus.Registerer, n *Node) *nodeMetrics {
@@ -67,6 +68,10 @@ func newNodeMetrics(reg prometheus.Registerer, n *Node) *nodeMetrics {
 			Name: "taskstore_disk_free_bytes",
 			Help: "Free bytes of the file system holding the node's data directory, as last measured.",
 		}),
+		scheduleTicks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "taskstore_schedule_ticks_total",
+			Help: "Schedule ticks this node fired as a shard's leader: inserted (a task), skipped (missed while the shard had no leader, the schedule skips missed ticks), duplicate (fired already, by an earlier leader's proposal: nothing inserted twice), or failed (the proposal failed; the tick is fired again).",
+		}, []string{"result"}),
 		diskLow: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "taskstore_disk_low",
 			Help: "1 while the data directory's free space is below the node's reserve (--min-free-disk, 256 MiB by default): the node refuses to lead and hands its leaderships away; free space or grow the volume.",
@@ -74,7 +79,7 @@ func newNodeMetrics(reg prometheus.Registerer, n *Node) *nodeMetrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.applySeconds, m.snapshotSeconds, m.leaderChanges, m.logSyncs, m.logSyncEntries, m.logBytes, m.clockOffset,
-			m.diskFree, m.diskLow, &shardCollector{n: n})
+			m.diskFree, m.diskLow, m.scheduleTicks, &shardCollector{n: n})
 	}
 	return m
 }

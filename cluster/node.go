@@ -378,6 +378,7 @@ func (n *Node) openShard(id uint32) (*Shard, error) {
 	label := shardLabel(id)
 	s.applySeconds = n.metrics.applySeconds.WithLabelValues(label)
 	s.leaderChanges = n.metrics.leaderChanges.WithLabelValues(label)
+	s.scheduleTicks = n.metrics.scheduleTicks
 	snapshotSeconds := n.metrics.snapshotSeconds.WithLabelValues(label)
 	timed := timedFSM{Machine: s.machine, observe: func(d time.Duration) { snapshotSeconds.Observe(d.Seconds()) }}
 	g, err := openGroup(id, n.cfg.DataDir, n.cfg.ID, timed, n.mux, n.cfg.Tuning, n.raftLog.Group(id), n.quiet(n.log.With("shard", id)))

@@ -44,15 +44,31 @@ func (s *Shard) FireSchedules(ctx context.Context) (int, error) {
 			continue
 		}
 		next, insert := spec.Fire(sc.Next, now, sc.CatchUp)
-		if _, err := s.Propose(ctx, &fsmpb.Command{Op: fsmpb.Op_OP_FIRE, Fire: &fsmpb.Fire{
-			Queue: sc.Queue, Name: sc.Name, Tick: sc.Next, Next: next, Insert: insert}}); err != nil {
+		res, err := s.Propose(ctx, &fsmpb.Command{Op: fsmpb.Op_OP_FIRE, Fire: &fsmpb.Fire{
+			Queue: sc.Queue, Name: sc.Name, Tick: sc.Next, Next: next, Insert: insert}})
+		if err != nil {
+			s.countTick("failed")
 			return fired, err
 		}
 		fired++
+		switch {
+		case res.GetModify() != nil:
+			s.countTick("inserted")
+		case insert:
+			s.countTick("duplicate") // fired already (a proposal of an earlier leader, or the schedule changed)
+		default:
+			s.countTick("skipped")
+		}
 		if !insert {
 			s.log.Info("schedule tick missed while the shard had no leader: skipped", "schedule", sc.Name, "queue", sc.Queue,
 				"tick", time.Unix(0, sc.Next).UTC(), "task", fsm.ScheduleTaskID(sc.Name, sc.Next))
 		}
 	}
 	return fired, nil
+}
+
+func (s *Shard) countTick(result string) {
+	if s.scheduleTicks != nil {
+		s.scheduleTicks.WithLabelValues(result).Inc()
+	}
 }

@@ -28,6 +28,7 @@ type Shard struct {
 	waiters       waiters
 	applySeconds  prometheus.Observer
 	leaderChanges prometheus.Counter
+	scheduleTicks *prometheus.CounterVec // by result; nil in tests that build a bare shard
 	// aheadLog, aheadMono: the log time and monotonic instant Now counts
 	// from while the log's time is ahead of this node's clock.
 	aheadMu   sync.Mutex

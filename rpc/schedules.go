@@ -113,7 +113,7 @@ func (srv *Server) schedules(ctx context.Context, req *taskstorepb.SchedulesRequ
 		shards = []Shard{s}
 	} else {
 		for _, s := range srv.shards.LocalShards() {
-			if s.IsLeader() {
+			if req.Stale || s.IsLeader() {
 				shards = append(shards, s)
 			}
 		}
@@ -121,7 +121,7 @@ func (srv *Server) schedules(ctx context.Context, req *taskstorepb.SchedulesRequ
 	out := &taskstorepb.SchedulesResponse{}
 	for _, s := range shards {
 		var ss []*fsmpb.Schedule
-		if err := s.Read(ctx, false, func(m *fsm.Machine) error { ss = m.Schedules(req.Prefix); return nil }); err != nil {
+		if err := s.Read(ctx, req.Stale, func(m *fsm.Machine) error { ss = m.Schedules(req.Prefix); return nil }); err != nil {
 			if req.Shard != 0 {
 				return nil, err
 			}

@@ -2277,7 +2277,9 @@ type SchedulesRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Prefix string                 `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`
 	// 0: every shard.
-	Shard         uint32 `protobuf:"varint,2,opt,name=shard,proto3" json:"shard,omitempty"`
+	Shard uint32 `protobuf:"varint,2,opt,name=shard,proto3" json:"shard,omitempty"`
+	// Read the serving node's replicas, leader or not (possibly behind).
+	Stale         bool `protobuf:"varint,3,opt,name=stale,proto3" json:"stale,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2324,6 +2326,13 @@ func (x *SchedulesRequest) GetShard() uint32 {
 		return x.Shard
 	}
 	return 0
+}
+
+func (x *SchedulesRequest) GetStale() bool {
+	if x != nil {
+		return x.Stale
+	}
+	return false
 }
 
 type SchedulesResponse struct {
@@ -4104,10 +4113,11 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x121\n" +
 	"\arequest\x18\x03 \x01(\v2\x17.taskstore.v1.RequestIDR\arequest\"2\n" +
 	"\x16DeleteScheduleResponse\x12\x18\n" +
-	"\adeleted\x18\x01 \x01(\bR\adeleted\"@\n" +
+	"\adeleted\x18\x01 \x01(\bR\adeleted\"V\n" +
 	"\x10SchedulesRequest\x12\x16\n" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x14\n" +
-	"\x05shard\x18\x02 \x01(\rR\x05shard\"I\n" +
+	"\x05shard\x18\x02 \x01(\rR\x05shard\x12\x14\n" +
+	"\x05stale\x18\x03 \x01(\bR\x05stale\"I\n" +
 	"\x11SchedulesResponse\x124\n" +
 	"\tschedules\x18\x01 \x03(\v2\x16.taskstore.v1.ScheduleR\tschedules\"}\n" +
 	"\x11QueueLimitRequest\x12\x14\n" +

@@ -44,6 +44,10 @@ func (fake) Queues(ctx context.Context, req *taskstorepb.QueuesRequest) (*taskst
 	return &taskstorepb.QueuesResponse{}, nil
 }
 
+func (fake) Schedules(ctx context.Context, req *taskstorepb.SchedulesRequest) (*taskstorepb.SchedulesResponse, error) {
+	return &taskstorepb.SchedulesResponse{}, nil
+}
+
 func (fake) Tasks(ctx context.Context, req *taskstorepb.TasksRequest) (*taskstorepb.TasksResponse, error) {
 	st, _ := status.New(codes.Unavailable, "not the leader").WithDetails(&taskstorepb.NotLeader{Shard: 3, LeaderId: "b", LeaderAddress: "10.0.0.2:7000"})
 	return nil, st.Err()

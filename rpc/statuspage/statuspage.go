@@ -31,6 +31,7 @@ type Cluster interface {
 type Queues interface {
 	Queues(ctx context.Context, req *taskstorepb.QueuesRequest) (*taskstorepb.QueuesResponse, error)
 	Tasks(ctx context.Context, req *taskstorepb.TasksRequest) (*taskstorepb.TasksResponse, error)
+	Schedules(ctx context.Context, req *taskstorepb.SchedulesRequest) (*taskstorepb.SchedulesResponse, error)
 }
 
 // Defaults of the Options.
@@ -448,6 +449,9 @@ type queueData struct {
 	NextURL  string
 	FirstURL string
 	Rates    bool
+	// Schedules that insert into the queue, from the shards this node
+	// leads.
+	Schedules []*taskstorepb.Schedule
 }
 
 type taskRow struct {
@@ -474,6 +478,13 @@ func (h *Handler) queue(w http.ResponseWriter, r *http.Request, name string) {
 		return
 	}
 	d := queueData{Name: name, Stats: stats, Page: tok, FirstURL: queueURL(name), Rates: stats != nil && hasRates(stats)}
+	if ss, err := h.queues.Schedules(ctx, &taskstorepb.SchedulesRequest{Prefix: name, Stale: true}); err == nil {
+		for _, s := range ss.GetSchedules() {
+			if s.GetQueue() == name {
+				d.Schedules = append(d.Schedules, s)
+			}
+		}
+	}
 	if next := res.GetNextPageToken(); next != "" {
 		d.NextURL = queueURL(name) + "?" + url.Values{"page": {next}}.Encode()
 	}

@@ -442,6 +442,25 @@ func TestStatusPage(t *testing.T) {
 		contains(t, "queue page", getOK(t, base+"/queues/beta%2Fmail"), `<span class="badge warn"`, ">paused</span>")
 	})
 
+	t.Run("schedules", func(t *testing.T) {
+		// Issue 18 item 1: a queue's page lists the schedules that insert
+		// into it.
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		sc := &taskstorepb.Schedule{Name: "nightly", Queue: "alpha/jobs", Cron: "0 2 * * *", TimeZone: "Europe/Berlin"}
+		if _, err := f.c.TaskStore("alpha/jobs").PutSchedule(ctx, &taskstorepb.PutScheduleRequest{Schedule: sc}); err != nil {
+			t.Fatal(err)
+		}
+		defer f.c.TaskStore("alpha/jobs").DeleteSchedule(ctx, &taskstorepb.DeleteScheduleRequest{Name: "nightly", Queue: "alpha/jobs"})
+		body := getOK(t, base+"/queues/alpha%2Fjobs")
+		if cells := row(t, body, `<td class="mono">nightly</td>`); cells[1] != "0 2 * * * (Europe/Berlin)" || cells[4] != "0" || cells[5] != "skip" {
+			t.Errorf("schedule row %q", cells)
+		}
+		if strings.Contains(getOK(t, base+"/queues/beta%2Fmail"), "nightly") {
+			t.Error("another queue's page lists the schedule")
+		}
+	})
+
 	t.Run("screenshot", func(t *testing.T) {
 		screenshotPages(t, base, map[string]string{
 			"overview": "/",
