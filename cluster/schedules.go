@@ -39,8 +39,12 @@ func (s *Shard) FireSchedules(ctx context.Context) (int, error) {
 		spec, err := schedule.Parse(sc.Cron, time.Duration(sc.Every), sc.TimeZone)
 		if err != nil {
 			// Validated when put; a zone this binary does not know (an
-			// older zone database) leaves the schedule waiting, loudly.
-			s.log.Warn("schedule cannot be evaluated: its ticks wait", "schedule", sc.Name, "queue", sc.Queue, "err", err)
+			// older zone database) leaves the schedule waiting: said once
+			// per tick, not every look.
+			if s.unevaluable != sc.Next {
+				s.unevaluable = sc.Next
+				s.log.Warn("schedule cannot be evaluated: its ticks wait", "schedule", sc.Name, "queue", sc.Queue, "err", err)
+			}
 			continue
 		}
 		next, insert := spec.Fire(sc.Next, now, sc.CatchUp)

@@ -29,6 +29,7 @@ type Shard struct {
 	applySeconds  prometheus.Observer
 	leaderChanges prometheus.Counter
 	scheduleTicks *prometheus.CounterVec // by result; nil in tests that build a bare shard
+	unevaluable   int64                  // the tick of the last schedule warned about (FireSchedules)
 	// aheadLog, aheadMono: the log time and monotonic instant Now counts
 	// from while the log's time is ahead of this node's clock.
 	aheadMu   sync.Mutex

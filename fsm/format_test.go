@@ -384,7 +384,13 @@ func TestSchedule(t *testing.T) {
 	if r.Digest() != m.Digest() || len(r.Schedules("")) != 1 {
 		t.Fatal("a snapshot lost the schedule")
 	}
-	apply(470, &fsmpb.Command{Op: fsmpb.Op_OP_SCHEDULE, Schedule: &fsmpb.Schedule{Name: "nightly", Queue: "rep/x", Remove: true}})
+	// A request naming another queue of the group reaches no schedule of
+	// that name: the API authorized it for that queue only.
+	res = apply(470, &fsmpb.Command{Op: fsmpb.Op_OP_SCHEDULE, Schedule: &fsmpb.Schedule{Name: "nightly", Queue: "rep/x", Remove: true}})
+	if res.Failure == nil || !strings.HasPrefix(res.Failure.Message, ScheduleElsewhere) || len(m.Schedules("")) != 1 {
+		t.Fatalf("a remove through another queue of the group: %v", res)
+	}
+	apply(471, &fsmpb.Command{Op: fsmpb.Op_OP_SCHEDULE, Schedule: &fsmpb.Schedule{Name: "nightly", Queue: "rep/run", Remove: true}})
 	if len(m.Schedules("")) != 0 || len(m.DueSchedules(1<<62)) != 0 {
 		t.Fatal("a removed schedule is still there")
 	}

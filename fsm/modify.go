@@ -187,6 +187,12 @@ func (a *applier) modify(m *fsmpb.Modify) *fsmpb.Result {
 					Queue: nt.q.name, Key: nt.key, ExistingId: owner})
 				continue
 			}
+			if r := md.reservedKey(nt.q.name, nt.key); r != nil {
+				// Reserved after its task's deletion: taken, as for an insert.
+				md.fail(&fsmpb.RefError{Category: fsmpb.RefError_INSERT_DUPLICATE_KEY, Id: nt.id, Version: c.Version,
+					Queue: nt.q.name, Key: nt.key, ExistingId: r.last.id})
+				continue
+			}
 			md.keys[queueKey{t.q.name, t.key}] = ""
 			md.keys[queueKey{nt.q.name, nt.key}] = nt.id
 		}

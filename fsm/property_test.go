@@ -254,13 +254,20 @@ func (r *refModel) modify(m *fsmpb.Modify) *fsmpb.Result {
 			nt.Err = *c.Err
 		}
 		if nt.Key != "" && nt.Queue != t.Queue {
-			keyed[[2]string{t.Queue, t.Key}] = true
-			keyed[[2]string{nt.Queue, nt.Key}] = true
 			if owner := keyOwner(nt.Queue, nt.Key); owner != "" {
 				errs = append(errs, &fsmpb.RefError{Category: fsmpb.RefError_INSERT_DUPLICATE_KEY, Id: nt.Id, Version: c.Version,
 					Queue: nt.Queue, Key: nt.Key, ExistingId: owner})
 				continue
 			}
+			nk := [2]string{nt.Queue, nt.Key}
+			if res, ok := r.reserved[nk]; ok && !keyed[nk] && !inKeyed(insertedKey, nt.Queue, nt.Key) {
+				r.reservedHit++
+				errs = append(errs, &fsmpb.RefError{Category: fsmpb.RefError_INSERT_DUPLICATE_KEY, Id: nt.Id, Version: c.Version,
+					Queue: nt.Queue, Key: nt.Key, ExistingId: res.last.Id})
+				continue
+			}
+			keyed[[2]string{t.Queue, t.Key}] = true
+			keyed[nk] = true
 		}
 		work[key(nt.Id)] = nt
 		touched[nt.Id] = true

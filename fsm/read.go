@@ -384,11 +384,13 @@ func digestOf(snap *snapshot) [32]byte {
 		str("reserved")
 		u(uint64(len(snap.reserved)))
 		for _, r := range snap.reserved {
-			str(r.last.q.name)
-			str(r.last.key)
-			str(r.last.id)
-			u(r.last.version)
 			u(uint64(r.until))
+			b, err := proto.MarshalOptions{Deterministic: true}.Marshal(r.last.toProto(false))
+			if err != nil {
+				panic(fmt.Sprintf("fsm: digest: marshal reserved task: %v", err))
+			}
+			u(uint64(len(b)))
+			buf = append(buf, b...)
 		}
 	}
 	if len(snap.limits) > 0 {

@@ -13,6 +13,10 @@ import (
 // scheduleKey names a schedule in the state: its group, then its name.
 func scheduleKey(queue, name string) string { return groupOf(queue) + "\x00" + name }
 
+// ScheduleElsewhere starts the Failure.message of an OP_SCHEDULE that names
+// a schedule of the group by another queue than its own.
+const ScheduleElsewhere = "schedule of another queue"
+
 // ScheduleTaskID is the id of the task a schedule inserts at tick: the
 // schedule's name and the tick in UTC, so a tick's task is recognisable
 // and, ids being unique per group, inserted at most once.
@@ -25,6 +29,12 @@ func ScheduleTaskID(name string, tick int64) string {
 func (a *applier) schedule(s *fsmpb.Schedule) *fsmpb.Result {
 	k := scheduleKey(s.Queue, s.Name)
 	old := a.st.schedules[k]
+	if old != nil && old.Queue != s.Queue {
+		// The name is the group's, but the API authorizes by the queue the
+		// request names: only that queue's schedule may be replaced or
+		// removed by it.
+		return failuref("%s: schedule %q belongs to queue %q; name that queue (or remove it first)", ScheduleElsewhere, s.Name, old.Queue)
+	}
 	if s.Remove {
 		delete(a.st.schedules, k)
 	} else {

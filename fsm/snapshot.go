@@ -450,7 +450,7 @@ func readSnapshot(r io.Reader) (*state, error) {
 			}
 			reserved++
 		case rec.limit != nil:
-			if reserved > 0 {
+			if reserved > 0 || scheds > 0 {
 				return nil, corrupt("queue limit after key reservations")
 			}
 			l := rec.limit
@@ -463,7 +463,7 @@ func readSnapshot(r io.Reader) (*state, error) {
 			st.limits[l.Queue] = l.MaxClaimed
 			limits++
 		case rec.paused != nil:
-			if limits > 0 || reserved > 0 {
+			if limits > 0 || reserved > 0 || scheds > 0 {
 				return nil, corrupt("paused queue after queue limits or reservations")
 			}
 			if paused == h.PausedQueues {
@@ -481,7 +481,7 @@ func readSnapshot(r io.Reader) (*state, error) {
 			if tasks == h.Tasks {
 				return nil, corrupt("more task records than the header's %d", h.Tasks)
 			}
-			if limits > 0 || reserved > 0 {
+			if limits > 0 || reserved > 0 || scheds > 0 {
 				return nil, corrupt("task record after queue limits or reservations")
 			}
 			if err := st.restoreTask(rec.task); err != nil {
@@ -492,7 +492,7 @@ func readSnapshot(r io.Reader) (*state, error) {
 			if sessions == h.Sessions {
 				return nil, corrupt("more session records than the header's %d", h.Sessions)
 			}
-			if paused > 0 || limits > 0 || reserved > 0 {
+			if paused > 0 || limits > 0 || reserved > 0 || scheds > 0 {
 				return nil, corrupt("session record after paused queues or limits")
 			}
 			if err := st.restoreSession(rec.session); err != nil {

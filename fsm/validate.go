@@ -197,6 +197,10 @@ func (v *validator) command(cmd *fsmpb.Command, path string, top bool) error {
 	return nil
 }
 
+// MaxScheduleEvery bounds a schedule's interval (package schedule's
+// MaxEvery): ticks far beyond would overflow the clock.
+const MaxScheduleEvery = int64(10 * 365 * 24 * time.Hour)
+
 // MaxScheduleNameBytes bounds a schedule's name, so that the ids of the
 // tasks it inserts (name@time) fit MaxIDBytes.
 const MaxScheduleNameBytes = 64
@@ -219,6 +223,9 @@ func (v *validator) schedule(s *fsmpb.Schedule, path string) error {
 	}
 	if (s.Cron == "") == (s.Every <= 0) {
 		return invalidf(path+"cron", "give a cron expression or an interval, one of them")
+	}
+	if s.Every > MaxScheduleEvery {
+		return invalidf(path+"every", "at most %v", time.Duration(MaxScheduleEvery))
 	}
 	if len(s.Value) > v.l.MaxValueBytes {
 		return tooLarge(path+"value", len(s.Value), v.l.MaxValueBytes)

@@ -9,8 +9,11 @@ import (
 	"github.com/robfig/cron/v3"
 )
 
-// MinEvery is the shortest interval a schedule may have.
-const MinEvery = time.Second
+// MinEvery and MaxEvery bound a schedule's interval.
+const (
+	MinEvery = time.Second
+	MaxEvery = 10 * 365 * 24 * time.Hour
+)
 
 // Spec is a schedule's timing.
 type Spec struct {
@@ -31,8 +34,8 @@ func Parse(expr string, every time.Duration, zone string) (Spec, error) {
 	case expr == "" && every == 0:
 		return Spec{}, errors.New("give a cron expression or an interval")
 	case every != 0:
-		if every < MinEvery {
-			return Spec{}, fmt.Errorf("interval %v: at least %v", every, MinEvery)
+		if every < MinEvery || every > MaxEvery {
+			return Spec{}, fmt.Errorf("interval %v: between %v and %v", every, MinEvery, MaxEvery)
 		}
 		if zone != "" {
 			return Spec{}, errors.New("a time zone applies to a cron expression only")
@@ -60,7 +63,7 @@ func Parse(expr string, every time.Duration, zone string) (Spec, error) {
 // t + every; a cron expression's, its matching times in its zone.
 func (s Spec) Next(t int64) int64 {
 	if s.cron == nil {
-		return t + int64(s.every)
+		return addSat(t, int64(s.every))
 	}
 	next := s.cron.Next(time.Unix(0, t))
 	if next.IsZero() {
@@ -80,10 +83,28 @@ const Grace = time.Minute
 // when the tick is on time (within Grace, or the interval if shorter), and
 // for a missed one only with catchUp (one task for all of them).
 func (s Spec) Fire(tick, now int64, catchUp bool) (next int64, insert bool) {
-	next = s.Next(max(now, tick))
+	switch {
+	case now <= tick:
+		next = s.Next(tick)
+	case s.cron == nil:
+		// An interval keeps its phase: the first tick + k*every after
+		// now, not now + every (a leader always fires a little late).
+		e := int64(s.every)
+		next = addSat(tick, addSat((now-tick)/e*e, e))
+	default:
+		next = s.Next(now)
+	}
 	grace := int64(Grace)
 	if gap := s.Next(tick) - tick; gap > 0 && gap < grace {
 		grace = gap
 	}
 	return next, now-tick <= grace || catchUp
+}
+
+// addSat is a+b for b >= 0, saturated at the largest time.
+func addSat(a, b int64) int64 {
+	if c := a + b; c >= a {
+		return c
+	}
+	return 1<<63 - 1
 }

@@ -77,3 +77,30 @@ func TestFire(t *testing.T) {
 		t.Error("late, catch up: nothing inserted")
 	}
 }
+
+// TestFireKeepsPhase: an interval fired late goes on from its own ticks,
+// not from the late moment (a leader always fires a little late), and a
+// huge interval neither overflows nor is accepted past MaxEvery.
+func TestFireKeepsPhase(t *testing.T) {
+	s, err := Parse("", time.Minute, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tick := ns("2026-11-25T12:00:00Z")
+	if next, _ := s.Fire(tick, tick+int64(300*time.Millisecond), false); next != ns("2026-11-25T12:01:00Z") {
+		t.Errorf("fired 300ms late: next %v, want 12:01:00", time.Unix(0, next).UTC())
+	}
+	if next, insert := s.Fire(tick, ns("2026-11-25T12:05:30Z"), false); next != ns("2026-11-25T12:06:00Z") || insert {
+		t.Errorf("5m30s late: next %v insert %v, want 12:06:00 and skipped", time.Unix(0, next).UTC(), insert)
+	}
+	if _, err := Parse("", MaxEvery+time.Hour, ""); err == nil {
+		t.Error("an interval past MaxEvery was accepted")
+	}
+	long, err := Parse("", MaxEvery, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next := long.Next(1<<63 - 1 - int64(time.Hour)); next <= 0 {
+		t.Errorf("Next overflowed to %d", next)
+	}
+}
