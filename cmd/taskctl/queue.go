@@ -225,7 +225,7 @@ queue stats. It needs the admin role.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			n, err := strconv.ParseUint(args[1], 10, 32)
 			if err != nil {
-				return fmt.Errorf("N: %q is not a whole number of tasks (0 removes the limit)", args[1])
+				return fmt.Errorf("limit %q is not a whole number of tasks (0 removes the limit)", args[1])
 			}
 			return a.withClient(0, func(ctx context.Context, c *client.Client) error {
 				prev, err := c.SetQueueLimit(ctx, args[0], uint32(n))
