@@ -46,7 +46,11 @@ func (srv *Server) putSchedule(ctx context.Context, req *taskstorepb.PutSchedule
 	if err := needFormat(ctx, shard, fsm.FormatQueueControls, "a schedule"); err != nil {
 		return nil, err
 	}
-	sc.Next = spec.Next(shard.Now())
+	// From the whole second: an interval's ticks fall on whole seconds
+	// (ids NAME@12:47:08Z, not 12:47:08.940968072Z); a cron expression's
+	// next tick is the same either way.
+	now := shard.Now()
+	sc.Next = spec.Next(now - now%int64(time.Second))
 	res, err := shard.Propose(ctx, cmd)
 	if err != nil {
 		return nil, err
