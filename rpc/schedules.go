@@ -35,15 +35,8 @@ func (srv *Server) putSchedule(ctx context.Context, req *taskstorepb.PutSchedule
 	sc := &fsmpb.Schedule{Name: in.Name, Queue: in.Queue, Cron: in.Cron, Every: int64(in.Every.AsDuration()), TimeZone: in.TimeZone,
 		Value: in.Value, Priority: in.Priority, CatchUp: in.Missed == taskstorepb.MissedTicks_MISSED_TICKS_RUN_ONCE}
 	cmd := &fsmpb.Command{Op: fsmpb.Op_OP_SCHEDULE, Schedule: sc}
-	requestID(cmd, req.Request)
-	if err := fsm.Validate(cmd, srv.limits); err != nil {
-		return nil, err
-	}
-	shard, err := srv.shards.ShardFor(taskstorepb.GroupOf(in.Queue))
+	shard, err := srv.queueShard(ctx, in.Queue, cmd, req.Request, fsm.FormatQueueControls, "a schedule")
 	if err != nil {
-		return nil, err
-	}
-	if err := needFormat(ctx, shard, fsm.FormatQueueControls, "a schedule"); err != nil {
 		return nil, err
 	}
 	// From the whole second: an interval's ticks fall on whole seconds
@@ -51,12 +44,9 @@ func (srv *Server) putSchedule(ctx context.Context, req *taskstorepb.PutSchedule
 	// next tick is the same either way.
 	now := shard.Now()
 	sc.Next = spec.Next(now - now%int64(time.Second))
-	res, err := shard.Propose(ctx, cmd)
+	res, err := proposeOn(ctx, shard, cmd)
 	if err != nil {
 		return nil, err
-	}
-	if res.Failure != nil {
-		return nil, &refusedError{failure: res.Failure}
 	}
 	replaced := res.GetSchedule().GetExisted()
 	if !res.Replayed {
@@ -78,20 +68,13 @@ func (srv *Server) deleteSchedule(ctx context.Context, req *taskstorepb.DeleteSc
 		return nil, invalid("queue", "required: a queue of the schedule's consistency group (taskctl schedule remove finds it)")
 	}
 	cmd := &fsmpb.Command{Op: fsmpb.Op_OP_SCHEDULE, Schedule: &fsmpb.Schedule{Name: req.Name, Queue: req.Queue, Remove: true}}
-	requestID(cmd, req.Request)
-	if err := fsm.Validate(cmd, srv.limits); err != nil {
-		return nil, err
-	}
-	shard, err := srv.shards.ShardFor(taskstorepb.GroupOf(req.Queue))
+	shard, err := srv.queueShard(ctx, req.Queue, cmd, req.Request, 0, "")
 	if err != nil {
 		return nil, err
 	}
-	res, err := shard.Propose(ctx, cmd)
+	res, err := proposeOn(ctx, shard, cmd)
 	if err != nil {
 		return nil, err
-	}
-	if res.Failure != nil {
-		return nil, &refusedError{failure: res.Failure}
 	}
 	deleted := res.GetSchedule().GetExisted()
 	if deleted && !res.Replayed {
@@ -108,19 +91,9 @@ func (srv *Server) Schedules(ctx context.Context, req *taskstorepb.SchedulesRequ
 }
 
 func (srv *Server) schedules(ctx context.Context, req *taskstorepb.SchedulesRequest) (*taskstorepb.SchedulesResponse, error) {
-	var shards []Shard
-	if req.Shard != 0 {
-		s, err := srv.readShard(req.Shard, "")
-		if err != nil {
-			return nil, err
-		}
-		shards = []Shard{s}
-	} else {
-		for _, s := range srv.shards.LocalShards() {
-			if req.Stale || s.IsLeader() {
-				shards = append(shards, s)
-			}
-		}
+	shards, err := srv.listedShards(req.Shard, req.Stale)
+	if err != nil {
+		return nil, err
 	}
 	out := &taskstorepb.SchedulesResponse{}
 	for _, s := range shards {

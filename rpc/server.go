@@ -213,6 +213,7 @@ func (srv *Server) modify(ctx context.Context, req *taskstorepb.ModifyRequest) (
 		// state machine, as the entry applies.
 		m.Scope = p.Prefixes
 	}
+	controls := false // an insert needs FormatQueueControls
 	for i, in := range req.Inserts {
 		at, err := availability(field("inserts", i, ""), in.At, in.Delay, now)
 		if err != nil {
@@ -228,10 +229,11 @@ func (srv *Server) modify(ctx context.Context, req *taskstorepb.ModifyRequest) (
 		if in.DedupWindow != nil && in.DedupWindow.CheckValid() != nil {
 			return nil, invalid(field("inserts", i, "dedup_window"), "not a valid duration")
 		}
-		if in.Held || in.DedupWindow != nil {
-			if err := needFormat(ctx, shard, fsm.FormatQueueControls, "a held insert or a dedup window"); err != nil {
-				return nil, err
-			}
+		controls = controls || in.Held || in.DedupWindow != nil
+	}
+	if controls {
+		if err := needFormat(ctx, shard, fsm.FormatQueueControls, "a held insert or a dedup window"); err != nil {
+			return nil, err
 		}
 	}
 	for i, c := range req.Changes {
@@ -550,19 +552,9 @@ func (srv *Server) Queues(ctx context.Context, req *taskstorepb.QueuesRequest) (
 }
 
 func (srv *Server) queues(ctx context.Context, req *taskstorepb.QueuesRequest) (*taskstorepb.QueuesResponse, error) {
-	var shards []Shard
-	if req.Shard != 0 {
-		s, err := srv.readShard(req.Shard, "")
-		if err != nil {
-			return nil, err
-		}
-		shards = []Shard{s}
-	} else {
-		for _, s := range srv.shards.LocalShards() {
-			if req.Stale || s.IsLeader() {
-				shards = append(shards, s)
-			}
-		}
+	shards, err := srv.listedShards(req.Shard, req.Stale)
+	if err != nil {
+		return nil, err
 	}
 	out := &taskstorepb.QueuesResponse{}
 	for _, s := range shards {
@@ -656,23 +648,13 @@ func (srv *Server) pause(ctx context.Context, req *taskstorepb.QueuePauseRequest
 		return nil, invalid("queue", "required")
 	}
 	cmd := &fsmpb.Command{Op: fsmpb.Op_OP_PAUSE, Pause: &fsmpb.Pause{Queue: req.Queue, Paused: paused}}
-	requestID(cmd, req.Request)
-	if err := fsm.Validate(cmd, srv.limits); err != nil {
-		return nil, err
-	}
-	shard, err := srv.shards.ShardFor(taskstorepb.GroupOf(req.Queue))
+	shard, err := srv.queueShard(ctx, req.Queue, cmd, req.Request, fsm.FormatQueueControls, "pausing a queue")
 	if err != nil {
 		return nil, err
 	}
-	if err := needFormat(ctx, shard, fsm.FormatQueueControls, "pausing a queue"); err != nil {
-		return nil, err
-	}
-	res, err := shard.Propose(ctx, cmd)
+	res, err := proposeOn(ctx, shard, cmd)
 	if err != nil {
 		return nil, err
-	}
-	if res.Failure != nil {
-		return nil, &refusedError{failure: res.Failure}
 	}
 	was := res.GetPause().GetWasPaused()
 	if !res.Replayed && was != paused {
@@ -696,17 +678,45 @@ func (srv *Server) setLimit(ctx context.Context, req *taskstorepb.QueueLimitRequ
 		return nil, invalid("queue", "required")
 	}
 	cmd := &fsmpb.Command{Op: fsmpb.Op_OP_LIMIT, Limit: &fsmpb.QueueLimit{Queue: req.Queue, MaxClaimed: req.MaxClaimed}}
-	requestID(cmd, req.Request)
-	if err := fsm.Validate(cmd, srv.limits); err != nil {
-		return nil, err
-	}
-	shard, err := srv.shards.ShardFor(taskstorepb.GroupOf(req.Queue))
+	shard, err := srv.queueShard(ctx, req.Queue, cmd, req.Request, fsm.FormatQueueControls, "a queue limit")
 	if err != nil {
 		return nil, err
 	}
-	if err := needFormat(ctx, shard, fsm.FormatQueueControls, "a queue limit"); err != nil {
+	res, err := proposeOn(ctx, shard, cmd)
+	if err != nil {
 		return nil, err
 	}
+	prev := res.GetLimit().GetPrevious()
+	if !res.Replayed && prev != req.MaxClaimed {
+		srv.log.Info("queue concurrency limit set", "queue", req.Queue, "max_claimed", req.MaxClaimed, "previous", prev)
+	}
+	return &taskstorepb.QueueLimitResponse{Previous: prev}, nil
+}
+
+// queueShard readies cmd, a command about one queue, for its shard: the
+// request id, the edge's validation, the shard of the queue's group, and,
+// when minFormat > 0, the shard's state format (needFormat; what names the
+// feature in the refusal).
+func (srv *Server) queueShard(ctx context.Context, queue string, cmd *fsmpb.Command, rid *taskstorepb.RequestID, minFormat uint32, what string) (Shard, error) {
+	requestID(cmd, rid)
+	if err := fsm.Validate(cmd, srv.limits); err != nil {
+		return nil, err
+	}
+	shard, err := srv.shards.ShardFor(taskstorepb.GroupOf(queue))
+	if err != nil {
+		return nil, err
+	}
+	if minFormat > 0 {
+		if err := needFormat(ctx, shard, minFormat, what); err != nil {
+			return nil, err
+		}
+	}
+	return shard, nil
+}
+
+// proposeOn proposes cmd on shard; a command the state machine refused is
+// a *refusedError.
+func proposeOn(ctx context.Context, shard Shard, cmd *fsmpb.Command) (*fsmpb.Result, error) {
 	res, err := shard.Propose(ctx, cmd)
 	if err != nil {
 		return nil, err
@@ -714,11 +724,26 @@ func (srv *Server) setLimit(ctx context.Context, req *taskstorepb.QueueLimitRequ
 	if res.Failure != nil {
 		return nil, &refusedError{failure: res.Failure}
 	}
-	prev := res.GetLimit().GetPrevious()
-	if !res.Replayed && prev != req.MaxClaimed {
-		srv.log.Info("queue concurrency limit set", "queue", req.Queue, "max_claimed", req.MaxClaimed, "previous", prev)
+	return res, nil
+}
+
+// listedShards are the shards a listing reads: the one named, else those
+// this node leads (or, stale, every local replica).
+func (srv *Server) listedShards(id uint32, stale bool) ([]Shard, error) {
+	if id != 0 {
+		s, err := srv.readShard(id, "")
+		if err != nil {
+			return nil, err
+		}
+		return []Shard{s}, nil
 	}
-	return &taskstorepb.QueueLimitResponse{Previous: prev}, nil
+	var shards []Shard
+	for _, s := range srv.shards.LocalShards() {
+		if stale || s.IsLeader() {
+			shards = append(shards, s)
+		}
+	}
+	return shards, nil
 }
 
 // needFormat refuses what a shard below state format f cannot take yet:
@@ -749,20 +774,13 @@ func (srv *Server) purge(ctx context.Context, req *taskstorepb.PurgeRequest) (*t
 		return nil, invalid("queue", "required")
 	}
 	cmd := &fsmpb.Command{Op: fsmpb.Op_OP_PURGE, Purge: &fsmpb.Purge{Queue: req.Queue}}
-	requestID(cmd, req.Request)
-	if err := fsm.Validate(cmd, srv.limits); err != nil {
-		return nil, err
-	}
-	shard, err := srv.shards.ShardFor(taskstorepb.GroupOf(req.Queue))
+	shard, err := srv.queueShard(ctx, req.Queue, cmd, req.Request, 0, "")
 	if err != nil {
 		return nil, err
 	}
-	res, err := shard.Propose(ctx, cmd)
+	res, err := proposeOn(ctx, shard, cmd)
 	if err != nil {
 		return nil, err
-	}
-	if res.Failure != nil {
-		return nil, &refusedError{failure: res.Failure}
 	}
 	deleted := res.GetPurge().GetDeleted()
 	if !res.Replayed {
