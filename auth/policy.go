@@ -313,7 +313,8 @@ func (pol *Policy) check(ctx context.Context, method string, req any) (Principal
 // verified client certificate, an "Authorization: Bearer TOKEN" header, or
 // HTTP basic authentication with the token as the password (what a browser
 // can send). Without a credential the answer is 401 with a Basic challenge;
-// with another role, 403. A disabled policy returns h unchanged.
+// with another role, 403. h finds the caller with FromContext. A disabled
+// policy returns h unchanged (no principal in the context).
 func (pol *Policy) RequireAdminHTTP(h http.Handler) http.Handler {
 	if !pol.Enabled() {
 		return h
@@ -328,7 +329,9 @@ func (pol *Policy) RequireAdminHTTP(h http.Handler) http.Handler {
 			http.Error(w, err.Error(), code)
 			return
 		}
-		h.ServeHTTP(w, r)
+		// The handler learns who is asking: the status page offers its
+		// actions to admins only.
+		h.ServeHTTP(w, r.WithContext(WithPrincipal(r.Context(), p)))
 	})
 }
 

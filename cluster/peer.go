@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -273,4 +274,28 @@ func memberState(r *peerpb.NodeReport, id string) (state metapb.NodeState, ok bo
 		}
 	}
 	return 0, false
+}
+
+// CatchUp waits until this node's replica of shard has applied what the
+// replica at addr (the shard's leader) had applied when asked: a write
+// made through the leader is then visible in this node's stale reads (the
+// status page shows what its action did). It gives up with ctx, or at once
+// when this node has no replica or the leader does not answer.
+func (n *Node) CatchUp(ctx context.Context, shard uint32, addr string) error {
+	s := n.Shard(shard)
+	if s == nil {
+		return fmt.Errorf("shard %d: %w", shard, ErrUnknownShard)
+	}
+	rep := replicaOf(n.askReport(ctx, addr), shard)
+	if rep == nil {
+		return fmt.Errorf("shard %d: no report from %s", shard, addr)
+	}
+	for s.Raft().AppliedIndex() < rep.AppliedIndex {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return nil
 }

@@ -126,7 +126,9 @@ func StartNodeWith(cfg cluster.Config, no NodeOptions) (*NodeServer, error) {
 
 // httpHandler serves /metrics, /healthz and /readyz to anyone (Prometheus
 // and load balancers probe them), /debug/pprof only with no.Pprof, and the
-// status page (task values included) to admins when the policy is on.
+// status page (task values included) to admins when the policy is on; its
+// actions are offered to authenticated admins only, so a node without a
+// policy serves it read-only.
 func (ns *NodeServer) httpHandler(no NodeOptions) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(ns.Registry, promhttp.HandlerOpts{Registry: ns.Registry}))
@@ -134,7 +136,7 @@ func (ns *NodeServer) httpHandler(no NodeOptions) http.Handler {
 	if no.Pprof {
 		pprofhttp.Register(mux)
 	}
-	mux.Handle("/", no.Policy.RequireAdminHTTP(statuspage.New(ns.Node, ns.RPC, statuspage.Options{Logger: ns.log})))
+	mux.Handle("/", no.Policy.RequireAdminHTTP(statuspage.New(ns.Node, ns.RPC, statuspage.Options{Logger: ns.log, Actions: PageActions(ns.RPC)})))
 	return mux
 }
 

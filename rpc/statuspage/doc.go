@@ -25,9 +25,19 @@
 // 404.
 //
 // Reads are stale (from this node's replicas, which may trail their leaders
-// slightly) so the page works on every node, leader or not, and never
-// changes anything: only GET and HEAD are allowed, every other method gets
-// 405. A queue whose shard is not hosted on this node is reported with a link
+// slightly) so the page works on every node, leader or not: GET and HEAD
+// read, every other method gets 405, but for one path:
+//
+//   - POST /actions                   a queue's page's forms (actions.go):
+//     pause, resume, move unclaimed tasks to another queue of the group,
+//     purge with the queue's name typed as confirmation, delete one task.
+//     Only for an authenticated admin (Options.Actions set and an admin
+//     principal in the request's context, which auth's RequireAdminHTTP
+//     puts there), with a form token signed for that principal and a
+//     same-origin post; everyone else gets the page read-only, and 403.
+//     A done action redirects (303) to a page that says what it did.
+//
+// A queue whose shard is not hosted on this node is reported with a link
 // to a node that hosts it.
 //
 // The handler depends on two small interfaces, satisfied by *cluster.Node

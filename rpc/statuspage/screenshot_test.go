@@ -160,8 +160,9 @@ func checkScreenshot(t *testing.T, name string, b []byte) {
 }
 
 // renderedDOM loads url in headless Chromium and returns the DOM it
-// rendered (--dump-dom); the test is skipped without Chromium, except in
-// CI, as screenshotPages is.
+// rendered (--dump-dom), after the navigations the page starts within 5 s
+// of virtual time (a form it posts, the redirect after it); the test is
+// skipped without Chromium, except in CI, as screenshotPages is.
 func renderedDOM(t *testing.T, url string) string {
 	t.Helper()
 	bin := chromium()
@@ -175,7 +176,7 @@ func renderedDOM(t *testing.T, url string) string {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
 		"--no-first-run", "--no-default-browser-check", "--disable-extensions",
-		"--user-data-dir="+t.TempDir(), "--dump-dom", url)
+		"--user-data-dir="+t.TempDir(), "--virtual-time-budget=5000", "--dump-dom", url)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

@@ -57,6 +57,12 @@ type Options struct {
 	Logger     *slog.Logger
 	// Now is the clock for task states and the page footer (tests).
 	Now func() time.Time
+	// Actions, when set, lets an authenticated admin pause, resume, purge
+	// and requeue a queue and delete a task from its page (actions.go);
+	// nil keeps the page read-only for everyone.
+	Actions Actions
+	// ActionTimeout bounds one action; default DefaultActionTimeout.
+	ActionTimeout time.Duration
 }
 
 //go:embed templates/*.html
@@ -68,6 +74,7 @@ type Handler struct {
 	queues  Queues
 	opts    Options
 	pages   map[string]*template.Template
+	formKey []byte // signs the action forms (formToken)
 }
 
 // New returns the status page of a node: cl answers Status, qs answers
@@ -101,7 +108,10 @@ func New(cl Cluster, qs Queues, opts ...Options) *Handler {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	h := &Handler{cluster: cl, queues: qs, opts: o, pages: map[string]*template.Template{}}
+	if o.ActionTimeout <= 0 {
+		o.ActionTimeout = DefaultActionTimeout
+	}
+	h := &Handler{cluster: cl, queues: qs, opts: o, pages: map[string]*template.Template{}, formKey: newFormKey()}
 	base := template.Must(template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html"))
 	for _, page := range []string{"overview.html", "queues.html", "queue.html", "error.html"} {
 		h.pages[page] = template.Must(template.Must(base.Clone()).ParseFS(templateFS, "templates/"+page))
@@ -111,9 +121,18 @@ func New(cl Cluster, qs Queues, opts ...Options) *Handler {
 
 // ServeHTTP dispatches by path; see the package documentation.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.EscapedPath() == "/actions" {
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", "POST")
+			http.Error(w, "actions are posted by the forms of a queue's page", http.StatusMethodNotAllowed)
+			return
+		}
+		h.act(w, r)
+		return
+	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
-		http.Error(w, "the status page is read-only", http.StatusMethodNotAllowed)
+		http.Error(w, "the status page's pages are read; actions are posted to /actions", http.StatusMethodNotAllowed)
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.opts.Timeout)
@@ -190,10 +209,18 @@ type page struct {
 	Refresh int // seconds; 0 for none
 	Error   string
 	Data    any
+	// ReadOnly: the page offers no actions to this caller (the footer
+	// says so).
+	ReadOnly bool
+	// Done says what the action that led here did (?done=).
+	Done string
 }
 
 func (h *Handler) render(w http.ResponseWriter, code int, name string, p page) {
 	p.Now = h.opts.Now().UTC()
+	if d, ok := p.Data.(queueData); !ok || !d.CanAct {
+		p.ReadOnly = true
+	}
 	var buf bytes.Buffer
 	if err := h.pages[name].ExecuteTemplate(&buf, "layout.html", p); err != nil {
 		h.opts.Logger.Error("status page template", "page", name, "err", err)
@@ -380,7 +407,7 @@ func (h *Handler) queueList(w http.ResponseWriter, r *http.Request) {
 	st := h.cluster.Status(r.Context(), true)
 	d := queuesData{Prefix: prefix, Max: h.opts.MaxQueues}
 	d.LocalShards, d.RemoteShards = hosting(st)
-	p := page{Title: "Queues", Nav: "queues", Node: st.GetNode(), Refresh: h.refresh(), Data: &d}
+	p := page{Title: "Queues", Nav: "queues", Node: st.GetNode(), Refresh: h.refresh(), Data: &d, Done: r.URL.Query().Get("done")}
 	res, err := h.queues.Queues(r.Context(), &taskstorepb.QueuesRequest{Prefix: prefix, Limit: uint32(h.opts.MaxQueues + 1), Stale: true})
 	if err != nil {
 		p.Error = "Listing queues failed: " + errText(err)
@@ -452,6 +479,11 @@ type queueData struct {
 	// Schedules that insert into the queue, from the shards this node
 	// leads.
 	Schedules []*taskstorepb.Schedule
+	// Actions: CanAct when the caller is an admin the page acts for
+	// (Token signs its forms); HasActions when the page has actions at
+	// all.
+	CanAct, HasActions bool
+	Token              string
 }
 
 type taskRow struct {
@@ -477,7 +509,12 @@ func (h *Handler) queue(w http.ResponseWriter, r *http.Request, name string) {
 			fmt.Sprintf("There is no queue named %q (a queue exists while it holds tasks).", name))
 		return
 	}
-	d := queueData{Name: name, Stats: stats, Page: tok, FirstURL: queueURL(name), Rates: stats != nil && hasRates(stats)}
+	d := queueData{Name: name, Stats: stats, Page: tok, FirstURL: queueURL(name), Rates: stats != nil && hasRates(stats),
+		HasActions: h.opts.Actions != nil}
+	p.Done = r.URL.Query().Get("done")
+	if a, ok := h.canAct(r); ok {
+		d.CanAct, d.Token = true, a.Token
+	}
 	if ss, err := h.queues.Schedules(ctx, &taskstorepb.SchedulesRequest{Prefix: name, Stale: true}); err == nil {
 		for _, s := range ss.GetSchedules() {
 			if s.GetQueue() == name {
