@@ -255,7 +255,9 @@ func TestStatusPageActionsInChromium(t *testing.T) {
 	if _, err := ts.Modify(ctx, &taskstorepb.ModifyRequest{Inserts: []*taskstorepb.TaskInsert{{Id: "job-3", Queue: work}}}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { return strings.Contains(renderedDOM(t, open.URL+"/queues/"+url.PathEscape(work)), "job-3") })
+	waitFor(t, func() bool {
+		return strings.Contains(renderedDOM(t, open.URL+"/queues/"+url.PathEscape(work)), "job-3")
+	})
 	dom = renderedDOM(t, open.URL+"/queues/"+url.PathEscape(work))
 	if strings.Contains(dom, `name="token"`) || !strings.Contains(dom, "Read-only: pausing, requeueing, purging and deleting") {
 		t.Errorf("the page without a policy offers actions:\n%s", dom)
