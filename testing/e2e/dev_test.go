@@ -70,6 +70,23 @@ func TestDevClusterFailsOverAndStopsCleanly(t *testing.T) {
 			t.Logf("dev output:\n%s", out.String())
 		}
 	})
+	// The dev cluster's ports are fixed: make sure the nodes that answer
+	// there are this test's (their pid files in dir), not another dev
+	// cluster's that held the ports first and made this one give up.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		if _, err := os.Stat(filepath.Join(dir, "n3.pid")); err == nil {
+			break
+		}
+		select {
+		case err := <-exited:
+			exited <- err
+			t.Fatalf("taskstored dev exited before starting its nodes (%v): is another dev cluster running?", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("taskstored dev started no node within a minute")
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cl, err := client.Dial(ctx, "127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103", client.WithAttemptTimeout(3*time.Second))
