@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -217,7 +218,7 @@ func (g *gossip) NotifyLeave(n *memberlist.Node) {
 type levelFilterWriter struct{ log *slog.Logger }
 
 func (w *levelFilterWriter) Write(p []byte) (int, error) {
-	line := string(bytes.TrimSpace(p))
+	line := memberlistMessage(string(bytes.TrimSpace(p)))
 	switch {
 	case bytes.Contains(p, []byte("[DEBUG]")), bytes.Contains(p, []byte("[TRACE]")):
 	case bytes.Contains(p, []byte("use of closed network connection")):
@@ -231,4 +232,15 @@ func (w *levelFilterWriter) Write(p []byte) (int, error) {
 		w.log.Info(line)
 	}
 	return len(p), nil
+}
+
+// memberlistMessage is the message of a memberlist log line
+// ("2026/11/25 14:46:24 [WARN] memberlist: Refuting a suspect message"):
+// the words after the level and the "memberlist: " prefix, without the
+// standard logger's timestamp, which read as a second time in the line.
+func memberlistMessage(line string) string {
+	if i := strings.Index(line, "] "); i >= 0 && strings.Contains(line[:i], "[") {
+		line = line[i+2:]
+	}
+	return strings.TrimPrefix(line, "memberlist: ")
 }

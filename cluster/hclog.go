@@ -2,10 +2,13 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log"
 	"log/slog"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 )
@@ -17,11 +20,85 @@ type hclogAdapter struct {
 	name         string
 	args         []interface{}
 	min          slog.Level
+	repeats      *repeatLimiter // shared by every logger derived from one
 }
 
 // newHCLog returns an hclog.Logger that writes to l at min level and above.
 func newHCLog(l *slog.Logger, min slog.Level) hclog.Logger {
-	return &hclogAdapter{Logger: hclog.NewNullLogger(), log: l, min: min}
+	return &hclogAdapter{Logger: hclog.NewNullLogger(), log: l, min: min, repeats: newRepeatLimiter(repeatEvery, time.Now)}
+}
+
+// repeatEvery is how often a peer's same connection failure logs at WARN;
+// the repeats in between log at DEBUG. A peer that is down fails every
+// heartbeat and append of every group (~200 WARN lines in the 10 s a dev
+// node was down); one line per peer and kind every half minute says the
+// same, and the under-replicated shard says it too.
+const repeatEvery = 30 * time.Second
+
+// repeatLimited are raft's messages of a peer's connection failures, and
+// the key that names the peer in each.
+var repeatLimited = map[string]string{
+	"failed to appendEntries to":              "peer",
+	"failed to heartbeat to":                  "peer",
+	"failed to pipeline appendEntries":        "peer",
+	"failed to make requestVote RPC":          "target",
+	"failed to contact":                       "server-id",
+	"failed to start pipeline replication to": "peer",
+}
+
+// repeatLimiter remembers when each (message, peer) last logged at WARN
+// and how many repeats it has held back since.
+type repeatLimiter struct {
+	every time.Duration
+	now   func() time.Time
+	mu    sync.Mutex
+	last  map[string]repeatState
+}
+
+type repeatState struct {
+	at         time.Time
+	suppressed int
+}
+
+func newRepeatLimiter(every time.Duration, now func() time.Time) *repeatLimiter {
+	return &repeatLimiter{every: every, now: now, last: map[string]repeatState{}}
+}
+
+// allow reports whether key may log at its level now, and how many repeats
+// were held back since it last did.
+func (r *repeatLimiter) allow(key string) (bool, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.now()
+	st, seen := r.last[key]
+	if seen && now.Sub(st.at) < r.every {
+		st.suppressed++
+		r.last[key] = st
+		return false, 0
+	}
+	if len(r.last) > 1024 { // peers come and go: forget the old ones
+		for k, v := range r.last {
+			if now.Sub(v.at) >= r.every {
+				delete(r.last, k)
+			}
+		}
+	}
+	r.last[key] = repeatState{at: now}
+	return true, st.suppressed
+}
+
+// repeatKey is the limiter's key of a limited message, "" for others.
+func repeatKey(msg string, args []interface{}) string {
+	name, ok := repeatLimited[msg]
+	if !ok {
+		return ""
+	}
+	for i := 0; i+1 < len(args); i += 2 {
+		if k, _ := args[i].(string); k == name {
+			return msg + "\x00" + fmt.Sprint(args[i+1])
+		}
+	}
+	return msg
 }
 
 // raftLevels re-levels what hashicorp/raft reports of normal events: an
@@ -36,13 +113,19 @@ var raftLevels = map[string]slog.Level{
 	"peer has newer term, stopping replication":    slog.LevelInfo,
 	// A started node waits, with no configuration, to be added (node add):
 	// its meta group times out and finds nobody to ask, as it should.
-	"no known peers, aborting election": slog.LevelInfo,
-	"failed to decode incoming command": slog.LevelWarn,
-	"failed to appendEntries to":        slog.LevelWarn,
-	"failed to heartbeat to":            slog.LevelWarn,
-	"failed to pipeline appendEntries":  slog.LevelWarn,
-	"failed to make requestVote RPC":    slog.LevelWarn,
-	"failed to contact":                 slog.LevelWarn,
+	"no known peers, aborting election":       slog.LevelInfo,
+	"failed to decode incoming command":       slog.LevelWarn,
+	"failed to appendEntries to":              slog.LevelWarn,
+	"failed to heartbeat to":                  slog.LevelWarn,
+	"failed to pipeline appendEntries":        slog.LevelWarn,
+	"failed to make requestVote RPC":          slog.LevelWarn,
+	"failed to contact":                       slog.LevelWarn,
+	"failed to start pipeline replication to": slog.LevelWarn,
+	// A follower catching up (a new or restarted replica): the leader
+	// walks back to where their logs agree. Normal in node add.
+	"failed to get previous log":                 slog.LevelInfo,
+	"appendEntries rejected, sending older logs": slog.LevelInfo,
+	"previous log term mis-match":                slog.LevelInfo,
 }
 
 // reservedKeys are the keys slog's own attributes and the node's use.
@@ -52,10 +135,18 @@ func (a *hclogAdapter) emit(level slog.Level, msg string, args ...interface{}) {
 	if l, ok := raftLevels[msg]; ok && l < level {
 		level = l
 	}
+	all := append(append([]interface{}{}, a.args...), args...)
+	if key := repeatKey(msg, all); key != "" && level >= slog.LevelWarn && a.repeats != nil {
+		ok, held := a.repeats.allow(key)
+		if !ok {
+			level = slog.LevelDebug
+		} else if held > 0 {
+			all = append(all, "repeats_not_shown", held)
+		}
+	}
 	if level < a.min || !a.log.Enabled(context.Background(), level) {
 		return
 	}
-	all := append(append([]interface{}{}, a.args...), args...)
 	for i := 0; i+1 < len(all); i += 2 {
 		// raft's "failed to contact" says time=1s: a second time= in the
 		// line, which log readers take for the timestamp.

@@ -257,7 +257,11 @@ func run(log *slog.Logger, shutdownTimeout time.Duration, after func() (shutdown
 		}
 		return nil
 	}
-	log.Info("signal received, stopping")
+	ids := make([]string, len(servers))
+	for i, s := range servers {
+		ids[i] = s.Node.ID()
+	}
+	log.Info("signal received, stopping", "node", strings.Join(ids, ","))
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
 	if shutdownAfter != nil {
