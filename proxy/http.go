@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -91,6 +92,7 @@ func (s *Server) Gateway() (http.Handler, error) {
 		}),
 		runtime.SetQueryParameterParser(strictQueryParser{}), // process-wide in grpc-gateway: every gateway here is strict
 		runtime.WithRoutingErrorHandler(routingError),
+		runtime.WithErrorHandler(httpError),
 		runtime.WithMetadata(func(ctx context.Context, r *http.Request) metadata.MD {
 			if p, ok := r.Context().Value(httpPrincipalKey{}).(auth.Principal); ok {
 				p.Via = "http, " + p.Via
@@ -215,4 +217,14 @@ func routingError(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshale
 	w.WriteHeader(http.StatusMethodNotAllowed)
 	b, _ := json.Marshal(map[string]any{"code": codes.Unimplemented, "message": fmt.Sprintf("%s is not a method of %s", r.Method, r.URL.Path), "details": []any{}})
 	w.Write(b)
+}
+
+// httpError answers as grpc-gateway does, with a hint where its decoder's
+// words do not say what to send: protojson takes a Duration as seconds
+// ("60s"), and users type Go's "1m".
+func httpError(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
+	if s, ok := status.FromError(err); ok && s.Code() == codes.InvalidArgument && strings.Contains(s.Message(), "google.protobuf.Duration value") {
+		err = status.Error(codes.InvalidArgument, s.Message()+`: a duration is seconds with an "s", e.g. "60s" or "1.5s" (not "1m")`)
+	}
+	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, err)
 }

@@ -967,6 +967,17 @@ func TestHTTPEndpoints(t *testing.T) {
 	if res.StatusCode != 400 {
 		t.Errorf("unknown field: HTTP %d, want 400", res.StatusCode)
 	}
+	// A Go duration ("1m") is refused saying what a duration looks like
+	// in JSON (issue 16 item 12: the refusal named only the type).
+	res, err = http.Post(base+"/v1/claim", "application/json", strings.NewReader(`{"queues":["web/q"],"claimant":"w","lease":"1m"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 400 || !strings.Contains(string(b), `seconds with an \"s\"`) {
+		t.Errorf("lease 1m: HTTP %d %s, want 400 saying how to write a duration", res.StatusCode, b)
+	}
 	code, metrics := get("/metrics")
 	for _, series := range []string{"taskstore_build_info{", `grpc_server_handled_total{grpc_code="OK",grpc_method="Modify",grpc_service="taskstore.v1.TaskStore",grpc_type="unary"}`,
 		`grpc_client_handled_total{grpc_code="OK",grpc_method="Modify",grpc_service="taskstore.v1.TaskStore",grpc_type="unary"}`} {
