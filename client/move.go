@@ -43,6 +43,12 @@ type MoveResult struct {
 	// destination; they stay in the source. ConflictIDs names up to 100.
 	Conflicts   int
 	ConflictIDs []string
+	// Claimed tasks match but a worker holds them (a live lease) when the
+	// move ends: never moved, they stay in the source (move again after
+	// their leases end). One skipped while being moved and held at the end
+	// is counted here, not in Skipped. Not counted with a Filter.State,
+	// which selects no claimed task.
+	Claimed int
 }
 
 // MoveQueue moves the tasks of src that match opts.Filter to dst, a queue
@@ -51,8 +57,9 @@ type MoveResult struct {
 // left alone and counted as skipped, and the rest of its batch moves; a
 // task that cannot move (its key is taken in dst) is counted as a conflict.
 // Tasks modified after the move started (by the cluster's clock) are not
-// moved. It stops at ctx's end or the first other error, with what it moved
-// so far.
+// moved. Tasks under a live lease are never moved: when done, it counts
+// those left in src (MoveResult.Claimed). It stops at ctx's end or the
+// first other error, with what it moved so far.
 func (c *Client) MoveQueue(ctx context.Context, src, dst string, opts MoveOptions) (MoveResult, error) {
 	var res MoveResult
 	if src == dst {
@@ -91,6 +98,7 @@ func (c *Client) MoveQueue(ctx context.Context, src, dst string, opts MoveOption
 		return res, err
 	}
 	zero, empty := uint32(0), ""
+	skipped := map[string]bool{} // ids counted in res.Skipped
 	for {
 		var page *taskstorepb.TasksResponse
 		if err := call(func(ctx context.Context) (err error) { page, err = c.Tasks(ctx, list); return err }); err != nil {
@@ -105,6 +113,7 @@ func (c *Client) MoveQueue(ctx context.Context, src, dst string, opts MoveOption
 			}
 			if t.Modified.AsTime().After(start) {
 				res.Skipped++ // arrived (or came back) after the move started
+				skipped[t.Id] = true
 				continue
 			}
 			ch := &taskstorepb.TaskChange{Id: t.Id, Version: t.Version, Queue: src, NewQueue: dst}
@@ -113,11 +122,36 @@ func (c *Client) MoveQueue(ctx context.Context, src, dst string, opts MoveOption
 			}
 			changes = append(changes, ch)
 		}
-		if err := c.moveBatch(call, changes, &res); err != nil {
+		if err := c.moveBatch(call, changes, &res, skipped); err != nil {
 			return res, err
 		}
 		if opts.Progress != nil && len(page.GetTasks()) > 0 {
 			opts.Progress(res)
+		}
+		if page.GetNextPageToken() == "" {
+			break
+		}
+		list.PageToken = page.GetNextPageToken()
+	}
+	if list.State != taskstorepb.TaskState_TASK_STATE_UNSPECIFIED {
+		return res, nil // the filter selects no claimed task
+	}
+	// Count the tasks the filter selects that a worker holds: left in src.
+	claimed := true
+	list.Claimed, list.PageToken, list.Limit = &claimed, "", 1000
+	for {
+		var page *taskstorepb.TasksResponse
+		if err := call(func(ctx context.Context) (err error) { page, err = c.Tasks(ctx, list); return err }); err != nil {
+			return res, err
+		}
+		for _, t := range page.GetTasks() {
+			if !matches(t, list) {
+				continue
+			}
+			res.Claimed++
+			if skipped[t.Id] {
+				res.Skipped-- // held now: counted as claimed instead
+			}
 		}
 		if page.GetNextPageToken() == "" {
 			return res, nil
@@ -128,7 +162,7 @@ func (c *Client) MoveQueue(ctx context.Context, src, dst string, opts MoveOption
 
 // moveBatch applies changes in one transaction, leaving out those the
 // cluster refuses and splitting a batch whose answer would be too large.
-func (c *Client) moveBatch(call func(func(context.Context) error) error, changes []*taskstorepb.TaskChange, res *MoveResult) error {
+func (c *Client) moveBatch(call func(func(context.Context) error) error, changes []*taskstorepb.TaskChange, res *MoveResult, skipped map[string]bool) error {
 	for len(changes) > 0 {
 		err := call(func(ctx context.Context) error {
 			_, err := c.Modify(ctx, &taskstorepb.ModifyRequest{Changes: changes})
@@ -141,7 +175,7 @@ func (c *Client) moveBatch(call func(func(context.Context) error) error, changes
 			return nil
 		case errors.Is(err, ErrTooLarge) && len(changes) > 1:
 			half := len(changes) / 2
-			if err := c.moveBatch(call, changes[:half], res); err != nil {
+			if err := c.moveBatch(call, changes[:half], res, skipped); err != nil {
 				return err
 			}
 			changes = changes[half:]
@@ -167,6 +201,7 @@ func (c *Client) moveBatch(call func(func(context.Context) error) error, changes
 		for id, conflict := range refused {
 			if !conflict {
 				res.Skipped++
+				skipped[id] = true
 				continue
 			}
 			res.Conflicts++

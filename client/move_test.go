@@ -125,3 +125,63 @@ func TestMoveQueue(t *testing.T) {
 		t.Errorf("a move of claimed tasks: %v, want ErrInvalid", err)
 	}
 }
+
+// TestMoveQueueCountsClaimed: tasks a worker holds are never moved, and
+// MoveResult.Claimed says how many were left in the source for that, held
+// before the move or claimed during it (then counted once, as claimed, not
+// also as skipped); a filter that selects no claimed task counts none.
+func TestMoveQueueCountsClaimed(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		heldBefore    int  // claimed before the move
+		claimDuring   bool // one claimed between the listing and the move
+		filter        *taskstorepb.TasksRequest
+		moved, claimd int
+	}{
+		{name: "none held", moved: 4},
+		{name: "held before", heldBefore: 2, moved: 2, claimd: 2},
+		{name: "claimed during", claimDuring: true, moved: 3, claimd: 1},
+		{name: "held before and claimed during", heldBefore: 1, claimDuring: true, moved: 2, claimd: 2},
+		{name: "only available ones", heldBefore: 1, filter: &taskstorepb.TasksRequest{State: taskstorepb.TaskState_TASK_STATE_AVAILABLE}, moved: 3},
+		{name: "a filter the held one does not match", heldBefore: 1, filter: &taskstorepb.TasksRequest{ErrContains: "nope"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fc := clienttest.New(t, 3, 2)
+			c := mustDial(t, fc.Addrs())
+			ctx := ctxFor(t, 30*time.Second)
+			for i := range 4 {
+				if _, err := c.Insert(ctx, "m/dead", nil, client.WithID(fmt.Sprintf("d%d", i))); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.heldBefore > 0 {
+				cl, err := c.Claim(ctx, &taskstorepb.ClaimRequest{Claimant: "w", Queues: []string{"m/dead"}, Lease: durationpb.New(time.Hour), Limit: uint32(tc.heldBefore)})
+				if err != nil || len(cl.Tasks) != tc.heldBefore {
+					t.Fatalf("claim: %v, %v", cl, err)
+				}
+			}
+			if tc.claimDuring {
+				other := mustDial(t, fc.Addrs())
+				var once sync.Once
+				fc.SetHook(func(node, method string, req proto.Message, phase clienttest.Phase) error {
+					if r, ok := req.(*taskstorepb.ModifyRequest); ok && phase == clienttest.Before && len(r.Changes) > 0 {
+						once.Do(func() {
+							if _, err := other.Claim(ctx, &taskstorepb.ClaimRequest{Claimant: "w2", Queues: []string{"m/dead"}, Lease: durationpb.New(time.Hour)}); err != nil {
+								t.Errorf("claim under the move: %v", err)
+							}
+						})
+					}
+					return nil
+				})
+				defer fc.SetHook(nil)
+			}
+			res, err := c.MoveQueue(ctx, "m/dead", "m/work", client.MoveOptions{Filter: tc.filter})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Moved != tc.moved || res.Claimed != tc.claimd || res.Skipped != 0 {
+				t.Errorf("%+v: want %d moved, %d claimed, 0 skipped", res, tc.moved, tc.claimd)
+			}
+		})
+	}
+}

@@ -514,7 +514,7 @@ func TestQueuePauseResume(t *testing.T) {
 // claimed; a paused queue's empty claim says it is paused.
 func TestQueueLimit(t *testing.T) {
 	fc := clienttest.New(t, 3, 2)
-	if out := mustRun(t, fc, "queue", "limit", "lim/q", "1"); !strings.Contains(out, "at most 1 claimed at once (was -)") {
+	if out := mustRun(t, fc, "queue", "limit", "lim/q", "1"); !strings.Contains(out, "at most 1 claimed at once (was no limit)") {
 		t.Fatalf("queue limit printed %q", out)
 	}
 	for _, id := range []string{"l1", "l2"} {

@@ -134,15 +134,19 @@ queue of the same consistency group: the dead-letter queue back to work, say.
 It moves --batch tasks per transaction, so a queue of a million tasks moves in
 many small log entries, and prints its progress on standard error.
 
-Tasks with a live lease are not moved (their holders would lose them). A task
-that changes while it is being moved (claimed, changed by a producer), or that
-arrived in SRC after the move started (a task failing again on its way back,
-say), is left alone and counted as skipped; one whose key DST already holds
-cannot move and is reported as a conflict. --reset-attempts sets each moved
-task's attempt to 0 and clears its err; without it both are kept. The filters
-are those of task list. It runs until done or interrupted (Ctrl-C stops it
-between batches; what moved stays moved); --timeout bounds each request, not
-the move.`,
+Tasks with a live lease are not moved (their holders would lose them): the
+summary says how many a worker still held at the end ("N claimed task(s) left
+in SRC"); move again after their leases end. A task that changes while it is
+being moved (claimed, changed by a producer), or that arrived in SRC after the
+move started (a task failing again on its way back, say), is left alone and
+counted as skipped; one whose key DST already holds cannot move and is
+reported as a conflict. --reset-attempts sets each moved task's attempt to 0
+and clears its err; without it both are kept. The filters are those of task
+list. It runs until done or interrupted (Ctrl-C stops it between batches; what
+moved stays moved); --timeout bounds each request, not the move. A move it
+refuses (across groups, onto SRC itself) prints only the error.
+
+With -o json it prints {"moved","skipped","conflicts","conflictIds","claimed"}.`,
 		Example: `  taskctl queue move crawl/dead crawl/fetch --reset-attempts
   taskctl queue move crawl/dead crawl/fetch --err timeout --min-attempt 3`,
 		Args: cobra.ExactArgs(2),
@@ -159,15 +163,23 @@ the move.`,
 							fmt.Fprintf(a.stderr, "moved %d, skipped %d, conflicts %d\n", r.Moved, r.Skipped, r.Conflicts)
 						}
 					}})
+				if err != nil && res.Moved+res.Skipped+res.Conflicts+res.Claimed == 0 {
+					// Refused before anything happened (across groups, a
+					// bad batch) or failed at once: no summary of nothing.
+					return err
+				}
 				if a.output == "json" {
 					if perr := printJSONValue(a.stdout, map[string]any{"moved": res.Moved, "skipped": res.Skipped,
-						"conflicts": res.Conflicts, "conflictIds": res.ConflictIDs}); perr != nil {
+						"conflicts": res.Conflicts, "conflictIds": res.ConflictIDs, "claimed": res.Claimed}); perr != nil {
 						return perr
 					}
 				} else {
 					fmt.Fprintf(a.stdout, "moved %d task(s) from %s to %s, skipped %d\n", res.Moved, args[0], args[1], res.Skipped)
 					if res.Conflicts > 0 {
 						fmt.Fprintf(a.stdout, "%d task(s) could not move (a key taken in %s), among them: %s\n", res.Conflicts, args[1], strings.Join(res.ConflictIDs, " "))
+					}
+					if res.Claimed > 0 {
+						fmt.Fprintf(a.stdout, "%d claimed task(s) left in %s (a worker holds them; move again after their leases end)\n", res.Claimed, args[0])
 					}
 				}
 				return err
@@ -235,7 +247,11 @@ queue stats. It needs the admin role.`,
 				if a.output == "json" {
 					return printJSON(a.stdout, &taskstorepb.QueueLimitResponse{Previous: prev})
 				}
-				fmt.Fprintf(a.stdout, "%s: at most %s claimed at once (was %s)\n", args[0], limitWord(uint32(n)), limitWord(prev))
+				now := "no limit"
+				if n > 0 {
+					now = fmt.Sprintf("at most %d claimed at once", n)
+				}
+				fmt.Fprintf(a.stdout, "%s: %s (was %s)\n", args[0], now, limitSentence(prev))
 				return nil
 			})
 		},
@@ -275,6 +291,14 @@ func (a *app) setPaused(queue string, paused bool) error {
 func limitWord(n uint32) string {
 	if n == 0 {
 		return "-"
+	}
+	return strconv.FormatUint(uint64(n), 10)
+}
+
+// limitSentence is how a sentence says a queue's concurrency limit.
+func limitSentence(n uint32) string {
+	if n == 0 {
+		return "no limit"
 	}
 	return strconv.FormatUint(uint64(n), 10)
 }

@@ -67,7 +67,7 @@ With -o json it prints the stored Schedule, with its next tick.`,
 			return a.withClient(0, func(ctx context.Context, c *client.Client) error {
 				stored, replaced, err := c.PutSchedule(ctx, s)
 				if err != nil {
-					return err
+					return apiError("schedule add", "schedule", err)
 				}
 				if a.output == "json" {
 					return printJSON(a.stdout, stored)
@@ -110,7 +110,7 @@ With -o json it prints a SchedulesResponse.`,
 			return a.withClient(0, func(ctx context.Context, c *client.Client) error {
 				resp, err := c.Schedules(ctx, &taskstorepb.SchedulesRequest{Prefix: prefix})
 				if err != nil {
-					return err
+					return apiError("schedule list", "", err)
 				}
 				if a.output == "json" {
 					return printJSON(a.stdout, resp)
@@ -133,7 +133,7 @@ NAME, give --queue (a queue of the group) to say which.`,
 			return a.withClient(0, func(ctx context.Context, c *client.Client) error {
 				deleted, err := c.DeleteSchedule(ctx, args[0], removeQueue)
 				if err != nil {
-					return err
+					return apiError("schedule remove", "", err)
 				}
 				if a.output == "json" {
 					return printJSON(a.stdout, &taskstorepb.DeleteScheduleResponse{Deleted: deleted})

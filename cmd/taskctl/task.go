@@ -61,11 +61,13 @@ unique within the queue; with --if-absent an insert whose key exists returns
 the existing task instead of failing. --hold, with --delay, inserts the task
 held by --claimant until its time, as if claimed: nobody else may change or
 delete it before then (task delete --claimant, or a change as that claimant,
-still can); then it is available to every worker. --dedup-window, with --key,
-keeps the key reserved in the queue for that long after the task is deleted
-(committed) or purged: inserting the key again within it fails, or with
---if-absent returns the task as it was deleted, so a producer retrying after
-the work is done does not create it again.
+still can); then it is available to every worker. --hold needs --claimant,
+the producer's own name, which later commands give to revise or delete the
+task (no default: a name made up here could not be given again).
+--dedup-window, with --key, keeps the key reserved in the queue for that long
+after the task is deleted (committed) or purged: inserting the key again
+within it fails, or with --if-absent returns the task as it was deleted, so a
+producer retrying after the work is done does not create it again.
 
 With -o json it prints {"tasks":[TASK]}.`,
 		Example: `  taskctl task insert crawl/fetch --value https://example.com
@@ -118,6 +120,9 @@ With -o json it prints {"tasks":[TASK]}.`,
 				if delay <= 0 {
 					return fmt.Errorf("--hold needs --delay: a task is held until its time")
 				}
+				if claimant == "" {
+					return fmt.Errorf("--hold needs --claimant: the producer that holds the task until its time")
+				}
 				opts = append(opts, client.Held())
 			}
 			in := &taskstorepb.TaskInsert{Queue: args[0], Value: data}
@@ -150,8 +155,8 @@ With -o json it prints {"tasks":[TASK]}.`,
 	f.DurationVar(&delay, "delay", 0, "make the task available this long from now")
 	f.StringVar(&id, "id", "", "the task's id (default: chosen by the cluster)")
 	f.BoolVar(&ifAbsent, "if-absent", false, "with --key: return the task holding the key instead of failing")
-	f.BoolVar(&held, "hold", false, "with --delay: hold the task as --claimant until its time")
-	f.StringVar(&claimant, "claimant", defaultClaimant(), "who holds the task (--hold)")
+	f.BoolVar(&held, "hold", false, "with --delay and --claimant: hold the task as --claimant until its time")
+	f.StringVar(&claimant, "claimant", "", "with --hold (required there): the producer that holds the task")
 	f.DurationVar(&dedupWindow, "dedup-window", 0, "with --key: keep the key reserved this long after the task is deleted")
 	return cmd
 }
