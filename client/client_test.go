@@ -285,6 +285,22 @@ func TestInvalidIsNotRetried(t *testing.T) {
 	if _, err := c.Modify(ctx, &taskstorepb.ModifyRequest{Deletes: []*taskstorepb.TaskRef{{Id: "x", Version: 1}}}); !errors.Is(err, client.ErrInvalid) {
 		t.Errorf("unroutable modify: err = %v, want ErrInvalid", err)
 	}
+	// A queue with no group ("/x") is refused at once, not retried until
+	// the deadline (seen as taskctl queue pause /x running to --timeout).
+	start := time.Now()
+	for name, call := range map[string]func() error{
+		"pause":  func() error { _, err := c.PauseQueue(ctx, "/x"); return err },
+		"limit":  func() error { _, err := c.SetQueueLimit(ctx, "/x", 1); return err },
+		"purge":  func() error { _, err := c.Purge(ctx, "/x"); return err },
+		"delete": func() error { _, err := c.DeleteSchedule(ctx, "s", "/x"); return err },
+	} {
+		if err := call(); !errors.Is(err, client.ErrInvalid) {
+			t.Errorf("%s of /x: err = %v, want ErrInvalid", name, err)
+		}
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("refusing /x took %v", d)
+	}
 }
 
 func TestGetFansOutToEveryShard(t *testing.T) {

@@ -69,6 +69,9 @@ func (c *Client) call(ctx context.Context, op string, t target, extra time.Durat
 				if errors.Is(err, ErrClosed) || errors.Is(err, ErrPermission) {
 					return err // a refused caller will not be admitted by retrying
 				}
+				if errors.Is(err, ErrInvalid) {
+					return fmt.Errorf("%s: %w", strings.ToLower(op), err)
+				}
 				lastErr = err
 				if !c.pause(ctx, &bound) {
 					return giveUp(op, t, ctx.Err(), lastErr, tried)
@@ -188,6 +191,11 @@ func (c *Client) pick(ctx context.Context, t target, attempt int, avoid string) 
 			addr = addrs[(start+attempt+1)%len(addrs)]
 		}
 		return addr, nil
+	}
+	if t.group == "" && t.shard == 0 {
+		// A queue named "/q" (no group before its first slash): nothing
+		// to route by, and no retry finds something.
+		return "", fmt.Errorf("no consistency group to route by: a queue is named GROUP/NAME: %w", ErrInvalid)
 	}
 	tab, err := c.rt.current(ctx)
 	if err != nil {
