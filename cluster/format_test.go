@@ -63,6 +63,16 @@ func TestRaiseFormatAfterUpgrade(t *testing.T) {
 		!strings.Contains(err.Error(), "state format") {
 		t.Fatalf("a pause below format %d: %v, want Unavailable naming the state format", fsm.FormatQueueControls, err)
 	}
+	// A schedule removal below format 2 proposes nothing: no schedule can
+	// exist, and a node older than schedules stops at OP_SCHEDULE.
+	r := c.Nodes[c.Leader(shard)].Server().Node.Shard(shard).Raft()
+	before := r.LastIndex()
+	if res, err := c.TaskStore("alpha/q").DeleteSchedule(ctx, &taskstorepb.DeleteScheduleRequest{Name: "s", Queue: "alpha/q"}); err != nil || res.Deleted {
+		t.Fatalf("a schedule removal below format %d: %v, %v; want nothing deleted", fsm.FormatQueueControls, res, err)
+	}
+	if after := r.LastIndex(); after != before {
+		t.Fatalf("a schedule removal below format %d wrote to the log (index %d -> %d)", fsm.FormatQueueControls, before, after)
+	}
 	if err := insert("alpha/q"); err != nil {
 		t.Fatal(err)
 	}

@@ -69,3 +69,49 @@ func TestScheduleAcrossLeaderChanges(t *testing.T) {
 	}
 	waitDigestsAgree(t, c, 1)
 }
+
+// TestPutScheduleAnswersWithTheStoredSchedule: a retried put (same request
+// id) answers with the schedule the first one stored, not a next tick
+// computed again from the retry's time; a put that replaces a schedule
+// answers with the fired count and last tick it kept.
+func TestPutScheduleAnswersWithTheStoredSchedule(t *testing.T) {
+	c := harness.Start(t, 3, harness.Options{Shards: 1, Scale: raceScale})
+	c.WaitReady()
+	c.WaitFormat()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const q = "cron/stored"
+	ts := c.TaskStore(q)
+	put := func(seq uint64, every time.Duration) *taskstorepb.Schedule {
+		t.Helper()
+		res, err := ts.PutSchedule(ctx, &taskstorepb.PutScheduleRequest{
+			Schedule: &taskstorepb.Schedule{Name: "s", Queue: q, Every: durationpb.New(every)},
+			Request:  &taskstorepb.RequestID{ClientId: "put-test", Seq: seq}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Schedule
+	}
+	first := put(1, time.Hour)
+	time.Sleep(1100 * time.Millisecond)
+	if retry := put(1, time.Hour); !retry.Next.AsTime().Equal(first.Next.AsTime()) {
+		t.Fatalf("a retried put answers next %v, the stored schedule's is %v", retry.Next.AsTime(), first.Next.AsTime())
+	}
+	put(2, time.Second)
+	deadline := time.Now().Add(20 * time.Second)
+	var fired uint64
+	for fired < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("the schedule did not fire twice")
+		}
+		time.Sleep(200 * time.Millisecond)
+		res, err := ts.Schedules(ctx, &taskstorepb.SchedulesRequest{Prefix: q})
+		if err != nil || len(res.Schedules) != 1 {
+			t.Fatalf("schedules: %v, %v", res, err)
+		}
+		fired = res.Schedules[0].Fired
+	}
+	if again := put(3, time.Hour); again.Fired < 2 || again.Last == nil {
+		t.Fatalf("a replacing put answers fired %d, last %v: want what it kept (at least 2, and a last tick)", again.Fired, again.Last)
+	}
+}

@@ -9,7 +9,11 @@ import (
 // State formats: the rules some commands apply by. The log raises a shard's
 // format with OP_SET_FORMAT once every replica's binary applies it (the
 // cluster decides when), so replicas of different versions never apply one
-// entry by different rules. Formats are append-only, like op codes.
+// entry by different rules. Formats are append-only, like op codes, and a
+// format's rules are frozen once a binary with it is released (lands on
+// main): a later change to how an entry applies needs the next format,
+// because a released binary that claims a format applies it by the rules
+// it was built with.
 const (
 	// FormatShardIDs is the first format: a task id is unique in its
 	// shard, whatever the group (an insert of an id another group holds
@@ -25,9 +29,10 @@ const (
 	// deletion (Insert.dedup_window): both ignored below this format, so
 	// that replicas of binaries that do not know the fields apply them
 	// alike; and
-	// the cluster accepts OP_PAUSE and OP_LIMIT (the API refuses them and
-	// held inserts below it: a replica of an older binary would stop at
-	// them).
+	// the cluster accepts OP_PAUSE, OP_LIMIT, OP_SCHEDULE and OP_FIRE (the
+	// API refuses them, held inserts and dedup windows below it, and
+	// answers a schedule removal with nothing removed: a replica of an
+	// older binary would stop at them).
 	FormatQueueControls uint32 = 2
 
 	// MaxFormat is the highest format this binary applies.

@@ -3,6 +3,7 @@ package rpc
 import (
 	"cmp"
 	"context"
+	"errors"
 	"slices"
 	"time"
 
@@ -53,8 +54,19 @@ func (srv *Server) putSchedule(ctx context.Context, req *taskstorepb.PutSchedule
 		srv.log.Info("schedule put", "schedule", sc.Name, "queue", sc.Queue, "cron", sc.Cron, "every", time.Duration(sc.Every),
 			"next", time.Unix(0, sc.Next).UTC(), "replaced", replaced)
 	}
-	out := scheduleToAPI(sc, shard.ID())
-	return &taskstorepb.PutScheduleResponse{Schedule: out, Replaced: replaced}, nil
+	// Answer with the schedule as stored: a retry's command was not applied
+	// (its next tick, computed again just now, is not the one kept), and a
+	// replaced schedule keeps its fired count and last tick.
+	stored := sc
+	shard.Read(ctx, true, func(m *fsm.Machine) error {
+		for _, s := range m.Schedules(sc.Queue) {
+			if s.Queue == sc.Queue && s.Name == sc.Name {
+				stored = s
+			}
+		}
+		return nil
+	})
+	return &taskstorepb.PutScheduleResponse{Schedule: scheduleToAPI(stored, shard.ID()), Replaced: replaced}, nil
 }
 
 // DeleteSchedule implements TaskStore.DeleteSchedule.
@@ -70,6 +82,15 @@ func (srv *Server) deleteSchedule(ctx context.Context, req *taskstorepb.DeleteSc
 	cmd := &fsmpb.Command{Op: fsmpb.Op_OP_SCHEDULE, Schedule: &fsmpb.Schedule{Name: req.Name, Queue: req.Queue, Remove: true}}
 	shard, err := srv.queueShard(ctx, req.Queue, cmd, req.Request, 0, "")
 	if err != nil {
+		return nil, err
+	}
+	var upgrading *upgradingError
+	if err := needFormat(ctx, shard, fsm.FormatQueueControls, "a schedule"); errors.As(err, &upgrading) {
+		// No schedule exists below the format, and a binary older than
+		// schedules stops at OP_SCHEDULE: during a rolling upgrade there is
+		// nothing to remove, and nothing may be proposed.
+		return &taskstorepb.DeleteScheduleResponse{}, nil
+	} else if err != nil {
 		return nil, err
 	}
 	res, err := proposeOn(ctx, shard, cmd)
