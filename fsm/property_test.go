@@ -2,7 +2,9 @@ package fsm
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sort"
@@ -26,6 +28,7 @@ type refModel struct {
 	limits      map[string]uint32
 	reserved    map[[2]string]refReservation // queue, key
 	reservedHit int                          // inserts that met a reservation
+	schedules   map[string]*fsmpb.Schedule   // by group, "\x00", name
 	sessions    map[string]*refSession
 	maxSessions int
 	ttl         int64
@@ -38,7 +41,7 @@ type refSession struct {
 }
 
 func newRefModel(maxSessions int, ttl int64) *refModel {
-	return &refModel{tasks: map[string]*fsmpb.Task{}, sessions: map[string]*refSession{}, paused: map[string]bool{}, limits: map[string]uint32{}, reserved: map[[2]string]refReservation{}, maxSessions: maxSessions, ttl: ttl}
+	return &refModel{tasks: map[string]*fsmpb.Task{}, sessions: map[string]*refSession{}, paused: map[string]bool{}, limits: map[string]uint32{}, reserved: map[[2]string]refReservation{}, schedules: map[string]*fsmpb.Schedule{}, maxSessions: maxSessions, ttl: ttl}
 }
 
 func (r *refModel) apply(cmd *fsmpb.Command) *fsmpb.Result {
@@ -95,6 +98,10 @@ func (r *refModel) apply(cmd *fsmpb.Command) *fsmpb.Result {
 		} else {
 			delete(r.paused, cmd.Pause.Queue)
 		}
+	case fsmpb.Op_OP_SCHEDULE:
+		res = r.schedule(cmd.Schedule)
+	case fsmpb.Op_OP_FIRE:
+		res = r.fire(cmd.Fire)
 	case fsmpb.Op_OP_BATCH:
 		res = &fsmpb.Result{Batch: []*fsmpb.Result{}}
 		for _, sub := range cmd.Batch {
@@ -113,6 +120,48 @@ func (r *refModel) apply(cmd *fsmpb.Command) *fsmpb.Result {
 			}
 			delete(r.sessions, oldest)
 		}
+	}
+	return res
+}
+
+// schedule puts or removes a schedule: one name per group, replaced or
+// removed only through its own queue; a put keeps the fired count and the
+// last tick.
+func (r *refModel) schedule(s *fsmpb.Schedule) *fsmpb.Result {
+	k := refGroup(s.Queue) + "\x00" + s.Name
+	old := r.schedules[k]
+	if old != nil && old.Queue != s.Queue {
+		return &fsmpb.Result{Failure: &fsmpb.Failure{Message: fmt.Sprintf("%s: schedule %q belongs to queue %q; name that queue (or remove it first)", ScheduleElsewhere, s.Name, old.Queue)}}
+	}
+	if s.Remove {
+		delete(r.schedules, k)
+	} else {
+		ns := proto.Clone(s).(*fsmpb.Schedule)
+		ns.Fired, ns.Last = old.GetFired(), old.GetLast()
+		r.schedules[k] = ns
+	}
+	return &fsmpb.Result{Schedule: &fsmpb.ScheduleResult{Existed: old != nil}}
+}
+
+// fire applies the tick the schedule waits for, once: the next tick moves
+// on, and with insert the task NAME@TICK is inserted unless its id is taken.
+func (r *refModel) fire(f *fsmpb.Fire) *fsmpb.Result {
+	k := refGroup(f.Queue) + "\x00" + f.Name
+	s := r.schedules[k]
+	if s == nil || s.Next != f.Tick || f.Next <= f.Tick {
+		return &fsmpb.Result{}
+	}
+	ns := proto.Clone(s).(*fsmpb.Schedule)
+	ns.Last, ns.Next = f.Tick, f.Next
+	r.schedules[k] = ns
+	if !f.Insert {
+		return &fsmpb.Result{}
+	}
+	ns.Fired++
+	res := r.modify(&fsmpb.Modify{Group: refGroup(s.Queue), Inserts: []*fsmpb.Insert{{
+		Id: ScheduleTaskID(s.Name, f.Tick), Queue: s.Queue, Value: s.Value, Priority: s.Priority}}})
+	if res.Failure != nil {
+		return &fsmpb.Result{}
 	}
 	return res
 }
@@ -541,6 +590,38 @@ func (g *gen) command(allowBatch bool) *fsmpb.Command {
 		cmd.Op, cmd.Pause = fsmpb.Op_OP_PAUSE, &fsmpb.Pause{Queue: g.queueIn(group), Paused: r.IntN(3) == 0}
 		return cmd
 	}
+	if r.IntN(20) == 0 {
+		// A schedule put or removed, sometimes through another queue of
+		// the group than its own (refused).
+		sc := &fsmpb.Schedule{Name: g.pick([]string{"s1", "s2"}), Queue: g.queueIn(group)}
+		if r.IntN(4) == 0 {
+			sc.Remove = true
+		} else {
+			sc.Every, sc.Next, sc.Value, sc.Priority = 10, g.now+int64(r.IntN(20)), []byte("tick"), int32(r.IntN(3))
+			if old := g.ref.schedules[group+"\x00"+sc.Name]; old.GetLast() > 0 && r.IntN(2) == 0 {
+				// Put again at a tick it fired already: that tick's task
+				// must not be inserted twice.
+				sc.Next = old.Last
+			}
+		}
+		cmd.Op, cmd.Schedule = fsmpb.Op_OP_SCHEDULE, sc
+		return cmd
+	}
+	if len(g.ref.schedules) > 0 && r.IntN(8) == 0 {
+		// A leader fires a schedule's tick: the one it waits for, or a
+		// stale one (another leader fired it already); the next tick
+		// is after it, or not (refused).
+		keys := slices.Sorted(maps.Keys(g.ref.schedules))
+		s := g.ref.schedules[keys[r.IntN(len(keys))]]
+		f := &fsmpb.Fire{Queue: s.Queue, Name: s.Name, Tick: s.Next, Next: s.Next + s.Every, Insert: r.IntN(4) != 0}
+		switch r.IntN(8) {
+		case 0:
+			f.Tick-- // stale
+		case 1:
+			f.Next = f.Tick
+		}
+		return &fsmpb.Command{Op: fsmpb.Op_OP_FIRE, Now: g.now, Fire: f}
+	}
 	claimants := []string{"w1", "w2", ""}
 	switch n := r.IntN(20); {
 	case n < 9:
@@ -655,7 +736,8 @@ func TestProperty(t *testing.T) {
 	// little.
 	want := []string{"modify", "claim", "claim-empty", "purge", "batch", "stale-seq", "coalesced", "moved",
 		"modify-claim", "modify-claim-empty", "modify-claim-group", "modify-claim-refused", "id-in-two-groups",
-		"was-paused", "claim-in-paused", "claim-at-limit", "held-insert", "reserved-key"}
+		"was-paused", "claim-in-paused", "claim-at-limit", "held-insert", "reserved-key",
+		"schedule-replaced", "schedule-elsewhere", "fired-insert", "fired-taken"}
 	for c := range fsmpb.RefError_Category_value {
 		if c != "CATEGORY_UNSPECIFIED" {
 			want = append(want, c)
@@ -675,6 +757,8 @@ func countOutcomes(seen map[string]int, res *fsmpb.Result) {
 		seen["stale-seq"]++
 	case res.Failure != nil && strings.HasPrefix(res.Failure.Message, "claim.queues"):
 		seen["modify-claim-group"]++
+	case res.Failure != nil && strings.HasPrefix(res.Failure.Message, ScheduleElsewhere):
+		seen["schedule-elsewhere"]++
 	case res.Failure != nil:
 		for _, e := range res.Failure.Errors {
 			seen[e.Category.String()]++
@@ -699,6 +783,8 @@ func countOutcomes(seen map[string]int, res *fsmpb.Result) {
 		seen["purge"]++
 	case res.Pause != nil && res.Pause.WasPaused:
 		seen["was-paused"]++
+	case res.Schedule != nil && res.Schedule.Existed:
+		seen["schedule-replaced"]++
 	case res.Batch != nil:
 		seen["batch"]++
 		for _, sub := range res.Batch {
@@ -735,6 +821,13 @@ func propertyRun(t *testing.T, seed uint64, steps int, seen map[string]int) {
 				if l := ref.limits[q]; l > 0 && !ref.paused[q] && ref.claimedIn(q) == int(l) && len(ref.Queues(q)) > 0 {
 					seen["claim-at-limit"]++ // the limit holds tasks back
 				}
+			}
+		}
+		if f := cmd.GetFire(); f != nil && f.Insert && f.Next > f.Tick {
+			if got.Modify != nil {
+				seen["fired-insert"]++
+			} else if ref.schedules[refGroup(f.Queue)+"\x00"+f.Name].GetLast() == f.Tick {
+				seen["fired-taken"]++ // the tick's id was taken: nothing inserted twice
 			}
 		}
 		if cmd.GetModify().GetClaim() != nil && len(got.GetFailure().GetErrors()) > 0 {
@@ -817,6 +910,18 @@ func compareState(t *testing.T, step int, m *Machine, ref *refModel) {
 	}
 	if gq, wq := m.Queues("", 0), ref.queueStats(); !slices.Equal(gq, wq) {
 		t.Fatalf("step %d: queues\n%+v\nwant\n%+v", step, gq, wq)
+	}
+	gs := m.Schedules("")
+	ws := slices.SortedFunc(maps.Values(ref.schedules), func(a, b *fsmpb.Schedule) int {
+		return cmp.Or(strings.Compare(a.Queue, b.Queue), strings.Compare(a.Name, b.Name))
+	})
+	if len(gs) != len(ws) {
+		t.Fatalf("step %d: %d schedules, want %d", step, len(gs), len(ws))
+	}
+	for i := range gs {
+		if !proto.Equal(gs[i], ws[i]) {
+			t.Fatalf("step %d: schedule\n%v\nwant\n%v", step, gs[i], ws[i])
+		}
 	}
 	// List in claim order, one task per page, matches a sort.
 	for _, q := range []string{"g/a", "g", "h/a"} {
