@@ -28,31 +28,41 @@ func (n *Node) Status(ctx context.Context, localOnly bool) *taskstorepb.StatusRe
 	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
+	silent := map[string]bool{} // members that did not answer
 	for _, node := range cm.Nodes {
 		if node.Id == n.cfg.ID || node.Membership == NodeRemoved || node.Address == "" {
 			continue
 		}
 		wg.Add(1)
-		go func(addr string) {
+		go func(id, addr string) {
 			defer wg.Done()
+			var peer *taskstorepb.StatusResponse
 			conn, err := n.peers.get(addr)
-			if err != nil {
-				return
-			}
-			cctx, cancel := context.WithTimeout(ctx, time.Second)
-			defer cancel()
-			// Wait for a connection (within the second) rather than fail
-			// fast while a restarted peer's channel reconnects.
-			peer, err := taskstorepb.NewAdminClient(conn).Status(cctx, &taskstorepb.StatusRequest{LocalOnly: true}, grpc.WaitForReady(true))
-			if err != nil {
-				return
+			if err == nil {
+				cctx, cancel := context.WithTimeout(ctx, time.Second)
+				// Wait for a connection (within the second) rather than fail
+				// fast while a restarted peer's channel reconnects.
+				peer, err = taskstorepb.NewAdminClient(conn).Status(cctx, &taskstorepb.StatusRequest{LocalOnly: true}, grpc.WaitForReady(true))
+				cancel()
 			}
 			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				silent[id] = true
+				return
+			}
 			mergeStatus(st, peer)
-			mu.Unlock()
-		}(node.Address)
+		}(node.Id, node.Address)
 	}
 	wg.Wait()
+	for _, node := range st.Nodes {
+		// Gossip takes seconds to suspect a node that died: until then a
+		// member that gossip calls alive but that did not answer is shown
+		// as suspect, not alive beside its under-replicated shards.
+		if silent[node.Id] && node.Health == HealthAlive {
+			node.Health = HealthSuspect
+		}
+	}
 	computeLag(st.Meta)
 	for _, s := range st.Shards {
 		computeLag(s)
