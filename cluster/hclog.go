@@ -87,7 +87,8 @@ func (r *repeatLimiter) allow(key string) (bool, int) {
 	return true, st.suppressed
 }
 
-// repeatKey is the limiter's key of a limited message, "" for others.
+// repeatKey is the limiter's key of a limited message, "" for others; raft
+// names the peer in the call's own arguments.
 func repeatKey(msg string, args []interface{}) string {
 	name, ok := repeatLimited[msg]
 	if !ok {
@@ -135,17 +136,20 @@ func (a *hclogAdapter) emit(level slog.Level, msg string, args ...interface{}) {
 	if l, ok := raftLevels[msg]; ok && l < level {
 		level = l
 	}
-	all := append(append([]interface{}{}, a.args...), args...)
-	if key := repeatKey(msg, all); key != "" && level >= slog.LevelWarn && a.repeats != nil {
-		ok, held := a.repeats.allow(key)
-		if !ok {
+	held := 0
+	if key := repeatKey(msg, args); key != "" && level >= slog.LevelWarn && a.repeats != nil {
+		var ok bool
+		if ok, held = a.repeats.allow(key); !ok {
 			level = slog.LevelDebug
-		} else if held > 0 {
-			all = append(all, "repeats_not_shown", held)
 		}
 	}
+	// Below the level nothing is built: raft logs at DEBUG on its hot paths.
 	if level < a.min || !a.log.Enabled(context.Background(), level) {
 		return
+	}
+	all := append(append([]interface{}{}, a.args...), args...)
+	if held > 0 {
+		all = append(all, "repeats_not_shown", held)
 	}
 	for i := 0; i+1 < len(all); i += 2 {
 		// raft's "failed to contact" says time=1s: a second time= in the

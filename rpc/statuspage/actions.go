@@ -93,35 +93,34 @@ func (e *actionError) Error() string { return e.msg }
 // the rest of its arguments. A done action redirects to the queue's page
 // with a line saying what was done (303, so a reload does not repeat it).
 func (h *Handler) act(w http.ResponseWriter, r *http.Request) {
-	node := ""
 	a, ok := h.canAct(r)
 	if !ok {
 		msg := "The status page is read-only: its actions need an authenticated admin (a node started with --auth-tokens or client certificates; see docs/security.md)."
 		if h.opts.Actions == nil {
 			msg = "This status page has no actions."
 		}
-		h.renderError(w, http.StatusForbidden, node, "Not allowed", msg)
+		h.renderError(w, http.StatusForbidden, "", "Not allowed", msg)
 		return
 	}
 	if err := sameOrigin(r); err != nil {
 		h.opts.Logger.Warn("status page action refused", "principal", a.Principal.Name, "peer", r.RemoteAddr, "err", err)
-		h.renderError(w, http.StatusForbidden, node, "Not allowed", err.Error())
+		h.renderError(w, http.StatusForbidden, "", "Not allowed", err.Error())
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, maxActionForm)
 	if err := r.ParseForm(); err != nil {
-		h.renderError(w, http.StatusBadRequest, node, "Bad form", err.Error())
+		h.renderError(w, http.StatusBadRequest, "", "Bad form", err.Error())
 		return
 	}
 	f := r.PostForm
 	if !hmac.Equal([]byte(f.Get("token")), []byte(a.Token)) {
-		h.renderError(w, http.StatusForbidden, node, "Not allowed",
+		h.renderError(w, http.StatusForbidden, "", "Not allowed",
 			"The form was not rendered for you by this node (or the node restarted since): reload the page and try again.")
 		return
 	}
 	queue := f.Get("queue")
 	if queue == "" || taskstorepb.GroupOf(queue) == "" {
-		h.renderError(w, http.StatusBadRequest, node, "Bad form", fmt.Sprintf("No valid queue named (%q).", queue))
+		h.renderError(w, http.StatusBadRequest, "", "Bad form", fmt.Sprintf("No valid queue named (%q).", queue))
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), h.opts.ActionTimeout)
@@ -135,7 +134,7 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request) {
 		if !errors.As(err, &ae) {
 			ae = apiActionError(err)
 		}
-		h.renderErrorLink(w, ae.code, node, ae.title, ae.msg, queueURL(queue))
+		h.renderErrorLink(w, ae.code, "", ae.title, ae.msg, queueURL(queue))
 		return
 	}
 	log.Info("status page action", "done", done)
@@ -218,24 +217,22 @@ func (h *Handler) move(ctx context.Context, src, dst string, reset bool) (string
 		return "", &actionError{http.StatusBadRequest, "Not moved",
 			fmt.Sprintf("%s is not in %s's consistency group (%s): tasks move only within their group.", dst, src, taskstorepb.GroupOf(src))}
 	}
-	var moved, skipped int
+	var moved, skipped, conflicts int
 	var zero uint32
 	var empty string
-	tok := ""
+	tok, unclaimed := "", false
 	for {
-		res, err := h.queues.Tasks(ctx, &taskstorepb.TasksRequest{Queue: src, Limit: moveBatch, PageToken: tok, OmitValues: true, Stale: true})
+		// The node leaves out tasks a worker holds (never moved from under
+		// it), as for taskctl queue move.
+		res, err := h.queues.Tasks(ctx, &taskstorepb.TasksRequest{Queue: src, Limit: moveBatch, PageToken: tok, OmitValues: true, Stale: true, Claimed: &unclaimed})
 		if err != nil {
 			if moved > 0 || ctx.Err() != nil {
 				return fmt.Sprintf("Moved %d task(s) from %s to %s, then stopped (%s); move again for the rest.", moved, src, dst, errText(err)), nil
 			}
 			return "", err
 		}
-		now := h.opts.Now()
 		var changes []*taskstorepb.TaskChange
 		for _, t := range res.GetTasks() {
-			if taskState(t, now) == "claimed" {
-				continue // a worker holds it: never moved from under it
-			}
 			ch := &taskstorepb.TaskChange{Id: t.GetId(), Version: t.GetVersion(), Queue: src, NewQueue: dst}
 			if reset {
 				ch.Attempt, ch.Err = &zero, &empty
@@ -243,8 +240,8 @@ func (h *Handler) move(ctx context.Context, src, dst string, reset bool) (string
 			changes = append(changes, ch)
 		}
 		if len(changes) > 0 {
-			m, s, err := h.moveBatch(ctx, changes)
-			moved, skipped = moved+m, skipped+s
+			m, s, c, err := h.moveBatch(ctx, changes)
+			moved, skipped, conflicts = moved+m, skipped+s, conflicts+c
 			if err != nil {
 				if moved > 0 || ctx.Err() != nil {
 					return fmt.Sprintf("Moved %d task(s) from %s to %s, then stopped (%s); move again for the rest.", moved, src, dst, errText(err)), nil
@@ -263,33 +260,58 @@ func (h *Handler) move(ctx context.Context, src, dst string, reset bool) (string
 	if skipped > 0 {
 		msg += fmt.Sprintf("; %d changed meanwhile and were left in %s", skipped, src)
 	}
+	if conflicts > 0 {
+		msg += fmt.Sprintf("; %d could not move (their key is taken in %s) and were left in %s", conflicts, dst, src)
+	}
 	return msg + ".", nil
 }
 
-// moveBatch moves changes in one transaction; when the transaction is
-// refused (a task changed since it was read), each task moves alone, so
-// the rest still move.
-func (h *Handler) moveBatch(ctx context.Context, changes []*taskstorepb.TaskChange) (moved, skipped int, err error) {
-	act := h.opts.Actions
-	_, err = act.Modify(ctx, &taskstorepb.ModifyRequest{Changes: changes})
-	if err == nil {
-		return len(changes), 0, nil
-	}
-	if status.Code(err) != codes.FailedPrecondition {
-		return 0, 0, err
-	}
-	for _, ch := range changes {
-		_, err := act.Modify(ctx, &taskstorepb.ModifyRequest{Changes: []*taskstorepb.TaskChange{ch}})
-		switch {
-		case err == nil:
-			moved++
-		case status.Code(err) == codes.FailedPrecondition:
-			skipped++
-		default:
-			return moved, skipped, err
+// moveBatch moves changes in one transaction. When it is refused, the
+// tasks it names are left out (changed since they were read: skipped; their
+// key taken in the destination: a conflict) and the rest is tried again,
+// as client.MoveQueue does.
+func (h *Handler) moveBatch(ctx context.Context, changes []*taskstorepb.TaskChange) (moved, skipped, conflicts int, err error) {
+	for len(changes) > 0 {
+		_, err := h.opts.Actions.Modify(ctx, &taskstorepb.ModifyRequest{Changes: changes})
+		if err == nil {
+			return moved + len(changes), skipped, conflicts, nil
 		}
+		refused := map[string]bool{} // id -> a conflict
+		for _, d := range status.Convert(err).Details() {
+			me, ok := d.(*taskstorepb.ModifyError)
+			if !ok {
+				continue
+			}
+			for _, r := range me.GetErrors() {
+				switch r.GetCategory() {
+				case taskstorepb.RefError_CHANGE_STALE, taskstorepb.RefError_CHANGE_MISSING, taskstorepb.RefError_CLAIMED:
+					if _, seen := refused[r.GetId()]; !seen {
+						refused[r.GetId()] = false
+					}
+				default:
+					refused[r.GetId()] = true
+				}
+			}
+		}
+		kept := changes[:0]
+		for _, ch := range changes {
+			if _, out := refused[ch.Id]; !out {
+				kept = append(kept, ch)
+			}
+		}
+		if len(kept) == len(changes) {
+			return moved, skipped, conflicts, err // refused for none of its own changes
+		}
+		for _, conflict := range refused {
+			if conflict {
+				conflicts++
+			} else {
+				skipped++
+			}
+		}
+		changes = kept
 	}
-	return moved, skipped, nil
+	return moved, skipped, conflicts, nil
 }
 
 // apiActionError words a refusal of the API for the page.

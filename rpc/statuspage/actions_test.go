@@ -121,8 +121,10 @@ func TestStatusPageActionsInChromium(t *testing.T) {
 	for i := range 3 {
 		ins = append(ins, &taskstorepb.TaskInsert{Id: fmt.Sprintf("dead-%d", i), Queue: dead, Value: []byte("failed job")})
 	}
-	ins = append(ins, &taskstorepb.TaskInsert{Id: "job-1", Queue: work, Value: []byte("job one")},
-		&taskstorepb.TaskInsert{Id: "job-2", Queue: work, Value: []byte("job two")})
+	// dead-3's key is taken in work: it cannot move there.
+	ins = append(ins, &taskstorepb.TaskInsert{Id: "dead-3", Queue: dead, Key: "dup", Value: []byte("failed job")},
+		&taskstorepb.TaskInsert{Id: "job-1", Queue: work, Value: []byte("job one")},
+		&taskstorepb.TaskInsert{Id: "job-2", Queue: work, Key: "dup", Value: []byte("job two")})
 	if _, err := ts.Modify(ctx, &taskstorepb.ModifyRequest{Inserts: ins}); err != nil {
 		t.Fatal(err)
 	}
@@ -201,11 +203,11 @@ func TestStatusPageActionsInChromium(t *testing.T) {
 
 	// Requeue the dead-letter queue into work, attempts reset.
 	dom = admin.post(url.Values{"do": {"move"}, "queue": {dead}, "to": {work}, "reset": {"1"}, "token": {tok}})
-	if !strings.Contains(dom, "Moved 3 task(s) from ops/dead to ops/work, attempts reset.") {
+	if !strings.Contains(dom, "Moved 3 task(s) from ops/dead to ops/work, attempts reset; 1 could not move (their key is taken in ops/work) and were left in ops/dead.") {
 		t.Fatalf("after the move the page is:\n%s", dom)
 	}
-	if left := tasks(t, ctx, ts, dead); len(left) != 0 {
-		t.Fatalf("%d task(s) left in %s", len(left), dead)
+	if left := tasks(t, ctx, ts, dead); len(left) != 1 || left[0].Id != "dead-3" {
+		t.Fatalf("left in %s: %v, want dead-3 alone", dead, left)
 	}
 	moved := tasks(t, ctx, ts, work)
 	var ids []string
