@@ -24,6 +24,10 @@ import (
 func TestBadRequestsNeverReachTheLog(t *testing.T) {
 	c := harness.Start(t, 3, harness.Options{Shards: 2, Scale: 2})
 	c.WaitReady()
+	// Leaders raise the state format through the log a second or so after
+	// they settle (OP_SET_FORMAT): let that happen before the log is
+	// watched, or its entry reads as a refused request that got in.
+	c.WaitFormat()
 	const q = "limits/q"
 	ts := c.TaskStore(q)
 	ctx := func() context.Context {
