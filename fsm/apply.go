@@ -76,9 +76,18 @@ func (a *applier) command(cmd *fsmpb.Command) *fsmpb.Result {
 			}
 		}
 	}
+	group := commandGroup(cmd)
+	if ss := a.st.unserved(group); ss != nil {
+		// Not remembered: the retry belongs to the shard that serves the
+		// slot now, which applies it.
+		return movedFailure(ss, group)
+	}
 	res := a.dispatch(cmd)
 	if cmd.ClientId != "" && !emptyClaim(res) {
-		a.remember(cmd.ClientId, cmd.Seq, res)
+		if a.st.format < FormatSlotMoves {
+			group = "" // older binaries' sessions have none: same state
+		}
+		a.remember(cmd.ClientId, cmd.Seq, res, group)
 	}
 	return res
 }
@@ -133,6 +142,11 @@ func (a *applier) dispatch(cmd *fsmpb.Command) *fsmpb.Result {
 			return failuref("OP_LIMIT without a queue")
 		}
 		return a.limit(cmd.Limit)
+	case fsmpb.Op_OP_SLOT:
+		if cmd.Slot == nil {
+			return failuref("OP_SLOT without a body")
+		}
+		return a.slotCommand(cmd.Slot)
 	case fsmpb.Op_OP_BATCH:
 		res := &fsmpb.Result{Batch: make([]*fsmpb.Result, len(cmd.Batch))}
 		for i, sub := range cmd.Batch {
@@ -165,15 +179,20 @@ func (a *applier) touch(s *session) {
 	if s.lastSeen == a.st.clock {
 		return
 	}
-	a.st.putSession(&session{clientID: s.clientID, seq: s.seq, lastSeen: a.st.clock, result: s.result, size: s.size})
+	a.st.putSession(&session{clientID: s.clientID, seq: s.seq, group: s.group, lastSeen: a.st.clock, result: s.result, size: s.size})
 }
 
 // remember stores the result of clientID's request seq, evicting the least
 // recently seen sessions beyond MaxSessions or MaxSessionBytes (never the
-// one just stored).
-func (a *applier) remember(clientID string, seq uint64, res *fsmpb.Result) {
+// one just stored). group is the request's consistency group, if any.
+func (a *applier) remember(clientID string, seq uint64, res *fsmpb.Result, group string) {
+	a.keep(&session{clientID: clientID, seq: seq, group: group, lastSeen: a.st.clock, result: res, size: sessionSize(clientID, res)})
+}
+
+// keep stores s, evicting as remember does.
+func (a *applier) keep(s *session) {
 	st := a.st
-	st.putSession(&session{clientID: clientID, seq: seq, lastSeen: st.clock, result: res, size: sessionSize(clientID, res)})
+	st.putSession(s)
 	for len(st.sessions) > a.opts.MaxSessions || st.sessionBytes > a.opts.MaxSessionBytes && len(st.sessions) > 1 {
 		st.dropOldestSession()
 	}

@@ -34,9 +34,15 @@ const (
 	// answers a schedule removal with nothing removed: a replica of an
 	// older binary would stop at them).
 	FormatQueueControls uint32 = 2
+	// FormatSlotMoves: the cluster may move a hash slot between shards
+	// (OP_SLOT, fsm/slots.go), and a session remembers its request's
+	// consistency group (Session.group) so that a move carries the
+	// sessions of the slot's groups. Below it OP_SLOT is refused and
+	// sessions keep no group.
+	FormatSlotMoves uint32 = 3
 
 	// MaxFormat is the highest format this binary applies.
-	MaxFormat = FormatQueueControls
+	MaxFormat = FormatSlotMoves
 )
 
 // Format is the state format the log has raised the machine to.

@@ -357,7 +357,23 @@ func digestOf(snap *snapshot) [32]byte {
 		}
 		u(uint64(len(b)))
 		buf = append(buf, b...)
+		if s.group != "" {
+			// Only then (FormatSlotMoves): digests of older sessions stay.
+			str("group")
+			str(s.group)
+		}
 		flush()
+	}
+	if len(snap.slots) > 0 {
+		str("slots")
+		u(uint64(snap.table))
+		u(uint64(len(snap.slots)))
+		for _, ss := range snap.slots {
+			u(uint64(ss.Slot))
+			u(uint64(ss.Phase))
+			u(ss.Move)
+			u(uint64(ss.To))
+		}
 	}
 	if len(snap.paused) > 0 {
 		// Only then, so that digests without a paused queue stay what

@@ -58,6 +58,8 @@ type snapshot struct {
 	limits   []*fsmpb.QueueLimit // sorted by queue
 	reserved []*reservation      // in reservedOrder
 	sched    []*fsmpb.Schedule   // by queue, then name
+	slots    []*fsmpb.SlotState  // by slot
+	table    uint32              // the slot table's size (with slots only)
 }
 
 // Snapshot captures the state cheaply; Persist streams it while Apply goes on.
@@ -105,6 +107,13 @@ func (s *state) snapshot() *snapshot {
 		snap.sched = append(snap.sched, sc)
 	}
 	sortSchedules(snap.sched)
+	if len(s.slotStates) > 0 {
+		for _, ss := range s.slotStates {
+			snap.slots = append(snap.slots, ss)
+		}
+		slices.SortFunc(snap.slots, func(a, b *fsmpb.SlotState) int { return int(a.Slot) - int(b.Slot) })
+		snap.table = s.slotTable
+	}
 	return snap
 }
 
@@ -175,6 +184,7 @@ func (s *snapshot) writeTo(w io.Writer) error {
 	}
 	h.PausedQueues, h.QueueLimits, h.Reservations = uint64(len(s.paused)), uint64(len(s.limits)), uint64(len(s.reserved))
 	h.Schedules = uint64(len(s.sched))
+	h.SlotStates, h.Slots = uint64(len(s.slots)), s.table
 	err := sw.record(&fsmpb.SnapshotRecord{Header: h})
 	if err != nil {
 		return err
@@ -186,7 +196,7 @@ func (s *snapshot) writeTo(w io.Writer) error {
 	}
 	for _, ss := range s.sessions {
 		err := sw.record(&fsmpb.SnapshotRecord{Session: &fsmpb.Session{ClientId: ss.clientID, Seq: ss.seq,
-			LastSeen: ss.lastSeen, Result: ss.result}})
+			LastSeen: ss.lastSeen, Result: ss.result, Group: ss.group}})
 		if err != nil {
 			return err
 		}
@@ -209,6 +219,11 @@ func (s *snapshot) writeTo(w io.Writer) error {
 	}
 	for _, sc := range s.sched {
 		if err := sw.record(&fsmpb.SnapshotRecord{Schedule: sc}); err != nil {
+			return err
+		}
+	}
+	for _, ss := range s.slots {
+		if err := sw.record(&fsmpb.SnapshotRecord{SlotState: ss}); err != nil {
 			return err
 		}
 	}
@@ -318,6 +333,7 @@ type record struct {
 	limit   *fsmpb.QueueLimit
 	reserve *fsmpb.KeyReservation
 	sched   *fsmpb.Schedule
+	slot    *fsmpb.SlotState
 }
 
 // parseRecord splits a SnapshotRecord into its one body.
@@ -364,6 +380,9 @@ func parseRecord(data []byte) (record, error) {
 		case 8:
 			rec.sched = &fsmpb.Schedule{}
 			err = proto.Unmarshal(body, rec.sched)
+		case 9:
+			rec.slot = &fsmpb.SlotState{}
+			err = proto.Unmarshal(body, rec.slot)
 		default:
 			return rec, fmt.Errorf("unknown field %d", num)
 		}
@@ -416,7 +435,11 @@ func readSnapshot(r io.Reader) (*state, error) {
 	st.tasks = make(map[string]*slot, min(h.Tasks, 1<<20))
 	st.clock = h.Clock
 	st.applied = h.AppliedIndex
-	var tasks, sessions, paused, limits, reserved, scheds uint64
+	var tasks, sessions, paused, limits, reserved, scheds, slotStates uint64
+	if h.SlotStates > 0 && h.Slots == 0 {
+		return nil, corrupt("%d slot states without a slot table", h.SlotStates)
+	}
+	st.slotTable = h.Slots
 	for {
 		data, sum, err := sr.next()
 		if err != nil {
@@ -427,7 +450,20 @@ func readSnapshot(r io.Reader) (*state, error) {
 			return nil, corrupt("record %d: %v", tasks+sessions+paused+1, err)
 		}
 		switch {
+		case rec.slot != nil:
+			ss := rec.slot
+			if slotStates == h.SlotStates {
+				return nil, corrupt("more slot states than the header's %d", h.SlotStates)
+			}
+			if ss.Slot >= h.Slots || st.slotStates[ss.Slot] != nil || ss.Move == 0 || ss.Phase == fsmpb.SlotState_PHASE_UNSPECIFIED {
+				return nil, corrupt("slot state %v out of range, repeated or incomplete", ss)
+			}
+			st.slotStates[ss.Slot] = ss
+			slotStates++
 		case rec.sched != nil:
+			if slotStates > 0 {
+				return nil, corrupt("schedule after slot states")
+			}
 			sc := rec.sched
 			if scheds == h.Schedules {
 				return nil, corrupt("more schedules than the header's %d", h.Schedules)
@@ -500,6 +536,9 @@ func readSnapshot(r io.Reader) (*state, error) {
 			}
 			sessions++
 		case rec.trailer != nil:
+			if slotStates != h.SlotStates {
+				return nil, corrupt("%d slot states, header says %d", slotStates, h.SlotStates)
+			}
 			if reserved != h.Reservations || scheds != h.Schedules {
 				return nil, corrupt("%d key reservations and %d schedules, header says %d and %d", reserved, scheds, h.Reservations, h.Schedules)
 			}
@@ -568,6 +607,6 @@ func (s *state) restoreSession(p *fsmpb.Session) error {
 	if s.sessions[p.ClientId] != nil {
 		return fmt.Errorf("duplicate client id %q", p.ClientId)
 	}
-	s.putSession(&session{clientID: p.ClientId, seq: p.Seq, lastSeen: p.LastSeen, result: p.Result, size: sessionSize(p.ClientId, p.Result)})
+	s.putSession(&session{clientID: p.ClientId, seq: p.Seq, group: p.Group, lastSeen: p.LastSeen, result: p.Result, size: sessionSize(p.ClientId, p.Result)})
 	return nil
 }

@@ -101,6 +101,7 @@ func queueLess(a, b *queue) bool { return a.name < b.name }
 type session struct {
 	clientID string
 	seq      uint64
+	group    string // the request's consistency group (FormatSlotMoves on)
 	lastSeen int64
 	result   *fsmpb.Result
 	size     uint64 // sessionSize, counted in state.sessionBytes
@@ -153,6 +154,12 @@ type state struct {
 	// schedules by scheduleKey (group and name); each immutable, replaced
 	// on change.
 	schedules map[string]*fsmpb.Schedule
+	// slotStates holds the slots this shard does not serve because they
+	// moved or are moving (OP_SLOT); every other slot is served. slotTable
+	// is the slot table's size they were computed with (0 before the first
+	// move).
+	slotStates map[uint32]*fsmpb.SlotState
+	slotTable  uint32
 }
 
 // reservation keeps a deleted task's key taken in its queue. Immutable.
@@ -259,6 +266,7 @@ func newState() *state {
 		limits:        make(map[string]uint32),
 		reserved:      make(map[queueKey]*reservation),
 		schedules:     make(map[string]*fsmpb.Schedule),
+		slotStates:    make(map[uint32]*fsmpb.SlotState),
 		reservedOrder: btree.NewG(btreeDegree, reservationLess),
 	}
 }

@@ -57,6 +57,9 @@ const (
 	Op_OP_SCHEDULE Op = 10
 	// One tick of a schedule (Command.fire), proposed by the shard's leader.
 	Op_OP_FIRE Op = 11
+	// One step of moving a hash slot between shards (Command.slot): freeze,
+	// import, activate, drop or unfreeze (fsm/slots.go).
+	Op_OP_SLOT Op = 12
 )
 
 // Enum value maps for Op.
@@ -74,6 +77,7 @@ var (
 		9:  "OP_LIMIT",
 		10: "OP_SCHEDULE",
 		11: "OP_FIRE",
+		12: "OP_SLOT",
 	}
 	Op_value = map[string]int32{
 		"OP_UNSPECIFIED":  0,
@@ -88,6 +92,7 @@ var (
 		"OP_LIMIT":        9,
 		"OP_SCHEDULE":     10,
 		"OP_FIRE":         11,
+		"OP_SLOT":         12,
 	}
 )
 
@@ -116,6 +121,126 @@ func (x Op) Number() protoreflect.EnumNumber {
 // Deprecated: Use Op.Descriptor instead.
 func (Op) EnumDescriptor() ([]byte, []int) {
 	return file_fsm_proto_rawDescGZIP(), []int{0}
+}
+
+type SlotCommand_Action int32
+
+const (
+	SlotCommand_ACTION_UNSPECIFIED SlotCommand_Action = 0
+	// Source: stop serving the slot; its state is read out unchanged.
+	SlotCommand_FREEZE SlotCommand_Action = 1
+	// Source, when a move is abandoned before the flip: serve it again.
+	SlotCommand_UNFREEZE SlotCommand_Action = 2
+	// Target: take records of the slot (begin first clears the way).
+	SlotCommand_IMPORT SlotCommand_Action = 3
+	// Target, after the flip: serve the slot.
+	SlotCommand_ACTIVATE SlotCommand_Action = 4
+	// Source after the flip, or target of an abandoned move: delete up to
+	// limit of the slot's tasks; the last step deletes the rest of its
+	// state and leaves the slot gone.
+	SlotCommand_DROP SlotCommand_Action = 5
+)
+
+// Enum value maps for SlotCommand_Action.
+var (
+	SlotCommand_Action_name = map[int32]string{
+		0: "ACTION_UNSPECIFIED",
+		1: "FREEZE",
+		2: "UNFREEZE",
+		3: "IMPORT",
+		4: "ACTIVATE",
+		5: "DROP",
+	}
+	SlotCommand_Action_value = map[string]int32{
+		"ACTION_UNSPECIFIED": 0,
+		"FREEZE":             1,
+		"UNFREEZE":           2,
+		"IMPORT":             3,
+		"ACTIVATE":           4,
+		"DROP":               5,
+	}
+)
+
+func (x SlotCommand_Action) Enum() *SlotCommand_Action {
+	p := new(SlotCommand_Action)
+	*p = x
+	return p
+}
+
+func (x SlotCommand_Action) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (SlotCommand_Action) Descriptor() protoreflect.EnumDescriptor {
+	return file_fsm_proto_enumTypes[1].Descriptor()
+}
+
+func (SlotCommand_Action) Type() protoreflect.EnumType {
+	return &file_fsm_proto_enumTypes[1]
+}
+
+func (x SlotCommand_Action) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use SlotCommand_Action.Descriptor instead.
+func (SlotCommand_Action) EnumDescriptor() ([]byte, []int) {
+	return file_fsm_proto_rawDescGZIP(), []int{1, 0}
+}
+
+type SlotState_Phase int32
+
+const (
+	SlotState_PHASE_UNSPECIFIED SlotState_Phase = 0
+	// Frozen for a move away: refused, read out.
+	SlotState_FROZEN SlotState_Phase = 1
+	// Taking a move's records: refused until activated.
+	SlotState_IMPORTING SlotState_Phase = 2
+	// Moved away (or an import abandoned): refused, holds nothing.
+	SlotState_GONE SlotState_Phase = 3
+)
+
+// Enum value maps for SlotState_Phase.
+var (
+	SlotState_Phase_name = map[int32]string{
+		0: "PHASE_UNSPECIFIED",
+		1: "FROZEN",
+		2: "IMPORTING",
+		3: "GONE",
+	}
+	SlotState_Phase_value = map[string]int32{
+		"PHASE_UNSPECIFIED": 0,
+		"FROZEN":            1,
+		"IMPORTING":         2,
+		"GONE":              3,
+	}
+)
+
+func (x SlotState_Phase) Enum() *SlotState_Phase {
+	p := new(SlotState_Phase)
+	*p = x
+	return p
+}
+
+func (x SlotState_Phase) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (SlotState_Phase) Descriptor() protoreflect.EnumDescriptor {
+	return file_fsm_proto_enumTypes[2].Descriptor()
+}
+
+func (SlotState_Phase) Type() protoreflect.EnumType {
+	return &file_fsm_proto_enumTypes[2]
+}
+
+func (x SlotState_Phase) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use SlotState_Phase.Descriptor instead.
+func (SlotState_Phase) EnumDescriptor() ([]byte, []int) {
+	return file_fsm_proto_rawDescGZIP(), []int{2, 0}
 }
 
 // Same numbering as taskstore.v1.RefError.Category.
@@ -173,11 +298,11 @@ func (x RefError_Category) String() string {
 }
 
 func (RefError_Category) Descriptor() protoreflect.EnumDescriptor {
-	return file_fsm_proto_enumTypes[1].Descriptor()
+	return file_fsm_proto_enumTypes[3].Descriptor()
 }
 
 func (RefError_Category) Type() protoreflect.EnumType {
-	return &file_fsm_proto_enumTypes[1]
+	return &file_fsm_proto_enumTypes[3]
 }
 
 func (x RefError_Category) Number() protoreflect.EnumNumber {
@@ -186,7 +311,7 @@ func (x RefError_Category) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RefError_Category.Descriptor instead.
 func (RefError_Category) EnumDescriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{20, 0}
+	return file_fsm_proto_rawDescGZIP(), []int{23, 0}
 }
 
 // Command is one log entry's payload.
@@ -205,11 +330,12 @@ type Command struct {
 	Batch    []*Command `protobuf:"bytes,13,rep,name=batch,proto3" json:"batch,omitempty"`
 	// OP_SET_FORMAT: the state format to raise to (fsm.MaxFormat documents
 	// each format).
-	Format        uint32      `protobuf:"varint,14,opt,name=format,proto3" json:"format,omitempty"`
-	Pause         *Pause      `protobuf:"bytes,15,opt,name=pause,proto3" json:"pause,omitempty"`
-	Limit         *QueueLimit `protobuf:"bytes,16,opt,name=limit,proto3" json:"limit,omitempty"`
-	Schedule      *Schedule   `protobuf:"bytes,17,opt,name=schedule,proto3" json:"schedule,omitempty"`
-	Fire          *Fire       `protobuf:"bytes,18,opt,name=fire,proto3" json:"fire,omitempty"`
+	Format        uint32       `protobuf:"varint,14,opt,name=format,proto3" json:"format,omitempty"`
+	Pause         *Pause       `protobuf:"bytes,15,opt,name=pause,proto3" json:"pause,omitempty"`
+	Limit         *QueueLimit  `protobuf:"bytes,16,opt,name=limit,proto3" json:"limit,omitempty"`
+	Schedule      *Schedule    `protobuf:"bytes,17,opt,name=schedule,proto3" json:"schedule,omitempty"`
+	Fire          *Fire        `protobuf:"bytes,18,opt,name=fire,proto3" json:"fire,omitempty"`
+	Slot          *SlotCommand `protobuf:"bytes,19,opt,name=slot,proto3" json:"slot,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -335,6 +461,247 @@ func (x *Command) GetFire() *Fire {
 	return nil
 }
 
+func (x *Command) GetSlot() *SlotCommand {
+	if x != nil {
+		return x.Slot
+	}
+	return nil
+}
+
+// SlotCommand is one step of a slot move (OP_SLOT). Every step names the
+// move it belongs to, so a step of an abandoned move is refused.
+type SlotCommand struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Action SlotCommand_Action     `protobuf:"varint,1,opt,name=action,proto3,enum=taskstore.fsm.v1.SlotCommand_Action" json:"action,omitempty"`
+	Slot   uint32                 `protobuf:"varint,2,opt,name=slot,proto3" json:"slot,omitempty"`
+	// The size of the slot table (taskstorepb.DefaultSlots): slot of a group
+	// is FNV-1a(group) mod slots.
+	Slots uint32 `protobuf:"varint,3,opt,name=slots,proto3" json:"slots,omitempty"`
+	// The move's id (the meta group's).
+	Move uint64 `protobuf:"varint,4,opt,name=move,proto3" json:"move,omitempty"`
+	// The shard the slot moves to (FREEZE): the hint in refusals.
+	To uint32 `protobuf:"varint,5,opt,name=to,proto3" json:"to,omitempty"`
+	// IMPORT: the first records of the move (the slot must hold nothing).
+	Begin bool `protobuf:"varint,6,opt,name=begin,proto3" json:"begin,omitempty"`
+	// IMPORT: tasks, sessions, paused queues, limits, reservations and
+	// schedules of the slot, as a snapshot holds them.
+	Records []*SnapshotRecord `protobuf:"bytes,7,rep,name=records,proto3" json:"records,omitempty"`
+	// DROP: at most this many tasks per step (0: all).
+	Limit         uint32 `protobuf:"varint,8,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SlotCommand) Reset() {
+	*x = SlotCommand{}
+	mi := &file_fsm_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SlotCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SlotCommand) ProtoMessage() {}
+
+func (x *SlotCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SlotCommand.ProtoReflect.Descriptor instead.
+func (*SlotCommand) Descriptor() ([]byte, []int) {
+	return file_fsm_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *SlotCommand) GetAction() SlotCommand_Action {
+	if x != nil {
+		return x.Action
+	}
+	return SlotCommand_ACTION_UNSPECIFIED
+}
+
+func (x *SlotCommand) GetSlot() uint32 {
+	if x != nil {
+		return x.Slot
+	}
+	return 0
+}
+
+func (x *SlotCommand) GetSlots() uint32 {
+	if x != nil {
+		return x.Slots
+	}
+	return 0
+}
+
+func (x *SlotCommand) GetMove() uint64 {
+	if x != nil {
+		return x.Move
+	}
+	return 0
+}
+
+func (x *SlotCommand) GetTo() uint32 {
+	if x != nil {
+		return x.To
+	}
+	return 0
+}
+
+func (x *SlotCommand) GetBegin() bool {
+	if x != nil {
+		return x.Begin
+	}
+	return false
+}
+
+func (x *SlotCommand) GetRecords() []*SnapshotRecord {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+func (x *SlotCommand) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+// SlotState is how a shard holds a slot that moved or is moving; a slot
+// without one is served normally.
+type SlotState struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Slot  uint32                 `protobuf:"varint,1,opt,name=slot,proto3" json:"slot,omitempty"`
+	Phase SlotState_Phase        `protobuf:"varint,2,opt,name=phase,proto3,enum=taskstore.fsm.v1.SlotState_Phase" json:"phase,omitempty"`
+	Move  uint64                 `protobuf:"varint,3,opt,name=move,proto3" json:"move,omitempty"`
+	// The shard it moved or moves to, when known (0: ask the routing table).
+	To            uint32 `protobuf:"varint,4,opt,name=to,proto3" json:"to,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SlotState) Reset() {
+	*x = SlotState{}
+	mi := &file_fsm_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SlotState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SlotState) ProtoMessage() {}
+
+func (x *SlotState) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SlotState.ProtoReflect.Descriptor instead.
+func (*SlotState) Descriptor() ([]byte, []int) {
+	return file_fsm_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *SlotState) GetSlot() uint32 {
+	if x != nil {
+		return x.Slot
+	}
+	return 0
+}
+
+func (x *SlotState) GetPhase() SlotState_Phase {
+	if x != nil {
+		return x.Phase
+	}
+	return SlotState_PHASE_UNSPECIFIED
+}
+
+func (x *SlotState) GetMove() uint64 {
+	if x != nil {
+		return x.Move
+	}
+	return 0
+}
+
+func (x *SlotState) GetTo() uint32 {
+	if x != nil {
+		return x.To
+	}
+	return 0
+}
+
+type SlotResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// DROP: the tasks deleted by this step, and whether the slot is empty.
+	Dropped       uint64 `protobuf:"varint,1,opt,name=dropped,proto3" json:"dropped,omitempty"`
+	Done          bool   `protobuf:"varint,2,opt,name=done,proto3" json:"done,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SlotResult) Reset() {
+	*x = SlotResult{}
+	mi := &file_fsm_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SlotResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SlotResult) ProtoMessage() {}
+
+func (x *SlotResult) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SlotResult.ProtoReflect.Descriptor instead.
+func (*SlotResult) Descriptor() ([]byte, []int) {
+	return file_fsm_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *SlotResult) GetDropped() uint64 {
+	if x != nil {
+		return x.Dropped
+	}
+	return 0
+}
+
+func (x *SlotResult) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
 // Schedule inserts a task into a queue at each tick. The leader computes the
 // ticks from cron or every (and time_zone); the state machine keeps what the
 // log says, so replicas never evaluate a time zone.
@@ -367,7 +734,7 @@ type Schedule struct {
 
 func (x *Schedule) Reset() {
 	*x = Schedule{}
-	mi := &file_fsm_proto_msgTypes[1]
+	mi := &file_fsm_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -379,7 +746,7 @@ func (x *Schedule) String() string {
 func (*Schedule) ProtoMessage() {}
 
 func (x *Schedule) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[1]
+	mi := &file_fsm_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -392,7 +759,7 @@ func (x *Schedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Schedule.ProtoReflect.Descriptor instead.
 func (*Schedule) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{1}
+	return file_fsm_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Schedule) GetName() string {
@@ -495,7 +862,7 @@ type Fire struct {
 
 func (x *Fire) Reset() {
 	*x = Fire{}
-	mi := &file_fsm_proto_msgTypes[2]
+	mi := &file_fsm_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -507,7 +874,7 @@ func (x *Fire) String() string {
 func (*Fire) ProtoMessage() {}
 
 func (x *Fire) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[2]
+	mi := &file_fsm_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -520,7 +887,7 @@ func (x *Fire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Fire.ProtoReflect.Descriptor instead.
 func (*Fire) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{2}
+	return file_fsm_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Fire) GetQueue() string {
@@ -589,7 +956,7 @@ type Modify struct {
 
 func (x *Modify) Reset() {
 	*x = Modify{}
-	mi := &file_fsm_proto_msgTypes[3]
+	mi := &file_fsm_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -601,7 +968,7 @@ func (x *Modify) String() string {
 func (*Modify) ProtoMessage() {}
 
 func (x *Modify) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[3]
+	mi := &file_fsm_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -614,7 +981,7 @@ func (x *Modify) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Modify.ProtoReflect.Descriptor instead.
 func (*Modify) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{3}
+	return file_fsm_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Modify) GetGroup() string {
@@ -708,7 +1075,7 @@ type Insert struct {
 
 func (x *Insert) Reset() {
 	*x = Insert{}
-	mi := &file_fsm_proto_msgTypes[4]
+	mi := &file_fsm_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -720,7 +1087,7 @@ func (x *Insert) String() string {
 func (*Insert) ProtoMessage() {}
 
 func (x *Insert) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[4]
+	mi := &file_fsm_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -733,7 +1100,7 @@ func (x *Insert) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Insert.ProtoReflect.Descriptor instead.
 func (*Insert) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{4}
+	return file_fsm_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Insert) GetId() string {
@@ -833,7 +1200,7 @@ type Change struct {
 
 func (x *Change) Reset() {
 	*x = Change{}
-	mi := &file_fsm_proto_msgTypes[5]
+	mi := &file_fsm_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -845,7 +1212,7 @@ func (x *Change) String() string {
 func (*Change) ProtoMessage() {}
 
 func (x *Change) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[5]
+	mi := &file_fsm_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -858,7 +1225,7 @@ func (x *Change) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Change.ProtoReflect.Descriptor instead.
 func (*Change) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{5}
+	return file_fsm_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Change) GetId() string {
@@ -934,7 +1301,7 @@ type Ref struct {
 
 func (x *Ref) Reset() {
 	*x = Ref{}
-	mi := &file_fsm_proto_msgTypes[6]
+	mi := &file_fsm_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -946,7 +1313,7 @@ func (x *Ref) String() string {
 func (*Ref) ProtoMessage() {}
 
 func (x *Ref) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[6]
+	mi := &file_fsm_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -959,7 +1326,7 @@ func (x *Ref) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ref.ProtoReflect.Descriptor instead.
 func (*Ref) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{6}
+	return file_fsm_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Ref) GetId() string {
@@ -996,7 +1363,7 @@ type Claim struct {
 
 func (x *Claim) Reset() {
 	*x = Claim{}
-	mi := &file_fsm_proto_msgTypes[7]
+	mi := &file_fsm_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1008,7 +1375,7 @@ func (x *Claim) String() string {
 func (*Claim) ProtoMessage() {}
 
 func (x *Claim) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[7]
+	mi := &file_fsm_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1021,7 +1388,7 @@ func (x *Claim) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Claim.ProtoReflect.Descriptor instead.
 func (*Claim) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{7}
+	return file_fsm_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Claim) GetClaimant() string {
@@ -1068,7 +1435,7 @@ type Purge struct {
 
 func (x *Purge) Reset() {
 	*x = Purge{}
-	mi := &file_fsm_proto_msgTypes[8]
+	mi := &file_fsm_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1080,7 +1447,7 @@ func (x *Purge) String() string {
 func (*Purge) ProtoMessage() {}
 
 func (x *Purge) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[8]
+	mi := &file_fsm_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1093,7 +1460,7 @@ func (x *Purge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Purge.ProtoReflect.Descriptor instead.
 func (*Purge) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{8}
+	return file_fsm_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Purge) GetQueue() string {
@@ -1115,7 +1482,7 @@ type QueueLimit struct {
 
 func (x *QueueLimit) Reset() {
 	*x = QueueLimit{}
-	mi := &file_fsm_proto_msgTypes[9]
+	mi := &file_fsm_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1127,7 +1494,7 @@ func (x *QueueLimit) String() string {
 func (*QueueLimit) ProtoMessage() {}
 
 func (x *QueueLimit) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[9]
+	mi := &file_fsm_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1140,7 +1507,7 @@ func (x *QueueLimit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueLimit.ProtoReflect.Descriptor instead.
 func (*QueueLimit) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{9}
+	return file_fsm_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *QueueLimit) GetQueue() string {
@@ -1168,7 +1535,7 @@ type Pause struct {
 
 func (x *Pause) Reset() {
 	*x = Pause{}
-	mi := &file_fsm_proto_msgTypes[10]
+	mi := &file_fsm_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1180,7 +1547,7 @@ func (x *Pause) String() string {
 func (*Pause) ProtoMessage() {}
 
 func (x *Pause) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[10]
+	mi := &file_fsm_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1193,7 +1560,7 @@ func (x *Pause) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pause.ProtoReflect.Descriptor instead.
 func (*Pause) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{10}
+	return file_fsm_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Pause) GetQueue() string {
@@ -1233,7 +1600,7 @@ type Task struct {
 
 func (x *Task) Reset() {
 	*x = Task{}
-	mi := &file_fsm_proto_msgTypes[11]
+	mi := &file_fsm_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1245,7 +1612,7 @@ func (x *Task) String() string {
 func (*Task) ProtoMessage() {}
 
 func (x *Task) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[11]
+	mi := &file_fsm_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1258,7 +1625,7 @@ func (x *Task) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Task.ProtoReflect.Descriptor instead.
 func (*Task) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{11}
+	return file_fsm_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Task) GetId() string {
@@ -1374,13 +1741,14 @@ type Result struct {
 	Pause         *PauseResult    `protobuf:"bytes,7,opt,name=pause,proto3" json:"pause,omitempty"`
 	Limit         *LimitResult    `protobuf:"bytes,8,opt,name=limit,proto3" json:"limit,omitempty"`
 	Schedule      *ScheduleResult `protobuf:"bytes,9,opt,name=schedule,proto3" json:"schedule,omitempty"`
+	Slot          *SlotResult     `protobuf:"bytes,10,opt,name=slot,proto3" json:"slot,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_fsm_proto_msgTypes[12]
+	mi := &file_fsm_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1392,7 +1760,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[12]
+	mi := &file_fsm_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1405,7 +1773,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{12}
+	return file_fsm_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Result) GetModify() *ModifyResult {
@@ -1471,6 +1839,13 @@ func (x *Result) GetSchedule() *ScheduleResult {
 	return nil
 }
 
+func (x *Result) GetSlot() *SlotResult {
+	if x != nil {
+		return x.Slot
+	}
+	return nil
+}
+
 type ScheduleResult struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Whether a schedule of that name existed before the command.
@@ -1481,7 +1856,7 @@ type ScheduleResult struct {
 
 func (x *ScheduleResult) Reset() {
 	*x = ScheduleResult{}
-	mi := &file_fsm_proto_msgTypes[13]
+	mi := &file_fsm_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1493,7 +1868,7 @@ func (x *ScheduleResult) String() string {
 func (*ScheduleResult) ProtoMessage() {}
 
 func (x *ScheduleResult) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[13]
+	mi := &file_fsm_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1506,7 +1881,7 @@ func (x *ScheduleResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleResult.ProtoReflect.Descriptor instead.
 func (*ScheduleResult) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{13}
+	return file_fsm_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ScheduleResult) GetExisted() bool {
@@ -1526,7 +1901,7 @@ type LimitResult struct {
 
 func (x *LimitResult) Reset() {
 	*x = LimitResult{}
-	mi := &file_fsm_proto_msgTypes[14]
+	mi := &file_fsm_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1538,7 +1913,7 @@ func (x *LimitResult) String() string {
 func (*LimitResult) ProtoMessage() {}
 
 func (x *LimitResult) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[14]
+	mi := &file_fsm_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1551,7 +1926,7 @@ func (x *LimitResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitResult.ProtoReflect.Descriptor instead.
 func (*LimitResult) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{14}
+	return file_fsm_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *LimitResult) GetPrevious() uint32 {
@@ -1574,7 +1949,7 @@ type ModifyResult struct {
 
 func (x *ModifyResult) Reset() {
 	*x = ModifyResult{}
-	mi := &file_fsm_proto_msgTypes[15]
+	mi := &file_fsm_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1586,7 +1961,7 @@ func (x *ModifyResult) String() string {
 func (*ModifyResult) ProtoMessage() {}
 
 func (x *ModifyResult) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[15]
+	mi := &file_fsm_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1599,7 +1974,7 @@ func (x *ModifyResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModifyResult.ProtoReflect.Descriptor instead.
 func (*ModifyResult) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{15}
+	return file_fsm_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ModifyResult) GetInserted() []*Task {
@@ -1642,7 +2017,7 @@ type ClaimResult struct {
 
 func (x *ClaimResult) Reset() {
 	*x = ClaimResult{}
-	mi := &file_fsm_proto_msgTypes[16]
+	mi := &file_fsm_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1654,7 +2029,7 @@ func (x *ClaimResult) String() string {
 func (*ClaimResult) ProtoMessage() {}
 
 func (x *ClaimResult) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[16]
+	mi := &file_fsm_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1667,7 +2042,7 @@ func (x *ClaimResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimResult.ProtoReflect.Descriptor instead.
 func (*ClaimResult) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{16}
+	return file_fsm_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ClaimResult) GetTasks() []*Task {
@@ -1693,7 +2068,7 @@ type PurgeResult struct {
 
 func (x *PurgeResult) Reset() {
 	*x = PurgeResult{}
-	mi := &file_fsm_proto_msgTypes[17]
+	mi := &file_fsm_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1705,7 +2080,7 @@ func (x *PurgeResult) String() string {
 func (*PurgeResult) ProtoMessage() {}
 
 func (x *PurgeResult) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[17]
+	mi := &file_fsm_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1718,7 +2093,7 @@ func (x *PurgeResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeResult.ProtoReflect.Descriptor instead.
 func (*PurgeResult) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{17}
+	return file_fsm_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PurgeResult) GetDeleted() uint64 {
@@ -1738,7 +2113,7 @@ type PauseResult struct {
 
 func (x *PauseResult) Reset() {
 	*x = PauseResult{}
-	mi := &file_fsm_proto_msgTypes[18]
+	mi := &file_fsm_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1750,7 +2125,7 @@ func (x *PauseResult) String() string {
 func (*PauseResult) ProtoMessage() {}
 
 func (x *PauseResult) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[18]
+	mi := &file_fsm_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1763,7 +2138,7 @@ func (x *PauseResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseResult.ProtoReflect.Descriptor instead.
 func (*PauseResult) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{18}
+	return file_fsm_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PauseResult) GetWasPaused() bool {
@@ -1778,14 +2153,18 @@ type Failure struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Errors []*RefError            `protobuf:"bytes,1,rep,name=errors,proto3" json:"errors,omitempty"`
 	// Set when the request itself was refused (e.g. a stale sequence number).
-	Message       string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	Message string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// Set when the request's group is in a slot this shard does not serve
+	// (moved or moving): retry where the routing table says. Never stored
+	// as a session's answer.
+	Moved         *SlotState `protobuf:"bytes,3,opt,name=moved,proto3" json:"moved,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Failure) Reset() {
 	*x = Failure{}
-	mi := &file_fsm_proto_msgTypes[19]
+	mi := &file_fsm_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1797,7 +2176,7 @@ func (x *Failure) String() string {
 func (*Failure) ProtoMessage() {}
 
 func (x *Failure) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[19]
+	mi := &file_fsm_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1810,7 +2189,7 @@ func (x *Failure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Failure.ProtoReflect.Descriptor instead.
 func (*Failure) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{19}
+	return file_fsm_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Failure) GetErrors() []*RefError {
@@ -1825,6 +2204,13 @@ func (x *Failure) GetMessage() string {
 		return x.Message
 	}
 	return ""
+}
+
+func (x *Failure) GetMoved() *SlotState {
+	if x != nil {
+		return x.Moved
+	}
+	return nil
 }
 
 type RefError struct {
@@ -1844,7 +2230,7 @@ type RefError struct {
 
 func (x *RefError) Reset() {
 	*x = RefError{}
-	mi := &file_fsm_proto_msgTypes[20]
+	mi := &file_fsm_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1856,7 +2242,7 @@ func (x *RefError) String() string {
 func (*RefError) ProtoMessage() {}
 
 func (x *RefError) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[20]
+	mi := &file_fsm_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1869,7 +2255,7 @@ func (x *RefError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefError.ProtoReflect.Descriptor instead.
 func (*RefError) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{20}
+	return file_fsm_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RefError) GetCategory() RefError_Category {
@@ -1953,14 +2339,17 @@ type SnapshotRecord struct {
 	// header counts them).
 	Reservation *KeyReservation `protobuf:"bytes,7,opt,name=reservation,proto3" json:"reservation,omitempty"`
 	// A periodic schedule (after the reservations; the header counts them).
-	Schedule      *Schedule `protobuf:"bytes,8,opt,name=schedule,proto3" json:"schedule,omitempty"`
+	Schedule *Schedule `protobuf:"bytes,8,opt,name=schedule,proto3" json:"schedule,omitempty"`
+	// A slot that moved or is moving (after the schedules; the header counts
+	// them).
+	SlotState     *SlotState `protobuf:"bytes,9,opt,name=slot_state,json=slotState,proto3" json:"slot_state,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SnapshotRecord) Reset() {
 	*x = SnapshotRecord{}
-	mi := &file_fsm_proto_msgTypes[21]
+	mi := &file_fsm_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1972,7 +2361,7 @@ func (x *SnapshotRecord) String() string {
 func (*SnapshotRecord) ProtoMessage() {}
 
 func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[21]
+	mi := &file_fsm_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1985,7 +2374,7 @@ func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
 func (*SnapshotRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{21}
+	return file_fsm_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SnapshotRecord) GetHeader() *SnapshotHeader {
@@ -2044,6 +2433,13 @@ func (x *SnapshotRecord) GetSchedule() *Schedule {
 	return nil
 }
 
+func (x *SnapshotRecord) GetSlotState() *SlotState {
+	if x != nil {
+		return x.SlotState
+	}
+	return nil
+}
+
 // KeyReservation keeps a deleted task's key taken in its queue until until.
 type KeyReservation struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2056,7 +2452,7 @@ type KeyReservation struct {
 
 func (x *KeyReservation) Reset() {
 	*x = KeyReservation{}
-	mi := &file_fsm_proto_msgTypes[22]
+	mi := &file_fsm_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2068,7 +2464,7 @@ func (x *KeyReservation) String() string {
 func (*KeyReservation) ProtoMessage() {}
 
 func (x *KeyReservation) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[22]
+	mi := &file_fsm_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2081,7 +2477,7 @@ func (x *KeyReservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyReservation.ProtoReflect.Descriptor instead.
 func (*KeyReservation) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{22}
+	return file_fsm_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *KeyReservation) GetTask() *Task {
@@ -2115,14 +2511,18 @@ type SnapshotHeader struct {
 	// How many reservation records follow the queue limits.
 	Reservations uint64 `protobuf:"varint,9,opt,name=reservations,proto3" json:"reservations,omitempty"`
 	// How many schedule records follow the reservations.
-	Schedules     uint64 `protobuf:"varint,10,opt,name=schedules,proto3" json:"schedules,omitempty"`
+	Schedules uint64 `protobuf:"varint,10,opt,name=schedules,proto3" json:"schedules,omitempty"`
+	// How many slot_state records follow the schedules, and the slot table's
+	// size they were computed with (both absent before the first move).
+	SlotStates    uint64 `protobuf:"varint,11,opt,name=slot_states,json=slotStates,proto3" json:"slot_states,omitempty"`
+	Slots         uint32 `protobuf:"varint,12,opt,name=slots,proto3" json:"slots,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_fsm_proto_msgTypes[23]
+	mi := &file_fsm_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2134,7 +2534,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[23]
+	mi := &file_fsm_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2147,7 +2547,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{23}
+	return file_fsm_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SnapshotHeader) GetFormat() uint32 {
@@ -2220,20 +2620,37 @@ func (x *SnapshotHeader) GetSchedules() uint64 {
 	return 0
 }
 
+func (x *SnapshotHeader) GetSlotStates() uint64 {
+	if x != nil {
+		return x.SlotStates
+	}
+	return 0
+}
+
+func (x *SnapshotHeader) GetSlots() uint32 {
+	if x != nil {
+		return x.Slots
+	}
+	return 0
+}
+
 // Session is the exactly-once memory for one client.
 type Session struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
-	Seq           uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
-	LastSeen      int64                  `protobuf:"varint,3,opt,name=last_seen,json=lastSeen,proto3" json:"last_seen,omitempty"`
-	Result        *Result                `protobuf:"bytes,4,opt,name=result,proto3" json:"result,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	ClientId string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Seq      uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	LastSeen int64                  `protobuf:"varint,3,opt,name=last_seen,json=lastSeen,proto3" json:"last_seen,omitempty"`
+	Result   *Result                `protobuf:"bytes,4,opt,name=result,proto3" json:"result,omitempty"`
+	// The consistency group of the request (FormatSlotMoves on; empty
+	// before): a slot move carries the sessions of its groups.
+	Group         string `protobuf:"bytes,5,opt,name=group,proto3" json:"group,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Session) Reset() {
 	*x = Session{}
-	mi := &file_fsm_proto_msgTypes[24]
+	mi := &file_fsm_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2245,7 +2662,7 @@ func (x *Session) String() string {
 func (*Session) ProtoMessage() {}
 
 func (x *Session) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[24]
+	mi := &file_fsm_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2258,7 +2675,7 @@ func (x *Session) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Session.ProtoReflect.Descriptor instead.
 func (*Session) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{24}
+	return file_fsm_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Session) GetClientId() string {
@@ -2289,6 +2706,13 @@ func (x *Session) GetResult() *Result {
 	return nil
 }
 
+func (x *Session) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
 type SnapshotTrailer struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Crc32C        uint32                 `protobuf:"varint,1,opt,name=crc32c,proto3" json:"crc32c,omitempty"`
@@ -2298,7 +2722,7 @@ type SnapshotTrailer struct {
 
 func (x *SnapshotTrailer) Reset() {
 	*x = SnapshotTrailer{}
-	mi := &file_fsm_proto_msgTypes[25]
+	mi := &file_fsm_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2310,7 +2734,7 @@ func (x *SnapshotTrailer) String() string {
 func (*SnapshotTrailer) ProtoMessage() {}
 
 func (x *SnapshotTrailer) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[25]
+	mi := &file_fsm_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2323,7 +2747,7 @@ func (x *SnapshotTrailer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotTrailer.ProtoReflect.Descriptor instead.
 func (*SnapshotTrailer) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{25}
+	return file_fsm_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SnapshotTrailer) GetCrc32C() uint32 {
@@ -2337,7 +2761,7 @@ var File_fsm_proto protoreflect.FileDescriptor
 
 const file_fsm_proto_rawDesc = "" +
 	"\n" +
-	"\tfsm.proto\x12\x10taskstore.fsm.v1\"\x90\x04\n" +
+	"\tfsm.proto\x12\x10taskstore.fsm.v1\"\xc3\x04\n" +
 	"\aCommand\x12$\n" +
 	"\x02op\x18\x01 \x01(\x0e2\x14.taskstore.fsm.v1.OpR\x02op\x12\x10\n" +
 	"\x03now\x18\x02 \x01(\x03R\x03now\x12\x1b\n" +
@@ -2352,7 +2776,41 @@ const file_fsm_proto_rawDesc = "" +
 	"\x05pause\x18\x0f \x01(\v2\x17.taskstore.fsm.v1.PauseR\x05pause\x122\n" +
 	"\x05limit\x18\x10 \x01(\v2\x1c.taskstore.fsm.v1.QueueLimitR\x05limit\x126\n" +
 	"\bschedule\x18\x11 \x01(\v2\x1a.taskstore.fsm.v1.ScheduleR\bschedule\x12*\n" +
-	"\x04fire\x18\x12 \x01(\v2\x16.taskstore.fsm.v1.FireR\x04fire\"\x9e\x02\n" +
+	"\x04fire\x18\x12 \x01(\v2\x16.taskstore.fsm.v1.FireR\x04fire\x121\n" +
+	"\x04slot\x18\x13 \x01(\v2\x1d.taskstore.fsm.v1.SlotCommandR\x04slot\"\xe1\x02\n" +
+	"\vSlotCommand\x12<\n" +
+	"\x06action\x18\x01 \x01(\x0e2$.taskstore.fsm.v1.SlotCommand.ActionR\x06action\x12\x12\n" +
+	"\x04slot\x18\x02 \x01(\rR\x04slot\x12\x14\n" +
+	"\x05slots\x18\x03 \x01(\rR\x05slots\x12\x12\n" +
+	"\x04move\x18\x04 \x01(\x04R\x04move\x12\x0e\n" +
+	"\x02to\x18\x05 \x01(\rR\x02to\x12\x14\n" +
+	"\x05begin\x18\x06 \x01(\bR\x05begin\x12:\n" +
+	"\arecords\x18\a \x03(\v2 .taskstore.fsm.v1.SnapshotRecordR\arecords\x12\x14\n" +
+	"\x05limit\x18\b \x01(\rR\x05limit\"^\n" +
+	"\x06Action\x12\x16\n" +
+	"\x12ACTION_UNSPECIFIED\x10\x00\x12\n" +
+	"\n" +
+	"\x06FREEZE\x10\x01\x12\f\n" +
+	"\bUNFREEZE\x10\x02\x12\n" +
+	"\n" +
+	"\x06IMPORT\x10\x03\x12\f\n" +
+	"\bACTIVATE\x10\x04\x12\b\n" +
+	"\x04DROP\x10\x05\"\xc1\x01\n" +
+	"\tSlotState\x12\x12\n" +
+	"\x04slot\x18\x01 \x01(\rR\x04slot\x127\n" +
+	"\x05phase\x18\x02 \x01(\x0e2!.taskstore.fsm.v1.SlotState.PhaseR\x05phase\x12\x12\n" +
+	"\x04move\x18\x03 \x01(\x04R\x04move\x12\x0e\n" +
+	"\x02to\x18\x04 \x01(\rR\x02to\"C\n" +
+	"\x05Phase\x12\x15\n" +
+	"\x11PHASE_UNSPECIFIED\x10\x00\x12\n" +
+	"\n" +
+	"\x06FROZEN\x10\x01\x12\r\n" +
+	"\tIMPORTING\x10\x02\x12\b\n" +
+	"\x04GONE\x10\x03\":\n" +
+	"\n" +
+	"SlotResult\x12\x18\n" +
+	"\adropped\x18\x01 \x01(\x04R\adropped\x12\x12\n" +
+	"\x04done\x18\x02 \x01(\bR\x04done\"\x9e\x02\n" +
 	"\bSchedule\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x12\n" +
@@ -2446,7 +2904,7 @@ const file_fsm_proto_rawDesc = "" +
 	"\x06claims\x18\v \x01(\rR\x06claims\x12\x18\n" +
 	"\aattempt\x18\f \x01(\rR\aattempt\x12\x10\n" +
 	"\x03err\x18\r \x01(\tR\x03err\x12!\n" +
-	"\fdedup_window\x18\x0e \x01(\x03R\vdedupWindow\"\xd3\x03\n" +
+	"\fdedup_window\x18\x0e \x01(\x03R\vdedupWindow\"\x85\x04\n" +
 	"\x06Result\x126\n" +
 	"\x06modify\x18\x01 \x01(\v2\x1e.taskstore.fsm.v1.ModifyResultR\x06modify\x123\n" +
 	"\x05claim\x18\x02 \x01(\v2\x1d.taskstore.fsm.v1.ClaimResultR\x05claim\x123\n" +
@@ -2456,7 +2914,9 @@ const file_fsm_proto_rawDesc = "" +
 	"\breplayed\x18\x06 \x01(\bR\breplayed\x123\n" +
 	"\x05pause\x18\a \x01(\v2\x1d.taskstore.fsm.v1.PauseResultR\x05pause\x123\n" +
 	"\x05limit\x18\b \x01(\v2\x1d.taskstore.fsm.v1.LimitResultR\x05limit\x12<\n" +
-	"\bschedule\x18\t \x01(\v2 .taskstore.fsm.v1.ScheduleResultR\bschedule\"*\n" +
+	"\bschedule\x18\t \x01(\v2 .taskstore.fsm.v1.ScheduleResultR\bschedule\x120\n" +
+	"\x04slot\x18\n" +
+	" \x01(\v2\x1c.taskstore.fsm.v1.SlotResultR\x04slot\"*\n" +
 	"\x0eScheduleResult\x12\x18\n" +
 	"\aexisted\x18\x01 \x01(\bR\aexisted\")\n" +
 	"\vLimitResult\x12\x1a\n" +
@@ -2473,10 +2933,11 @@ const file_fsm_proto_rawDesc = "" +
 	"\adeleted\x18\x01 \x01(\x04R\adeleted\",\n" +
 	"\vPauseResult\x12\x1d\n" +
 	"\n" +
-	"was_paused\x18\x01 \x01(\bR\twasPaused\"W\n" +
+	"was_paused\x18\x01 \x01(\bR\twasPaused\"\x8a\x01\n" +
 	"\aFailure\x122\n" +
 	"\x06errors\x18\x01 \x03(\v2\x1a.taskstore.fsm.v1.RefErrorR\x06errors\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\xfd\x03\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x121\n" +
+	"\x05moved\x18\x03 \x01(\v2\x1b.taskstore.fsm.v1.SlotStateR\x05moved\"\xfd\x03\n" +
 	"\bRefError\x12?\n" +
 	"\bcategory\x18\x01 \x01(\x0e2#.taskstore.fsm.v1.RefError.CategoryR\bcategory\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x18\n" +
@@ -2499,7 +2960,7 @@ const file_fsm_proto_rawDesc = "" +
 	"\fDEPEND_STALE\x10\x06\x12\x17\n" +
 	"\x13INSERT_DUPLICATE_ID\x10\a\x12\x18\n" +
 	"\x14INSERT_DUPLICATE_KEY\x10\b\x12\v\n" +
-	"\aCLAIMED\x10\t\"\xc6\x03\n" +
+	"\aCLAIMED\x10\t\"\x82\x04\n" +
 	"\x0eSnapshotRecord\x128\n" +
 	"\x06header\x18\x01 \x01(\v2 .taskstore.fsm.v1.SnapshotHeaderR\x06header\x12*\n" +
 	"\x04task\x18\x02 \x01(\v2\x16.taskstore.fsm.v1.TaskR\x04task\x123\n" +
@@ -2509,10 +2970,12 @@ const file_fsm_proto_rawDesc = "" +
 	"\vqueue_limit\x18\x06 \x01(\v2\x1c.taskstore.fsm.v1.QueueLimitR\n" +
 	"queueLimit\x12B\n" +
 	"\vreservation\x18\a \x01(\v2 .taskstore.fsm.v1.KeyReservationR\vreservation\x126\n" +
-	"\bschedule\x18\b \x01(\v2\x1a.taskstore.fsm.v1.ScheduleR\bschedule\"R\n" +
+	"\bschedule\x18\b \x01(\v2\x1a.taskstore.fsm.v1.ScheduleR\bschedule\x12:\n" +
+	"\n" +
+	"slot_state\x18\t \x01(\v2\x1b.taskstore.fsm.v1.SlotStateR\tslotState\"R\n" +
 	"\x0eKeyReservation\x12*\n" +
 	"\x04task\x18\x01 \x01(\v2\x16.taskstore.fsm.v1.TaskR\x04task\x12\x14\n" +
-	"\x05until\x18\x02 \x01(\x03R\x05until\"\xc2\x02\n" +
+	"\x05until\x18\x02 \x01(\x03R\x05until\"\xf9\x02\n" +
 	"\x0eSnapshotHeader\x12\x16\n" +
 	"\x06format\x18\x01 \x01(\rR\x06format\x12\x14\n" +
 	"\x05clock\x18\x02 \x01(\x03R\x05clock\x12\x14\n" +
@@ -2524,14 +2987,18 @@ const file_fsm_proto_rawDesc = "" +
 	"\fqueue_limits\x18\b \x01(\x04R\vqueueLimits\x12\"\n" +
 	"\freservations\x18\t \x01(\x04R\freservations\x12\x1c\n" +
 	"\tschedules\x18\n" +
-	" \x01(\x04R\tschedules\"\x87\x01\n" +
+	" \x01(\x04R\tschedules\x12\x1f\n" +
+	"\vslot_states\x18\v \x01(\x04R\n" +
+	"slotStates\x12\x14\n" +
+	"\x05slots\x18\f \x01(\rR\x05slots\"\x9d\x01\n" +
 	"\aSession\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x1b\n" +
 	"\tlast_seen\x18\x03 \x01(\x03R\blastSeen\x120\n" +
-	"\x06result\x18\x04 \x01(\v2\x18.taskstore.fsm.v1.ResultR\x06result\")\n" +
+	"\x06result\x18\x04 \x01(\v2\x18.taskstore.fsm.v1.ResultR\x06result\x12\x14\n" +
+	"\x05group\x18\x05 \x01(\tR\x05group\")\n" +
 	"\x0fSnapshotTrailer\x12\x16\n" +
-	"\x06crc32c\x18\x01 \x01(\rR\x06crc32c*\xc0\x01\n" +
+	"\x06crc32c\x18\x01 \x01(\rR\x06crc32c*\xcd\x01\n" +
 	"\x02Op\x12\x12\n" +
 	"\x0eOP_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tOP_MODIFY\x10\x01\x12\f\n" +
@@ -2545,7 +3012,8 @@ const file_fsm_proto_rawDesc = "" +
 	"\bOP_LIMIT\x10\t\x12\x0f\n" +
 	"\vOP_SCHEDULE\x10\n" +
 	"\x12\v\n" +
-	"\aOP_FIRE\x10\vB/Z-github.com/e1158ecb/taskstore/fsm/fsmpb;fsmpbb\x06proto3"
+	"\aOP_FIRE\x10\v\x12\v\n" +
+	"\aOP_SLOT\x10\fB/Z-github.com/e1158ecb/taskstore/fsm/fsmpb;fsmpbb\x06proto3"
 
 var (
 	file_fsm_proto_rawDescOnce sync.Once
@@ -2559,81 +3027,93 @@ func file_fsm_proto_rawDescGZIP() []byte {
 	return file_fsm_proto_rawDescData
 }
 
-var file_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_fsm_proto_goTypes = []any{
 	(Op)(0),                 // 0: taskstore.fsm.v1.Op
-	(RefError_Category)(0),  // 1: taskstore.fsm.v1.RefError.Category
-	(*Command)(nil),         // 2: taskstore.fsm.v1.Command
-	(*Schedule)(nil),        // 3: taskstore.fsm.v1.Schedule
-	(*Fire)(nil),            // 4: taskstore.fsm.v1.Fire
-	(*Modify)(nil),          // 5: taskstore.fsm.v1.Modify
-	(*Insert)(nil),          // 6: taskstore.fsm.v1.Insert
-	(*Change)(nil),          // 7: taskstore.fsm.v1.Change
-	(*Ref)(nil),             // 8: taskstore.fsm.v1.Ref
-	(*Claim)(nil),           // 9: taskstore.fsm.v1.Claim
-	(*Purge)(nil),           // 10: taskstore.fsm.v1.Purge
-	(*QueueLimit)(nil),      // 11: taskstore.fsm.v1.QueueLimit
-	(*Pause)(nil),           // 12: taskstore.fsm.v1.Pause
-	(*Task)(nil),            // 13: taskstore.fsm.v1.Task
-	(*Result)(nil),          // 14: taskstore.fsm.v1.Result
-	(*ScheduleResult)(nil),  // 15: taskstore.fsm.v1.ScheduleResult
-	(*LimitResult)(nil),     // 16: taskstore.fsm.v1.LimitResult
-	(*ModifyResult)(nil),    // 17: taskstore.fsm.v1.ModifyResult
-	(*ClaimResult)(nil),     // 18: taskstore.fsm.v1.ClaimResult
-	(*PurgeResult)(nil),     // 19: taskstore.fsm.v1.PurgeResult
-	(*PauseResult)(nil),     // 20: taskstore.fsm.v1.PauseResult
-	(*Failure)(nil),         // 21: taskstore.fsm.v1.Failure
-	(*RefError)(nil),        // 22: taskstore.fsm.v1.RefError
-	(*SnapshotRecord)(nil),  // 23: taskstore.fsm.v1.SnapshotRecord
-	(*KeyReservation)(nil),  // 24: taskstore.fsm.v1.KeyReservation
-	(*SnapshotHeader)(nil),  // 25: taskstore.fsm.v1.SnapshotHeader
-	(*Session)(nil),         // 26: taskstore.fsm.v1.Session
-	(*SnapshotTrailer)(nil), // 27: taskstore.fsm.v1.SnapshotTrailer
+	(SlotCommand_Action)(0), // 1: taskstore.fsm.v1.SlotCommand.Action
+	(SlotState_Phase)(0),    // 2: taskstore.fsm.v1.SlotState.Phase
+	(RefError_Category)(0),  // 3: taskstore.fsm.v1.RefError.Category
+	(*Command)(nil),         // 4: taskstore.fsm.v1.Command
+	(*SlotCommand)(nil),     // 5: taskstore.fsm.v1.SlotCommand
+	(*SlotState)(nil),       // 6: taskstore.fsm.v1.SlotState
+	(*SlotResult)(nil),      // 7: taskstore.fsm.v1.SlotResult
+	(*Schedule)(nil),        // 8: taskstore.fsm.v1.Schedule
+	(*Fire)(nil),            // 9: taskstore.fsm.v1.Fire
+	(*Modify)(nil),          // 10: taskstore.fsm.v1.Modify
+	(*Insert)(nil),          // 11: taskstore.fsm.v1.Insert
+	(*Change)(nil),          // 12: taskstore.fsm.v1.Change
+	(*Ref)(nil),             // 13: taskstore.fsm.v1.Ref
+	(*Claim)(nil),           // 14: taskstore.fsm.v1.Claim
+	(*Purge)(nil),           // 15: taskstore.fsm.v1.Purge
+	(*QueueLimit)(nil),      // 16: taskstore.fsm.v1.QueueLimit
+	(*Pause)(nil),           // 17: taskstore.fsm.v1.Pause
+	(*Task)(nil),            // 18: taskstore.fsm.v1.Task
+	(*Result)(nil),          // 19: taskstore.fsm.v1.Result
+	(*ScheduleResult)(nil),  // 20: taskstore.fsm.v1.ScheduleResult
+	(*LimitResult)(nil),     // 21: taskstore.fsm.v1.LimitResult
+	(*ModifyResult)(nil),    // 22: taskstore.fsm.v1.ModifyResult
+	(*ClaimResult)(nil),     // 23: taskstore.fsm.v1.ClaimResult
+	(*PurgeResult)(nil),     // 24: taskstore.fsm.v1.PurgeResult
+	(*PauseResult)(nil),     // 25: taskstore.fsm.v1.PauseResult
+	(*Failure)(nil),         // 26: taskstore.fsm.v1.Failure
+	(*RefError)(nil),        // 27: taskstore.fsm.v1.RefError
+	(*SnapshotRecord)(nil),  // 28: taskstore.fsm.v1.SnapshotRecord
+	(*KeyReservation)(nil),  // 29: taskstore.fsm.v1.KeyReservation
+	(*SnapshotHeader)(nil),  // 30: taskstore.fsm.v1.SnapshotHeader
+	(*Session)(nil),         // 31: taskstore.fsm.v1.Session
+	(*SnapshotTrailer)(nil), // 32: taskstore.fsm.v1.SnapshotTrailer
 }
 var file_fsm_proto_depIdxs = []int32{
 	0,  // 0: taskstore.fsm.v1.Command.op:type_name -> taskstore.fsm.v1.Op
-	5,  // 1: taskstore.fsm.v1.Command.modify:type_name -> taskstore.fsm.v1.Modify
-	9,  // 2: taskstore.fsm.v1.Command.claim:type_name -> taskstore.fsm.v1.Claim
-	10, // 3: taskstore.fsm.v1.Command.purge:type_name -> taskstore.fsm.v1.Purge
-	2,  // 4: taskstore.fsm.v1.Command.batch:type_name -> taskstore.fsm.v1.Command
-	12, // 5: taskstore.fsm.v1.Command.pause:type_name -> taskstore.fsm.v1.Pause
-	11, // 6: taskstore.fsm.v1.Command.limit:type_name -> taskstore.fsm.v1.QueueLimit
-	3,  // 7: taskstore.fsm.v1.Command.schedule:type_name -> taskstore.fsm.v1.Schedule
-	4,  // 8: taskstore.fsm.v1.Command.fire:type_name -> taskstore.fsm.v1.Fire
-	6,  // 9: taskstore.fsm.v1.Modify.inserts:type_name -> taskstore.fsm.v1.Insert
-	7,  // 10: taskstore.fsm.v1.Modify.changes:type_name -> taskstore.fsm.v1.Change
-	8,  // 11: taskstore.fsm.v1.Modify.deletes:type_name -> taskstore.fsm.v1.Ref
-	8,  // 12: taskstore.fsm.v1.Modify.depends:type_name -> taskstore.fsm.v1.Ref
-	9,  // 13: taskstore.fsm.v1.Modify.claim:type_name -> taskstore.fsm.v1.Claim
-	17, // 14: taskstore.fsm.v1.Result.modify:type_name -> taskstore.fsm.v1.ModifyResult
-	18, // 15: taskstore.fsm.v1.Result.claim:type_name -> taskstore.fsm.v1.ClaimResult
-	19, // 16: taskstore.fsm.v1.Result.purge:type_name -> taskstore.fsm.v1.PurgeResult
-	21, // 17: taskstore.fsm.v1.Result.failure:type_name -> taskstore.fsm.v1.Failure
-	14, // 18: taskstore.fsm.v1.Result.batch:type_name -> taskstore.fsm.v1.Result
-	20, // 19: taskstore.fsm.v1.Result.pause:type_name -> taskstore.fsm.v1.PauseResult
-	16, // 20: taskstore.fsm.v1.Result.limit:type_name -> taskstore.fsm.v1.LimitResult
-	15, // 21: taskstore.fsm.v1.Result.schedule:type_name -> taskstore.fsm.v1.ScheduleResult
-	13, // 22: taskstore.fsm.v1.ModifyResult.inserted:type_name -> taskstore.fsm.v1.Task
-	13, // 23: taskstore.fsm.v1.ModifyResult.changed:type_name -> taskstore.fsm.v1.Task
-	18, // 24: taskstore.fsm.v1.ModifyResult.claim:type_name -> taskstore.fsm.v1.ClaimResult
-	13, // 25: taskstore.fsm.v1.ClaimResult.tasks:type_name -> taskstore.fsm.v1.Task
-	22, // 26: taskstore.fsm.v1.Failure.errors:type_name -> taskstore.fsm.v1.RefError
-	1,  // 27: taskstore.fsm.v1.RefError.category:type_name -> taskstore.fsm.v1.RefError.Category
-	25, // 28: taskstore.fsm.v1.SnapshotRecord.header:type_name -> taskstore.fsm.v1.SnapshotHeader
-	13, // 29: taskstore.fsm.v1.SnapshotRecord.task:type_name -> taskstore.fsm.v1.Task
-	26, // 30: taskstore.fsm.v1.SnapshotRecord.session:type_name -> taskstore.fsm.v1.Session
-	27, // 31: taskstore.fsm.v1.SnapshotRecord.trailer:type_name -> taskstore.fsm.v1.SnapshotTrailer
-	11, // 32: taskstore.fsm.v1.SnapshotRecord.queue_limit:type_name -> taskstore.fsm.v1.QueueLimit
-	24, // 33: taskstore.fsm.v1.SnapshotRecord.reservation:type_name -> taskstore.fsm.v1.KeyReservation
-	3,  // 34: taskstore.fsm.v1.SnapshotRecord.schedule:type_name -> taskstore.fsm.v1.Schedule
-	13, // 35: taskstore.fsm.v1.KeyReservation.task:type_name -> taskstore.fsm.v1.Task
-	14, // 36: taskstore.fsm.v1.Session.result:type_name -> taskstore.fsm.v1.Result
-	37, // [37:37] is the sub-list for method output_type
-	37, // [37:37] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	10, // 1: taskstore.fsm.v1.Command.modify:type_name -> taskstore.fsm.v1.Modify
+	14, // 2: taskstore.fsm.v1.Command.claim:type_name -> taskstore.fsm.v1.Claim
+	15, // 3: taskstore.fsm.v1.Command.purge:type_name -> taskstore.fsm.v1.Purge
+	4,  // 4: taskstore.fsm.v1.Command.batch:type_name -> taskstore.fsm.v1.Command
+	17, // 5: taskstore.fsm.v1.Command.pause:type_name -> taskstore.fsm.v1.Pause
+	16, // 6: taskstore.fsm.v1.Command.limit:type_name -> taskstore.fsm.v1.QueueLimit
+	8,  // 7: taskstore.fsm.v1.Command.schedule:type_name -> taskstore.fsm.v1.Schedule
+	9,  // 8: taskstore.fsm.v1.Command.fire:type_name -> taskstore.fsm.v1.Fire
+	5,  // 9: taskstore.fsm.v1.Command.slot:type_name -> taskstore.fsm.v1.SlotCommand
+	1,  // 10: taskstore.fsm.v1.SlotCommand.action:type_name -> taskstore.fsm.v1.SlotCommand.Action
+	28, // 11: taskstore.fsm.v1.SlotCommand.records:type_name -> taskstore.fsm.v1.SnapshotRecord
+	2,  // 12: taskstore.fsm.v1.SlotState.phase:type_name -> taskstore.fsm.v1.SlotState.Phase
+	11, // 13: taskstore.fsm.v1.Modify.inserts:type_name -> taskstore.fsm.v1.Insert
+	12, // 14: taskstore.fsm.v1.Modify.changes:type_name -> taskstore.fsm.v1.Change
+	13, // 15: taskstore.fsm.v1.Modify.deletes:type_name -> taskstore.fsm.v1.Ref
+	13, // 16: taskstore.fsm.v1.Modify.depends:type_name -> taskstore.fsm.v1.Ref
+	14, // 17: taskstore.fsm.v1.Modify.claim:type_name -> taskstore.fsm.v1.Claim
+	22, // 18: taskstore.fsm.v1.Result.modify:type_name -> taskstore.fsm.v1.ModifyResult
+	23, // 19: taskstore.fsm.v1.Result.claim:type_name -> taskstore.fsm.v1.ClaimResult
+	24, // 20: taskstore.fsm.v1.Result.purge:type_name -> taskstore.fsm.v1.PurgeResult
+	26, // 21: taskstore.fsm.v1.Result.failure:type_name -> taskstore.fsm.v1.Failure
+	19, // 22: taskstore.fsm.v1.Result.batch:type_name -> taskstore.fsm.v1.Result
+	25, // 23: taskstore.fsm.v1.Result.pause:type_name -> taskstore.fsm.v1.PauseResult
+	21, // 24: taskstore.fsm.v1.Result.limit:type_name -> taskstore.fsm.v1.LimitResult
+	20, // 25: taskstore.fsm.v1.Result.schedule:type_name -> taskstore.fsm.v1.ScheduleResult
+	7,  // 26: taskstore.fsm.v1.Result.slot:type_name -> taskstore.fsm.v1.SlotResult
+	18, // 27: taskstore.fsm.v1.ModifyResult.inserted:type_name -> taskstore.fsm.v1.Task
+	18, // 28: taskstore.fsm.v1.ModifyResult.changed:type_name -> taskstore.fsm.v1.Task
+	23, // 29: taskstore.fsm.v1.ModifyResult.claim:type_name -> taskstore.fsm.v1.ClaimResult
+	18, // 30: taskstore.fsm.v1.ClaimResult.tasks:type_name -> taskstore.fsm.v1.Task
+	27, // 31: taskstore.fsm.v1.Failure.errors:type_name -> taskstore.fsm.v1.RefError
+	6,  // 32: taskstore.fsm.v1.Failure.moved:type_name -> taskstore.fsm.v1.SlotState
+	3,  // 33: taskstore.fsm.v1.RefError.category:type_name -> taskstore.fsm.v1.RefError.Category
+	30, // 34: taskstore.fsm.v1.SnapshotRecord.header:type_name -> taskstore.fsm.v1.SnapshotHeader
+	18, // 35: taskstore.fsm.v1.SnapshotRecord.task:type_name -> taskstore.fsm.v1.Task
+	31, // 36: taskstore.fsm.v1.SnapshotRecord.session:type_name -> taskstore.fsm.v1.Session
+	32, // 37: taskstore.fsm.v1.SnapshotRecord.trailer:type_name -> taskstore.fsm.v1.SnapshotTrailer
+	16, // 38: taskstore.fsm.v1.SnapshotRecord.queue_limit:type_name -> taskstore.fsm.v1.QueueLimit
+	29, // 39: taskstore.fsm.v1.SnapshotRecord.reservation:type_name -> taskstore.fsm.v1.KeyReservation
+	8,  // 40: taskstore.fsm.v1.SnapshotRecord.schedule:type_name -> taskstore.fsm.v1.Schedule
+	6,  // 41: taskstore.fsm.v1.SnapshotRecord.slot_state:type_name -> taskstore.fsm.v1.SlotState
+	18, // 42: taskstore.fsm.v1.KeyReservation.task:type_name -> taskstore.fsm.v1.Task
+	19, // 43: taskstore.fsm.v1.Session.result:type_name -> taskstore.fsm.v1.Result
+	44, // [44:44] is the sub-list for method output_type
+	44, // [44:44] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_fsm_proto_init() }
@@ -2641,14 +3121,14 @@ func file_fsm_proto_init() {
 	if File_fsm_proto != nil {
 		return
 	}
-	file_fsm_proto_msgTypes[5].OneofWrappers = []any{}
+	file_fsm_proto_msgTypes[8].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fsm_proto_rawDesc), len(file_fsm_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   26,
+			NumEnums:      4,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

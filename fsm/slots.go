@@ -1,0 +1,604 @@
+package fsm
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/e1158ecb/taskstore/fsm/fsmpb"
+)
+
+// Slot moves (FormatSlotMoves). A consistency group lives in the hash slot
+// SlotOf(group, slots), and the meta group's table says which shard serves
+// each slot. Moving a slot from shard S to shard T is a sequence of OP_SLOT
+// entries in the two shards' logs, driven by the meta leader (cluster's
+// slot mover), each naming the move:
+//
+//	S: FREEZE     S refuses the slot's commands (Failure.moved), so its
+//	              state of the slot stops changing; ExportSlot reads it.
+//	T: IMPORT     begin, then as many as the records need (tasks, sessions,
+//	              pauses, limits, reservations, schedules); T refuses the
+//	              slot's commands meanwhile.
+//	meta: flip    the routing table names T.
+//	T: ACTIVATE   T serves the slot.
+//	S: DROP       S deletes its copy a bounded number of tasks per entry;
+//	              the slot stays refused on S (GONE).
+//
+// A move abandoned before the flip is undone by DROP on T and UNFREEZE on
+// S. A shard serves every slot it has no state for: the table only changes
+// through moves, and a slot leaves a shard only by FREEZE, so a request
+// routed by an old table to a shard that no longer serves its slot is
+// refused, never applied. A refusal is not remembered as the request's
+// answer: its retry belongs to the shard that serves the slot.
+
+// SlotMoved starts the Failure.message of a command refused because its
+// group's slot is not served by this shard (Failure.moved says how).
+const SlotMoved = "slot moved"
+
+// SlotOf is the hash slot of a consistency group in a table of slots:
+// FNV-1a (32 bit) mod slots. It is taskstorepb.SlotOf, which is part of the
+// routing contract (a test pins that they agree); fsm keeps its own copy
+// because it imports nothing above it.
+func SlotOf(group string, slots uint32) uint32 {
+	h := uint32(2166136261)
+	for i := 0; i < len(group); i++ {
+		h ^= uint32(group[i])
+		h *= 16777619
+	}
+	return h % slots
+}
+
+// commandGroup is the consistency group a command acts on, or "" for the
+// commands that have none (ticks, formats, slot steps, batches: a batch's
+// commands are checked one by one).
+func commandGroup(cmd *fsmpb.Command) string {
+	switch cmd.Op {
+	case fsmpb.Op_OP_MODIFY, fsmpb.Op_OP_MODIFY_CLAIM:
+		m := cmd.Modify
+		if m == nil {
+			return ""
+		}
+		if m.Group != "" {
+			return m.Group
+		}
+		// Entries written before Modify.group: the queues it names.
+		for _, in := range m.Inserts {
+			return groupOf(in.Queue)
+		}
+		for _, c := range m.Changes {
+			if c.Queue != "" {
+				return groupOf(c.Queue)
+			}
+		}
+		if c := m.Claim; c != nil && len(c.Queues) > 0 {
+			return groupOf(c.Queues[0])
+		}
+	case fsmpb.Op_OP_CLAIM:
+		if c := cmd.Claim; c != nil && len(c.Queues) > 0 {
+			return groupOf(c.Queues[0])
+		}
+	case fsmpb.Op_OP_PURGE:
+		return groupOf(cmd.Purge.GetQueue())
+	case fsmpb.Op_OP_PAUSE:
+		return groupOf(cmd.Pause.GetQueue())
+	case fsmpb.Op_OP_LIMIT:
+		return groupOf(cmd.Limit.GetQueue())
+	case fsmpb.Op_OP_SCHEDULE:
+		return groupOf(cmd.Schedule.GetQueue())
+	case fsmpb.Op_OP_FIRE:
+		return groupOf(cmd.Fire.GetQueue())
+	}
+	return ""
+}
+
+// unserved returns the state of group's slot when this shard does not serve
+// it, else nil.
+func (s *state) unserved(group string) *fsmpb.SlotState {
+	if len(s.slotStates) == 0 || group == "" {
+		return nil
+	}
+	return s.slotStates[SlotOf(group, s.slotTable)]
+}
+
+// inSlot reports whether group is in slot of the state's table.
+func (s *state) inSlot(group string, slot uint32) bool {
+	return s.slotTable != 0 && SlotOf(group, s.slotTable) == slot
+}
+
+func movedFailure(ss *fsmpb.SlotState, group string) *fsmpb.Result {
+	where := "ask the routing table where it is served"
+	if ss.To != 0 {
+		where = fmt.Sprintf("shard %d serves it", ss.To)
+		if ss.Phase == fsmpb.SlotState_FROZEN {
+			where = fmt.Sprintf("it is moving to shard %d", ss.To)
+		}
+	}
+	msg := fmt.Sprintf("%s: group %q is in slot %d, which this shard does not serve (%s); retry", SlotMoved, group, ss.Slot, where)
+	return &fsmpb.Result{Failure: &fsmpb.Failure{Message: msg, Moved: ss}}
+}
+
+// slotQueues calls visit with each queue of the slot, in name order.
+func (s *state) slotQueues(slot uint32, visit func(q *queue) bool) {
+	s.names.Ascend(func(q *queue) bool {
+		if !s.inSlot(q.group, slot) {
+			return true
+		}
+		return visit(q)
+	})
+}
+
+// notifySlot tells waiting claims on the slot's queues to look again: on a
+// freeze their retry is refused and goes where the slot moves; on an
+// activation the slot's tasks became claimable here.
+func (a *applier) notifySlot(slot uint32) {
+	a.st.slotQueues(slot, func(q *queue) bool {
+		a.n.add(q.name)
+		return true
+	})
+}
+
+func (a *applier) slotCommand(c *fsmpb.SlotCommand) *fsmpb.Result {
+	st := a.st
+	switch {
+	case st.format < FormatSlotMoves:
+		return failuref("OP_SLOT needs state format %d; the shard is at %d", FormatSlotMoves, st.format)
+	case c.Slots == 0 || c.Slot >= c.Slots || c.Move == 0:
+		return failuref("OP_SLOT: slot %d of %d, move %d: out of range", c.Slot, c.Slots, c.Move)
+	case st.slotTable != 0 && st.slotTable != c.Slots:
+		return failuref("OP_SLOT: the shard's slot table has %d slots, the command says %d", st.slotTable, c.Slots)
+	}
+	if st.slotTable == 0 {
+		st.slotTable = c.Slots // a table size is set once, whatever follows
+	}
+	cur := st.slotStates[c.Slot]
+	same := cur != nil && cur.Move == c.Move
+	refuse := func(want string) *fsmpb.Result {
+		state := "served"
+		if cur != nil {
+			state = fmt.Sprintf("%v for move %d", cur.Phase, cur.Move)
+		}
+		return failuref("OP_SLOT %v of slot %d (move %d): the slot is %s, want %s", c.Action, c.Slot, c.Move, state, want)
+	}
+	set := func(phase fsmpb.SlotState_Phase, to uint32) {
+		st.slotStates[c.Slot] = &fsmpb.SlotState{Slot: c.Slot, Phase: phase, Move: c.Move, To: to}
+	}
+	ok := &fsmpb.Result{Slot: &fsmpb.SlotResult{}}
+	switch c.Action {
+	case fsmpb.SlotCommand_FREEZE:
+		switch {
+		case cur == nil:
+			set(fsmpb.SlotState_FROZEN, c.To)
+			a.notifySlot(c.Slot)
+		case same && cur.Phase == fsmpb.SlotState_FROZEN:
+		default:
+			return refuse("served")
+		}
+		return ok
+	case fsmpb.SlotCommand_UNFREEZE:
+		switch {
+		case cur == nil:
+		case same && cur.Phase == fsmpb.SlotState_FROZEN:
+			delete(st.slotStates, c.Slot)
+			a.notifySlot(c.Slot)
+		default:
+			return refuse("frozen by this move")
+		}
+		return ok
+	case fsmpb.SlotCommand_IMPORT:
+		if c.Begin {
+			switch {
+			case cur == nil && st.slotHolds(c.Slot):
+				return failuref("OP_SLOT IMPORT begin of slot %d (move %d): the shard serves the slot and holds its tasks", c.Slot, c.Move)
+			case cur == nil || cur.Phase == fsmpb.SlotState_GONE:
+				set(fsmpb.SlotState_IMPORTING, 0)
+			default:
+				return refuse("served and empty, or gone")
+			}
+		} else if !same || cur.Phase != fsmpb.SlotState_IMPORTING {
+			return refuse("importing for this move")
+		}
+		if err := st.checkImport(c.Slot, c.Records); err != nil {
+			if c.Begin {
+				st.slotStates[c.Slot] = cur // nothing changed
+				if cur == nil {
+					delete(st.slotStates, c.Slot)
+				}
+			}
+			return failuref("OP_SLOT IMPORT of slot %d (move %d): %v", c.Slot, c.Move, err)
+		}
+		a.importRecords(c.Records)
+		return ok
+	case fsmpb.SlotCommand_ACTIVATE:
+		switch {
+		case cur == nil:
+		case same && cur.Phase == fsmpb.SlotState_IMPORTING:
+			delete(st.slotStates, c.Slot)
+			a.notifySlot(c.Slot)
+		default:
+			return refuse("importing for this move")
+		}
+		return ok
+	case fsmpb.SlotCommand_DROP:
+		switch {
+		case cur != nil && cur.Phase == fsmpb.SlotState_GONE:
+			ok.Slot.Done = true
+			return ok
+		case !same:
+			return refuse("frozen or importing for this move")
+		}
+		n, done := st.dropSlot(c.Slot, int(c.Limit))
+		ok.Slot.Dropped, ok.Slot.Done = uint64(n), done
+		if done {
+			to := uint32(0)
+			if cur.Phase == fsmpb.SlotState_FROZEN {
+				to = cur.To
+			}
+			set(fsmpb.SlotState_GONE, to)
+		}
+		return ok
+	}
+	return failuref("OP_SLOT: unknown action %d", int32(c.Action))
+}
+
+// slotHolds reports whether the state holds anything of the slot's groups.
+func (s *state) slotHolds(slot uint32) bool {
+	holds := false
+	s.slotQueues(slot, func(q *queue) bool {
+		holds = q.byClaim.Len() > 0
+		return !holds
+	})
+	return holds
+}
+
+// dropSlot deletes up to limit (<= 0: all) of the slot's tasks and reports
+// how many and whether none is left; when none is left it deletes the
+// slot's pauses, limits, key reservations and schedules too. Sessions stay
+// until they expire: a retry that reaches this shard is answered with what
+// it did here.
+func (s *state) dropSlot(slot uint32, limit int) (int, bool) {
+	var victims []*task
+	s.slotQueues(slot, func(q *queue) bool {
+		q.byClaim.Ascend(func(t *task) bool {
+			if limit > 0 && len(victims) == limit {
+				return false
+			}
+			victims = append(victims, t)
+			return true
+		})
+		return limit <= 0 || len(victims) < limit
+	})
+	for _, t := range victims {
+		s.remove(t)
+		s.prune(t.q.name)
+	}
+	if limit > 0 && len(victims) == limit && s.slotHolds(slot) {
+		return len(victims), false
+	}
+	for name := range s.paused {
+		if s.inSlot(groupOf(name), slot) {
+			delete(s.paused, name)
+		}
+	}
+	for name := range s.limits {
+		if s.inSlot(groupOf(name), slot) {
+			delete(s.limits, name)
+		}
+	}
+	for k, r := range s.reserved {
+		if s.inSlot(groupOf(k.queue), slot) {
+			delete(s.reserved, k)
+			s.reservedOrder.Delete(r)
+		}
+	}
+	for k, sc := range s.schedules {
+		if s.inSlot(groupOf(sc.Queue), slot) {
+			delete(s.schedules, k)
+		}
+	}
+	return len(victims), true
+}
+
+// checkImport checks every record of an IMPORT before any applies, so that
+// a refused step changes nothing.
+func (s *state) checkImport(slot uint32, recs []*fsmpb.SnapshotRecord) error {
+	type groupID struct{ group, id string }
+	ids := make(map[groupID]bool)
+	keys := make(map[queueKey]bool)
+	in := func(what, queue string) error {
+		if queue == "" || queue[0] == '/' {
+			return fmt.Errorf("%s without a valid queue", what)
+		}
+		if !s.inSlot(groupOf(queue), slot) {
+			return fmt.Errorf("%s of queue %q, which is not in slot %d", what, queue, slot)
+		}
+		return nil
+	}
+	for i, r := range recs {
+		switch {
+		case r.Task != nil:
+			t := r.Task
+			if err := in("task", t.Queue); err != nil {
+				return fmt.Errorf("record %d: %w", i, err)
+			}
+			g := groupID{groupOf(t.Queue), t.Id}
+			if t.Id == "" || ids[g] || s.find(g.group, g.id) != nil {
+				return fmt.Errorf("record %d: task id %q of group %q empty or already held", i, t.Id, g.group)
+			}
+			ids[g] = true
+			if t.Key != "" {
+				k := queueKey{t.Queue, t.Key}
+				if keys[k] || s.queues[t.Queue] != nil && s.queues[t.Queue].keys[t.Key] != "" {
+					return fmt.Errorf("record %d: key %q of queue %q already held", i, t.Key, t.Queue)
+				}
+				keys[k] = true
+			}
+		case r.Session != nil:
+			ss := r.Session
+			if ss.ClientId == "" || ss.Result == nil {
+				return fmt.Errorf("record %d: session without a client id or result", i)
+			}
+			if ss.Group != "" && !s.inSlot(ss.Group, slot) {
+				return fmt.Errorf("record %d: session of group %q, which is not in slot %d", i, ss.Group, slot)
+			}
+		case r.PausedQueue != "":
+			if err := in("pause", r.PausedQueue); err != nil {
+				return fmt.Errorf("record %d: %w", i, err)
+			}
+		case r.QueueLimit != nil:
+			if err := in("limit", r.QueueLimit.Queue); err != nil {
+				return fmt.Errorf("record %d: %w", i, err)
+			}
+		case r.Reservation != nil:
+			t := r.Reservation.Task
+			if err := in("key reservation", t.GetQueue()); err != nil {
+				return fmt.Errorf("record %d: %w", i, err)
+			}
+			if t.Key == "" || t.Id == "" {
+				return fmt.Errorf("record %d: key reservation without a key or id", i)
+			}
+		case r.Schedule != nil:
+			if err := in("schedule", r.Schedule.Queue); err != nil {
+				return fmt.Errorf("record %d: %w", i, err)
+			}
+			if r.Schedule.Name == "" {
+				return fmt.Errorf("record %d: schedule without a name", i)
+			}
+		default:
+			return fmt.Errorf("record %d: not a record a slot move carries", i)
+		}
+	}
+	return nil
+}
+
+// importRecords applies records checkImport accepted.
+func (a *applier) importRecords(recs []*fsmpb.SnapshotRecord) {
+	st := a.st
+	for _, r := range recs {
+		switch {
+		case r.Task != nil:
+			t := taskFromProto(r.Task)
+			t.q = st.queueFor(r.Task.Queue)
+			st.add(t)
+		case r.Session != nil:
+			p := r.Session
+			if old := st.sessions[p.ClientId]; old != nil && old.seq >= p.Seq {
+				continue // this shard saw a later request of the client
+			}
+			a.keep(&session{clientID: p.ClientId, seq: p.Seq, group: p.Group, lastSeen: p.LastSeen, result: p.Result,
+				size: sessionSize(p.ClientId, p.Result)})
+		case r.PausedQueue != "":
+			st.paused[r.PausedQueue] = struct{}{}
+		case r.QueueLimit != nil:
+			if r.QueueLimit.MaxClaimed == 0 {
+				delete(st.limits, r.QueueLimit.Queue)
+			} else {
+				st.limits[r.QueueLimit.Queue] = r.QueueLimit.MaxClaimed
+			}
+		case r.Reservation != nil:
+			if r.Reservation.Until <= st.clock {
+				continue
+			}
+			tp := r.Reservation.Task
+			k := queueKey{tp.Queue, tp.Key}
+			if old := st.reserved[k]; old != nil {
+				st.reservedOrder.Delete(old)
+			}
+			t := taskFromProto(tp)
+			t.q = &queue{name: tp.Queue, group: groupOf(tp.Queue)}
+			res := &reservation{last: t, until: r.Reservation.Until}
+			st.reserved[k] = res
+			st.reservedOrder.ReplaceOrInsert(res)
+		case r.Schedule != nil:
+			st.schedules[scheduleKey(r.Schedule.Queue, r.Schedule.Name)] = r.Schedule
+		}
+	}
+}
+
+// taskFromProto builds a task from its record; the caller sets q.
+func taskFromProto(tp *fsmpb.Task) *task {
+	return &task{id: tp.Id, key: tp.Key, claimant: tp.Claimant, err: tp.Err, value: tp.Value,
+		version: tp.Version, at: tp.At, created: tp.Created, modified: tp.Modified,
+		priority: tp.Priority, claims: tp.Claims, attempt: tp.Attempt, dedup: tp.DedupWindow}
+}
+
+// SlotCursor is where an ExportSlot chunk ends and the next begins; the
+// zero cursor is the start.
+type SlotCursor struct {
+	// Phase 0: tasks, after Queue/ID (in queue name order, each queue in
+	// claim order); 1: sessions, after ID (a client id, in order); 2: the
+	// rest (pauses, limits, reservations, schedules), in one chunk.
+	Phase int
+	Queue string
+	ID    string
+}
+
+// SlotChunk is one chunk of a slot's state, as an IMPORT carries it.
+type SlotChunk struct {
+	Records []*fsmpb.SnapshotRecord
+	Tasks   int        // task records among them
+	Next    SlotCursor // where the next chunk starts
+	Done    bool       // nothing follows
+}
+
+// ErrSlotNotFrozen is returned by ExportSlot for a slot the move has not
+// frozen: its state could change between chunks.
+var ErrSlotNotFrozen = errors.New("fsm: the slot is not frozen by this move")
+
+// ExportSlot reads the slot's state from after, records of about maxBytes
+// at most (at least one record), for move, which must have frozen the slot:
+// the chunks of a frozen slot make one consistent copy.
+func (m *Machine) ExportSlot(slot, slots uint32, move uint64, after SlotCursor, maxBytes int) (SlotChunk, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	st := m.st
+	if ss := st.slotStates[slot]; ss == nil || ss.Move != move || ss.Phase != fsmpb.SlotState_FROZEN || st.slotTable != slots {
+		return SlotChunk{}, ErrSlotNotFrozen
+	}
+	var out SlotChunk
+	size := 0
+	full := func(r *fsmpb.SnapshotRecord) bool {
+		n := proto.Size(r)
+		if len(out.Records) > 0 && size+n > maxBytes {
+			return true
+		}
+		size += n
+		out.Records = append(out.Records, r)
+		return false
+	}
+	if after.Phase == 0 {
+		var err error
+		var lastQueue, lastID string
+		stopped := false
+		st.names.AscendGreaterOrEqual(&queue{name: after.Queue}, func(q *queue) bool {
+			if !st.inSlot(q.group, slot) {
+				return true
+			}
+			var from *task
+			if q.name == after.Queue && after.ID != "" {
+				if from = st.find(q.group, after.ID); from == nil || from.q != q {
+					err = fmt.Errorf("fsm: export of slot %d: task %q of %q is gone (the slot is frozen: this is a bug)", slot, after.ID, q.name)
+					return false
+				}
+			}
+			visit := func(t *task) bool {
+				if t == from {
+					return true
+				}
+				if full(&fsmpb.SnapshotRecord{Task: t.toProto(false)}) {
+					stopped = true
+					return false
+				}
+				out.Tasks++
+				lastQueue, lastID = q.name, t.id
+				return true
+			}
+			if from != nil {
+				q.byClaim.AscendGreaterOrEqual(from, visit)
+			} else {
+				q.byClaim.Ascend(visit)
+			}
+			return !stopped
+		})
+		if err != nil {
+			return SlotChunk{}, err
+		}
+		if stopped {
+			out.Next = SlotCursor{Queue: lastQueue, ID: lastID}
+			if out.Tasks == 0 { // cannot happen: full keeps one record
+				out.Next = after
+			}
+			return out, nil
+		}
+		after = SlotCursor{Phase: 1}
+	}
+	if after.Phase == 1 {
+		var ids []string
+		for id, ss := range st.sessions {
+			if id > after.ID && (ss.group == "" || st.inSlot(ss.group, slot)) {
+				ids = append(ids, id)
+			}
+		}
+		slices.Sort(ids)
+		next := after
+		for _, id := range ids {
+			ss := st.sessions[id]
+			rec := &fsmpb.SnapshotRecord{Session: &fsmpb.Session{ClientId: ss.clientID, Seq: ss.seq, LastSeen: ss.lastSeen,
+				Result: ss.result, Group: ss.group}}
+			if full(rec) {
+				out.Next = next
+				return out, nil
+			}
+			next = SlotCursor{Phase: 1, ID: id}
+		}
+		after = SlotCursor{Phase: 2}
+	}
+	// The rest is small (a queue's settings, a deleted task's key): one
+	// chunk, whatever its size.
+	var paused []string
+	for name := range st.paused {
+		if st.inSlot(groupOf(name), slot) {
+			paused = append(paused, name)
+		}
+	}
+	slices.Sort(paused)
+	for _, name := range paused {
+		out.Records = append(out.Records, &fsmpb.SnapshotRecord{PausedQueue: name})
+	}
+	var limits []string
+	for name := range st.limits {
+		if st.inSlot(groupOf(name), slot) {
+			limits = append(limits, name)
+		}
+	}
+	slices.Sort(limits)
+	for _, name := range limits {
+		out.Records = append(out.Records, &fsmpb.SnapshotRecord{QueueLimit: &fsmpb.QueueLimit{Queue: name, MaxClaimed: st.limits[name]}})
+	}
+	st.reservedOrder.Ascend(func(r *reservation) bool {
+		if st.inSlot(r.last.q.group, slot) {
+			out.Records = append(out.Records, &fsmpb.SnapshotRecord{Reservation: &fsmpb.KeyReservation{Task: r.last.toProto(false), Until: r.until}})
+		}
+		return true
+	})
+	var sched []*fsmpb.Schedule
+	for _, sc := range st.schedules {
+		if st.inSlot(groupOf(sc.Queue), slot) {
+			sched = append(sched, sc)
+		}
+	}
+	sortSchedules(sched)
+	for _, sc := range sched {
+		out.Records = append(out.Records, &fsmpb.SnapshotRecord{Schedule: sc})
+	}
+	out.Done = true
+	return out, nil
+}
+
+// SlotStates returns the slots this shard does not serve, by slot.
+func (m *Machine) SlotStates() []*fsmpb.SlotState {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	out := make([]*fsmpb.SlotState, 0, len(m.st.slotStates))
+	for _, ss := range m.st.slotStates {
+		out = append(out, ss)
+	}
+	slices.SortFunc(out, func(a, b *fsmpb.SlotState) int { return int(a.Slot) - int(b.Slot) })
+	return out
+}
+
+// SlotTasks counts the tasks per slot of a table of slots (only slots that
+// hold some), for balancing and status. It walks the queues, not the tasks.
+func (m *Machine) SlotTasks(slots uint32) map[uint32]int {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	out := make(map[uint32]int)
+	m.st.names.Ascend(func(q *queue) bool {
+		if n := q.byClaim.Len(); n > 0 {
+			out[SlotOf(q.group, slots)] += n
+		}
+		return true
+	})
+	return out
+}
