@@ -94,6 +94,11 @@ func TestAuthorize(t *testing.T) {
 		{anyClient, "/taskstore.peer.v1.Peer/Clock", nil, codes.PermissionDenied},
 		{node, "/taskstore.peer.v1.Peer/WipeReplica", nil, codes.OK},
 		{admin, "/taskstore.peer.v1.Peer/WipeReplica", nil, codes.PermissionDenied},
+		{node, "/taskstore.peer.v1.Peer/SlotStep", nil, codes.OK},
+		{admin, "/taskstore.peer.v1.Peer/SlotStep", nil, codes.PermissionDenied},
+		{admin, "/taskstore.peer.v1.Peer/ExportSlot", nil, codes.PermissionDenied},
+		{admin, "/taskstore.v1.Admin/MoveSlots", nil, codes.OK},
+		{anyClient, "/taskstore.v1.Admin/MoveSlots", nil, codes.PermissionDenied},
 		{anyClient, ts + "Purge", &taskstorepb.PurgeRequest{Queue: "x/y"}, codes.PermissionDenied},
 		// Pausing stops a queue's workers: an operator's act.
 		{anyClient, ts + "PauseQueue", &taskstorepb.QueuePauseRequest{Queue: "x/y"}, codes.PermissionDenied},

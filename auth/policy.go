@@ -187,6 +187,7 @@ var methodPerms = map[string]int{
 	"/taskstore.v1.Admin/AddNode":            permAdmin,
 	"/taskstore.v1.Admin/RemoveNode":         permAdmin,
 	"/taskstore.v1.Admin/RebuildReplica":     permAdmin,
+	"/taskstore.v1.Admin/MoveSlots":          permAdmin,
 	// The nodes' internal service (cluster/peerpb): nodes, and admins
 	// debugging them.
 	"/taskstore.peer.v1.Peer/Report": permAdmin,
@@ -199,6 +200,15 @@ var methodPerms = map[string]int{
 // wipeReplicaMethod deletes a replica's files: only a node asks (the
 // shard's leader, after removing the replica from its group).
 const wipeReplicaMethod = "/taskstore.peer.v1.Peer/WipeReplica"
+
+// nodeOnly are the internal calls only a node makes: they change or read
+// shards beneath the API (a replica's files; a slot move's steps, which
+// the meta leader's slot mover sends).
+var nodeOnly = map[string]bool{
+	wipeReplicaMethod:                    true,
+	"/taskstore.peer.v1.Peer/SlotStep":   true,
+	"/taskstore.peer.v1.Peer/ExportSlot": true,
+}
 
 // Authorize decides whether p may call method with req (nil for streams).
 // Unknown methods (reflection, future calls) need the admin role.
@@ -218,8 +228,8 @@ func Authorize(p Principal, method string, req any) error {
 		if r, ok := req.(*taskstorepb.RebuildReplicaRequest); ok && r.GetWipe() && p.Role != RoleNode {
 			return status.Errorf(codes.PermissionDenied, "%s with wipe is sent by the shard's leader only; %s has role %s", short, p.Name, p.Role)
 		}
-		if method == wipeReplicaMethod && p.Role != RoleNode {
-			return status.Errorf(codes.PermissionDenied, "%s is sent by the shard's leader only; %s has role %s", short, p.Name, p.Role)
+		if nodeOnly[method] && p.Role != RoleNode {
+			return status.Errorf(codes.PermissionDenied, "%s is sent by nodes only; %s has role %s", short, p.Name, p.Role)
 		}
 	case permClient:
 		for _, q := range queuesOf(req) {

@@ -3,6 +3,8 @@ package client
 import (
 	"context"
 	"fmt"
+	"strings"
+	"time"
 
 	"google.golang.org/grpc"
 
@@ -78,4 +80,70 @@ func (c *Client) RebuildReplica(ctx context.Context, shard uint32, node string) 
 		_, err := taskstorepb.NewAdminClient(cc).RebuildReplica(ctx, &taskstorepb.RebuildReplicaRequest{Shard: shard, Node: node})
 		return err
 	})
+}
+
+// MoveSlots moves hash slots to shard to on the live cluster (their
+// groups' writers see Unavailable for the moment of the move, which this
+// client retries on its own). It returns the moves once they are recorded;
+// they run one at a time: watch Status().Moves, or use WaitMoves.
+func (c *Client) MoveSlots(ctx context.Context, slots []uint32, to uint32) ([]*taskstorepb.SlotMove, error) {
+	if len(slots) == 0 || to == 0 {
+		return nil, fmt.Errorf("move slots: name the slots and the shard to move them to: %w", ErrInvalid)
+	}
+	var resp *taskstorepb.MoveSlotsResponse
+	err := c.call(ctx, "MoveSlots", target{anyNode: true}, 0, func(ctx context.Context, cc *grpc.ClientConn) (err error) {
+		resp, err = taskstorepb.NewAdminClient(cc).MoveSlots(ctx, &taskstorepb.MoveSlotsRequest{Slots: slots, To: to})
+		return err
+	})
+	return resp.GetMoves(), err
+}
+
+// WaitMoves waits until each of the moves has finished, calling progress
+// (if set) with the moves still under way after each look. It returns an
+// error naming the moves that were abandoned (the slot stayed where it
+// was) and why.
+func (c *Client) WaitMoves(ctx context.Context, moves []*taskstorepb.SlotMove, progress func(under []*taskstorepb.SlotMove)) error {
+	pending := map[uint64]bool{}
+	for _, m := range moves {
+		pending[m.Id] = true
+	}
+	var failed []string
+	for len(pending) > 0 {
+		st, err := c.Status(ctx, &taskstorepb.StatusRequest{})
+		if err != nil {
+			return err
+		}
+		// A node whose copy of the map trails may not list a move yet:
+		// a move is finished when a node lists it finished.
+		for _, m := range st.FinishedMoves {
+			if !pending[m.Id] {
+				continue
+			}
+			delete(pending, m.Id)
+			if m.Phase != "done" {
+				failed = append(failed, fmt.Sprintf("slot %d stayed on shard %d (%s)", m.Slot, m.From, m.Error))
+			}
+		}
+		if progress != nil {
+			var under []*taskstorepb.SlotMove
+			for _, m := range st.Moves {
+				if pending[m.Id] {
+					under = append(under, m)
+				}
+			}
+			progress(under)
+		}
+		if len(pending) == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("move slots: %s: %w", strings.Join(failed, "; "), ErrUnavailable)
+	}
+	return nil
 }

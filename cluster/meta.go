@@ -203,6 +203,8 @@ func applyMeta(cm *metapb.ClusterMap, cmd *metapb.Command) bool {
 		}
 		cm.Shards = append(cm.Shards, want)
 		return true
+	case metapb.Op_OP_MOVE_BEGIN, metapb.Op_OP_MOVE_FLIP, metapb.Op_OP_MOVE_ABORT, metapb.Op_OP_MOVE_END:
+		return applyMove(cm, cmd)
 	default:
 		// An op code from a newer version: ignoring it would let replicas
 		// diverge from the ones that understand it.

@@ -123,6 +123,8 @@ type Node struct {
 	stopping, noHandOff atomic.Bool
 
 	stop chan struct{}
+	// moverWake wakes the slot mover (slotmove.go) when a move is recorded.
+	moverWake chan struct{}
 	// removed is closed when this node learns it was removed (removal.go).
 	removed chan struct{}
 	wg      sync.WaitGroup
@@ -181,14 +183,15 @@ func Start(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{
-		cfg:     cfg,
-		log:     log,
-		addr:    addr,
-		meta:    newMetaFSM(),
-		shards:  make(map[uint32]*Shard),
-		stop:    make(chan struct{}),
-		removed: make(chan struct{}),
-		peers:   newConnPool(cfg.DialOptions),
+		cfg:       cfg,
+		log:       log,
+		addr:      addr,
+		meta:      newMetaFSM(),
+		shards:    make(map[uint32]*Shard),
+		stop:      make(chan struct{}),
+		moverWake: make(chan struct{}, 1),
+		removed:   make(chan struct{}),
+		peers:     newConnPool(cfg.DialOptions),
 
 		diverged: make(map[uint32]*divergenceRecord),
 		disagree: make(map[uint32]string),
@@ -221,6 +224,7 @@ func Start(cfg Config) (*Node, error) {
 	n.loop(n.tickLoop)
 	n.loop(n.dueLoop)
 	n.loop(n.formatLoop)
+	n.loop(n.runSlotMoves)
 	n.loop(n.scheduleLoop)
 	n.loop(n.watchRemoval)
 	n.loop(n.boundLogs)

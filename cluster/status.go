@@ -189,6 +189,12 @@ func (n *Node) localStatus(cm *metapb.ClusterMap) *taskstorepb.StatusResponse {
 	for _, ss := range st.Shards {
 		ss.Slots = slotCount[ss.Id]
 	}
+	for _, mv := range cm.Moves {
+		st.Moves = append(st.Moves, MoveToAPI(mv))
+	}
+	for _, mv := range cm.Finished {
+		st.FinishedMoves = append(st.FinishedMoves, MoveToAPI(mv))
+	}
 	return st
 }
 

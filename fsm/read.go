@@ -373,6 +373,7 @@ func digestOf(snap *snapshot) [32]byte {
 			u(uint64(ss.Phase))
 			u(ss.Move)
 			u(uint64(ss.To))
+			u(uint64(ss.Chunks))
 		}
 	}
 	if len(snap.paused) > 0 {

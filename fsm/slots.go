@@ -158,6 +158,9 @@ func (a *applier) slotCommand(c *fsmpb.SlotCommand) *fsmpb.Result {
 		state := "served"
 		if cur != nil {
 			state = fmt.Sprintf("%v for move %d", cur.Phase, cur.Move)
+			if cur.Phase == fsmpb.SlotState_IMPORTING {
+				state += fmt.Sprintf(" (%d chunks in)", cur.Chunks)
+			}
 		}
 		return failuref("OP_SLOT %v of slot %d (move %d): the slot is %s, want %s", c.Action, c.Slot, c.Move, state, want)
 	}
@@ -187,7 +190,11 @@ func (a *applier) slotCommand(c *fsmpb.SlotCommand) *fsmpb.Result {
 		}
 		return ok
 	case fsmpb.SlotCommand_IMPORT:
-		if c.Begin {
+		begin := c.Chunk == 0
+		if same && cur.Phase == fsmpb.SlotState_IMPORTING && c.Chunk < cur.Chunks {
+			return ok // applied already: a repeated step
+		}
+		if begin {
 			switch {
 			case cur == nil && st.slotHolds(c.Slot):
 				return failuref("OP_SLOT IMPORT begin of slot %d (move %d): the shard serves the slot and holds its tasks", c.Slot, c.Move)
@@ -196,11 +203,11 @@ func (a *applier) slotCommand(c *fsmpb.SlotCommand) *fsmpb.Result {
 			default:
 				return refuse("served and empty, or gone")
 			}
-		} else if !same || cur.Phase != fsmpb.SlotState_IMPORTING {
-			return refuse("importing for this move")
+		} else if !same || cur.Phase != fsmpb.SlotState_IMPORTING || c.Chunk != cur.Chunks {
+			return refuse(fmt.Sprintf("importing for this move, at chunk %d", c.Chunk))
 		}
 		if err := st.checkImport(c.Slot, c.Records); err != nil {
-			if c.Begin {
+			if begin {
 				st.slotStates[c.Slot] = cur // nothing changed
 				if cur == nil {
 					delete(st.slotStates, c.Slot)
@@ -209,6 +216,8 @@ func (a *applier) slotCommand(c *fsmpb.SlotCommand) *fsmpb.Result {
 			return failuref("OP_SLOT IMPORT of slot %d (move %d): %v", c.Slot, c.Move, err)
 		}
 		a.importRecords(c.Records)
+		in := st.slotStates[c.Slot] // immutable: snapshots share them
+		st.slotStates[c.Slot] = &fsmpb.SlotState{Slot: in.Slot, Phase: in.Phase, Move: in.Move, To: in.To, Chunks: c.Chunk + 1}
 		return ok
 	case fsmpb.SlotCommand_ACTIVATE:
 		switch {
@@ -222,7 +231,9 @@ func (a *applier) slotCommand(c *fsmpb.SlotCommand) *fsmpb.Result {
 		return ok
 	case fsmpb.SlotCommand_DROP:
 		switch {
-		case cur != nil && cur.Phase == fsmpb.SlotState_GONE:
+		case cur != nil && cur.Phase == fsmpb.SlotState_GONE, cur == nil && !st.slotHolds(c.Slot):
+			// Nothing to drop: gone already, or an abandoned move's
+			// target that never took anything.
 			ok.Slot.Done = true
 			return ok
 		case !same:

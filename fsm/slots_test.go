@@ -123,14 +123,17 @@ func slotTasks(m *Machine, slot uint32) []string {
 func (r *slotRig) move(slot uint32, move uint64, maxBytes int) (chunks int) {
 	r.t.Helper()
 	var cur SlotCursor
-	for first := true; ; first = false {
+	for chunk := uint32(0); ; chunk++ {
 		ch, err := r.src.ExportSlot(slot, testSlots, move, cur, maxBytes)
 		if err != nil {
 			r.t.Fatal(err)
 		}
 		c := slotCmd(fsmpb.SlotCommand_IMPORT, slot, move)
-		c.Begin, c.Records = first, ch.Records
+		c.Chunk, c.Records = chunk, ch.Records
 		r.ok(r.dst, slotOp(c))
+		if chunk == 1 {
+			r.ok(r.dst, slotOp(c)) // a repeated step (its outcome was unknown) is applied as nothing
+		}
 		chunks++
 		if ch.Done {
 			return chunks
@@ -326,7 +329,7 @@ func TestSlotMoveRollsBack(t *testing.T) {
 		t.Fatalf("first chunk: done %v, err %v", ch.Done, err)
 	}
 	c := slotCmd(fsmpb.SlotCommand_IMPORT, slot, move)
-	c.Begin, c.Records = true, ch.Records
+	c.Records = ch.Records
 	r.ok(r.dst, slotOp(c))
 	// Activating with another move's id is refused.
 	if res := r.on(r.dst, slotOp(slotCmd(fsmpb.SlotCommand_ACTIVATE, slot, move+1))); res.Failure == nil {
@@ -371,10 +374,11 @@ func TestSlotStepsRefused(t *testing.T) {
 	before := r.dst.Digest()
 	stay := r.now // refused steps at the same time: the clock does not move either
 	begin := slotCmd(fsmpb.SlotCommand_IMPORT, slot, 1)
-	begin.Begin = true
+	later := slotCmd(fsmpb.SlotCommand_IMPORT, slot, 1)
+	later.Chunk = 1
 	for name, c := range map[string]*fsmpb.SlotCommand{
 		"import into a served slot that holds tasks": begin,
-		"import without begin":                       slotCmd(fsmpb.SlotCommand_IMPORT, slot, 1),
+		"import without begin":                       later,
 		"drop a served slot":                         {Action: fsmpb.SlotCommand_DROP, Slot: slot, Slots: testSlots, Move: 1},
 		"slot out of range":                          {Action: fsmpb.SlotCommand_FREEZE, Slot: testSlots, Slots: testSlots, Move: 1},
 		"no move id":                                 {Action: fsmpb.SlotCommand_FREEZE, Slot: slot, Slots: testSlots},
@@ -409,7 +413,6 @@ func TestSlotStepsRefused(t *testing.T) {
 	}
 	empty.ok(empty.dst, modifyOf("elsewhere", &fsmpb.Insert{Id: "z", Queue: "elsewhere/q"}))
 	c := slotCmd(fsmpb.SlotCommand_IMPORT, slot, 1)
-	c.Begin = true
 	c.Records = append(slices.Clone(ch.Records), ch.Records[0]) // the same task twice
 	before = empty.dst.Digest()
 	cmd := slotOp(c)

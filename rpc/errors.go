@@ -74,6 +74,10 @@ func toStatus(err error) error {
 			st = d
 		}
 		return st.Err()
+	case errors.As(err, &refused) && refused.failure.Moved != nil:
+		// The group's slot moved or is moving: the shard that serves it
+		// applies the retry (clients refresh their routing on Unavailable).
+		return status.Error(codes.Unavailable, err.Error())
 	case errors.As(err, &refused):
 		st := status.New(codes.FailedPrecondition, err.Error())
 		if len(refused.failure.Errors) > 0 {

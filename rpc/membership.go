@@ -118,3 +118,26 @@ func (srv *Server) shardLeader(ctx context.Context, err error) (taskstorepb.Admi
 	}
 	return taskstorepb.NewAdminClient(conn), metadata.AppendToOutgoingContext(ctx, forwardedKey, "1"), true
 }
+
+// MoveSlots implements Admin.MoveSlots; any node forwards it to the meta
+// leader, whose slot mover runs the moves.
+func (srv *Server) MoveSlots(ctx context.Context, req *taskstorepb.MoveSlotsRequest) (*taskstorepb.MoveSlotsResponse, error) {
+	if len(req.Slots) == 0 {
+		return nil, toStatus(invalid("slots", "name at least one slot"))
+	}
+	if req.To == 0 {
+		return nil, toStatus(invalid("to", "the shard to move the slots to is required"))
+	}
+	moves, err := srv.node.MoveSlots(ctx, req.Slots, req.To)
+	if err != nil {
+		if leader, fctx, ok := srv.metaLeader(ctx, err); ok {
+			return leader.MoveSlots(fctx, req)
+		}
+		return nil, toStatus(err)
+	}
+	out := &taskstorepb.MoveSlotsResponse{}
+	for _, mv := range moves {
+		out.Moves = append(out.Moves, cluster.MoveToAPI(mv))
+	}
+	return out, nil
+}

@@ -265,7 +265,7 @@ func (srv *Server) modify(ctx context.Context, req *taskstorepb.ModifyRequest) (
 		return nil, err
 	}
 	if res.Failure != nil {
-		if !res.Replayed {
+		if !res.Replayed && res.Failure.Moved == nil {
 			srv.metrics.refusal(res.Failure)
 		}
 		if strings.HasPrefix(res.Failure.Message, fsm.OutOfScope) {

@@ -3229,7 +3229,12 @@ type StatusResponse struct {
 	// The node that answered.
 	Node string `protobuf:"bytes,4,opt,name=node,proto3" json:"node,omitempty"`
 	// The answering node's clock when it answered (set with clock_only).
-	Now           *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=now,proto3" json:"now,omitempty"`
+	Now *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=now,proto3" json:"now,omitempty"`
+	// Slot moves under way.
+	Moves []*SlotMove `protobuf:"bytes,6,rep,name=moves,proto3" json:"moves,omitempty"`
+	// The last slot moves finished ("done" or "aborted", with why), oldest
+	// first.
+	FinishedMoves []*SlotMove `protobuf:"bytes,7,rep,name=finished_moves,json=finishedMoves,proto3" json:"finished_moves,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3299,6 +3304,209 @@ func (x *StatusResponse) GetNow() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *StatusResponse) GetMoves() []*SlotMove {
+	if x != nil {
+		return x.Moves
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetFinishedMoves() []*SlotMove {
+	if x != nil {
+		return x.FinishedMoves
+	}
+	return nil
+}
+
+type MoveSlotsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The hash slots to move (0 <= slot < len(Routing.slots)).
+	Slots []uint32 `protobuf:"varint,1,rep,packed,name=slots,proto3" json:"slots,omitempty"`
+	// The shard to move them to.
+	To            uint32 `protobuf:"varint,2,opt,name=to,proto3" json:"to,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveSlotsRequest) Reset() {
+	*x = MoveSlotsRequest{}
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveSlotsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveSlotsRequest) ProtoMessage() {}
+
+func (x *MoveSlotsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveSlotsRequest.ProtoReflect.Descriptor instead.
+func (*MoveSlotsRequest) Descriptor() ([]byte, []int) {
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *MoveSlotsRequest) GetSlots() []uint32 {
+	if x != nil {
+		return x.Slots
+	}
+	return nil
+}
+
+func (x *MoveSlotsRequest) GetTo() uint32 {
+	if x != nil {
+		return x.To
+	}
+	return 0
+}
+
+type MoveSlotsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The moves recorded, one per slot not already on the target.
+	Moves         []*SlotMove `protobuf:"bytes,1,rep,name=moves,proto3" json:"moves,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveSlotsResponse) Reset() {
+	*x = MoveSlotsResponse{}
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveSlotsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveSlotsResponse) ProtoMessage() {}
+
+func (x *MoveSlotsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveSlotsResponse.ProtoReflect.Descriptor instead.
+func (*MoveSlotsResponse) Descriptor() ([]byte, []int) {
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *MoveSlotsResponse) GetMoves() []*SlotMove {
+	if x != nil {
+		return x.Moves
+	}
+	return nil
+}
+
+// SlotMove is a move of one hash slot between shards.
+type SlotMove struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Slot  uint32                 `protobuf:"varint,2,opt,name=slot,proto3" json:"slot,omitempty"`
+	From  uint32                 `protobuf:"varint,3,opt,name=from,proto3" json:"from,omitempty"`
+	To    uint32                 `protobuf:"varint,4,opt,name=to,proto3" json:"to,omitempty"`
+	// "copying": the source refuses the slot's writes while its state is
+	// copied; "flipped": the routing table names the target, the source
+	// deletes its copy; "aborting": abandoned before the flip (error says
+	// why), the source serves the slot again. Finished moves: "done" (the
+	// slot is on the target) or "aborted" (it stayed where it was).
+	Phase         string `protobuf:"bytes,5,opt,name=phase,proto3" json:"phase,omitempty"`
+	Error         string `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SlotMove) Reset() {
+	*x = SlotMove{}
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SlotMove) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SlotMove) ProtoMessage() {}
+
+func (x *SlotMove) ProtoReflect() protoreflect.Message {
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SlotMove.ProtoReflect.Descriptor instead.
+func (*SlotMove) Descriptor() ([]byte, []int) {
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *SlotMove) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *SlotMove) GetSlot() uint32 {
+	if x != nil {
+		return x.Slot
+	}
+	return 0
+}
+
+func (x *SlotMove) GetFrom() uint32 {
+	if x != nil {
+		return x.From
+	}
+	return 0
+}
+
+func (x *SlotMove) GetTo() uint32 {
+	if x != nil {
+		return x.To
+	}
+	return 0
+}
+
+func (x *SlotMove) GetPhase() string {
+	if x != nil {
+		return x.Phase
+	}
+	return ""
+}
+
+func (x *SlotMove) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 type RoutingRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -3307,7 +3515,7 @@ type RoutingRequest struct {
 
 func (x *RoutingRequest) Reset() {
 	*x = RoutingRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[40]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3319,7 +3527,7 @@ func (x *RoutingRequest) String() string {
 func (*RoutingRequest) ProtoMessage() {}
 
 func (x *RoutingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[40]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3332,7 +3540,7 @@ func (x *RoutingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoutingRequest.ProtoReflect.Descriptor instead.
 func (*RoutingRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{40}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{43}
 }
 
 type Replica struct {
@@ -3345,7 +3553,7 @@ type Replica struct {
 
 func (x *Replica) Reset() {
 	*x = Replica{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[41]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3357,7 +3565,7 @@ func (x *Replica) String() string {
 func (*Replica) ProtoMessage() {}
 
 func (x *Replica) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[41]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3370,7 +3578,7 @@ func (x *Replica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Replica.ProtoReflect.Descriptor instead.
 func (*Replica) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{41}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *Replica) GetId() string {
@@ -3400,7 +3608,7 @@ type ShardRoute struct {
 
 func (x *ShardRoute) Reset() {
 	*x = ShardRoute{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[42]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3412,7 +3620,7 @@ func (x *ShardRoute) String() string {
 func (*ShardRoute) ProtoMessage() {}
 
 func (x *ShardRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[42]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3425,7 +3633,7 @@ func (x *ShardRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardRoute.ProtoReflect.Descriptor instead.
 func (*ShardRoute) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{42}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ShardRoute) GetId() uint32 {
@@ -3470,7 +3678,7 @@ type RoutingResponse struct {
 
 func (x *RoutingResponse) Reset() {
 	*x = RoutingResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[43]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3482,7 +3690,7 @@ func (x *RoutingResponse) String() string {
 func (*RoutingResponse) ProtoMessage() {}
 
 func (x *RoutingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[43]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3495,7 +3703,7 @@ func (x *RoutingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoutingResponse.ProtoReflect.Descriptor instead.
 func (*RoutingResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{43}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *RoutingResponse) GetSlots() []uint32 {
@@ -3530,7 +3738,7 @@ type TransferLeaderRequest struct {
 
 func (x *TransferLeaderRequest) Reset() {
 	*x = TransferLeaderRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[44]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3542,7 +3750,7 @@ func (x *TransferLeaderRequest) String() string {
 func (*TransferLeaderRequest) ProtoMessage() {}
 
 func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[44]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3555,7 +3763,7 @@ func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{44}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *TransferLeaderRequest) GetShard() uint32 {
@@ -3581,7 +3789,7 @@ type TransferLeaderResponse struct {
 
 func (x *TransferLeaderResponse) Reset() {
 	*x = TransferLeaderResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[45]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3593,7 +3801,7 @@ func (x *TransferLeaderResponse) String() string {
 func (*TransferLeaderResponse) ProtoMessage() {}
 
 func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[45]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3606,7 +3814,7 @@ func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{45}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *TransferLeaderResponse) GetLeader() string {
@@ -3627,7 +3835,7 @@ type AddNodeRequest struct {
 
 func (x *AddNodeRequest) Reset() {
 	*x = AddNodeRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[46]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3639,7 +3847,7 @@ func (x *AddNodeRequest) String() string {
 func (*AddNodeRequest) ProtoMessage() {}
 
 func (x *AddNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[46]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3652,7 +3860,7 @@ func (x *AddNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodeRequest.ProtoReflect.Descriptor instead.
 func (*AddNodeRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{46}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *AddNodeRequest) GetId() string {
@@ -3678,7 +3886,7 @@ type AddNodeResponse struct {
 
 func (x *AddNodeResponse) Reset() {
 	*x = AddNodeResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[47]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3690,7 +3898,7 @@ func (x *AddNodeResponse) String() string {
 func (*AddNodeResponse) ProtoMessage() {}
 
 func (x *AddNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[47]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3703,7 +3911,7 @@ func (x *AddNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodeResponse.ProtoReflect.Descriptor instead.
 func (*AddNodeResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{47}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *AddNodeResponse) GetNode() *NodeStatus {
@@ -3725,7 +3933,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[48]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3737,7 +3945,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[48]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3750,7 +3958,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{48}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *RemoveNodeRequest) GetId() string {
@@ -3776,7 +3984,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[49]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3788,7 +3996,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[49]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3801,7 +4009,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{49}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *RemoveNodeResponse) GetNode() *NodeStatus {
@@ -3829,7 +4037,7 @@ type RebuildReplicaRequest struct {
 
 func (x *RebuildReplicaRequest) Reset() {
 	*x = RebuildReplicaRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[50]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3841,7 +4049,7 @@ func (x *RebuildReplicaRequest) String() string {
 func (*RebuildReplicaRequest) ProtoMessage() {}
 
 func (x *RebuildReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[50]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3854,7 +4062,7 @@ func (x *RebuildReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebuildReplicaRequest.ProtoReflect.Descriptor instead.
 func (*RebuildReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{50}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *RebuildReplicaRequest) GetShard() uint32 {
@@ -3886,7 +4094,7 @@ type RebuildReplicaResponse struct {
 
 func (x *RebuildReplicaResponse) Reset() {
 	*x = RebuildReplicaResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[51]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3898,7 +4106,7 @@ func (x *RebuildReplicaResponse) String() string {
 func (*RebuildReplicaResponse) ProtoMessage() {}
 
 func (x *RebuildReplicaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[51]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3911,7 +4119,7 @@ func (x *RebuildReplicaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebuildReplicaResponse.ProtoReflect.Descriptor instead.
 func (*RebuildReplicaResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{51}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{54}
 }
 
 var File_taskstore_v1_taskstore_proto protoreflect.FileDescriptor
@@ -4189,13 +4397,27 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\breplicas\x18\x04 \x03(\tR\breplicas\x12B\n" +
 	"\x0ereplica_status\x18\x05 \x03(\v2\x1b.taskstore.v1.ReplicaStatusR\rreplicaStatus\x12\x14\n" +
 	"\x05slots\x18\x06 \x01(\rR\x05slots\x12)\n" +
-	"\x10preferred_leader\x18\a \x01(\tR\x0fpreferredLeader\"\xe4\x01\n" +
+	"\x10preferred_leader\x18\a \x01(\tR\x0fpreferredLeader\"\xd1\x02\n" +
 	"\x0eStatusResponse\x12.\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x18.taskstore.v1.NodeStatusR\x05nodes\x121\n" +
 	"\x06shards\x18\x02 \x03(\v2\x19.taskstore.v1.ShardStatusR\x06shards\x12-\n" +
 	"\x04meta\x18\x03 \x01(\v2\x19.taskstore.v1.ShardStatusR\x04meta\x12\x12\n" +
 	"\x04node\x18\x04 \x01(\tR\x04node\x12,\n" +
-	"\x03now\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x03now\"\x10\n" +
+	"\x03now\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x03now\x12,\n" +
+	"\x05moves\x18\x06 \x03(\v2\x16.taskstore.v1.SlotMoveR\x05moves\x12=\n" +
+	"\x0efinished_moves\x18\a \x03(\v2\x16.taskstore.v1.SlotMoveR\rfinishedMoves\"8\n" +
+	"\x10MoveSlotsRequest\x12\x14\n" +
+	"\x05slots\x18\x01 \x03(\rR\x05slots\x12\x0e\n" +
+	"\x02to\x18\x02 \x01(\rR\x02to\"A\n" +
+	"\x11MoveSlotsResponse\x12,\n" +
+	"\x05moves\x18\x01 \x03(\v2\x16.taskstore.v1.SlotMoveR\x05moves\"~\n" +
+	"\bSlotMove\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
+	"\x04slot\x18\x02 \x01(\rR\x04slot\x12\x12\n" +
+	"\x04from\x18\x03 \x01(\rR\x04from\x12\x0e\n" +
+	"\x02to\x18\x04 \x01(\rR\x02to\x12\x14\n" +
+	"\x05phase\x18\x05 \x01(\tR\x05phase\x12\x14\n" +
+	"\x05error\x18\x06 \x01(\tR\x05error\"\x10\n" +
 	"\x0eRoutingRequest\"3\n" +
 	"\aReplica\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
@@ -4251,7 +4473,7 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\rSetQueueLimit\x12\x1f.taskstore.v1.QueueLimitRequest\x1a .taskstore.v1.QueueLimitResponse\x12R\n" +
 	"\vPutSchedule\x12 .taskstore.v1.PutScheduleRequest\x1a!.taskstore.v1.PutScheduleResponse\x12[\n" +
 	"\x0eDeleteSchedule\x12#.taskstore.v1.DeleteScheduleRequest\x1a$.taskstore.v1.DeleteScheduleResponse\x12L\n" +
-	"\tSchedules\x12\x1e.taskstore.v1.SchedulesRequest\x1a\x1f.taskstore.v1.SchedulesResponse2\xe7\x03\n" +
+	"\tSchedules\x12\x1e.taskstore.v1.SchedulesRequest\x1a\x1f.taskstore.v1.SchedulesResponse2\xb5\x04\n" +
 	"\x05Admin\x12C\n" +
 	"\x06Status\x12\x1b.taskstore.v1.StatusRequest\x1a\x1c.taskstore.v1.StatusResponse\x12F\n" +
 	"\aRouting\x12\x1c.taskstore.v1.RoutingRequest\x1a\x1d.taskstore.v1.RoutingResponse\x12[\n" +
@@ -4259,7 +4481,8 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\aAddNode\x12\x1c.taskstore.v1.AddNodeRequest\x1a\x1d.taskstore.v1.AddNodeResponse\x12O\n" +
 	"\n" +
 	"RemoveNode\x12\x1f.taskstore.v1.RemoveNodeRequest\x1a .taskstore.v1.RemoveNodeResponse\x12[\n" +
-	"\x0eRebuildReplica\x12#.taskstore.v1.RebuildReplicaRequest\x1a$.taskstore.v1.RebuildReplicaResponseB;Z9github.com/e1158ecb/taskstore/api/taskstorepb;taskstorepbb\x06proto3"
+	"\x0eRebuildReplica\x12#.taskstore.v1.RebuildReplicaRequest\x1a$.taskstore.v1.RebuildReplicaResponse\x12L\n" +
+	"\tMoveSlots\x12\x1e.taskstore.v1.MoveSlotsRequest\x1a\x1f.taskstore.v1.MoveSlotsResponseB;Z9github.com/e1158ecb/taskstore/api/taskstorepb;taskstorepbb\x06proto3"
 
 var (
 	file_taskstore_v1_taskstore_proto_rawDescOnce sync.Once
@@ -4274,7 +4497,7 @@ func file_taskstore_v1_taskstore_proto_rawDescGZIP() []byte {
 }
 
 var file_taskstore_v1_taskstore_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_taskstore_v1_taskstore_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
+var file_taskstore_v1_taskstore_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
 var file_taskstore_v1_taskstore_proto_goTypes = []any{
 	(TaskState)(0),                 // 0: taskstore.v1.TaskState
 	(MissedTicks)(0),               // 1: taskstore.v1.MissedTicks
@@ -4319,120 +4542,128 @@ var file_taskstore_v1_taskstore_proto_goTypes = []any{
 	(*Divergence)(nil),             // 40: taskstore.v1.Divergence
 	(*ShardStatus)(nil),            // 41: taskstore.v1.ShardStatus
 	(*StatusResponse)(nil),         // 42: taskstore.v1.StatusResponse
-	(*RoutingRequest)(nil),         // 43: taskstore.v1.RoutingRequest
-	(*Replica)(nil),                // 44: taskstore.v1.Replica
-	(*ShardRoute)(nil),             // 45: taskstore.v1.ShardRoute
-	(*RoutingResponse)(nil),        // 46: taskstore.v1.RoutingResponse
-	(*TransferLeaderRequest)(nil),  // 47: taskstore.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil), // 48: taskstore.v1.TransferLeaderResponse
-	(*AddNodeRequest)(nil),         // 49: taskstore.v1.AddNodeRequest
-	(*AddNodeResponse)(nil),        // 50: taskstore.v1.AddNodeResponse
-	(*RemoveNodeRequest)(nil),      // 51: taskstore.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),     // 52: taskstore.v1.RemoveNodeResponse
-	(*RebuildReplicaRequest)(nil),  // 53: taskstore.v1.RebuildReplicaRequest
-	(*RebuildReplicaResponse)(nil), // 54: taskstore.v1.RebuildReplicaResponse
-	(*timestamppb.Timestamp)(nil),  // 55: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 56: google.protobuf.Duration
+	(*MoveSlotsRequest)(nil),       // 43: taskstore.v1.MoveSlotsRequest
+	(*MoveSlotsResponse)(nil),      // 44: taskstore.v1.MoveSlotsResponse
+	(*SlotMove)(nil),               // 45: taskstore.v1.SlotMove
+	(*RoutingRequest)(nil),         // 46: taskstore.v1.RoutingRequest
+	(*Replica)(nil),                // 47: taskstore.v1.Replica
+	(*ShardRoute)(nil),             // 48: taskstore.v1.ShardRoute
+	(*RoutingResponse)(nil),        // 49: taskstore.v1.RoutingResponse
+	(*TransferLeaderRequest)(nil),  // 50: taskstore.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil), // 51: taskstore.v1.TransferLeaderResponse
+	(*AddNodeRequest)(nil),         // 52: taskstore.v1.AddNodeRequest
+	(*AddNodeResponse)(nil),        // 53: taskstore.v1.AddNodeResponse
+	(*RemoveNodeRequest)(nil),      // 54: taskstore.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),     // 55: taskstore.v1.RemoveNodeResponse
+	(*RebuildReplicaRequest)(nil),  // 56: taskstore.v1.RebuildReplicaRequest
+	(*RebuildReplicaResponse)(nil), // 57: taskstore.v1.RebuildReplicaResponse
+	(*timestamppb.Timestamp)(nil),  // 58: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 59: google.protobuf.Duration
 }
 var file_taskstore_v1_taskstore_proto_depIdxs = []int32{
-	55, // 0: taskstore.v1.Task.at:type_name -> google.protobuf.Timestamp
-	55, // 1: taskstore.v1.Task.created:type_name -> google.protobuf.Timestamp
-	55, // 2: taskstore.v1.Task.modified:type_name -> google.protobuf.Timestamp
-	56, // 3: taskstore.v1.Task.dedup_window:type_name -> google.protobuf.Duration
-	55, // 4: taskstore.v1.TaskInsert.at:type_name -> google.protobuf.Timestamp
-	56, // 5: taskstore.v1.TaskInsert.delay:type_name -> google.protobuf.Duration
-	56, // 6: taskstore.v1.TaskInsert.dedup_window:type_name -> google.protobuf.Duration
-	55, // 7: taskstore.v1.TaskChange.at:type_name -> google.protobuf.Timestamp
-	56, // 8: taskstore.v1.TaskChange.delay:type_name -> google.protobuf.Duration
+	58, // 0: taskstore.v1.Task.at:type_name -> google.protobuf.Timestamp
+	58, // 1: taskstore.v1.Task.created:type_name -> google.protobuf.Timestamp
+	58, // 2: taskstore.v1.Task.modified:type_name -> google.protobuf.Timestamp
+	59, // 3: taskstore.v1.Task.dedup_window:type_name -> google.protobuf.Duration
+	58, // 4: taskstore.v1.TaskInsert.at:type_name -> google.protobuf.Timestamp
+	59, // 5: taskstore.v1.TaskInsert.delay:type_name -> google.protobuf.Duration
+	59, // 6: taskstore.v1.TaskInsert.dedup_window:type_name -> google.protobuf.Duration
+	58, // 7: taskstore.v1.TaskChange.at:type_name -> google.protobuf.Timestamp
+	59, // 8: taskstore.v1.TaskChange.delay:type_name -> google.protobuf.Duration
 	6,  // 9: taskstore.v1.ModifyRequest.inserts:type_name -> taskstore.v1.TaskInsert
 	7,  // 10: taskstore.v1.ModifyRequest.changes:type_name -> taskstore.v1.TaskChange
 	4,  // 11: taskstore.v1.ModifyRequest.deletes:type_name -> taskstore.v1.TaskRef
 	4,  // 12: taskstore.v1.ModifyRequest.depends:type_name -> taskstore.v1.TaskRef
 	5,  // 13: taskstore.v1.ModifyRequest.request:type_name -> taskstore.v1.RequestID
 	9,  // 14: taskstore.v1.ModifyRequest.claim:type_name -> taskstore.v1.ModifyClaim
-	56, // 15: taskstore.v1.ModifyClaim.lease:type_name -> google.protobuf.Duration
+	59, // 15: taskstore.v1.ModifyClaim.lease:type_name -> google.protobuf.Duration
 	3,  // 16: taskstore.v1.ModifyResponse.inserted:type_name -> taskstore.v1.Task
 	3,  // 17: taskstore.v1.ModifyResponse.changed:type_name -> taskstore.v1.Task
 	3,  // 18: taskstore.v1.ModifyResponse.claimed:type_name -> taskstore.v1.Task
 	12, // 19: taskstore.v1.ModifyError.errors:type_name -> taskstore.v1.RefError
 	2,  // 20: taskstore.v1.RefError.category:type_name -> taskstore.v1.RefError.Category
-	55, // 21: taskstore.v1.RefError.lease_until:type_name -> google.protobuf.Timestamp
-	56, // 22: taskstore.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
-	56, // 23: taskstore.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	58, // 21: taskstore.v1.RefError.lease_until:type_name -> google.protobuf.Timestamp
+	59, // 22: taskstore.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
+	59, // 23: taskstore.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
 	5,  // 24: taskstore.v1.ClaimRequest.request:type_name -> taskstore.v1.RequestID
 	3,  // 25: taskstore.v1.ClaimResponse.tasks:type_name -> taskstore.v1.Task
 	0,  // 26: taskstore.v1.TasksRequest.state:type_name -> taskstore.v1.TaskState
 	3,  // 27: taskstore.v1.TasksResponse.tasks:type_name -> taskstore.v1.Task
-	56, // 28: taskstore.v1.QueueStats.oldest_available_age:type_name -> google.protobuf.Duration
-	56, // 29: taskstore.v1.QueueStats.avg_claim_to_commit:type_name -> google.protobuf.Duration
-	56, // 30: taskstore.v1.QueueStats.rate_window:type_name -> google.protobuf.Duration
+	59, // 28: taskstore.v1.QueueStats.oldest_available_age:type_name -> google.protobuf.Duration
+	59, // 29: taskstore.v1.QueueStats.avg_claim_to_commit:type_name -> google.protobuf.Duration
+	59, // 30: taskstore.v1.QueueStats.rate_window:type_name -> google.protobuf.Duration
 	18, // 31: taskstore.v1.QueuesResponse.queues:type_name -> taskstore.v1.QueueStats
 	5,  // 32: taskstore.v1.PurgeRequest.request:type_name -> taskstore.v1.RequestID
 	5,  // 33: taskstore.v1.QueuePauseRequest.request:type_name -> taskstore.v1.RequestID
-	56, // 34: taskstore.v1.Schedule.every:type_name -> google.protobuf.Duration
+	59, // 34: taskstore.v1.Schedule.every:type_name -> google.protobuf.Duration
 	1,  // 35: taskstore.v1.Schedule.missed:type_name -> taskstore.v1.MissedTicks
-	55, // 36: taskstore.v1.Schedule.next:type_name -> google.protobuf.Timestamp
-	55, // 37: taskstore.v1.Schedule.last:type_name -> google.protobuf.Timestamp
+	58, // 36: taskstore.v1.Schedule.next:type_name -> google.protobuf.Timestamp
+	58, // 37: taskstore.v1.Schedule.last:type_name -> google.protobuf.Timestamp
 	23, // 38: taskstore.v1.PutScheduleRequest.schedule:type_name -> taskstore.v1.Schedule
 	5,  // 39: taskstore.v1.PutScheduleRequest.request:type_name -> taskstore.v1.RequestID
 	23, // 40: taskstore.v1.PutScheduleResponse.schedule:type_name -> taskstore.v1.Schedule
 	5,  // 41: taskstore.v1.DeleteScheduleRequest.request:type_name -> taskstore.v1.RequestID
 	23, // 42: taskstore.v1.SchedulesResponse.schedules:type_name -> taskstore.v1.Schedule
 	5,  // 43: taskstore.v1.QueueLimitRequest.request:type_name -> taskstore.v1.RequestID
-	55, // 44: taskstore.v1.TimeResponse.now:type_name -> google.protobuf.Timestamp
+	58, // 44: taskstore.v1.TimeResponse.now:type_name -> google.protobuf.Timestamp
 	39, // 45: taskstore.v1.ReplicaStatus.checkpoints:type_name -> taskstore.v1.Checkpoint
 	40, // 46: taskstore.v1.ReplicaStatus.divergence:type_name -> taskstore.v1.Divergence
-	55, // 47: taskstore.v1.Divergence.detected:type_name -> google.protobuf.Timestamp
+	58, // 47: taskstore.v1.Divergence.detected:type_name -> google.protobuf.Timestamp
 	38, // 48: taskstore.v1.ShardStatus.replica_status:type_name -> taskstore.v1.ReplicaStatus
 	37, // 49: taskstore.v1.StatusResponse.nodes:type_name -> taskstore.v1.NodeStatus
 	41, // 50: taskstore.v1.StatusResponse.shards:type_name -> taskstore.v1.ShardStatus
 	41, // 51: taskstore.v1.StatusResponse.meta:type_name -> taskstore.v1.ShardStatus
-	55, // 52: taskstore.v1.StatusResponse.now:type_name -> google.protobuf.Timestamp
-	44, // 53: taskstore.v1.ShardRoute.replicas:type_name -> taskstore.v1.Replica
-	45, // 54: taskstore.v1.RoutingResponse.shards:type_name -> taskstore.v1.ShardRoute
-	37, // 55: taskstore.v1.AddNodeResponse.node:type_name -> taskstore.v1.NodeStatus
-	37, // 56: taskstore.v1.RemoveNodeResponse.node:type_name -> taskstore.v1.NodeStatus
-	8,  // 57: taskstore.v1.TaskStore.Modify:input_type -> taskstore.v1.ModifyRequest
-	13, // 58: taskstore.v1.TaskStore.Claim:input_type -> taskstore.v1.ClaimRequest
-	15, // 59: taskstore.v1.TaskStore.Tasks:input_type -> taskstore.v1.TasksRequest
-	17, // 60: taskstore.v1.TaskStore.Queues:input_type -> taskstore.v1.QueuesRequest
-	33, // 61: taskstore.v1.TaskStore.Time:input_type -> taskstore.v1.TimeRequest
-	20, // 62: taskstore.v1.TaskStore.Purge:input_type -> taskstore.v1.PurgeRequest
-	22, // 63: taskstore.v1.TaskStore.PauseQueue:input_type -> taskstore.v1.QueuePauseRequest
-	22, // 64: taskstore.v1.TaskStore.ResumeQueue:input_type -> taskstore.v1.QueuePauseRequest
-	30, // 65: taskstore.v1.TaskStore.SetQueueLimit:input_type -> taskstore.v1.QueueLimitRequest
-	24, // 66: taskstore.v1.TaskStore.PutSchedule:input_type -> taskstore.v1.PutScheduleRequest
-	26, // 67: taskstore.v1.TaskStore.DeleteSchedule:input_type -> taskstore.v1.DeleteScheduleRequest
-	28, // 68: taskstore.v1.TaskStore.Schedules:input_type -> taskstore.v1.SchedulesRequest
-	36, // 69: taskstore.v1.Admin.Status:input_type -> taskstore.v1.StatusRequest
-	43, // 70: taskstore.v1.Admin.Routing:input_type -> taskstore.v1.RoutingRequest
-	47, // 71: taskstore.v1.Admin.TransferLeader:input_type -> taskstore.v1.TransferLeaderRequest
-	49, // 72: taskstore.v1.Admin.AddNode:input_type -> taskstore.v1.AddNodeRequest
-	51, // 73: taskstore.v1.Admin.RemoveNode:input_type -> taskstore.v1.RemoveNodeRequest
-	53, // 74: taskstore.v1.Admin.RebuildReplica:input_type -> taskstore.v1.RebuildReplicaRequest
-	10, // 75: taskstore.v1.TaskStore.Modify:output_type -> taskstore.v1.ModifyResponse
-	14, // 76: taskstore.v1.TaskStore.Claim:output_type -> taskstore.v1.ClaimResponse
-	16, // 77: taskstore.v1.TaskStore.Tasks:output_type -> taskstore.v1.TasksResponse
-	19, // 78: taskstore.v1.TaskStore.Queues:output_type -> taskstore.v1.QueuesResponse
-	34, // 79: taskstore.v1.TaskStore.Time:output_type -> taskstore.v1.TimeResponse
-	21, // 80: taskstore.v1.TaskStore.Purge:output_type -> taskstore.v1.PurgeResponse
-	32, // 81: taskstore.v1.TaskStore.PauseQueue:output_type -> taskstore.v1.QueuePauseResponse
-	32, // 82: taskstore.v1.TaskStore.ResumeQueue:output_type -> taskstore.v1.QueuePauseResponse
-	31, // 83: taskstore.v1.TaskStore.SetQueueLimit:output_type -> taskstore.v1.QueueLimitResponse
-	25, // 84: taskstore.v1.TaskStore.PutSchedule:output_type -> taskstore.v1.PutScheduleResponse
-	27, // 85: taskstore.v1.TaskStore.DeleteSchedule:output_type -> taskstore.v1.DeleteScheduleResponse
-	29, // 86: taskstore.v1.TaskStore.Schedules:output_type -> taskstore.v1.SchedulesResponse
-	42, // 87: taskstore.v1.Admin.Status:output_type -> taskstore.v1.StatusResponse
-	46, // 88: taskstore.v1.Admin.Routing:output_type -> taskstore.v1.RoutingResponse
-	48, // 89: taskstore.v1.Admin.TransferLeader:output_type -> taskstore.v1.TransferLeaderResponse
-	50, // 90: taskstore.v1.Admin.AddNode:output_type -> taskstore.v1.AddNodeResponse
-	52, // 91: taskstore.v1.Admin.RemoveNode:output_type -> taskstore.v1.RemoveNodeResponse
-	54, // 92: taskstore.v1.Admin.RebuildReplica:output_type -> taskstore.v1.RebuildReplicaResponse
-	75, // [75:93] is the sub-list for method output_type
-	57, // [57:75] is the sub-list for method input_type
-	57, // [57:57] is the sub-list for extension type_name
-	57, // [57:57] is the sub-list for extension extendee
-	0,  // [0:57] is the sub-list for field type_name
+	58, // 52: taskstore.v1.StatusResponse.now:type_name -> google.protobuf.Timestamp
+	45, // 53: taskstore.v1.StatusResponse.moves:type_name -> taskstore.v1.SlotMove
+	45, // 54: taskstore.v1.StatusResponse.finished_moves:type_name -> taskstore.v1.SlotMove
+	45, // 55: taskstore.v1.MoveSlotsResponse.moves:type_name -> taskstore.v1.SlotMove
+	47, // 56: taskstore.v1.ShardRoute.replicas:type_name -> taskstore.v1.Replica
+	48, // 57: taskstore.v1.RoutingResponse.shards:type_name -> taskstore.v1.ShardRoute
+	37, // 58: taskstore.v1.AddNodeResponse.node:type_name -> taskstore.v1.NodeStatus
+	37, // 59: taskstore.v1.RemoveNodeResponse.node:type_name -> taskstore.v1.NodeStatus
+	8,  // 60: taskstore.v1.TaskStore.Modify:input_type -> taskstore.v1.ModifyRequest
+	13, // 61: taskstore.v1.TaskStore.Claim:input_type -> taskstore.v1.ClaimRequest
+	15, // 62: taskstore.v1.TaskStore.Tasks:input_type -> taskstore.v1.TasksRequest
+	17, // 63: taskstore.v1.TaskStore.Queues:input_type -> taskstore.v1.QueuesRequest
+	33, // 64: taskstore.v1.TaskStore.Time:input_type -> taskstore.v1.TimeRequest
+	20, // 65: taskstore.v1.TaskStore.Purge:input_type -> taskstore.v1.PurgeRequest
+	22, // 66: taskstore.v1.TaskStore.PauseQueue:input_type -> taskstore.v1.QueuePauseRequest
+	22, // 67: taskstore.v1.TaskStore.ResumeQueue:input_type -> taskstore.v1.QueuePauseRequest
+	30, // 68: taskstore.v1.TaskStore.SetQueueLimit:input_type -> taskstore.v1.QueueLimitRequest
+	24, // 69: taskstore.v1.TaskStore.PutSchedule:input_type -> taskstore.v1.PutScheduleRequest
+	26, // 70: taskstore.v1.TaskStore.DeleteSchedule:input_type -> taskstore.v1.DeleteScheduleRequest
+	28, // 71: taskstore.v1.TaskStore.Schedules:input_type -> taskstore.v1.SchedulesRequest
+	36, // 72: taskstore.v1.Admin.Status:input_type -> taskstore.v1.StatusRequest
+	46, // 73: taskstore.v1.Admin.Routing:input_type -> taskstore.v1.RoutingRequest
+	50, // 74: taskstore.v1.Admin.TransferLeader:input_type -> taskstore.v1.TransferLeaderRequest
+	52, // 75: taskstore.v1.Admin.AddNode:input_type -> taskstore.v1.AddNodeRequest
+	54, // 76: taskstore.v1.Admin.RemoveNode:input_type -> taskstore.v1.RemoveNodeRequest
+	56, // 77: taskstore.v1.Admin.RebuildReplica:input_type -> taskstore.v1.RebuildReplicaRequest
+	43, // 78: taskstore.v1.Admin.MoveSlots:input_type -> taskstore.v1.MoveSlotsRequest
+	10, // 79: taskstore.v1.TaskStore.Modify:output_type -> taskstore.v1.ModifyResponse
+	14, // 80: taskstore.v1.TaskStore.Claim:output_type -> taskstore.v1.ClaimResponse
+	16, // 81: taskstore.v1.TaskStore.Tasks:output_type -> taskstore.v1.TasksResponse
+	19, // 82: taskstore.v1.TaskStore.Queues:output_type -> taskstore.v1.QueuesResponse
+	34, // 83: taskstore.v1.TaskStore.Time:output_type -> taskstore.v1.TimeResponse
+	21, // 84: taskstore.v1.TaskStore.Purge:output_type -> taskstore.v1.PurgeResponse
+	32, // 85: taskstore.v1.TaskStore.PauseQueue:output_type -> taskstore.v1.QueuePauseResponse
+	32, // 86: taskstore.v1.TaskStore.ResumeQueue:output_type -> taskstore.v1.QueuePauseResponse
+	31, // 87: taskstore.v1.TaskStore.SetQueueLimit:output_type -> taskstore.v1.QueueLimitResponse
+	25, // 88: taskstore.v1.TaskStore.PutSchedule:output_type -> taskstore.v1.PutScheduleResponse
+	27, // 89: taskstore.v1.TaskStore.DeleteSchedule:output_type -> taskstore.v1.DeleteScheduleResponse
+	29, // 90: taskstore.v1.TaskStore.Schedules:output_type -> taskstore.v1.SchedulesResponse
+	42, // 91: taskstore.v1.Admin.Status:output_type -> taskstore.v1.StatusResponse
+	49, // 92: taskstore.v1.Admin.Routing:output_type -> taskstore.v1.RoutingResponse
+	51, // 93: taskstore.v1.Admin.TransferLeader:output_type -> taskstore.v1.TransferLeaderResponse
+	53, // 94: taskstore.v1.Admin.AddNode:output_type -> taskstore.v1.AddNodeResponse
+	55, // 95: taskstore.v1.Admin.RemoveNode:output_type -> taskstore.v1.RemoveNodeResponse
+	57, // 96: taskstore.v1.Admin.RebuildReplica:output_type -> taskstore.v1.RebuildReplicaResponse
+	44, // 97: taskstore.v1.Admin.MoveSlots:output_type -> taskstore.v1.MoveSlotsResponse
+	79, // [79:98] is the sub-list for method output_type
+	60, // [60:79] is the sub-list for method input_type
+	60, // [60:60] is the sub-list for extension type_name
+	60, // [60:60] is the sub-list for extension extendee
+	0,  // [0:60] is the sub-list for field type_name
 }
 
 func init() { file_taskstore_v1_taskstore_proto_init() }
@@ -4448,7 +4679,7 @@ func file_taskstore_v1_taskstore_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_taskstore_v1_taskstore_proto_rawDesc), len(file_taskstore_v1_taskstore_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   52,
+			NumMessages:   55,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -602,6 +602,7 @@ const (
 	Admin_AddNode_FullMethodName        = "/taskstore.v1.Admin/AddNode"
 	Admin_RemoveNode_FullMethodName     = "/taskstore.v1.Admin/RemoveNode"
 	Admin_RebuildReplica_FullMethodName = "/taskstore.v1.Admin/RebuildReplica"
+	Admin_MoveSlots_FullMethodName      = "/taskstore.v1.Admin/MoveSlots"
 )
 
 // AdminClient is the client API for Admin service.
@@ -629,6 +630,14 @@ type AdminClient interface {
 	// node deletes its copy, and placement adds it back as a non-voter that
 	// catches up by snapshot and is then promoted. Any node forwards it.
 	RebuildReplica(ctx context.Context, in *RebuildReplicaRequest, opts ...grpc.CallOption) (*RebuildReplicaResponse, error)
+	// MoveSlots moves hash slots to another shard on the live cluster: the
+	// source stops taking the slots' writes (callers get Unavailable and
+	// retry; clients and proxies do it on their own), the slots' tasks,
+	// keys, settings and exactly-once records reach the target through its
+	// log, the routing table flips, the target serves them and the source
+	// deletes its copy. It returns once the moves are recorded; they run
+	// one at a time (watch Status.moves). Any node forwards it.
+	MoveSlots(ctx context.Context, in *MoveSlotsRequest, opts ...grpc.CallOption) (*MoveSlotsResponse, error)
 }
 
 type adminClient struct {
@@ -699,6 +708,16 @@ func (c *adminClient) RebuildReplica(ctx context.Context, in *RebuildReplicaRequ
 	return out, nil
 }
 
+func (c *adminClient) MoveSlots(ctx context.Context, in *MoveSlotsRequest, opts ...grpc.CallOption) (*MoveSlotsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MoveSlotsResponse)
+	err := c.cc.Invoke(ctx, Admin_MoveSlots_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -724,6 +743,14 @@ type AdminServer interface {
 	// node deletes its copy, and placement adds it back as a non-voter that
 	// catches up by snapshot and is then promoted. Any node forwards it.
 	RebuildReplica(context.Context, *RebuildReplicaRequest) (*RebuildReplicaResponse, error)
+	// MoveSlots moves hash slots to another shard on the live cluster: the
+	// source stops taking the slots' writes (callers get Unavailable and
+	// retry; clients and proxies do it on their own), the slots' tasks,
+	// keys, settings and exactly-once records reach the target through its
+	// log, the routing table flips, the target serves them and the source
+	// deletes its copy. It returns once the moves are recorded; they run
+	// one at a time (watch Status.moves). Any node forwards it.
+	MoveSlots(context.Context, *MoveSlotsRequest) (*MoveSlotsResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -751,6 +778,9 @@ func (UnimplementedAdminServer) RemoveNode(context.Context, *RemoveNodeRequest) 
 }
 func (UnimplementedAdminServer) RebuildReplica(context.Context, *RebuildReplicaRequest) (*RebuildReplicaResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method RebuildReplica not implemented")
+}
+func (UnimplementedAdminServer) MoveSlots(context.Context, *MoveSlotsRequest) (*MoveSlotsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method MoveSlots not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -881,6 +911,24 @@ func _Admin_RebuildReplica_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_MoveSlots_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MoveSlotsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).MoveSlots(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_MoveSlots_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).MoveSlots(ctx, req.(*MoveSlotsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -911,6 +959,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RebuildReplica",
 			Handler:    _Admin_RebuildReplica_Handler,
+		},
+		{
+			MethodName: "MoveSlots",
+			Handler:    _Admin_MoveSlots_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

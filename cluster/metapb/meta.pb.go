@@ -36,6 +36,18 @@ const (
 	Op_OP_SET_REPLICAS Op = 3
 	// Marks a node's membership state (member, draining, removed).
 	Op_OP_SET_NODE_STATE Op = 4
+	// Records the intent to move a hash slot (Command.move: slot, from, to);
+	// ignored unless slots[slot] is from, to is another shard and no move of
+	// the slot is under way. The move gets the next move id.
+	Op_OP_MOVE_BEGIN Op = 5
+	// The move's copy is complete: slots[slot] becomes its target (the
+	// routing flip) and the move enters FLIPPED. Ignored unless COPYING.
+	Op_OP_MOVE_FLIP Op = 6
+	// The move is abandoned before the flip (ABORTING); ignored unless
+	// COPYING. Command.move.error says why.
+	Op_OP_MOVE_ABORT Op = 7
+	// The move is finished (FLIPPED) or undone (ABORTING): it leaves the map.
+	Op_OP_MOVE_END Op = 8
 )
 
 // Enum value maps for Op.
@@ -46,6 +58,10 @@ var (
 		2: "OP_UPDATE_NODE",
 		3: "OP_SET_REPLICAS",
 		4: "OP_SET_NODE_STATE",
+		5: "OP_MOVE_BEGIN",
+		6: "OP_MOVE_FLIP",
+		7: "OP_MOVE_ABORT",
+		8: "OP_MOVE_END",
 	}
 	Op_value = map[string]int32{
 		"OP_UNSPECIFIED":    0,
@@ -53,6 +69,10 @@ var (
 		"OP_UPDATE_NODE":    2,
 		"OP_SET_REPLICAS":   3,
 		"OP_SET_NODE_STATE": 4,
+		"OP_MOVE_BEGIN":     5,
+		"OP_MOVE_FLIP":      6,
+		"OP_MOVE_ABORT":     7,
+		"OP_MOVE_END":       8,
 	}
 )
 
@@ -139,12 +159,78 @@ func (NodeState) EnumDescriptor() ([]byte, []int) {
 	return file_meta_proto_rawDescGZIP(), []int{1}
 }
 
+type SlotMove_Phase int32
+
+const (
+	SlotMove_PHASE_UNSPECIFIED SlotMove_Phase = 0
+	// The source freezes the slot and its state is copied to the target.
+	SlotMove_COPYING SlotMove_Phase = 1
+	// The routing table names the target: it activates the slot and the
+	// source drops its copy.
+	SlotMove_FLIPPED SlotMove_Phase = 2
+	// Abandoned before the flip: the target drops what it took and the
+	// source serves the slot again.
+	SlotMove_ABORTING SlotMove_Phase = 3
+	// Finished (ClusterMap.finished): the slot is on its target.
+	SlotMove_DONE SlotMove_Phase = 4
+	// Finished (ClusterMap.finished): undone, the slot is where it was.
+	SlotMove_ABORTED SlotMove_Phase = 5
+)
+
+// Enum value maps for SlotMove_Phase.
+var (
+	SlotMove_Phase_name = map[int32]string{
+		0: "PHASE_UNSPECIFIED",
+		1: "COPYING",
+		2: "FLIPPED",
+		3: "ABORTING",
+		4: "DONE",
+		5: "ABORTED",
+	}
+	SlotMove_Phase_value = map[string]int32{
+		"PHASE_UNSPECIFIED": 0,
+		"COPYING":           1,
+		"FLIPPED":           2,
+		"ABORTING":          3,
+		"DONE":              4,
+		"ABORTED":           5,
+	}
+)
+
+func (x SlotMove_Phase) Enum() *SlotMove_Phase {
+	p := new(SlotMove_Phase)
+	*p = x
+	return p
+}
+
+func (x SlotMove_Phase) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (SlotMove_Phase) Descriptor() protoreflect.EnumDescriptor {
+	return file_meta_proto_enumTypes[2].Descriptor()
+}
+
+func (SlotMove_Phase) Type() protoreflect.EnumType {
+	return &file_meta_proto_enumTypes[2]
+}
+
+func (x SlotMove_Phase) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use SlotMove_Phase.Descriptor instead.
+func (SlotMove_Phase) EnumDescriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{1, 0}
+}
+
 type Command struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Op            Op                     `protobuf:"varint,1,opt,name=op,proto3,enum=taskstore.meta.v1.Op" json:"op,omitempty"`
 	Init          *ClusterMap            `protobuf:"bytes,2,opt,name=init,proto3" json:"init,omitempty"`
 	Node          *Node                  `protobuf:"bytes,3,opt,name=node,proto3" json:"node,omitempty"`
 	Shard         *Shard                 `protobuf:"bytes,4,opt,name=shard,proto3" json:"shard,omitempty"`
+	Move          *SlotMove              `protobuf:"bytes,5,opt,name=move,proto3" json:"move,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -207,6 +293,110 @@ func (x *Command) GetShard() *Shard {
 	return nil
 }
 
+func (x *Command) GetMove() *SlotMove {
+	if x != nil {
+		return x.Move
+	}
+	return nil
+}
+
+// SlotMove is a move of one hash slot from one shard to another, driven by
+// the meta leader's slot mover (cluster/slotmove.go). It lives in the map
+// from its begin to its end, so a new meta leader resumes it.
+type SlotMove struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Slot  uint32                 `protobuf:"varint,2,opt,name=slot,proto3" json:"slot,omitempty"`
+	From  uint32                 `protobuf:"varint,3,opt,name=from,proto3" json:"from,omitempty"`
+	To    uint32                 `protobuf:"varint,4,opt,name=to,proto3" json:"to,omitempty"`
+	Phase SlotMove_Phase         `protobuf:"varint,5,opt,name=phase,proto3,enum=taskstore.meta.v1.SlotMove_Phase" json:"phase,omitempty"`
+	// Why it was abandoned (ABORTING).
+	Error string `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
+	// The meta log index of its begin, for operators.
+	Begun         uint64 `protobuf:"varint,7,opt,name=begun,proto3" json:"begun,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SlotMove) Reset() {
+	*x = SlotMove{}
+	mi := &file_meta_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SlotMove) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SlotMove) ProtoMessage() {}
+
+func (x *SlotMove) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SlotMove.ProtoReflect.Descriptor instead.
+func (*SlotMove) Descriptor() ([]byte, []int) {
+	return file_meta_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *SlotMove) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *SlotMove) GetSlot() uint32 {
+	if x != nil {
+		return x.Slot
+	}
+	return 0
+}
+
+func (x *SlotMove) GetFrom() uint32 {
+	if x != nil {
+		return x.From
+	}
+	return 0
+}
+
+func (x *SlotMove) GetTo() uint32 {
+	if x != nil {
+		return x.To
+	}
+	return 0
+}
+
+func (x *SlotMove) GetPhase() SlotMove_Phase {
+	if x != nil {
+		return x.Phase
+	}
+	return SlotMove_PHASE_UNSPECIFIED
+}
+
+func (x *SlotMove) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *SlotMove) GetBegun() uint64 {
+	if x != nil {
+		return x.Begun
+	}
+	return 0
+}
+
 type Node struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -224,7 +414,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_meta_proto_msgTypes[1]
+	mi := &file_meta_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -236,7 +426,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[1]
+	mi := &file_meta_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -249,7 +439,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{1}
+	return file_meta_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Node) GetId() string {
@@ -310,7 +500,7 @@ type Shard struct {
 
 func (x *Shard) Reset() {
 	*x = Shard{}
-	mi := &file_meta_proto_msgTypes[2]
+	mi := &file_meta_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -322,7 +512,7 @@ func (x *Shard) String() string {
 func (*Shard) ProtoMessage() {}
 
 func (x *Shard) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[2]
+	mi := &file_meta_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -335,7 +525,7 @@ func (x *Shard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Shard.ProtoReflect.Descriptor instead.
 func (*Shard) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{2}
+	return file_meta_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Shard) GetId() uint32 {
@@ -370,13 +560,20 @@ type ClusterMap struct {
 	// The log index of the last change.
 	Epoch             uint64 `protobuf:"varint,5,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	ReplicationFactor uint32 `protobuf:"varint,6,opt,name=replication_factor,json=replicationFactor,proto3" json:"replication_factor,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Slot moves under way, by id.
+	Moves []*SlotMove `protobuf:"bytes,7,rep,name=moves,proto3" json:"moves,omitempty"`
+	// The id of the last move begun.
+	LastMove uint64 `protobuf:"varint,8,opt,name=last_move,json=lastMove,proto3" json:"last_move,omitempty"`
+	// The last moves finished (at most 64, oldest first), with how they
+	// ended: what an operator or a waiting taskctl reads afterwards.
+	Finished      []*SlotMove `protobuf:"bytes,9,rep,name=finished,proto3" json:"finished,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ClusterMap) Reset() {
 	*x = ClusterMap{}
-	mi := &file_meta_proto_msgTypes[3]
+	mi := &file_meta_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -388,7 +585,7 @@ func (x *ClusterMap) String() string {
 func (*ClusterMap) ProtoMessage() {}
 
 func (x *ClusterMap) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_proto_msgTypes[3]
+	mi := &file_meta_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -401,7 +598,7 @@ func (x *ClusterMap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterMap.ProtoReflect.Descriptor instead.
 func (*ClusterMap) Descriptor() ([]byte, []int) {
-	return file_meta_proto_rawDescGZIP(), []int{3}
+	return file_meta_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ClusterMap) GetClusterId() string {
@@ -446,17 +643,54 @@ func (x *ClusterMap) GetReplicationFactor() uint32 {
 	return 0
 }
 
+func (x *ClusterMap) GetMoves() []*SlotMove {
+	if x != nil {
+		return x.Moves
+	}
+	return nil
+}
+
+func (x *ClusterMap) GetLastMove() uint64 {
+	if x != nil {
+		return x.LastMove
+	}
+	return 0
+}
+
+func (x *ClusterMap) GetFinished() []*SlotMove {
+	if x != nil {
+		return x.Finished
+	}
+	return nil
+}
+
 var File_meta_proto protoreflect.FileDescriptor
 
 const file_meta_proto_rawDesc = "" +
 	"\n" +
 	"\n" +
-	"meta.proto\x12\x11taskstore.meta.v1\"\xc0\x01\n" +
+	"meta.proto\x12\x11taskstore.meta.v1\"\xf1\x01\n" +
 	"\aCommand\x12%\n" +
 	"\x02op\x18\x01 \x01(\x0e2\x15.taskstore.meta.v1.OpR\x02op\x121\n" +
 	"\x04init\x18\x02 \x01(\v2\x1d.taskstore.meta.v1.ClusterMapR\x04init\x12+\n" +
 	"\x04node\x18\x03 \x01(\v2\x17.taskstore.meta.v1.NodeR\x04node\x12.\n" +
-	"\x05shard\x18\x04 \x01(\v2\x18.taskstore.meta.v1.ShardR\x05shard\"\xce\x01\n" +
+	"\x05shard\x18\x04 \x01(\v2\x18.taskstore.meta.v1.ShardR\x05shard\x12/\n" +
+	"\x04move\x18\x05 \x01(\v2\x1b.taskstore.meta.v1.SlotMoveR\x04move\"\x96\x02\n" +
+	"\bSlotMove\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
+	"\x04slot\x18\x02 \x01(\rR\x04slot\x12\x12\n" +
+	"\x04from\x18\x03 \x01(\rR\x04from\x12\x0e\n" +
+	"\x02to\x18\x04 \x01(\rR\x02to\x127\n" +
+	"\x05phase\x18\x05 \x01(\x0e2!.taskstore.meta.v1.SlotMove.PhaseR\x05phase\x12\x14\n" +
+	"\x05error\x18\x06 \x01(\tR\x05error\x12\x14\n" +
+	"\x05begun\x18\a \x01(\x04R\x05begun\"]\n" +
+	"\x05Phase\x12\x15\n" +
+	"\x11PHASE_UNSPECIFIED\x10\x00\x12\v\n" +
+	"\aCOPYING\x10\x01\x12\v\n" +
+	"\aFLIPPED\x10\x02\x12\f\n" +
+	"\bABORTING\x10\x03\x12\b\n" +
+	"\x04DONE\x10\x04\x12\v\n" +
+	"\aABORTED\x10\x05\"\xce\x01\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12%\n" +
@@ -469,7 +703,7 @@ const file_meta_proto_rawDesc = "" +
 	"\x05Shard\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x1a\n" +
 	"\breplicas\x18\x02 \x03(\tR\breplicas\x12)\n" +
-	"\x10preferred_leader\x18\x03 \x01(\tR\x0fpreferredLeader\"\xe7\x01\n" +
+	"\x10preferred_leader\x18\x03 \x01(\tR\x0fpreferredLeader\"\xf0\x02\n" +
 	"\n" +
 	"ClusterMap\x12\x1d\n" +
 	"\n" +
@@ -478,13 +712,20 @@ const file_meta_proto_rawDesc = "" +
 	"\x06shards\x18\x03 \x03(\v2\x18.taskstore.meta.v1.ShardR\x06shards\x12\x14\n" +
 	"\x05slots\x18\x04 \x03(\rR\x05slots\x12\x14\n" +
 	"\x05epoch\x18\x05 \x01(\x04R\x05epoch\x12-\n" +
-	"\x12replication_factor\x18\x06 \x01(\rR\x11replicationFactor*e\n" +
+	"\x12replication_factor\x18\x06 \x01(\rR\x11replicationFactor\x121\n" +
+	"\x05moves\x18\a \x03(\v2\x1b.taskstore.meta.v1.SlotMoveR\x05moves\x12\x1b\n" +
+	"\tlast_move\x18\b \x01(\x04R\blastMove\x127\n" +
+	"\bfinished\x18\t \x03(\v2\x1b.taskstore.meta.v1.SlotMoveR\bfinished*\xae\x01\n" +
 	"\x02Op\x12\x12\n" +
 	"\x0eOP_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aOP_INIT\x10\x01\x12\x12\n" +
 	"\x0eOP_UPDATE_NODE\x10\x02\x12\x13\n" +
 	"\x0fOP_SET_REPLICAS\x10\x03\x12\x15\n" +
-	"\x11OP_SET_NODE_STATE\x10\x04*]\n" +
+	"\x11OP_SET_NODE_STATE\x10\x04\x12\x11\n" +
+	"\rOP_MOVE_BEGIN\x10\x05\x12\x10\n" +
+	"\fOP_MOVE_FLIP\x10\x06\x12\x11\n" +
+	"\rOP_MOVE_ABORT\x10\a\x12\x0f\n" +
+	"\vOP_MOVE_END\x10\b*]\n" +
 	"\tNodeState\x12\x1a\n" +
 	"\x16NODE_STATE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vNODE_MEMBER\x10\x01\x12\x11\n" +
@@ -503,29 +744,35 @@ func file_meta_proto_rawDescGZIP() []byte {
 	return file_meta_proto_rawDescData
 }
 
-var file_meta_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_meta_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_meta_proto_goTypes = []any{
-	(Op)(0),            // 0: taskstore.meta.v1.Op
-	(NodeState)(0),     // 1: taskstore.meta.v1.NodeState
-	(*Command)(nil),    // 2: taskstore.meta.v1.Command
-	(*Node)(nil),       // 3: taskstore.meta.v1.Node
-	(*Shard)(nil),      // 4: taskstore.meta.v1.Shard
-	(*ClusterMap)(nil), // 5: taskstore.meta.v1.ClusterMap
+	(Op)(0),             // 0: taskstore.meta.v1.Op
+	(NodeState)(0),      // 1: taskstore.meta.v1.NodeState
+	(SlotMove_Phase)(0), // 2: taskstore.meta.v1.SlotMove.Phase
+	(*Command)(nil),     // 3: taskstore.meta.v1.Command
+	(*SlotMove)(nil),    // 4: taskstore.meta.v1.SlotMove
+	(*Node)(nil),        // 5: taskstore.meta.v1.Node
+	(*Shard)(nil),       // 6: taskstore.meta.v1.Shard
+	(*ClusterMap)(nil),  // 7: taskstore.meta.v1.ClusterMap
 }
 var file_meta_proto_depIdxs = []int32{
-	0, // 0: taskstore.meta.v1.Command.op:type_name -> taskstore.meta.v1.Op
-	5, // 1: taskstore.meta.v1.Command.init:type_name -> taskstore.meta.v1.ClusterMap
-	3, // 2: taskstore.meta.v1.Command.node:type_name -> taskstore.meta.v1.Node
-	4, // 3: taskstore.meta.v1.Command.shard:type_name -> taskstore.meta.v1.Shard
-	1, // 4: taskstore.meta.v1.Node.membership:type_name -> taskstore.meta.v1.NodeState
-	3, // 5: taskstore.meta.v1.ClusterMap.nodes:type_name -> taskstore.meta.v1.Node
-	4, // 6: taskstore.meta.v1.ClusterMap.shards:type_name -> taskstore.meta.v1.Shard
-	7, // [7:7] is the sub-list for method output_type
-	7, // [7:7] is the sub-list for method input_type
-	7, // [7:7] is the sub-list for extension type_name
-	7, // [7:7] is the sub-list for extension extendee
-	0, // [0:7] is the sub-list for field type_name
+	0,  // 0: taskstore.meta.v1.Command.op:type_name -> taskstore.meta.v1.Op
+	7,  // 1: taskstore.meta.v1.Command.init:type_name -> taskstore.meta.v1.ClusterMap
+	5,  // 2: taskstore.meta.v1.Command.node:type_name -> taskstore.meta.v1.Node
+	6,  // 3: taskstore.meta.v1.Command.shard:type_name -> taskstore.meta.v1.Shard
+	4,  // 4: taskstore.meta.v1.Command.move:type_name -> taskstore.meta.v1.SlotMove
+	2,  // 5: taskstore.meta.v1.SlotMove.phase:type_name -> taskstore.meta.v1.SlotMove.Phase
+	1,  // 6: taskstore.meta.v1.Node.membership:type_name -> taskstore.meta.v1.NodeState
+	5,  // 7: taskstore.meta.v1.ClusterMap.nodes:type_name -> taskstore.meta.v1.Node
+	6,  // 8: taskstore.meta.v1.ClusterMap.shards:type_name -> taskstore.meta.v1.Shard
+	4,  // 9: taskstore.meta.v1.ClusterMap.moves:type_name -> taskstore.meta.v1.SlotMove
+	4,  // 10: taskstore.meta.v1.ClusterMap.finished:type_name -> taskstore.meta.v1.SlotMove
+	11, // [11:11] is the sub-list for method output_type
+	11, // [11:11] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_meta_proto_init() }
@@ -538,8 +785,8 @@ func file_meta_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meta_proto_rawDesc), len(file_meta_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   4,
+			NumEnums:      3,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -31,6 +31,324 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type SlotStepRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Shard uint32                 `protobuf:"varint,1,opt,name=shard,proto3" json:"shard,omitempty"`
+	// An encoded taskstore.fsm.v1.Command (op OP_SLOT).
+	Command       []byte `protobuf:"bytes,2,opt,name=command,proto3" json:"command,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SlotStepRequest) Reset() {
+	*x = SlotStepRequest{}
+	mi := &file_peer_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SlotStepRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SlotStepRequest) ProtoMessage() {}
+
+func (x *SlotStepRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peer_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SlotStepRequest.ProtoReflect.Descriptor instead.
+func (*SlotStepRequest) Descriptor() ([]byte, []int) {
+	return file_peer_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *SlotStepRequest) GetShard() uint32 {
+	if x != nil {
+		return x.Shard
+	}
+	return 0
+}
+
+func (x *SlotStepRequest) GetCommand() []byte {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+type SlotStepResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The encoded taskstore.fsm.v1.Result, when this node leads the shard.
+	Result []byte `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
+	// Otherwise: the leader's address as this node knows it (may be empty).
+	NotLeader     bool   `protobuf:"varint,2,opt,name=not_leader,json=notLeader,proto3" json:"not_leader,omitempty"`
+	LeaderAddress string `protobuf:"bytes,3,opt,name=leader_address,json=leaderAddress,proto3" json:"leader_address,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SlotStepResponse) Reset() {
+	*x = SlotStepResponse{}
+	mi := &file_peer_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SlotStepResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SlotStepResponse) ProtoMessage() {}
+
+func (x *SlotStepResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_peer_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SlotStepResponse.ProtoReflect.Descriptor instead.
+func (*SlotStepResponse) Descriptor() ([]byte, []int) {
+	return file_peer_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *SlotStepResponse) GetResult() []byte {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *SlotStepResponse) GetNotLeader() bool {
+	if x != nil {
+		return x.NotLeader
+	}
+	return false
+}
+
+func (x *SlotStepResponse) GetLeaderAddress() string {
+	if x != nil {
+		return x.LeaderAddress
+	}
+	return ""
+}
+
+type ExportSlotRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Shard uint32                 `protobuf:"varint,1,opt,name=shard,proto3" json:"shard,omitempty"`
+	Slot  uint32                 `protobuf:"varint,2,opt,name=slot,proto3" json:"slot,omitempty"`
+	Slots uint32                 `protobuf:"varint,3,opt,name=slots,proto3" json:"slots,omitempty"`
+	Move  uint64                 `protobuf:"varint,4,opt,name=move,proto3" json:"move,omitempty"`
+	// Where to start (fsm.SlotCursor).
+	Phase         int32  `protobuf:"varint,5,opt,name=phase,proto3" json:"phase,omitempty"`
+	Queue         string `protobuf:"bytes,6,opt,name=queue,proto3" json:"queue,omitempty"`
+	Id            string `protobuf:"bytes,7,opt,name=id,proto3" json:"id,omitempty"`
+	MaxBytes      uint32 `protobuf:"varint,8,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportSlotRequest) Reset() {
+	*x = ExportSlotRequest{}
+	mi := &file_peer_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportSlotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportSlotRequest) ProtoMessage() {}
+
+func (x *ExportSlotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peer_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportSlotRequest.ProtoReflect.Descriptor instead.
+func (*ExportSlotRequest) Descriptor() ([]byte, []int) {
+	return file_peer_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ExportSlotRequest) GetShard() uint32 {
+	if x != nil {
+		return x.Shard
+	}
+	return 0
+}
+
+func (x *ExportSlotRequest) GetSlot() uint32 {
+	if x != nil {
+		return x.Slot
+	}
+	return 0
+}
+
+func (x *ExportSlotRequest) GetSlots() uint32 {
+	if x != nil {
+		return x.Slots
+	}
+	return 0
+}
+
+func (x *ExportSlotRequest) GetMove() uint64 {
+	if x != nil {
+		return x.Move
+	}
+	return 0
+}
+
+func (x *ExportSlotRequest) GetPhase() int32 {
+	if x != nil {
+		return x.Phase
+	}
+	return 0
+}
+
+func (x *ExportSlotRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *ExportSlotRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ExportSlotRequest) GetMaxBytes() uint32 {
+	if x != nil {
+		return x.MaxBytes
+	}
+	return 0
+}
+
+type ExportSlotResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// An encoded taskstore.fsm.v1.SlotCommand holding the chunk's records.
+	Records []byte `protobuf:"bytes,1,opt,name=records,proto3" json:"records,omitempty"`
+	Tasks   uint32 `protobuf:"varint,2,opt,name=tasks,proto3" json:"tasks,omitempty"`
+	// Where the next chunk starts, unless done.
+	Phase         int32  `protobuf:"varint,3,opt,name=phase,proto3" json:"phase,omitempty"`
+	Queue         string `protobuf:"bytes,4,opt,name=queue,proto3" json:"queue,omitempty"`
+	Id            string `protobuf:"bytes,5,opt,name=id,proto3" json:"id,omitempty"`
+	Done          bool   `protobuf:"varint,6,opt,name=done,proto3" json:"done,omitempty"`
+	NotLeader     bool   `protobuf:"varint,7,opt,name=not_leader,json=notLeader,proto3" json:"not_leader,omitempty"`
+	LeaderAddress string `protobuf:"bytes,8,opt,name=leader_address,json=leaderAddress,proto3" json:"leader_address,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportSlotResponse) Reset() {
+	*x = ExportSlotResponse{}
+	mi := &file_peer_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportSlotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportSlotResponse) ProtoMessage() {}
+
+func (x *ExportSlotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_peer_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportSlotResponse.ProtoReflect.Descriptor instead.
+func (*ExportSlotResponse) Descriptor() ([]byte, []int) {
+	return file_peer_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ExportSlotResponse) GetRecords() []byte {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+func (x *ExportSlotResponse) GetTasks() uint32 {
+	if x != nil {
+		return x.Tasks
+	}
+	return 0
+}
+
+func (x *ExportSlotResponse) GetPhase() int32 {
+	if x != nil {
+		return x.Phase
+	}
+	return 0
+}
+
+func (x *ExportSlotResponse) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *ExportSlotResponse) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ExportSlotResponse) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
+func (x *ExportSlotResponse) GetNotLeader() bool {
+	if x != nil {
+		return x.NotLeader
+	}
+	return false
+}
+
+func (x *ExportSlotResponse) GetLeaderAddress() string {
+	if x != nil {
+		return x.LeaderAddress
+	}
+	return ""
+}
+
 type ReportRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -39,7 +357,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_peer_proto_msgTypes[0]
+	mi := &file_peer_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -51,7 +369,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[0]
+	mi := &file_peer_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -64,7 +382,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{0}
+	return file_peer_proto_rawDescGZIP(), []int{4}
 }
 
 type NodeReport struct {
@@ -90,7 +408,7 @@ type NodeReport struct {
 
 func (x *NodeReport) Reset() {
 	*x = NodeReport{}
-	mi := &file_peer_proto_msgTypes[1]
+	mi := &file_peer_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -102,7 +420,7 @@ func (x *NodeReport) String() string {
 func (*NodeReport) ProtoMessage() {}
 
 func (x *NodeReport) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[1]
+	mi := &file_peer_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -115,7 +433,7 @@ func (x *NodeReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeReport.ProtoReflect.Descriptor instead.
 func (*NodeReport) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{1}
+	return file_peer_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *NodeReport) GetNode() string {
@@ -178,7 +496,7 @@ type Replica struct {
 
 func (x *Replica) Reset() {
 	*x = Replica{}
-	mi := &file_peer_proto_msgTypes[2]
+	mi := &file_peer_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -190,7 +508,7 @@ func (x *Replica) String() string {
 func (*Replica) ProtoMessage() {}
 
 func (x *Replica) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[2]
+	mi := &file_peer_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -203,7 +521,7 @@ func (x *Replica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Replica.ProtoReflect.Descriptor instead.
 func (*Replica) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{2}
+	return file_peer_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Replica) GetShard() uint32 {
@@ -258,7 +576,7 @@ type Checkpoint struct {
 
 func (x *Checkpoint) Reset() {
 	*x = Checkpoint{}
-	mi := &file_peer_proto_msgTypes[3]
+	mi := &file_peer_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -270,7 +588,7 @@ func (x *Checkpoint) String() string {
 func (*Checkpoint) ProtoMessage() {}
 
 func (x *Checkpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[3]
+	mi := &file_peer_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -283,7 +601,7 @@ func (x *Checkpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checkpoint.ProtoReflect.Descriptor instead.
 func (*Checkpoint) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{3}
+	return file_peer_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Checkpoint) GetIndex() uint64 {
@@ -310,7 +628,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_peer_proto_msgTypes[4]
+	mi := &file_peer_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -322,7 +640,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[4]
+	mi := &file_peer_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -335,7 +653,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{4}
+	return file_peer_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Member) GetId() string {
@@ -360,7 +678,7 @@ type ClockRequest struct {
 
 func (x *ClockRequest) Reset() {
 	*x = ClockRequest{}
-	mi := &file_peer_proto_msgTypes[5]
+	mi := &file_peer_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -372,7 +690,7 @@ func (x *ClockRequest) String() string {
 func (*ClockRequest) ProtoMessage() {}
 
 func (x *ClockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[5]
+	mi := &file_peer_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -385,7 +703,7 @@ func (x *ClockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClockRequest.ProtoReflect.Descriptor instead.
 func (*ClockRequest) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{5}
+	return file_peer_proto_rawDescGZIP(), []int{9}
 }
 
 type ClockResponse struct {
@@ -398,7 +716,7 @@ type ClockResponse struct {
 
 func (x *ClockResponse) Reset() {
 	*x = ClockResponse{}
-	mi := &file_peer_proto_msgTypes[6]
+	mi := &file_peer_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -410,7 +728,7 @@ func (x *ClockResponse) String() string {
 func (*ClockResponse) ProtoMessage() {}
 
 func (x *ClockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[6]
+	mi := &file_peer_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -423,7 +741,7 @@ func (x *ClockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClockResponse.ProtoReflect.Descriptor instead.
 func (*ClockResponse) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{6}
+	return file_peer_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ClockResponse) GetNow() int64 {
@@ -444,7 +762,7 @@ type WipeReplicaRequest struct {
 
 func (x *WipeReplicaRequest) Reset() {
 	*x = WipeReplicaRequest{}
-	mi := &file_peer_proto_msgTypes[7]
+	mi := &file_peer_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -456,7 +774,7 @@ func (x *WipeReplicaRequest) String() string {
 func (*WipeReplicaRequest) ProtoMessage() {}
 
 func (x *WipeReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[7]
+	mi := &file_peer_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -469,7 +787,7 @@ func (x *WipeReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WipeReplicaRequest.ProtoReflect.Descriptor instead.
 func (*WipeReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{7}
+	return file_peer_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *WipeReplicaRequest) GetShard() uint32 {
@@ -494,7 +812,7 @@ type WipeReplicaResponse struct {
 
 func (x *WipeReplicaResponse) Reset() {
 	*x = WipeReplicaResponse{}
-	mi := &file_peer_proto_msgTypes[8]
+	mi := &file_peer_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -506,7 +824,7 @@ func (x *WipeReplicaResponse) String() string {
 func (*WipeReplicaResponse) ProtoMessage() {}
 
 func (x *WipeReplicaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[8]
+	mi := &file_peer_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -519,7 +837,7 @@ func (x *WipeReplicaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WipeReplicaResponse.ProtoReflect.Descriptor instead.
 func (*WipeReplicaResponse) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{8}
+	return file_peer_proto_rawDescGZIP(), []int{12}
 }
 
 var File_peer_proto protoreflect.FileDescriptor
@@ -528,7 +846,34 @@ const file_peer_proto_rawDesc = "" +
 	"\n" +
 	"\n" +
 	"peer.proto\x12\x11taskstore.peer.v1\x1a\n" +
-	"meta.proto\"\x0f\n" +
+	"meta.proto\"A\n" +
+	"\x0fSlotStepRequest\x12\x14\n" +
+	"\x05shard\x18\x01 \x01(\rR\x05shard\x12\x18\n" +
+	"\acommand\x18\x02 \x01(\fR\acommand\"p\n" +
+	"\x10SlotStepResponse\x12\x16\n" +
+	"\x06result\x18\x01 \x01(\fR\x06result\x12\x1d\n" +
+	"\n" +
+	"not_leader\x18\x02 \x01(\bR\tnotLeader\x12%\n" +
+	"\x0eleader_address\x18\x03 \x01(\tR\rleaderAddress\"\xc0\x01\n" +
+	"\x11ExportSlotRequest\x12\x14\n" +
+	"\x05shard\x18\x01 \x01(\rR\x05shard\x12\x12\n" +
+	"\x04slot\x18\x02 \x01(\rR\x04slot\x12\x14\n" +
+	"\x05slots\x18\x03 \x01(\rR\x05slots\x12\x12\n" +
+	"\x04move\x18\x04 \x01(\x04R\x04move\x12\x14\n" +
+	"\x05phase\x18\x05 \x01(\x05R\x05phase\x12\x14\n" +
+	"\x05queue\x18\x06 \x01(\tR\x05queue\x12\x0e\n" +
+	"\x02id\x18\a \x01(\tR\x02id\x12\x1b\n" +
+	"\tmax_bytes\x18\b \x01(\rR\bmaxBytes\"\xda\x01\n" +
+	"\x12ExportSlotResponse\x12\x18\n" +
+	"\arecords\x18\x01 \x01(\fR\arecords\x12\x14\n" +
+	"\x05tasks\x18\x02 \x01(\rR\x05tasks\x12\x14\n" +
+	"\x05phase\x18\x03 \x01(\x05R\x05phase\x12\x14\n" +
+	"\x05queue\x18\x04 \x01(\tR\x05queue\x12\x0e\n" +
+	"\x02id\x18\x05 \x01(\tR\x02id\x12\x12\n" +
+	"\x04done\x18\x06 \x01(\bR\x04done\x12\x1d\n" +
+	"\n" +
+	"not_leader\x18\a \x01(\bR\tnotLeader\x12%\n" +
+	"\x0eleader_address\x18\b \x01(\tR\rleaderAddress\"\x0f\n" +
 	"\rReportRequest\"\xf9\x01\n" +
 	"\n" +
 	"NodeReport\x12\x12\n" +
@@ -558,11 +903,14 @@ const file_peer_proto_rawDesc = "" +
 	"\x12WipeReplicaRequest\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\rR\x05shard\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\"\x15\n" +
-	"\x13WipeReplicaResponse2\xfb\x01\n" +
+	"\x13WipeReplicaResponse2\xab\x03\n" +
 	"\x04Peer\x12I\n" +
 	"\x06Report\x12 .taskstore.peer.v1.ReportRequest\x1a\x1d.taskstore.peer.v1.NodeReport\x12J\n" +
 	"\x05Clock\x12\x1f.taskstore.peer.v1.ClockRequest\x1a .taskstore.peer.v1.ClockResponse\x12\\\n" +
-	"\vWipeReplica\x12%.taskstore.peer.v1.WipeReplicaRequest\x1a&.taskstore.peer.v1.WipeReplicaResponseB5Z3github.com/e1158ecb/taskstore/cluster/peerpb;peerpbb\x06proto3"
+	"\vWipeReplica\x12%.taskstore.peer.v1.WipeReplicaRequest\x1a&.taskstore.peer.v1.WipeReplicaResponse\x12S\n" +
+	"\bSlotStep\x12\".taskstore.peer.v1.SlotStepRequest\x1a#.taskstore.peer.v1.SlotStepResponse\x12Y\n" +
+	"\n" +
+	"ExportSlot\x12$.taskstore.peer.v1.ExportSlotRequest\x1a%.taskstore.peer.v1.ExportSlotResponseB5Z3github.com/e1158ecb/taskstore/cluster/peerpb;peerpbb\x06proto3"
 
 var (
 	file_peer_proto_rawDescOnce sync.Once
@@ -576,35 +924,43 @@ func file_peer_proto_rawDescGZIP() []byte {
 	return file_peer_proto_rawDescData
 }
 
-var file_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_peer_proto_goTypes = []any{
-	(*ReportRequest)(nil),       // 0: taskstore.peer.v1.ReportRequest
-	(*NodeReport)(nil),          // 1: taskstore.peer.v1.NodeReport
-	(*Replica)(nil),             // 2: taskstore.peer.v1.Replica
-	(*Checkpoint)(nil),          // 3: taskstore.peer.v1.Checkpoint
-	(*Member)(nil),              // 4: taskstore.peer.v1.Member
-	(*ClockRequest)(nil),        // 5: taskstore.peer.v1.ClockRequest
-	(*ClockResponse)(nil),       // 6: taskstore.peer.v1.ClockResponse
-	(*WipeReplicaRequest)(nil),  // 7: taskstore.peer.v1.WipeReplicaRequest
-	(*WipeReplicaResponse)(nil), // 8: taskstore.peer.v1.WipeReplicaResponse
-	(metapb.NodeState)(0),       // 9: taskstore.meta.v1.NodeState
+	(*SlotStepRequest)(nil),     // 0: taskstore.peer.v1.SlotStepRequest
+	(*SlotStepResponse)(nil),    // 1: taskstore.peer.v1.SlotStepResponse
+	(*ExportSlotRequest)(nil),   // 2: taskstore.peer.v1.ExportSlotRequest
+	(*ExportSlotResponse)(nil),  // 3: taskstore.peer.v1.ExportSlotResponse
+	(*ReportRequest)(nil),       // 4: taskstore.peer.v1.ReportRequest
+	(*NodeReport)(nil),          // 5: taskstore.peer.v1.NodeReport
+	(*Replica)(nil),             // 6: taskstore.peer.v1.Replica
+	(*Checkpoint)(nil),          // 7: taskstore.peer.v1.Checkpoint
+	(*Member)(nil),              // 8: taskstore.peer.v1.Member
+	(*ClockRequest)(nil),        // 9: taskstore.peer.v1.ClockRequest
+	(*ClockResponse)(nil),       // 10: taskstore.peer.v1.ClockResponse
+	(*WipeReplicaRequest)(nil),  // 11: taskstore.peer.v1.WipeReplicaRequest
+	(*WipeReplicaResponse)(nil), // 12: taskstore.peer.v1.WipeReplicaResponse
+	(metapb.NodeState)(0),       // 13: taskstore.meta.v1.NodeState
 }
 var file_peer_proto_depIdxs = []int32{
-	2, // 0: taskstore.peer.v1.NodeReport.replicas:type_name -> taskstore.peer.v1.Replica
-	4, // 1: taskstore.peer.v1.NodeReport.members:type_name -> taskstore.peer.v1.Member
-	3, // 2: taskstore.peer.v1.Replica.checkpoints:type_name -> taskstore.peer.v1.Checkpoint
-	9, // 3: taskstore.peer.v1.Member.state:type_name -> taskstore.meta.v1.NodeState
-	0, // 4: taskstore.peer.v1.Peer.Report:input_type -> taskstore.peer.v1.ReportRequest
-	5, // 5: taskstore.peer.v1.Peer.Clock:input_type -> taskstore.peer.v1.ClockRequest
-	7, // 6: taskstore.peer.v1.Peer.WipeReplica:input_type -> taskstore.peer.v1.WipeReplicaRequest
-	1, // 7: taskstore.peer.v1.Peer.Report:output_type -> taskstore.peer.v1.NodeReport
-	6, // 8: taskstore.peer.v1.Peer.Clock:output_type -> taskstore.peer.v1.ClockResponse
-	8, // 9: taskstore.peer.v1.Peer.WipeReplica:output_type -> taskstore.peer.v1.WipeReplicaResponse
-	7, // [7:10] is the sub-list for method output_type
-	4, // [4:7] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	6,  // 0: taskstore.peer.v1.NodeReport.replicas:type_name -> taskstore.peer.v1.Replica
+	8,  // 1: taskstore.peer.v1.NodeReport.members:type_name -> taskstore.peer.v1.Member
+	7,  // 2: taskstore.peer.v1.Replica.checkpoints:type_name -> taskstore.peer.v1.Checkpoint
+	13, // 3: taskstore.peer.v1.Member.state:type_name -> taskstore.meta.v1.NodeState
+	4,  // 4: taskstore.peer.v1.Peer.Report:input_type -> taskstore.peer.v1.ReportRequest
+	9,  // 5: taskstore.peer.v1.Peer.Clock:input_type -> taskstore.peer.v1.ClockRequest
+	11, // 6: taskstore.peer.v1.Peer.WipeReplica:input_type -> taskstore.peer.v1.WipeReplicaRequest
+	0,  // 7: taskstore.peer.v1.Peer.SlotStep:input_type -> taskstore.peer.v1.SlotStepRequest
+	2,  // 8: taskstore.peer.v1.Peer.ExportSlot:input_type -> taskstore.peer.v1.ExportSlotRequest
+	5,  // 9: taskstore.peer.v1.Peer.Report:output_type -> taskstore.peer.v1.NodeReport
+	10, // 10: taskstore.peer.v1.Peer.Clock:output_type -> taskstore.peer.v1.ClockResponse
+	12, // 11: taskstore.peer.v1.Peer.WipeReplica:output_type -> taskstore.peer.v1.WipeReplicaResponse
+	1,  // 12: taskstore.peer.v1.Peer.SlotStep:output_type -> taskstore.peer.v1.SlotStepResponse
+	3,  // 13: taskstore.peer.v1.Peer.ExportSlot:output_type -> taskstore.peer.v1.ExportSlotResponse
+	9,  // [9:14] is the sub-list for method output_type
+	4,  // [4:9] is the sub-list for method input_type
+	4,  // [4:4] is the sub-list for extension type_name
+	4,  // [4:4] is the sub-list for extension extendee
+	0,  // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_peer_proto_init() }
@@ -618,7 +974,7 @@ func file_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peer_proto_rawDesc), len(file_peer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   9,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

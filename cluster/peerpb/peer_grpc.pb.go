@@ -31,6 +31,8 @@ const (
 	Peer_Report_FullMethodName      = "/taskstore.peer.v1.Peer/Report"
 	Peer_Clock_FullMethodName       = "/taskstore.peer.v1.Peer/Clock"
 	Peer_WipeReplica_FullMethodName = "/taskstore.peer.v1.Peer/WipeReplica"
+	Peer_SlotStep_FullMethodName    = "/taskstore.peer.v1.Peer/SlotStep"
+	Peer_ExportSlot_FullMethodName  = "/taskstore.peer.v1.Peer/ExportSlot"
 )
 
 // PeerClient is the client API for Peer service.
@@ -46,6 +48,12 @@ type PeerClient interface {
 	// empty one that waits to be added back. Only the shard's leader asks,
 	// after it removed the replica from the group (taskctl shard rebuild).
 	WipeReplica(ctx context.Context, in *WipeReplicaRequest, opts ...grpc.CallOption) (*WipeReplicaResponse, error)
+	// SlotStep: apply one step of a slot move (an encoded fsm OP_SLOT
+	// command) on a shard this node leads. The meta leader's slot mover asks.
+	SlotStep(ctx context.Context, in *SlotStepRequest, opts ...grpc.CallOption) (*SlotStepResponse, error)
+	// ExportSlot: read a chunk of a slot a move froze on a shard this node
+	// leads.
+	ExportSlot(ctx context.Context, in *ExportSlotRequest, opts ...grpc.CallOption) (*ExportSlotResponse, error)
 }
 
 type peerClient struct {
@@ -86,6 +94,26 @@ func (c *peerClient) WipeReplica(ctx context.Context, in *WipeReplicaRequest, op
 	return out, nil
 }
 
+func (c *peerClient) SlotStep(ctx context.Context, in *SlotStepRequest, opts ...grpc.CallOption) (*SlotStepResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SlotStepResponse)
+	err := c.cc.Invoke(ctx, Peer_SlotStep_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *peerClient) ExportSlot(ctx context.Context, in *ExportSlotRequest, opts ...grpc.CallOption) (*ExportSlotResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ExportSlotResponse)
+	err := c.cc.Invoke(ctx, Peer_ExportSlot_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PeerServer is the server API for Peer service.
 // All implementations must embed UnimplementedPeerServer
 // for forward compatibility.
@@ -99,6 +127,12 @@ type PeerServer interface {
 	// empty one that waits to be added back. Only the shard's leader asks,
 	// after it removed the replica from the group (taskctl shard rebuild).
 	WipeReplica(context.Context, *WipeReplicaRequest) (*WipeReplicaResponse, error)
+	// SlotStep: apply one step of a slot move (an encoded fsm OP_SLOT
+	// command) on a shard this node leads. The meta leader's slot mover asks.
+	SlotStep(context.Context, *SlotStepRequest) (*SlotStepResponse, error)
+	// ExportSlot: read a chunk of a slot a move froze on a shard this node
+	// leads.
+	ExportSlot(context.Context, *ExportSlotRequest) (*ExportSlotResponse, error)
 	mustEmbedUnimplementedPeerServer()
 }
 
@@ -117,6 +151,12 @@ func (UnimplementedPeerServer) Clock(context.Context, *ClockRequest) (*ClockResp
 }
 func (UnimplementedPeerServer) WipeReplica(context.Context, *WipeReplicaRequest) (*WipeReplicaResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method WipeReplica not implemented")
+}
+func (UnimplementedPeerServer) SlotStep(context.Context, *SlotStepRequest) (*SlotStepResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method SlotStep not implemented")
+}
+func (UnimplementedPeerServer) ExportSlot(context.Context, *ExportSlotRequest) (*ExportSlotResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ExportSlot not implemented")
 }
 func (UnimplementedPeerServer) mustEmbedUnimplementedPeerServer() {}
 func (UnimplementedPeerServer) testEmbeddedByValue()              {}
@@ -193,6 +233,42 @@ func _Peer_WipeReplica_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Peer_SlotStep_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SlotStepRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PeerServer).SlotStep(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Peer_SlotStep_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PeerServer).SlotStep(ctx, req.(*SlotStepRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Peer_ExportSlot_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ExportSlotRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PeerServer).ExportSlot(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Peer_ExportSlot_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PeerServer).ExportSlot(ctx, req.(*ExportSlotRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Peer_ServiceDesc is the grpc.ServiceDesc for Peer service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -211,6 +287,14 @@ var Peer_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "WipeReplica",
 			Handler:    _Peer_WipeReplica_Handler,
+		},
+		{
+			MethodName: "SlotStep",
+			Handler:    _Peer_SlotStep_Handler,
+		},
+		{
+			MethodName: "ExportSlot",
+			Handler:    _Peer_ExportSlot_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -481,8 +481,10 @@ type SlotCommand struct {
 	Move uint64 `protobuf:"varint,4,opt,name=move,proto3" json:"move,omitempty"`
 	// The shard the slot moves to (FREEZE): the hint in refusals.
 	To uint32 `protobuf:"varint,5,opt,name=to,proto3" json:"to,omitempty"`
-	// IMPORT: the first records of the move (the slot must hold nothing).
-	Begin bool `protobuf:"varint,6,opt,name=begin,proto3" json:"begin,omitempty"`
+	// IMPORT: the chunk's number in the move's copy, from 0 (the first: the
+	// slot must hold nothing). A chunk already applied is applied again as
+	// nothing, so a step whose outcome was unknown can be repeated.
+	Chunk uint32 `protobuf:"varint,6,opt,name=chunk,proto3" json:"chunk,omitempty"`
 	// IMPORT: tasks, sessions, paused queues, limits, reservations and
 	// schedules of the slot, as a snapshot holds them.
 	Records []*SnapshotRecord `protobuf:"bytes,7,rep,name=records,proto3" json:"records,omitempty"`
@@ -557,11 +559,11 @@ func (x *SlotCommand) GetTo() uint32 {
 	return 0
 }
 
-func (x *SlotCommand) GetBegin() bool {
+func (x *SlotCommand) GetChunk() uint32 {
 	if x != nil {
-		return x.Begin
+		return x.Chunk
 	}
-	return false
+	return 0
 }
 
 func (x *SlotCommand) GetRecords() []*SnapshotRecord {
@@ -586,7 +588,9 @@ type SlotState struct {
 	Phase SlotState_Phase        `protobuf:"varint,2,opt,name=phase,proto3,enum=taskstore.fsm.v1.SlotState_Phase" json:"phase,omitempty"`
 	Move  uint64                 `protobuf:"varint,3,opt,name=move,proto3" json:"move,omitempty"`
 	// The shard it moved or moves to, when known (0: ask the routing table).
-	To            uint32 `protobuf:"varint,4,opt,name=to,proto3" json:"to,omitempty"`
+	To uint32 `protobuf:"varint,4,opt,name=to,proto3" json:"to,omitempty"`
+	// IMPORTING: how many chunks of the copy it has taken.
+	Chunks        uint32 `protobuf:"varint,5,opt,name=chunks,proto3" json:"chunks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -645,6 +649,13 @@ func (x *SlotState) GetMove() uint64 {
 func (x *SlotState) GetTo() uint32 {
 	if x != nil {
 		return x.To
+	}
+	return 0
+}
+
+func (x *SlotState) GetChunks() uint32 {
+	if x != nil {
+		return x.Chunks
 	}
 	return 0
 }
@@ -2784,7 +2795,7 @@ const file_fsm_proto_rawDesc = "" +
 	"\x05slots\x18\x03 \x01(\rR\x05slots\x12\x12\n" +
 	"\x04move\x18\x04 \x01(\x04R\x04move\x12\x0e\n" +
 	"\x02to\x18\x05 \x01(\rR\x02to\x12\x14\n" +
-	"\x05begin\x18\x06 \x01(\bR\x05begin\x12:\n" +
+	"\x05chunk\x18\x06 \x01(\rR\x05chunk\x12:\n" +
 	"\arecords\x18\a \x03(\v2 .taskstore.fsm.v1.SnapshotRecordR\arecords\x12\x14\n" +
 	"\x05limit\x18\b \x01(\rR\x05limit\"^\n" +
 	"\x06Action\x12\x16\n" +
@@ -2795,12 +2806,13 @@ const file_fsm_proto_rawDesc = "" +
 	"\n" +
 	"\x06IMPORT\x10\x03\x12\f\n" +
 	"\bACTIVATE\x10\x04\x12\b\n" +
-	"\x04DROP\x10\x05\"\xc1\x01\n" +
+	"\x04DROP\x10\x05\"\xd9\x01\n" +
 	"\tSlotState\x12\x12\n" +
 	"\x04slot\x18\x01 \x01(\rR\x04slot\x127\n" +
 	"\x05phase\x18\x02 \x01(\x0e2!.taskstore.fsm.v1.SlotState.PhaseR\x05phase\x12\x12\n" +
 	"\x04move\x18\x03 \x01(\x04R\x04move\x12\x0e\n" +
-	"\x02to\x18\x04 \x01(\rR\x02to\"C\n" +
+	"\x02to\x18\x04 \x01(\rR\x02to\x12\x16\n" +
+	"\x06chunks\x18\x05 \x01(\rR\x06chunks\"C\n" +
 	"\x05Phase\x12\x15\n" +
 	"\x11PHASE_UNSPECIFIED\x10\x00\x12\n" +
 	"\n" +

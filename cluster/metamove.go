@@ -1,0 +1,88 @@
+package cluster
+
+import (
+	"slices"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/e1158ecb/taskstore/cluster/metapb"
+)
+
+// maxFinishedMoves bounds ClusterMap.finished.
+const maxFinishedMoves = 64
+
+// applyMove applies the slot-move ops of the meta log (cluster/slotmove.go
+// drives them). Each checks the map and is ignored when it does not fit,
+// on every replica alike, so a stale or repeated proposal changes nothing.
+func applyMove(cm *metapb.ClusterMap, cmd *metapb.Command) bool {
+	want := cmd.Move
+	if want == nil {
+		return false
+	}
+	switch cmd.Op {
+	case metapb.Op_OP_MOVE_BEGIN:
+		if int(want.Slot) >= len(cm.Slots) || cm.Slots[want.Slot] != want.From || want.From == want.To ||
+			findShard(cm, want.To) == nil || moveOfSlot(cm, want.Slot) != nil {
+			return false
+		}
+		cm.LastMove++
+		cm.Moves = append(cm.Moves, &metapb.SlotMove{Id: cm.LastMove, Slot: want.Slot, From: want.From, To: want.To,
+			Phase: metapb.SlotMove_COPYING, Begun: want.Begun})
+		return true
+	case metapb.Op_OP_MOVE_FLIP:
+		mv := findMove(cm, want.Id)
+		if mv == nil || mv.Phase != metapb.SlotMove_COPYING || cm.Slots[mv.Slot] != mv.From {
+			return false
+		}
+		cm.Slots[mv.Slot] = mv.To
+		mv.Phase = metapb.SlotMove_FLIPPED
+		return true
+	case metapb.Op_OP_MOVE_ABORT:
+		mv := findMove(cm, want.Id)
+		if mv == nil || mv.Phase != metapb.SlotMove_COPYING {
+			return false
+		}
+		mv.Phase, mv.Error = metapb.SlotMove_ABORTING, want.Error
+		return true
+	case metapb.Op_OP_MOVE_END:
+		i := slices.IndexFunc(cm.Moves, func(m *metapb.SlotMove) bool { return m.Id == want.Id })
+		if i < 0 || cm.Moves[i].Phase == metapb.SlotMove_COPYING {
+			return false
+		}
+		mv := cm.Moves[i]
+		cm.Moves = slices.Delete(cm.Moves, i, i+1)
+		if mv.Phase == metapb.SlotMove_FLIPPED {
+			mv.Phase = metapb.SlotMove_DONE
+		} else {
+			mv.Phase = metapb.SlotMove_ABORTED
+		}
+		cm.Finished = append(cm.Finished, mv)
+		if len(cm.Finished) > maxFinishedMoves {
+			cm.Finished = slices.Delete(cm.Finished, 0, len(cm.Finished)-maxFinishedMoves)
+		}
+		return true
+	}
+	return false
+}
+
+func findMove(cm *metapb.ClusterMap, id uint64) *metapb.SlotMove {
+	for _, m := range cm.Moves {
+		if m.Id == id {
+			return m
+		}
+	}
+	return nil
+}
+
+// moveOfSlot returns the move of slot under way, if any.
+func moveOfSlot(cm *metapb.ClusterMap, slot uint32) *metapb.SlotMove {
+	for _, m := range cm.Moves {
+		if m.Slot == slot {
+			return m
+		}
+	}
+	return nil
+}
+
+// cloneMove copies a move for a caller.
+func cloneMove(m *metapb.SlotMove) *metapb.SlotMove { return proto.Clone(m).(*metapb.SlotMove) }
