@@ -188,6 +188,9 @@ var methodPerms = map[string]int{
 	"/taskstore.v1.Admin/RemoveNode":         permAdmin,
 	"/taskstore.v1.Admin/RebuildReplica":     permAdmin,
 	"/taskstore.v1.Admin/MoveSlots":          permAdmin,
+	"/taskstore.v1.Admin/AddShards":          permAdmin,
+	"/taskstore.v1.Admin/RemoveShard":        permAdmin,
+	"/taskstore.v1.Admin/RebalanceSlots":     permAdmin,
 	// The nodes' internal service (cluster/peerpb): nodes, and admins
 	// debugging them.
 	"/taskstore.peer.v1.Peer/Report": permAdmin,
@@ -208,6 +211,7 @@ var nodeOnly = map[string]bool{
 	wipeReplicaMethod:                    true,
 	"/taskstore.peer.v1.Peer/SlotStep":   true,
 	"/taskstore.peer.v1.Peer/ExportSlot": true,
+	"/taskstore.peer.v1.Peer/SlotLoad":   true,
 }
 
 // Authorize decides whether p may call method with req (nil for streams).

@@ -114,14 +114,43 @@ func (c *Client) WaitMoves(ctx context.Context, moves []*taskstorepb.SlotMove, p
 			return err
 		}
 		// A node whose copy of the map trails may not list a move yet:
-		// a move is finished when a node lists it finished.
+		// a move is finished when a node lists it finished, or lists
+		// later moves finished and not it under way (the list keeps the
+		// last 64: it fell off).
+		var oldest uint64
 		for _, m := range st.FinishedMoves {
+			if oldest == 0 || m.Id < oldest {
+				oldest = m.Id
+			}
 			if !pending[m.Id] {
 				continue
 			}
 			delete(pending, m.Id)
 			if m.Phase != "done" {
 				failed = append(failed, fmt.Sprintf("slot %d stayed on shard %d (%s)", m.Slot, m.From, m.Error))
+			}
+		}
+		under := map[uint64]bool{}
+		for _, m := range st.Moves {
+			under[m.Id] = true
+		}
+		var dropped []*taskstorepb.SlotMove
+		for _, m := range moves {
+			if pending[m.Id] && !under[m.Id] && m.Id < oldest {
+				delete(pending, m.Id)
+				dropped = append(dropped, m)
+			}
+		}
+		if len(dropped) > 0 {
+			// Their outcome: where the routing table puts their slots.
+			rt, err := c.Routing(ctx)
+			if err != nil {
+				return err
+			}
+			for _, m := range dropped {
+				if int(m.Slot) >= len(rt.Slots) || rt.Slots[m.Slot] != m.To {
+					failed = append(failed, fmt.Sprintf("slot %d stayed on shard %d", m.Slot, m.From))
+				}
 			}
 		}
 		if progress != nil {
@@ -146,4 +175,50 @@ func (c *Client) WaitMoves(ctx context.Context, moves []*taskstorepb.SlotMove, p
 		return fmt.Errorf("move slots: %s: %w", strings.Join(failed, "; "), ErrUnavailable)
 	}
 	return nil
+}
+
+// AddShards adds count shards (Raft groups) to the live cluster. They
+// serve no slot until slots move to them: RebalanceSlots.
+func (c *Client) AddShards(ctx context.Context, count int) ([]*taskstorepb.ShardStatus, error) {
+	if count <= 0 {
+		return nil, fmt.Errorf("add shards: count must be at least 1: %w", ErrInvalid)
+	}
+	// The total makes a retry of an attempt that did add them add none.
+	rt, err := c.Routing(ctx)
+	if err != nil {
+		return nil, err
+	}
+	req := &taskstorepb.AddShardsRequest{Count: uint32(count), Total: uint32(len(rt.Shards) + count)}
+	var resp *taskstorepb.AddShardsResponse
+	err = c.call(ctx, "AddShards", target{anyNode: true}, 0, func(ctx context.Context, cc *grpc.ClientConn) (err error) {
+		resp, err = taskstorepb.NewAdminClient(cc).AddShards(ctx, req)
+		return err
+	})
+	return resp.GetShards(), err
+}
+
+// RemoveShard moves a shard's slots to the other shards and then retires
+// it; it returns the moves (WaitMoves waits for them; the shard leaves the
+// map shortly after the last).
+func (c *Client) RemoveShard(ctx context.Context, shard uint32) ([]*taskstorepb.SlotMove, error) {
+	if shard == 0 {
+		return nil, fmt.Errorf("remove shard: a shard id is required: %w", ErrInvalid)
+	}
+	var resp *taskstorepb.RemoveShardResponse
+	err := c.call(ctx, "RemoveShard", target{anyNode: true}, 0, func(ctx context.Context, cc *grpc.ClientConn) (err error) {
+		resp, err = taskstorepb.NewAdminClient(cc).RemoveShard(ctx, &taskstorepb.RemoveShardRequest{Shard: shard})
+		return err
+	})
+	return resp.GetMoves(), err
+}
+
+// RebalanceSlots moves slots so that every shard serves a fair share; with
+// dryRun it only returns the plan.
+func (c *Client) RebalanceSlots(ctx context.Context, dryRun bool) ([]*taskstorepb.SlotMove, error) {
+	var resp *taskstorepb.RebalanceSlotsResponse
+	err := c.call(ctx, "RebalanceSlots", target{anyNode: true}, 0, func(ctx context.Context, cc *grpc.ClientConn) (err error) {
+		resp, err = taskstorepb.NewAdminClient(cc).RebalanceSlots(ctx, &taskstorepb.RebalanceSlotsRequest{DryRun: dryRun})
+		return err
+	})
+	return resp.GetMoves(), err
 }

@@ -201,10 +201,13 @@ func applyMeta(cm *metapb.ClusterMap, cmd *metapb.Command) bool {
 				return true
 			}
 		}
+		want.InitialReplicas, want.Retiring = nil, false // only OP_ADD_SHARD sets them
 		cm.Shards = append(cm.Shards, want)
 		return true
 	case metapb.Op_OP_MOVE_BEGIN, metapb.Op_OP_MOVE_FLIP, metapb.Op_OP_MOVE_ABORT, metapb.Op_OP_MOVE_END:
 		return applyMove(cm, cmd)
+	case metapb.Op_OP_ADD_SHARD, metapb.Op_OP_RETIRE_SHARD, metapb.Op_OP_DROP_SHARD:
+		return applyShardOp(cm, cmd)
 	default:
 		// An op code from a newer version: ignoring it would let replicas
 		// diverge from the ones that understand it.

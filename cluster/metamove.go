@@ -15,6 +15,15 @@ const maxFinishedMoves = 64
 // drives them). Each checks the map and is ignored when it does not fit,
 // on every replica alike, so a stale or repeated proposal changes nothing.
 func applyMove(cm *metapb.ClusterMap, cmd *metapb.Command) bool {
+	if cmd.Op == metapb.Op_OP_MOVE_BEGIN && len(cmd.Moves) > 0 {
+		changed := false
+		for _, m := range cmd.Moves {
+			if applyMove(cm, &metapb.Command{Op: metapb.Op_OP_MOVE_BEGIN, Move: m}) {
+				changed = true
+			}
+		}
+		return changed
+	}
 	want := cmd.Move
 	if want == nil {
 		return false
@@ -22,7 +31,7 @@ func applyMove(cm *metapb.ClusterMap, cmd *metapb.Command) bool {
 	switch cmd.Op {
 	case metapb.Op_OP_MOVE_BEGIN:
 		if int(want.Slot) >= len(cm.Slots) || cm.Slots[want.Slot] != want.From || want.From == want.To ||
-			findShard(cm, want.To) == nil || moveOfSlot(cm, want.Slot) != nil {
+			findShard(cm, want.To) == nil || findShard(cm, want.To).Retiring || moveOfSlot(cm, want.Slot) != nil {
 			return false
 		}
 		cm.LastMove++
@@ -86,3 +95,61 @@ func moveOfSlot(cm *metapb.ClusterMap, slot uint32) *metapb.SlotMove {
 
 // cloneMove copies a move for a caller.
 func cloneMove(m *metapb.SlotMove) *metapb.SlotMove { return proto.Clone(m).(*metapb.SlotMove) }
+
+// lastShard is the highest shard id ever used.
+func lastShard(cm *metapb.ClusterMap) uint32 {
+	last := cm.LastShard
+	for _, s := range cm.Shards {
+		last = max(last, s.Id)
+	}
+	return last
+}
+
+// applyShardOp applies the ops that add and remove shards; like the move
+// ops, one that does not fit the map is ignored.
+func applyShardOp(cm *metapb.ClusterMap, cmd *metapb.Command) bool {
+	want := cmd.Shard
+	if want == nil || want.Id == MetaGroupID {
+		return false
+	}
+	have := findShard(cm, want.Id)
+	switch cmd.Op {
+	case metapb.Op_OP_ADD_SHARD:
+		if have != nil || len(want.Replicas) == 0 || want.Id <= lastShard(cm) {
+			return false
+		}
+		cm.LastShard = want.Id
+		sh := proto.Clone(want).(*metapb.Shard)
+		sh.Retiring = false
+		normalizeShard(sh)
+		cm.Shards = append(cm.Shards, sh)
+		return true
+	case metapb.Op_OP_RETIRE_SHARD:
+		if have == nil || have.Retiring {
+			return false
+		}
+		others := 0
+		for _, s := range cm.Shards {
+			if s.Id != have.Id && !s.Retiring {
+				others++
+			}
+		}
+		if others == 0 {
+			return false // the last shard serving slots stays
+		}
+		have.Retiring = true
+		return true
+	case metapb.Op_OP_DROP_SHARD:
+		if have == nil || !have.Retiring || slices.Contains(cm.Slots, have.Id) {
+			return false
+		}
+		for _, m := range cm.Moves {
+			if m.From == have.Id || m.To == have.Id {
+				return false
+			}
+		}
+		cm.Shards = slices.DeleteFunc(cm.Shards, func(s *metapb.Shard) bool { return s.Id == have.Id })
+		return true
+	}
+	return false
+}

@@ -716,11 +716,20 @@ func (n *Node) reconcileShards() {
 			warned = true
 		}
 		for _, s := range cm.Shards {
-			if slices.Contains(s.Replicas, n.cfg.ID) && n.Shard(s.Id) == nil {
-				if _, err := n.openShard(s.Id); err != nil && !errors.Is(err, ErrShutdown) && !errors.Is(err, ErrDiverged) {
-					n.log.Error("start shard replica", "shard", s.Id, "err", err)
+			if !slices.Contains(s.Replicas, n.cfg.ID) {
+				continue
+			}
+			local := n.Shard(s.Id)
+			if local == nil {
+				var err error
+				if local, err = n.openShard(s.Id); err != nil {
+					if !errors.Is(err, ErrShutdown) && !errors.Is(err, ErrDiverged) {
+						n.log.Error("start shard replica", "shard", s.Id, "err", err)
+					}
+					continue
 				}
 			}
+			n.bootstrapNewShard(cm, s, local)
 		}
 		select {
 		case <-changed:

@@ -468,7 +468,9 @@ func (n *Node) retireReplicas(cm *metapb.ClusterMap) {
 			n.unplacedSince[id] = n.cfg.Clock()
 			continue
 		}
-		if n.cfg.Clock().Sub(since) > grace && !s.IsLeader() {
+		// A leader hands its replica off first, unless the shard is gone
+		// from the map altogether (removed: nobody takes over).
+		if n.cfg.Clock().Sub(since) > grace && (!s.IsLeader() || sh == nil) {
 			retire = append(retire, s)
 			delete(n.shards, id)
 			delete(n.unplacedSince, id)

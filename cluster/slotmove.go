@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -75,8 +77,10 @@ func (n *Node) MoveSlots(ctx context.Context, slots []uint32, to uint32) ([]*met
 		return nil, n.metaNotLeader()
 	}
 	cm := n.meta.Map()
-	if findShard(cm, to) == nil {
+	if sh := findShard(cm, to); sh == nil {
 		return nil, &NotFoundError{What: "shard", Name: fmt.Sprint(to)}
+	} else if sh.Retiring {
+		return nil, fmt.Errorf("%w: shard %d is being removed: move slots to another shard", ErrRefused, to)
 	}
 	if len(slots) == 0 {
 		return nil, fmt.Errorf("%w: name at least one slot", ErrInvalidRequest)
@@ -89,29 +93,39 @@ func (n *Node) MoveSlots(ctx context.Context, slots []uint32, to uint32) ([]*met
 	if err := n.everyNodeMovesSlots(ctx, cm); err != nil {
 		return nil, err
 	}
+	// One entry records every move (a rebalance records hundreds).
 	var out []*metapb.SlotMove
+	cmd := &metapb.Command{Op: metapb.Op_OP_MOVE_BEGIN}
 	for _, s := range slots {
-		cm = n.meta.Map()
 		if mv := moveOfSlot(cm, s); mv != nil {
 			if mv.To != to {
-				return out, fmt.Errorf("%w: slot %d is moving to shard %d already (move %d); wait for it to finish", ErrRefused, s, mv.To, mv.Id)
+				return nil, fmt.Errorf("%w: slot %d is moving to shard %d already (move %d); wait for it to finish", ErrRefused, s, mv.To, mv.Id)
 			}
-			out = append(out, mv)
 			continue
 		}
-		if cm.Slots[s] == to {
-			continue
+		if cm.Slots[s] != to {
+			cmd.Moves = append(cmd.Moves, &metapb.SlotMove{Slot: s, From: cm.Slots[s], To: to, Begun: cm.Epoch})
 		}
-		cmd := &metapb.Command{Op: metapb.Op_OP_MOVE_BEGIN, Move: &metapb.SlotMove{Slot: s, From: cm.Slots[s], To: to, Begun: cm.Epoch}}
+	}
+	if len(cmd.Moves) > 0 {
 		if err := n.proposeMeta(ctx, cmd); err != nil {
-			return out, err
+			return nil, err
 		}
-		mv := moveOfSlot(n.meta.Map(), s)
-		if mv == nil || mv.To != to {
+	}
+	cm = n.meta.Map()
+	for _, s := range slots {
+		mv := moveOfSlot(cm, s)
+		switch {
+		case mv != nil && mv.To == to:
+			out = append(out, mv)
+		case mv == nil && cm.Slots[s] == to:
+			// There already (or moved meanwhile).
+		default:
 			return out, fmt.Errorf("%w: the move of slot %d was not recorded (the map changed meanwhile); try again", ErrRefused, s)
 		}
-		n.log.Info("slot move recorded", "move", mv.Id, "slot", s, "from", mv.From, "to", to)
-		out = append(out, mv)
+	}
+	if len(cmd.Moves) > 0 {
+		n.log.Info("slot moves recorded", "moves", len(cmd.Moves), "to", to, "first", out[0].Id)
 	}
 	n.wakeMover()
 	return out, nil
@@ -147,23 +161,60 @@ func (n *Node) wakeMover() {
 	}
 }
 
-// runSlotMoves is the meta leader's slot mover.
+// moversAtOnce bounds the moves driven at once: moves of different slots
+// are independent, and their steps share the groups' Raft rounds.
+const moversAtOnce = 16
+
+// runSlotMoves is the meta leader's slot mover: it drives up to
+// moversAtOnce moves at a time, each on its own goroutine, one phase per
+// turn; when no move is under way it does the retiring shards' chores.
 func (n *Node) runSlotMoves() {
-	failing := map[uint64]time.Time{} // move -> when its copy first failed
+	var (
+		mu       sync.Mutex
+		failing  = map[uint64]time.Time{} // move -> when its copy first failed
+		inFlight = map[uint64]bool{}
+		wg       sync.WaitGroup
+	)
+	defer wg.Wait()
 	for {
 		if n.metaReady.Load() {
-			if moves := n.meta.Map().Moves; len(moves) > 0 {
-				mv := moves[0]
-				err := n.driveMove(mv, failing)
-				if err == nil {
+			moves := n.meta.Map().Moves
+			mu.Lock()
+			for _, mv := range moves {
+				if len(inFlight) >= moversAtOnce {
+					break
+				}
+				if inFlight[mv.Id] {
 					continue
 				}
-				n.log.Info("slot move waits", "move", mv.Id, "slot", mv.Slot, "from", mv.From, "to", mv.To,
-					"phase", MovePhaseName(mv.Phase), "err", err)
-				if !n.sleep(500 * time.Millisecond) {
-					return
+				inFlight[mv.Id] = true
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					err := n.driveMove(mv, &mu, failing)
+					if err != nil {
+						n.log.Info("slot move waits", "move", mv.Id, "slot", mv.Slot, "from", mv.From, "to", mv.To,
+							"phase", MovePhaseName(mv.Phase), "err", err)
+						n.sleep(500 * time.Millisecond)
+					}
+					mu.Lock()
+					delete(inFlight, mv.Id)
+					mu.Unlock()
+					n.wakeMover()
+				}()
+			}
+			idle := len(inFlight) == 0
+			mu.Unlock()
+			if idle && len(moves) == 0 {
+				ctx, cancel := context.WithTimeout(context.Background(), n.cfg.Tuning.ApplyTimeout)
+				changed, err := n.retiringWork(ctx)
+				cancel()
+				if err != nil {
+					n.log.Info("shard removal waits", "err", err)
 				}
-				continue
+				if changed {
+					continue
+				}
 			}
 		}
 		select {
@@ -185,7 +236,7 @@ type slotRefused struct {
 func (e *slotRefused) Error() string { return fmt.Sprintf("shard %d refused: %s", e.shard, e.msg) }
 
 // driveMove takes a move one phase further.
-func (n *Node) driveMove(mv *metapb.SlotMove, failing map[uint64]time.Time) error {
+func (n *Node) driveMove(mv *metapb.SlotMove, mu *sync.Mutex, failing map[uint64]time.Time) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*n.cfg.Tuning.ApplyTimeout)
 	defer cancel()
 	step := func(shard uint32, a fsmpb.SlotCommand_Action, to uint32) error {
@@ -197,9 +248,13 @@ func (n *Node) driveMove(mv *metapb.SlotMove, failing map[uint64]time.Time) erro
 		start := time.Now()
 		if err := n.copySlot(ctx, mv); err != nil {
 			var refused *slotRefused
-			if first, ok := failing[mv.Id]; !ok {
+			mu.Lock()
+			first, ok := failing[mv.Id]
+			if !ok {
 				failing[mv.Id] = time.Now()
-			} else if time.Since(first) > MoveCopyTimeout {
+			}
+			mu.Unlock()
+			if ok && time.Since(first) > MoveCopyTimeout {
 				err = fmt.Errorf("the copy kept failing for %s: %w", time.Since(first).Round(time.Second), err)
 				refused = &slotRefused{}
 			}
@@ -209,7 +264,9 @@ func (n *Node) driveMove(mv *metapb.SlotMove, failing map[uint64]time.Time) erro
 			}
 			return err
 		}
+		mu.Lock()
 		delete(failing, mv.Id)
+		mu.Unlock()
 		if err := n.proposeMeta(ctx, &metapb.Command{Op: metapb.Op_OP_MOVE_FLIP, Move: &metapb.SlotMove{Id: mv.Id}}); err != nil {
 			return err
 		}
@@ -321,6 +378,11 @@ func (n *Node) slotStep(ctx context.Context, shard uint32, c *fsmpb.SlotCommand)
 		return nil, err
 	}
 	if f := res.GetFailure(); f != nil {
+		if strings.HasPrefix(f.Message, fsm.SlotNeedsFormat) {
+			// A shard added a moment ago: its leader raises the format
+			// within Tuning.FormatEvery.
+			return nil, fmt.Errorf("shard %d: %s: waiting for its leader to raise it", shard, f.Message)
+		}
 		return nil, &slotRefused{shard: shard, msg: f.Message}
 	}
 	return res, nil

@@ -217,3 +217,108 @@ func TestSlotMoveUnderLoad(t *testing.T) {
 		t.Fatalf("source slot states %v, want slot %d gone", res, slot)
 	}
 }
+
+// Shards are added, slots rebalanced onto them and a shard removed on a
+// live cluster: every task stays, each shard serves its share of the slots
+// (within one), the removed shard leaves the map and its replicas retire.
+func TestShardsAddRebalanceRemove(t *testing.T) {
+	c := harness.Start(t, 3, harness.Options{Shards: 2, Scale: raceScale})
+	c.WaitReady()
+	c.WaitFormat()
+	ctx := ctxT(t, 4*time.Minute)
+	cl, err := client.Dial(ctx, strings.Join(c.Endpoints(), ","))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	// Tasks in 200 groups, spread over many slots.
+	want := map[string]bool{}
+	for g := 0; g < 200; g++ {
+		q := fmt.Sprintf("grp%d/q", g)
+		req := &taskstorepb.ModifyRequest{}
+		for i := 0; i < 5; i++ {
+			id := fmt.Sprintf("t%d", i)
+			req.Inserts = append(req.Inserts, &taskstorepb.TaskInsert{Id: id, Queue: q})
+			want[q+" "+id] = true
+		}
+		if _, err := cl.Modify(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	added, err := cl.AddShards(ctx, 2)
+	if err != nil || len(added) != 2 || added[0].Id != 3 || added[1].Id != 4 {
+		t.Fatalf("add shards: %v, %v", added, err)
+	}
+	moves, err := cl.RebalanceSlots(ctx, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(moves) < 500 || len(moves) > 515 {
+		t.Fatalf("rebalancing 2 shards to 4 recorded %d moves, want about 512", len(moves))
+	}
+	start := time.Now()
+	if err := cl.WaitMoves(ctx, moves, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d slot moves in %v", len(moves), time.Since(start).Round(time.Millisecond))
+	counts := func() map[uint32]int {
+		rt, err := cl.Routing(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[uint32]int{}
+		for _, s := range rt.Slots {
+			out[s]++
+		}
+		return out
+	}
+	if got := counts(); len(got) != 4 || got[1] != 256 || got[2] != 256 || got[3] != 256 || got[4] != 256 {
+		t.Fatalf("slots per shard after the rebalance: %v", got)
+	}
+	check := func(when string) {
+		t.Helper()
+		for key := range want {
+			q, id, _ := strings.Cut(key, " ")
+			if tk, err := cl.GetIn(ctx, q, id); err != nil || tk == nil {
+				t.Fatalf("%s: task %s of %s: %v", when, id, q, err)
+			}
+		}
+	}
+	check("after the rebalance")
+
+	moves, err = cl.RemoveShard(ctx, 1)
+	if err != nil || len(moves) != 256 {
+		t.Fatalf("remove shard 1: %d moves, %v", len(moves), err)
+	}
+	if err := cl.WaitMoves(ctx, moves, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := counts(); len(got) != 3 || got[1] != 0 || got[2] < 341 || got[3] < 341 || got[4] < 341 {
+		t.Fatalf("slots per shard after removing shard 1: %v", got)
+	}
+	check("after removing shard 1")
+	// The shard leaves the map, and its replicas retire.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		st, err := cl.Status(ctx, &taskstorepb.StatusRequest{})
+		gone := err == nil
+		for _, sh := range st.GetShards() {
+			gone = gone && sh.Id != 1
+		}
+		for _, n := range c.Nodes {
+			gone = gone && n.Server().Node.Shard(1) == nil
+		}
+		if gone {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("shard 1 still in the map or running somewhere: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// Removing the last serving shards one after another stops at the last.
+	if _, err := cl.RemoveShard(ctx, 99); err == nil {
+		t.Fatal("removing an unknown shard was accepted")
+	}
+	c.CheckReplicas()
+}

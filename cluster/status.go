@@ -154,6 +154,10 @@ func (n *Node) localStatus(cm *metapb.ClusterMap) *taskstorepb.StatusResponse {
 		}
 		ss.Replicas = slices.Clone(s.Replicas)
 		ss.PreferredLeader = s.PreferredLeader
+		ss.Retiring = s.Retiring
+		if local := n.Shard(s.Id); local != nil {
+			ss.Tasks = uint64(local.machine.TaskCount())
+		}
 		st.Shards = append(st.Shards, ss)
 	}
 	// A node that restarted has not yet replayed its copy of the map, but it

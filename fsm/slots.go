@@ -37,6 +37,10 @@ import (
 // group's slot is not served by this shard (Failure.moved says how).
 const SlotMoved = "slot moved"
 
+// SlotNeedsFormat starts the Failure.message of an OP_SLOT applied below
+// FormatSlotMoves (a shard whose leader has not raised its format yet).
+const SlotNeedsFormat = "OP_SLOT needs state format"
+
 // SlotOf is the hash slot of a consistency group in a table of slots:
 // FNV-1a (32 bit) mod slots. It is taskstorepb.SlotOf, which is part of the
 // routing contract (a test pins that they agree); fsm keeps its own copy
@@ -143,7 +147,7 @@ func (a *applier) slotCommand(c *fsmpb.SlotCommand) *fsmpb.Result {
 	st := a.st
 	switch {
 	case st.format < FormatSlotMoves:
-		return failuref("OP_SLOT needs state format %d; the shard is at %d", FormatSlotMoves, st.format)
+		return failuref("%s %d; the shard is at %d", SlotNeedsFormat, FormatSlotMoves, st.format)
 	case c.Slots == 0 || c.Slot >= c.Slots || c.Move == 0:
 		return failuref("OP_SLOT: slot %d of %d, move %d: out of range", c.Slot, c.Slots, c.Move)
 	case st.slotTable != 0 && st.slotTable != c.Slots:

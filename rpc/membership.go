@@ -141,3 +141,61 @@ func (srv *Server) MoveSlots(ctx context.Context, req *taskstorepb.MoveSlotsRequ
 	}
 	return out, nil
 }
+
+// AddShards implements Admin.AddShards; any node forwards it to the meta
+// leader.
+func (srv *Server) AddShards(ctx context.Context, req *taskstorepb.AddShardsRequest) (*taskstorepb.AddShardsResponse, error) {
+	count := int(req.Count)
+	if count == 0 {
+		count = 1
+	}
+	shards, err := srv.node.AddShards(ctx, count, int(req.Total))
+	if err != nil && len(shards) == 0 {
+		if leader, fctx, ok := srv.metaLeader(ctx, err); ok {
+			return leader.AddShards(fctx, req)
+		}
+		return nil, toStatus(err)
+	}
+	out := &taskstorepb.AddShardsResponse{}
+	for _, sh := range shards {
+		out.Shards = append(out.Shards, &taskstorepb.ShardStatus{Id: sh.Id, Replicas: sh.Replicas, PreferredLeader: sh.PreferredLeader})
+	}
+	return out, toStatus(err)
+}
+
+// RemoveShard implements Admin.RemoveShard; any node forwards it to the
+// meta leader.
+func (srv *Server) RemoveShard(ctx context.Context, req *taskstorepb.RemoveShardRequest) (*taskstorepb.RemoveShardResponse, error) {
+	if req.Shard == 0 {
+		return nil, toStatus(invalid("shard", "required (the meta group is not a shard)"))
+	}
+	moves, err := srv.node.RemoveShard(ctx, req.Shard)
+	if err != nil {
+		if leader, fctx, ok := srv.metaLeader(ctx, err); ok {
+			return leader.RemoveShard(fctx, req)
+		}
+		return nil, toStatus(err)
+	}
+	out := &taskstorepb.RemoveShardResponse{}
+	for _, mv := range moves {
+		out.Moves = append(out.Moves, cluster.MoveToAPI(mv))
+	}
+	return out, nil
+}
+
+// RebalanceSlots implements Admin.RebalanceSlots; any node forwards it to
+// the meta leader.
+func (srv *Server) RebalanceSlots(ctx context.Context, req *taskstorepb.RebalanceSlotsRequest) (*taskstorepb.RebalanceSlotsResponse, error) {
+	moves, err := srv.node.RebalanceSlots(ctx, req.DryRun)
+	if err != nil {
+		if leader, fctx, ok := srv.metaLeader(ctx, err); ok {
+			return leader.RebalanceSlots(fctx, req)
+		}
+		return nil, toStatus(err)
+	}
+	out := &taskstorepb.RebalanceSlotsResponse{}
+	for _, mv := range moves {
+		out.Moves = append(out.Moves, cluster.MoveToAPI(mv))
+	}
+	return out, nil
+}

@@ -3138,8 +3138,13 @@ type ShardStatus struct {
 	// while it is healthy (one of replicas; empty for the meta group). The
 	// order of replicas means nothing.
 	PreferredLeader string `protobuf:"bytes,7,opt,name=preferred_leader,json=preferredLeader,proto3" json:"preferred_leader,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The shard is being removed (RemoveShard): its slots move away.
+	Retiring bool `protobuf:"varint,8,opt,name=retiring,proto3" json:"retiring,omitempty"`
+	// Tasks it holds (from the leader's state; 0 when the answering node
+	// does not know).
+	Tasks         uint64 `protobuf:"varint,9,opt,name=tasks,proto3" json:"tasks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ShardStatus) Reset() {
@@ -3219,6 +3224,20 @@ func (x *ShardStatus) GetPreferredLeader() string {
 		return x.PreferredLeader
 	}
 	return ""
+}
+
+func (x *ShardStatus) GetRetiring() bool {
+	if x != nil {
+		return x.Retiring
+	}
+	return false
+}
+
+func (x *ShardStatus) GetTasks() uint64 {
+	if x != nil {
+		return x.Tasks
+	}
+	return 0
 }
 
 type StatusResponse struct {
@@ -3372,6 +3391,284 @@ func (x *MoveSlotsRequest) GetTo() uint32 {
 	return 0
 }
 
+type AddShardsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How many shards to add (default 1).
+	Count uint32 `protobuf:"varint,1,opt,name=count,proto3" json:"count,omitempty"`
+	// When set, add shards only until the cluster has this many: a retried
+	// request adds none twice (the Go client and taskctl set it).
+	Total         uint32 `protobuf:"varint,2,opt,name=total,proto3" json:"total,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddShardsRequest) Reset() {
+	*x = AddShardsRequest{}
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddShardsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddShardsRequest) ProtoMessage() {}
+
+func (x *AddShardsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddShardsRequest.ProtoReflect.Descriptor instead.
+func (*AddShardsRequest) Descriptor() ([]byte, []int) {
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *AddShardsRequest) GetCount() uint32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *AddShardsRequest) GetTotal() uint32 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+type AddShardsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The shards added, with their replicas.
+	Shards        []*ShardStatus `protobuf:"bytes,1,rep,name=shards,proto3" json:"shards,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddShardsResponse) Reset() {
+	*x = AddShardsResponse{}
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddShardsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddShardsResponse) ProtoMessage() {}
+
+func (x *AddShardsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddShardsResponse.ProtoReflect.Descriptor instead.
+func (*AddShardsResponse) Descriptor() ([]byte, []int) {
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *AddShardsResponse) GetShards() []*ShardStatus {
+	if x != nil {
+		return x.Shards
+	}
+	return nil
+}
+
+type RemoveShardRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Shard         uint32                 `protobuf:"varint,1,opt,name=shard,proto3" json:"shard,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveShardRequest) Reset() {
+	*x = RemoveShardRequest{}
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveShardRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveShardRequest) ProtoMessage() {}
+
+func (x *RemoveShardRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveShardRequest.ProtoReflect.Descriptor instead.
+func (*RemoveShardRequest) Descriptor() ([]byte, []int) {
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *RemoveShardRequest) GetShard() uint32 {
+	if x != nil {
+		return x.Shard
+	}
+	return 0
+}
+
+type RemoveShardResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The moves of its slots to the other shards.
+	Moves         []*SlotMove `protobuf:"bytes,1,rep,name=moves,proto3" json:"moves,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveShardResponse) Reset() {
+	*x = RemoveShardResponse{}
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveShardResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveShardResponse) ProtoMessage() {}
+
+func (x *RemoveShardResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveShardResponse.ProtoReflect.Descriptor instead.
+func (*RemoveShardResponse) Descriptor() ([]byte, []int) {
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *RemoveShardResponse) GetMoves() []*SlotMove {
+	if x != nil {
+		return x.Moves
+	}
+	return nil
+}
+
+type RebalanceSlotsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only plan: the moves are returned, not recorded.
+	DryRun        bool `protobuf:"varint,1,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RebalanceSlotsRequest) Reset() {
+	*x = RebalanceSlotsRequest{}
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RebalanceSlotsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RebalanceSlotsRequest) ProtoMessage() {}
+
+func (x *RebalanceSlotsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RebalanceSlotsRequest.ProtoReflect.Descriptor instead.
+func (*RebalanceSlotsRequest) Descriptor() ([]byte, []int) {
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *RebalanceSlotsRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+type RebalanceSlotsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Moves         []*SlotMove            `protobuf:"bytes,1,rep,name=moves,proto3" json:"moves,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RebalanceSlotsResponse) Reset() {
+	*x = RebalanceSlotsResponse{}
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RebalanceSlotsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RebalanceSlotsResponse) ProtoMessage() {}
+
+func (x *RebalanceSlotsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RebalanceSlotsResponse.ProtoReflect.Descriptor instead.
+func (*RebalanceSlotsResponse) Descriptor() ([]byte, []int) {
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *RebalanceSlotsResponse) GetMoves() []*SlotMove {
+	if x != nil {
+		return x.Moves
+	}
+	return nil
+}
+
 type MoveSlotsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The moves recorded, one per slot not already on the target.
@@ -3382,7 +3679,7 @@ type MoveSlotsResponse struct {
 
 func (x *MoveSlotsResponse) Reset() {
 	*x = MoveSlotsResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[41]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3394,7 +3691,7 @@ func (x *MoveSlotsResponse) String() string {
 func (*MoveSlotsResponse) ProtoMessage() {}
 
 func (x *MoveSlotsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[41]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3407,7 +3704,7 @@ func (x *MoveSlotsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveSlotsResponse.ProtoReflect.Descriptor instead.
 func (*MoveSlotsResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{41}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *MoveSlotsResponse) GetMoves() []*SlotMove {
@@ -3437,7 +3734,7 @@ type SlotMove struct {
 
 func (x *SlotMove) Reset() {
 	*x = SlotMove{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[42]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3449,7 +3746,7 @@ func (x *SlotMove) String() string {
 func (*SlotMove) ProtoMessage() {}
 
 func (x *SlotMove) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[42]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3462,7 +3759,7 @@ func (x *SlotMove) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotMove.ProtoReflect.Descriptor instead.
 func (*SlotMove) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{42}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *SlotMove) GetId() uint64 {
@@ -3515,7 +3812,7 @@ type RoutingRequest struct {
 
 func (x *RoutingRequest) Reset() {
 	*x = RoutingRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[43]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3527,7 +3824,7 @@ func (x *RoutingRequest) String() string {
 func (*RoutingRequest) ProtoMessage() {}
 
 func (x *RoutingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[43]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3540,7 +3837,7 @@ func (x *RoutingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoutingRequest.ProtoReflect.Descriptor instead.
 func (*RoutingRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{43}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{49}
 }
 
 type Replica struct {
@@ -3553,7 +3850,7 @@ type Replica struct {
 
 func (x *Replica) Reset() {
 	*x = Replica{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[44]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3565,7 +3862,7 @@ func (x *Replica) String() string {
 func (*Replica) ProtoMessage() {}
 
 func (x *Replica) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[44]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3578,7 +3875,7 @@ func (x *Replica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Replica.ProtoReflect.Descriptor instead.
 func (*Replica) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{44}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *Replica) GetId() string {
@@ -3608,7 +3905,7 @@ type ShardRoute struct {
 
 func (x *ShardRoute) Reset() {
 	*x = ShardRoute{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[45]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3620,7 +3917,7 @@ func (x *ShardRoute) String() string {
 func (*ShardRoute) ProtoMessage() {}
 
 func (x *ShardRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[45]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3633,7 +3930,7 @@ func (x *ShardRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardRoute.ProtoReflect.Descriptor instead.
 func (*ShardRoute) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{45}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ShardRoute) GetId() uint32 {
@@ -3678,7 +3975,7 @@ type RoutingResponse struct {
 
 func (x *RoutingResponse) Reset() {
 	*x = RoutingResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[46]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3690,7 +3987,7 @@ func (x *RoutingResponse) String() string {
 func (*RoutingResponse) ProtoMessage() {}
 
 func (x *RoutingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[46]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3703,7 +4000,7 @@ func (x *RoutingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoutingResponse.ProtoReflect.Descriptor instead.
 func (*RoutingResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{46}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *RoutingResponse) GetSlots() []uint32 {
@@ -3738,7 +4035,7 @@ type TransferLeaderRequest struct {
 
 func (x *TransferLeaderRequest) Reset() {
 	*x = TransferLeaderRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[47]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3750,7 +4047,7 @@ func (x *TransferLeaderRequest) String() string {
 func (*TransferLeaderRequest) ProtoMessage() {}
 
 func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[47]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3763,7 +4060,7 @@ func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{47}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *TransferLeaderRequest) GetShard() uint32 {
@@ -3789,7 +4086,7 @@ type TransferLeaderResponse struct {
 
 func (x *TransferLeaderResponse) Reset() {
 	*x = TransferLeaderResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[48]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3801,7 +4098,7 @@ func (x *TransferLeaderResponse) String() string {
 func (*TransferLeaderResponse) ProtoMessage() {}
 
 func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[48]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3814,7 +4111,7 @@ func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{48}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *TransferLeaderResponse) GetLeader() string {
@@ -3835,7 +4132,7 @@ type AddNodeRequest struct {
 
 func (x *AddNodeRequest) Reset() {
 	*x = AddNodeRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[49]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3847,7 +4144,7 @@ func (x *AddNodeRequest) String() string {
 func (*AddNodeRequest) ProtoMessage() {}
 
 func (x *AddNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[49]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3860,7 +4157,7 @@ func (x *AddNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodeRequest.ProtoReflect.Descriptor instead.
 func (*AddNodeRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{49}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *AddNodeRequest) GetId() string {
@@ -3886,7 +4183,7 @@ type AddNodeResponse struct {
 
 func (x *AddNodeResponse) Reset() {
 	*x = AddNodeResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[50]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3898,7 +4195,7 @@ func (x *AddNodeResponse) String() string {
 func (*AddNodeResponse) ProtoMessage() {}
 
 func (x *AddNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[50]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3911,7 +4208,7 @@ func (x *AddNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodeResponse.ProtoReflect.Descriptor instead.
 func (*AddNodeResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{50}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *AddNodeResponse) GetNode() *NodeStatus {
@@ -3933,7 +4230,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[51]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3945,7 +4242,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[51]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3958,7 +4255,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{51}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *RemoveNodeRequest) GetId() string {
@@ -3984,7 +4281,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[52]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3996,7 +4293,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[52]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4009,7 +4306,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{52}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *RemoveNodeResponse) GetNode() *NodeStatus {
@@ -4037,7 +4334,7 @@ type RebuildReplicaRequest struct {
 
 func (x *RebuildReplicaRequest) Reset() {
 	*x = RebuildReplicaRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[53]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4049,7 +4346,7 @@ func (x *RebuildReplicaRequest) String() string {
 func (*RebuildReplicaRequest) ProtoMessage() {}
 
 func (x *RebuildReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[53]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4062,7 +4359,7 @@ func (x *RebuildReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebuildReplicaRequest.ProtoReflect.Descriptor instead.
 func (*RebuildReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{53}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *RebuildReplicaRequest) GetShard() uint32 {
@@ -4094,7 +4391,7 @@ type RebuildReplicaResponse struct {
 
 func (x *RebuildReplicaResponse) Reset() {
 	*x = RebuildReplicaResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[54]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4106,7 +4403,7 @@ func (x *RebuildReplicaResponse) String() string {
 func (*RebuildReplicaResponse) ProtoMessage() {}
 
 func (x *RebuildReplicaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[54]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4119,7 +4416,7 @@ func (x *RebuildReplicaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebuildReplicaResponse.ProtoReflect.Descriptor instead.
 func (*RebuildReplicaResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{54}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{60}
 }
 
 var File_taskstore_v1_taskstore_proto protoreflect.FileDescriptor
@@ -4389,7 +4686,7 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\x0fmajority_digest\x18\x03 \x01(\fR\x0emajorityDigest\x12\x1a\n" +
 	"\bmajority\x18\x04 \x03(\tR\bmajority\x126\n" +
 	"\bdetected\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\bdetected\x12\x18\n" +
-	"\adamaged\x18\x06 \x01(\tR\adamaged\"\xea\x01\n" +
+	"\adamaged\x18\x06 \x01(\tR\adamaged\"\x9c\x02\n" +
 	"\vShardStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x16\n" +
 	"\x06leader\x18\x02 \x01(\tR\x06leader\x12\x12\n" +
@@ -4397,7 +4694,9 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\breplicas\x18\x04 \x03(\tR\breplicas\x12B\n" +
 	"\x0ereplica_status\x18\x05 \x03(\v2\x1b.taskstore.v1.ReplicaStatusR\rreplicaStatus\x12\x14\n" +
 	"\x05slots\x18\x06 \x01(\rR\x05slots\x12)\n" +
-	"\x10preferred_leader\x18\a \x01(\tR\x0fpreferredLeader\"\xd1\x02\n" +
+	"\x10preferred_leader\x18\a \x01(\tR\x0fpreferredLeader\x12\x1a\n" +
+	"\bretiring\x18\b \x01(\bR\bretiring\x12\x14\n" +
+	"\x05tasks\x18\t \x01(\x04R\x05tasks\"\xd1\x02\n" +
 	"\x0eStatusResponse\x12.\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x18.taskstore.v1.NodeStatusR\x05nodes\x121\n" +
 	"\x06shards\x18\x02 \x03(\v2\x19.taskstore.v1.ShardStatusR\x06shards\x12-\n" +
@@ -4408,7 +4707,20 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\x0efinished_moves\x18\a \x03(\v2\x16.taskstore.v1.SlotMoveR\rfinishedMoves\"8\n" +
 	"\x10MoveSlotsRequest\x12\x14\n" +
 	"\x05slots\x18\x01 \x03(\rR\x05slots\x12\x0e\n" +
-	"\x02to\x18\x02 \x01(\rR\x02to\"A\n" +
+	"\x02to\x18\x02 \x01(\rR\x02to\">\n" +
+	"\x10AddShardsRequest\x12\x14\n" +
+	"\x05count\x18\x01 \x01(\rR\x05count\x12\x14\n" +
+	"\x05total\x18\x02 \x01(\rR\x05total\"F\n" +
+	"\x11AddShardsResponse\x121\n" +
+	"\x06shards\x18\x01 \x03(\v2\x19.taskstore.v1.ShardStatusR\x06shards\"*\n" +
+	"\x12RemoveShardRequest\x12\x14\n" +
+	"\x05shard\x18\x01 \x01(\rR\x05shard\"C\n" +
+	"\x13RemoveShardResponse\x12,\n" +
+	"\x05moves\x18\x01 \x03(\v2\x16.taskstore.v1.SlotMoveR\x05moves\"0\n" +
+	"\x15RebalanceSlotsRequest\x12\x17\n" +
+	"\adry_run\x18\x01 \x01(\bR\x06dryRun\"F\n" +
+	"\x16RebalanceSlotsResponse\x12,\n" +
+	"\x05moves\x18\x01 \x03(\v2\x16.taskstore.v1.SlotMoveR\x05moves\"A\n" +
 	"\x11MoveSlotsResponse\x12,\n" +
 	"\x05moves\x18\x01 \x03(\v2\x16.taskstore.v1.SlotMoveR\x05moves\"~\n" +
 	"\bSlotMove\x12\x0e\n" +
@@ -4473,7 +4785,7 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\rSetQueueLimit\x12\x1f.taskstore.v1.QueueLimitRequest\x1a .taskstore.v1.QueueLimitResponse\x12R\n" +
 	"\vPutSchedule\x12 .taskstore.v1.PutScheduleRequest\x1a!.taskstore.v1.PutScheduleResponse\x12[\n" +
 	"\x0eDeleteSchedule\x12#.taskstore.v1.DeleteScheduleRequest\x1a$.taskstore.v1.DeleteScheduleResponse\x12L\n" +
-	"\tSchedules\x12\x1e.taskstore.v1.SchedulesRequest\x1a\x1f.taskstore.v1.SchedulesResponse2\xb5\x04\n" +
+	"\tSchedules\x12\x1e.taskstore.v1.SchedulesRequest\x1a\x1f.taskstore.v1.SchedulesResponse2\xb4\x06\n" +
 	"\x05Admin\x12C\n" +
 	"\x06Status\x12\x1b.taskstore.v1.StatusRequest\x1a\x1c.taskstore.v1.StatusResponse\x12F\n" +
 	"\aRouting\x12\x1c.taskstore.v1.RoutingRequest\x1a\x1d.taskstore.v1.RoutingResponse\x12[\n" +
@@ -4482,7 +4794,10 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\n" +
 	"RemoveNode\x12\x1f.taskstore.v1.RemoveNodeRequest\x1a .taskstore.v1.RemoveNodeResponse\x12[\n" +
 	"\x0eRebuildReplica\x12#.taskstore.v1.RebuildReplicaRequest\x1a$.taskstore.v1.RebuildReplicaResponse\x12L\n" +
-	"\tMoveSlots\x12\x1e.taskstore.v1.MoveSlotsRequest\x1a\x1f.taskstore.v1.MoveSlotsResponseB;Z9github.com/e1158ecb/taskstore/api/taskstorepb;taskstorepbb\x06proto3"
+	"\tMoveSlots\x12\x1e.taskstore.v1.MoveSlotsRequest\x1a\x1f.taskstore.v1.MoveSlotsResponse\x12L\n" +
+	"\tAddShards\x12\x1e.taskstore.v1.AddShardsRequest\x1a\x1f.taskstore.v1.AddShardsResponse\x12R\n" +
+	"\vRemoveShard\x12 .taskstore.v1.RemoveShardRequest\x1a!.taskstore.v1.RemoveShardResponse\x12[\n" +
+	"\x0eRebalanceSlots\x12#.taskstore.v1.RebalanceSlotsRequest\x1a$.taskstore.v1.RebalanceSlotsResponseB;Z9github.com/e1158ecb/taskstore/api/taskstorepb;taskstorepbb\x06proto3"
 
 var (
 	file_taskstore_v1_taskstore_proto_rawDescOnce sync.Once
@@ -4497,7 +4812,7 @@ func file_taskstore_v1_taskstore_proto_rawDescGZIP() []byte {
 }
 
 var file_taskstore_v1_taskstore_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_taskstore_v1_taskstore_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
+var file_taskstore_v1_taskstore_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
 var file_taskstore_v1_taskstore_proto_goTypes = []any{
 	(TaskState)(0),                 // 0: taskstore.v1.TaskState
 	(MissedTicks)(0),               // 1: taskstore.v1.MissedTicks
@@ -4543,127 +4858,142 @@ var file_taskstore_v1_taskstore_proto_goTypes = []any{
 	(*ShardStatus)(nil),            // 41: taskstore.v1.ShardStatus
 	(*StatusResponse)(nil),         // 42: taskstore.v1.StatusResponse
 	(*MoveSlotsRequest)(nil),       // 43: taskstore.v1.MoveSlotsRequest
-	(*MoveSlotsResponse)(nil),      // 44: taskstore.v1.MoveSlotsResponse
-	(*SlotMove)(nil),               // 45: taskstore.v1.SlotMove
-	(*RoutingRequest)(nil),         // 46: taskstore.v1.RoutingRequest
-	(*Replica)(nil),                // 47: taskstore.v1.Replica
-	(*ShardRoute)(nil),             // 48: taskstore.v1.ShardRoute
-	(*RoutingResponse)(nil),        // 49: taskstore.v1.RoutingResponse
-	(*TransferLeaderRequest)(nil),  // 50: taskstore.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil), // 51: taskstore.v1.TransferLeaderResponse
-	(*AddNodeRequest)(nil),         // 52: taskstore.v1.AddNodeRequest
-	(*AddNodeResponse)(nil),        // 53: taskstore.v1.AddNodeResponse
-	(*RemoveNodeRequest)(nil),      // 54: taskstore.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),     // 55: taskstore.v1.RemoveNodeResponse
-	(*RebuildReplicaRequest)(nil),  // 56: taskstore.v1.RebuildReplicaRequest
-	(*RebuildReplicaResponse)(nil), // 57: taskstore.v1.RebuildReplicaResponse
-	(*timestamppb.Timestamp)(nil),  // 58: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 59: google.protobuf.Duration
+	(*AddShardsRequest)(nil),       // 44: taskstore.v1.AddShardsRequest
+	(*AddShardsResponse)(nil),      // 45: taskstore.v1.AddShardsResponse
+	(*RemoveShardRequest)(nil),     // 46: taskstore.v1.RemoveShardRequest
+	(*RemoveShardResponse)(nil),    // 47: taskstore.v1.RemoveShardResponse
+	(*RebalanceSlotsRequest)(nil),  // 48: taskstore.v1.RebalanceSlotsRequest
+	(*RebalanceSlotsResponse)(nil), // 49: taskstore.v1.RebalanceSlotsResponse
+	(*MoveSlotsResponse)(nil),      // 50: taskstore.v1.MoveSlotsResponse
+	(*SlotMove)(nil),               // 51: taskstore.v1.SlotMove
+	(*RoutingRequest)(nil),         // 52: taskstore.v1.RoutingRequest
+	(*Replica)(nil),                // 53: taskstore.v1.Replica
+	(*ShardRoute)(nil),             // 54: taskstore.v1.ShardRoute
+	(*RoutingResponse)(nil),        // 55: taskstore.v1.RoutingResponse
+	(*TransferLeaderRequest)(nil),  // 56: taskstore.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil), // 57: taskstore.v1.TransferLeaderResponse
+	(*AddNodeRequest)(nil),         // 58: taskstore.v1.AddNodeRequest
+	(*AddNodeResponse)(nil),        // 59: taskstore.v1.AddNodeResponse
+	(*RemoveNodeRequest)(nil),      // 60: taskstore.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),     // 61: taskstore.v1.RemoveNodeResponse
+	(*RebuildReplicaRequest)(nil),  // 62: taskstore.v1.RebuildReplicaRequest
+	(*RebuildReplicaResponse)(nil), // 63: taskstore.v1.RebuildReplicaResponse
+	(*timestamppb.Timestamp)(nil),  // 64: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 65: google.protobuf.Duration
 }
 var file_taskstore_v1_taskstore_proto_depIdxs = []int32{
-	58, // 0: taskstore.v1.Task.at:type_name -> google.protobuf.Timestamp
-	58, // 1: taskstore.v1.Task.created:type_name -> google.protobuf.Timestamp
-	58, // 2: taskstore.v1.Task.modified:type_name -> google.protobuf.Timestamp
-	59, // 3: taskstore.v1.Task.dedup_window:type_name -> google.protobuf.Duration
-	58, // 4: taskstore.v1.TaskInsert.at:type_name -> google.protobuf.Timestamp
-	59, // 5: taskstore.v1.TaskInsert.delay:type_name -> google.protobuf.Duration
-	59, // 6: taskstore.v1.TaskInsert.dedup_window:type_name -> google.protobuf.Duration
-	58, // 7: taskstore.v1.TaskChange.at:type_name -> google.protobuf.Timestamp
-	59, // 8: taskstore.v1.TaskChange.delay:type_name -> google.protobuf.Duration
+	64, // 0: taskstore.v1.Task.at:type_name -> google.protobuf.Timestamp
+	64, // 1: taskstore.v1.Task.created:type_name -> google.protobuf.Timestamp
+	64, // 2: taskstore.v1.Task.modified:type_name -> google.protobuf.Timestamp
+	65, // 3: taskstore.v1.Task.dedup_window:type_name -> google.protobuf.Duration
+	64, // 4: taskstore.v1.TaskInsert.at:type_name -> google.protobuf.Timestamp
+	65, // 5: taskstore.v1.TaskInsert.delay:type_name -> google.protobuf.Duration
+	65, // 6: taskstore.v1.TaskInsert.dedup_window:type_name -> google.protobuf.Duration
+	64, // 7: taskstore.v1.TaskChange.at:type_name -> google.protobuf.Timestamp
+	65, // 8: taskstore.v1.TaskChange.delay:type_name -> google.protobuf.Duration
 	6,  // 9: taskstore.v1.ModifyRequest.inserts:type_name -> taskstore.v1.TaskInsert
 	7,  // 10: taskstore.v1.ModifyRequest.changes:type_name -> taskstore.v1.TaskChange
 	4,  // 11: taskstore.v1.ModifyRequest.deletes:type_name -> taskstore.v1.TaskRef
 	4,  // 12: taskstore.v1.ModifyRequest.depends:type_name -> taskstore.v1.TaskRef
 	5,  // 13: taskstore.v1.ModifyRequest.request:type_name -> taskstore.v1.RequestID
 	9,  // 14: taskstore.v1.ModifyRequest.claim:type_name -> taskstore.v1.ModifyClaim
-	59, // 15: taskstore.v1.ModifyClaim.lease:type_name -> google.protobuf.Duration
+	65, // 15: taskstore.v1.ModifyClaim.lease:type_name -> google.protobuf.Duration
 	3,  // 16: taskstore.v1.ModifyResponse.inserted:type_name -> taskstore.v1.Task
 	3,  // 17: taskstore.v1.ModifyResponse.changed:type_name -> taskstore.v1.Task
 	3,  // 18: taskstore.v1.ModifyResponse.claimed:type_name -> taskstore.v1.Task
 	12, // 19: taskstore.v1.ModifyError.errors:type_name -> taskstore.v1.RefError
 	2,  // 20: taskstore.v1.RefError.category:type_name -> taskstore.v1.RefError.Category
-	58, // 21: taskstore.v1.RefError.lease_until:type_name -> google.protobuf.Timestamp
-	59, // 22: taskstore.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
-	59, // 23: taskstore.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	64, // 21: taskstore.v1.RefError.lease_until:type_name -> google.protobuf.Timestamp
+	65, // 22: taskstore.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
+	65, // 23: taskstore.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
 	5,  // 24: taskstore.v1.ClaimRequest.request:type_name -> taskstore.v1.RequestID
 	3,  // 25: taskstore.v1.ClaimResponse.tasks:type_name -> taskstore.v1.Task
 	0,  // 26: taskstore.v1.TasksRequest.state:type_name -> taskstore.v1.TaskState
 	3,  // 27: taskstore.v1.TasksResponse.tasks:type_name -> taskstore.v1.Task
-	59, // 28: taskstore.v1.QueueStats.oldest_available_age:type_name -> google.protobuf.Duration
-	59, // 29: taskstore.v1.QueueStats.avg_claim_to_commit:type_name -> google.protobuf.Duration
-	59, // 30: taskstore.v1.QueueStats.rate_window:type_name -> google.protobuf.Duration
+	65, // 28: taskstore.v1.QueueStats.oldest_available_age:type_name -> google.protobuf.Duration
+	65, // 29: taskstore.v1.QueueStats.avg_claim_to_commit:type_name -> google.protobuf.Duration
+	65, // 30: taskstore.v1.QueueStats.rate_window:type_name -> google.protobuf.Duration
 	18, // 31: taskstore.v1.QueuesResponse.queues:type_name -> taskstore.v1.QueueStats
 	5,  // 32: taskstore.v1.PurgeRequest.request:type_name -> taskstore.v1.RequestID
 	5,  // 33: taskstore.v1.QueuePauseRequest.request:type_name -> taskstore.v1.RequestID
-	59, // 34: taskstore.v1.Schedule.every:type_name -> google.protobuf.Duration
+	65, // 34: taskstore.v1.Schedule.every:type_name -> google.protobuf.Duration
 	1,  // 35: taskstore.v1.Schedule.missed:type_name -> taskstore.v1.MissedTicks
-	58, // 36: taskstore.v1.Schedule.next:type_name -> google.protobuf.Timestamp
-	58, // 37: taskstore.v1.Schedule.last:type_name -> google.protobuf.Timestamp
+	64, // 36: taskstore.v1.Schedule.next:type_name -> google.protobuf.Timestamp
+	64, // 37: taskstore.v1.Schedule.last:type_name -> google.protobuf.Timestamp
 	23, // 38: taskstore.v1.PutScheduleRequest.schedule:type_name -> taskstore.v1.Schedule
 	5,  // 39: taskstore.v1.PutScheduleRequest.request:type_name -> taskstore.v1.RequestID
 	23, // 40: taskstore.v1.PutScheduleResponse.schedule:type_name -> taskstore.v1.Schedule
 	5,  // 41: taskstore.v1.DeleteScheduleRequest.request:type_name -> taskstore.v1.RequestID
 	23, // 42: taskstore.v1.SchedulesResponse.schedules:type_name -> taskstore.v1.Schedule
 	5,  // 43: taskstore.v1.QueueLimitRequest.request:type_name -> taskstore.v1.RequestID
-	58, // 44: taskstore.v1.TimeResponse.now:type_name -> google.protobuf.Timestamp
+	64, // 44: taskstore.v1.TimeResponse.now:type_name -> google.protobuf.Timestamp
 	39, // 45: taskstore.v1.ReplicaStatus.checkpoints:type_name -> taskstore.v1.Checkpoint
 	40, // 46: taskstore.v1.ReplicaStatus.divergence:type_name -> taskstore.v1.Divergence
-	58, // 47: taskstore.v1.Divergence.detected:type_name -> google.protobuf.Timestamp
+	64, // 47: taskstore.v1.Divergence.detected:type_name -> google.protobuf.Timestamp
 	38, // 48: taskstore.v1.ShardStatus.replica_status:type_name -> taskstore.v1.ReplicaStatus
 	37, // 49: taskstore.v1.StatusResponse.nodes:type_name -> taskstore.v1.NodeStatus
 	41, // 50: taskstore.v1.StatusResponse.shards:type_name -> taskstore.v1.ShardStatus
 	41, // 51: taskstore.v1.StatusResponse.meta:type_name -> taskstore.v1.ShardStatus
-	58, // 52: taskstore.v1.StatusResponse.now:type_name -> google.protobuf.Timestamp
-	45, // 53: taskstore.v1.StatusResponse.moves:type_name -> taskstore.v1.SlotMove
-	45, // 54: taskstore.v1.StatusResponse.finished_moves:type_name -> taskstore.v1.SlotMove
-	45, // 55: taskstore.v1.MoveSlotsResponse.moves:type_name -> taskstore.v1.SlotMove
-	47, // 56: taskstore.v1.ShardRoute.replicas:type_name -> taskstore.v1.Replica
-	48, // 57: taskstore.v1.RoutingResponse.shards:type_name -> taskstore.v1.ShardRoute
-	37, // 58: taskstore.v1.AddNodeResponse.node:type_name -> taskstore.v1.NodeStatus
-	37, // 59: taskstore.v1.RemoveNodeResponse.node:type_name -> taskstore.v1.NodeStatus
-	8,  // 60: taskstore.v1.TaskStore.Modify:input_type -> taskstore.v1.ModifyRequest
-	13, // 61: taskstore.v1.TaskStore.Claim:input_type -> taskstore.v1.ClaimRequest
-	15, // 62: taskstore.v1.TaskStore.Tasks:input_type -> taskstore.v1.TasksRequest
-	17, // 63: taskstore.v1.TaskStore.Queues:input_type -> taskstore.v1.QueuesRequest
-	33, // 64: taskstore.v1.TaskStore.Time:input_type -> taskstore.v1.TimeRequest
-	20, // 65: taskstore.v1.TaskStore.Purge:input_type -> taskstore.v1.PurgeRequest
-	22, // 66: taskstore.v1.TaskStore.PauseQueue:input_type -> taskstore.v1.QueuePauseRequest
-	22, // 67: taskstore.v1.TaskStore.ResumeQueue:input_type -> taskstore.v1.QueuePauseRequest
-	30, // 68: taskstore.v1.TaskStore.SetQueueLimit:input_type -> taskstore.v1.QueueLimitRequest
-	24, // 69: taskstore.v1.TaskStore.PutSchedule:input_type -> taskstore.v1.PutScheduleRequest
-	26, // 70: taskstore.v1.TaskStore.DeleteSchedule:input_type -> taskstore.v1.DeleteScheduleRequest
-	28, // 71: taskstore.v1.TaskStore.Schedules:input_type -> taskstore.v1.SchedulesRequest
-	36, // 72: taskstore.v1.Admin.Status:input_type -> taskstore.v1.StatusRequest
-	46, // 73: taskstore.v1.Admin.Routing:input_type -> taskstore.v1.RoutingRequest
-	50, // 74: taskstore.v1.Admin.TransferLeader:input_type -> taskstore.v1.TransferLeaderRequest
-	52, // 75: taskstore.v1.Admin.AddNode:input_type -> taskstore.v1.AddNodeRequest
-	54, // 76: taskstore.v1.Admin.RemoveNode:input_type -> taskstore.v1.RemoveNodeRequest
-	56, // 77: taskstore.v1.Admin.RebuildReplica:input_type -> taskstore.v1.RebuildReplicaRequest
-	43, // 78: taskstore.v1.Admin.MoveSlots:input_type -> taskstore.v1.MoveSlotsRequest
-	10, // 79: taskstore.v1.TaskStore.Modify:output_type -> taskstore.v1.ModifyResponse
-	14, // 80: taskstore.v1.TaskStore.Claim:output_type -> taskstore.v1.ClaimResponse
-	16, // 81: taskstore.v1.TaskStore.Tasks:output_type -> taskstore.v1.TasksResponse
-	19, // 82: taskstore.v1.TaskStore.Queues:output_type -> taskstore.v1.QueuesResponse
-	34, // 83: taskstore.v1.TaskStore.Time:output_type -> taskstore.v1.TimeResponse
-	21, // 84: taskstore.v1.TaskStore.Purge:output_type -> taskstore.v1.PurgeResponse
-	32, // 85: taskstore.v1.TaskStore.PauseQueue:output_type -> taskstore.v1.QueuePauseResponse
-	32, // 86: taskstore.v1.TaskStore.ResumeQueue:output_type -> taskstore.v1.QueuePauseResponse
-	31, // 87: taskstore.v1.TaskStore.SetQueueLimit:output_type -> taskstore.v1.QueueLimitResponse
-	25, // 88: taskstore.v1.TaskStore.PutSchedule:output_type -> taskstore.v1.PutScheduleResponse
-	27, // 89: taskstore.v1.TaskStore.DeleteSchedule:output_type -> taskstore.v1.DeleteScheduleResponse
-	29, // 90: taskstore.v1.TaskStore.Schedules:output_type -> taskstore.v1.SchedulesResponse
-	42, // 91: taskstore.v1.Admin.Status:output_type -> taskstore.v1.StatusResponse
-	49, // 92: taskstore.v1.Admin.Routing:output_type -> taskstore.v1.RoutingResponse
-	51, // 93: taskstore.v1.Admin.TransferLeader:output_type -> taskstore.v1.TransferLeaderResponse
-	53, // 94: taskstore.v1.Admin.AddNode:output_type -> taskstore.v1.AddNodeResponse
-	55, // 95: taskstore.v1.Admin.RemoveNode:output_type -> taskstore.v1.RemoveNodeResponse
-	57, // 96: taskstore.v1.Admin.RebuildReplica:output_type -> taskstore.v1.RebuildReplicaResponse
-	44, // 97: taskstore.v1.Admin.MoveSlots:output_type -> taskstore.v1.MoveSlotsResponse
-	79, // [79:98] is the sub-list for method output_type
-	60, // [60:79] is the sub-list for method input_type
-	60, // [60:60] is the sub-list for extension type_name
-	60, // [60:60] is the sub-list for extension extendee
-	0,  // [0:60] is the sub-list for field type_name
+	64, // 52: taskstore.v1.StatusResponse.now:type_name -> google.protobuf.Timestamp
+	51, // 53: taskstore.v1.StatusResponse.moves:type_name -> taskstore.v1.SlotMove
+	51, // 54: taskstore.v1.StatusResponse.finished_moves:type_name -> taskstore.v1.SlotMove
+	41, // 55: taskstore.v1.AddShardsResponse.shards:type_name -> taskstore.v1.ShardStatus
+	51, // 56: taskstore.v1.RemoveShardResponse.moves:type_name -> taskstore.v1.SlotMove
+	51, // 57: taskstore.v1.RebalanceSlotsResponse.moves:type_name -> taskstore.v1.SlotMove
+	51, // 58: taskstore.v1.MoveSlotsResponse.moves:type_name -> taskstore.v1.SlotMove
+	53, // 59: taskstore.v1.ShardRoute.replicas:type_name -> taskstore.v1.Replica
+	54, // 60: taskstore.v1.RoutingResponse.shards:type_name -> taskstore.v1.ShardRoute
+	37, // 61: taskstore.v1.AddNodeResponse.node:type_name -> taskstore.v1.NodeStatus
+	37, // 62: taskstore.v1.RemoveNodeResponse.node:type_name -> taskstore.v1.NodeStatus
+	8,  // 63: taskstore.v1.TaskStore.Modify:input_type -> taskstore.v1.ModifyRequest
+	13, // 64: taskstore.v1.TaskStore.Claim:input_type -> taskstore.v1.ClaimRequest
+	15, // 65: taskstore.v1.TaskStore.Tasks:input_type -> taskstore.v1.TasksRequest
+	17, // 66: taskstore.v1.TaskStore.Queues:input_type -> taskstore.v1.QueuesRequest
+	33, // 67: taskstore.v1.TaskStore.Time:input_type -> taskstore.v1.TimeRequest
+	20, // 68: taskstore.v1.TaskStore.Purge:input_type -> taskstore.v1.PurgeRequest
+	22, // 69: taskstore.v1.TaskStore.PauseQueue:input_type -> taskstore.v1.QueuePauseRequest
+	22, // 70: taskstore.v1.TaskStore.ResumeQueue:input_type -> taskstore.v1.QueuePauseRequest
+	30, // 71: taskstore.v1.TaskStore.SetQueueLimit:input_type -> taskstore.v1.QueueLimitRequest
+	24, // 72: taskstore.v1.TaskStore.PutSchedule:input_type -> taskstore.v1.PutScheduleRequest
+	26, // 73: taskstore.v1.TaskStore.DeleteSchedule:input_type -> taskstore.v1.DeleteScheduleRequest
+	28, // 74: taskstore.v1.TaskStore.Schedules:input_type -> taskstore.v1.SchedulesRequest
+	36, // 75: taskstore.v1.Admin.Status:input_type -> taskstore.v1.StatusRequest
+	52, // 76: taskstore.v1.Admin.Routing:input_type -> taskstore.v1.RoutingRequest
+	56, // 77: taskstore.v1.Admin.TransferLeader:input_type -> taskstore.v1.TransferLeaderRequest
+	58, // 78: taskstore.v1.Admin.AddNode:input_type -> taskstore.v1.AddNodeRequest
+	60, // 79: taskstore.v1.Admin.RemoveNode:input_type -> taskstore.v1.RemoveNodeRequest
+	62, // 80: taskstore.v1.Admin.RebuildReplica:input_type -> taskstore.v1.RebuildReplicaRequest
+	43, // 81: taskstore.v1.Admin.MoveSlots:input_type -> taskstore.v1.MoveSlotsRequest
+	44, // 82: taskstore.v1.Admin.AddShards:input_type -> taskstore.v1.AddShardsRequest
+	46, // 83: taskstore.v1.Admin.RemoveShard:input_type -> taskstore.v1.RemoveShardRequest
+	48, // 84: taskstore.v1.Admin.RebalanceSlots:input_type -> taskstore.v1.RebalanceSlotsRequest
+	10, // 85: taskstore.v1.TaskStore.Modify:output_type -> taskstore.v1.ModifyResponse
+	14, // 86: taskstore.v1.TaskStore.Claim:output_type -> taskstore.v1.ClaimResponse
+	16, // 87: taskstore.v1.TaskStore.Tasks:output_type -> taskstore.v1.TasksResponse
+	19, // 88: taskstore.v1.TaskStore.Queues:output_type -> taskstore.v1.QueuesResponse
+	34, // 89: taskstore.v1.TaskStore.Time:output_type -> taskstore.v1.TimeResponse
+	21, // 90: taskstore.v1.TaskStore.Purge:output_type -> taskstore.v1.PurgeResponse
+	32, // 91: taskstore.v1.TaskStore.PauseQueue:output_type -> taskstore.v1.QueuePauseResponse
+	32, // 92: taskstore.v1.TaskStore.ResumeQueue:output_type -> taskstore.v1.QueuePauseResponse
+	31, // 93: taskstore.v1.TaskStore.SetQueueLimit:output_type -> taskstore.v1.QueueLimitResponse
+	25, // 94: taskstore.v1.TaskStore.PutSchedule:output_type -> taskstore.v1.PutScheduleResponse
+	27, // 95: taskstore.v1.TaskStore.DeleteSchedule:output_type -> taskstore.v1.DeleteScheduleResponse
+	29, // 96: taskstore.v1.TaskStore.Schedules:output_type -> taskstore.v1.SchedulesResponse
+	42, // 97: taskstore.v1.Admin.Status:output_type -> taskstore.v1.StatusResponse
+	55, // 98: taskstore.v1.Admin.Routing:output_type -> taskstore.v1.RoutingResponse
+	57, // 99: taskstore.v1.Admin.TransferLeader:output_type -> taskstore.v1.TransferLeaderResponse
+	59, // 100: taskstore.v1.Admin.AddNode:output_type -> taskstore.v1.AddNodeResponse
+	61, // 101: taskstore.v1.Admin.RemoveNode:output_type -> taskstore.v1.RemoveNodeResponse
+	63, // 102: taskstore.v1.Admin.RebuildReplica:output_type -> taskstore.v1.RebuildReplicaResponse
+	50, // 103: taskstore.v1.Admin.MoveSlots:output_type -> taskstore.v1.MoveSlotsResponse
+	45, // 104: taskstore.v1.Admin.AddShards:output_type -> taskstore.v1.AddShardsResponse
+	47, // 105: taskstore.v1.Admin.RemoveShard:output_type -> taskstore.v1.RemoveShardResponse
+	49, // 106: taskstore.v1.Admin.RebalanceSlots:output_type -> taskstore.v1.RebalanceSlotsResponse
+	85, // [85:107] is the sub-list for method output_type
+	63, // [63:85] is the sub-list for method input_type
+	63, // [63:63] is the sub-list for extension type_name
+	63, // [63:63] is the sub-list for extension extendee
+	0,  // [0:63] is the sub-list for field type_name
 }
 
 func init() { file_taskstore_v1_taskstore_proto_init() }
@@ -4679,7 +5009,7 @@ func file_taskstore_v1_taskstore_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_taskstore_v1_taskstore_proto_rawDesc), len(file_taskstore_v1_taskstore_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   55,
+			NumMessages:   61,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -603,6 +603,9 @@ const (
 	Admin_RemoveNode_FullMethodName     = "/taskstore.v1.Admin/RemoveNode"
 	Admin_RebuildReplica_FullMethodName = "/taskstore.v1.Admin/RebuildReplica"
 	Admin_MoveSlots_FullMethodName      = "/taskstore.v1.Admin/MoveSlots"
+	Admin_AddShards_FullMethodName      = "/taskstore.v1.Admin/AddShards"
+	Admin_RemoveShard_FullMethodName    = "/taskstore.v1.Admin/RemoveShard"
+	Admin_RebalanceSlots_FullMethodName = "/taskstore.v1.Admin/RebalanceSlots"
 )
 
 // AdminClient is the client API for Admin service.
@@ -638,6 +641,18 @@ type AdminClient interface {
 	// deletes its copy. It returns once the moves are recorded; they run
 	// one at a time (watch Status.moves). Any node forwards it.
 	MoveSlots(ctx context.Context, in *MoveSlotsRequest, opts ...grpc.CallOption) (*MoveSlotsResponse, error)
+	// AddShards adds shards (Raft groups) on the live cluster, their replicas
+	// placed like any other shard's. A new shard serves no slot until slots
+	// move to it (MoveSlots, RebalanceSlots). Any node forwards it.
+	AddShards(ctx context.Context, in *AddShardsRequest, opts ...grpc.CallOption) (*AddShardsResponse, error)
+	// RemoveShard moves a shard's slots to the other shards, then retires
+	// its Raft group. It returns the moves recorded; the group is retired
+	// once they are done. Any node forwards it.
+	RemoveShard(ctx context.Context, in *RemoveShardRequest, opts ...grpc.CallOption) (*RemoveShardResponse, error)
+	// RebalanceSlots moves slots so that every shard serves a fair share:
+	// slot counts within one of each other, and among the slots moved the
+	// ones that even out the shards' task counts. Any node forwards it.
+	RebalanceSlots(ctx context.Context, in *RebalanceSlotsRequest, opts ...grpc.CallOption) (*RebalanceSlotsResponse, error)
 }
 
 type adminClient struct {
@@ -718,6 +733,36 @@ func (c *adminClient) MoveSlots(ctx context.Context, in *MoveSlotsRequest, opts 
 	return out, nil
 }
 
+func (c *adminClient) AddShards(ctx context.Context, in *AddShardsRequest, opts ...grpc.CallOption) (*AddShardsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AddShardsResponse)
+	err := c.cc.Invoke(ctx, Admin_AddShards_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) RemoveShard(ctx context.Context, in *RemoveShardRequest, opts ...grpc.CallOption) (*RemoveShardResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RemoveShardResponse)
+	err := c.cc.Invoke(ctx, Admin_RemoveShard_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) RebalanceSlots(ctx context.Context, in *RebalanceSlotsRequest, opts ...grpc.CallOption) (*RebalanceSlotsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RebalanceSlotsResponse)
+	err := c.cc.Invoke(ctx, Admin_RebalanceSlots_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -751,6 +796,18 @@ type AdminServer interface {
 	// deletes its copy. It returns once the moves are recorded; they run
 	// one at a time (watch Status.moves). Any node forwards it.
 	MoveSlots(context.Context, *MoveSlotsRequest) (*MoveSlotsResponse, error)
+	// AddShards adds shards (Raft groups) on the live cluster, their replicas
+	// placed like any other shard's. A new shard serves no slot until slots
+	// move to it (MoveSlots, RebalanceSlots). Any node forwards it.
+	AddShards(context.Context, *AddShardsRequest) (*AddShardsResponse, error)
+	// RemoveShard moves a shard's slots to the other shards, then retires
+	// its Raft group. It returns the moves recorded; the group is retired
+	// once they are done. Any node forwards it.
+	RemoveShard(context.Context, *RemoveShardRequest) (*RemoveShardResponse, error)
+	// RebalanceSlots moves slots so that every shard serves a fair share:
+	// slot counts within one of each other, and among the slots moved the
+	// ones that even out the shards' task counts. Any node forwards it.
+	RebalanceSlots(context.Context, *RebalanceSlotsRequest) (*RebalanceSlotsResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -781,6 +838,15 @@ func (UnimplementedAdminServer) RebuildReplica(context.Context, *RebuildReplicaR
 }
 func (UnimplementedAdminServer) MoveSlots(context.Context, *MoveSlotsRequest) (*MoveSlotsResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method MoveSlots not implemented")
+}
+func (UnimplementedAdminServer) AddShards(context.Context, *AddShardsRequest) (*AddShardsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method AddShards not implemented")
+}
+func (UnimplementedAdminServer) RemoveShard(context.Context, *RemoveShardRequest) (*RemoveShardResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method RemoveShard not implemented")
+}
+func (UnimplementedAdminServer) RebalanceSlots(context.Context, *RebalanceSlotsRequest) (*RebalanceSlotsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method RebalanceSlots not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -929,6 +995,60 @@ func _Admin_MoveSlots_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_AddShards_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AddShardsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).AddShards(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_AddShards_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).AddShards(ctx, req.(*AddShardsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_RemoveShard_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RemoveShardRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).RemoveShard(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_RemoveShard_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).RemoveShard(ctx, req.(*RemoveShardRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_RebalanceSlots_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RebalanceSlotsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).RebalanceSlots(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_RebalanceSlots_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).RebalanceSlots(ctx, req.(*RebalanceSlotsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -963,6 +1083,18 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "MoveSlots",
 			Handler:    _Admin_MoveSlots_Handler,
+		},
+		{
+			MethodName: "AddShards",
+			Handler:    _Admin_AddShards_Handler,
+		},
+		{
+			MethodName: "RemoveShard",
+			Handler:    _Admin_RemoveShard_Handler,
+		},
+		{
+			MethodName: "RebalanceSlots",
+			Handler:    _Admin_RebalanceSlots_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -48,20 +48,32 @@ const (
 	Op_OP_MOVE_ABORT Op = 7
 	// The move is finished (FLIPPED) or undone (ABORTING): it leaves the map.
 	Op_OP_MOVE_END Op = 8
+	// Adds a shard (Command.shard: id, replicas, preferred leader, initial
+	// replicas); ignored if the id exists. It serves no slot until slots move
+	// to it.
+	Op_OP_ADD_SHARD Op = 9
+	// Marks a shard retiring (Command.shard.id): no slot moves to it, the
+	// slot mover moves its slots away, then drops it.
+	Op_OP_RETIRE_SHARD Op = 10
+	// Removes a retiring shard that serves no slot and no move names.
+	Op_OP_DROP_SHARD Op = 11
 )
 
 // Enum value maps for Op.
 var (
 	Op_name = map[int32]string{
-		0: "OP_UNSPECIFIED",
-		1: "OP_INIT",
-		2: "OP_UPDATE_NODE",
-		3: "OP_SET_REPLICAS",
-		4: "OP_SET_NODE_STATE",
-		5: "OP_MOVE_BEGIN",
-		6: "OP_MOVE_FLIP",
-		7: "OP_MOVE_ABORT",
-		8: "OP_MOVE_END",
+		0:  "OP_UNSPECIFIED",
+		1:  "OP_INIT",
+		2:  "OP_UPDATE_NODE",
+		3:  "OP_SET_REPLICAS",
+		4:  "OP_SET_NODE_STATE",
+		5:  "OP_MOVE_BEGIN",
+		6:  "OP_MOVE_FLIP",
+		7:  "OP_MOVE_ABORT",
+		8:  "OP_MOVE_END",
+		9:  "OP_ADD_SHARD",
+		10: "OP_RETIRE_SHARD",
+		11: "OP_DROP_SHARD",
 	}
 	Op_value = map[string]int32{
 		"OP_UNSPECIFIED":    0,
@@ -73,6 +85,9 @@ var (
 		"OP_MOVE_FLIP":      6,
 		"OP_MOVE_ABORT":     7,
 		"OP_MOVE_END":       8,
+		"OP_ADD_SHARD":      9,
+		"OP_RETIRE_SHARD":   10,
+		"OP_DROP_SHARD":     11,
 	}
 )
 
@@ -225,12 +240,14 @@ func (SlotMove_Phase) EnumDescriptor() ([]byte, []int) {
 }
 
 type Command struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Op            Op                     `protobuf:"varint,1,opt,name=op,proto3,enum=taskstore.meta.v1.Op" json:"op,omitempty"`
-	Init          *ClusterMap            `protobuf:"bytes,2,opt,name=init,proto3" json:"init,omitempty"`
-	Node          *Node                  `protobuf:"bytes,3,opt,name=node,proto3" json:"node,omitempty"`
-	Shard         *Shard                 `protobuf:"bytes,4,opt,name=shard,proto3" json:"shard,omitempty"`
-	Move          *SlotMove              `protobuf:"bytes,5,opt,name=move,proto3" json:"move,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Op    Op                     `protobuf:"varint,1,opt,name=op,proto3,enum=taskstore.meta.v1.Op" json:"op,omitempty"`
+	Init  *ClusterMap            `protobuf:"bytes,2,opt,name=init,proto3" json:"init,omitempty"`
+	Node  *Node                  `protobuf:"bytes,3,opt,name=node,proto3" json:"node,omitempty"`
+	Shard *Shard                 `protobuf:"bytes,4,opt,name=shard,proto3" json:"shard,omitempty"`
+	Move  *SlotMove              `protobuf:"bytes,5,opt,name=move,proto3" json:"move,omitempty"`
+	// OP_MOVE_BEGIN of several slots at once, each as move would be.
+	Moves         []*SlotMove `protobuf:"bytes,6,rep,name=moves,proto3" json:"moves,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -296,6 +313,13 @@ func (x *Command) GetShard() *Shard {
 func (x *Command) GetMove() *SlotMove {
 	if x != nil {
 		return x.Move
+	}
+	return nil
+}
+
+func (x *Command) GetMoves() []*SlotMove {
+	if x != nil {
+		return x.Moves
 	}
 	return nil
 }
@@ -494,8 +518,14 @@ type Shard struct {
 	// before this field existed name none: the first replica was the
 	// preferred one then, and is taken as such when they are read.
 	PreferredLeader string `protobuf:"bytes,3,opt,name=preferred_leader,json=preferredLeader,proto3" json:"preferred_leader,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// For a shard added to a running cluster (OP_ADD_SHARD): the replicas
+	// its Raft group is bootstrapped with. Each of them, while the shard's
+	// replicas are still these, bootstraps the group if it has no state.
+	InitialReplicas []string `protobuf:"bytes,4,rep,name=initial_replicas,json=initialReplicas,proto3" json:"initial_replicas,omitempty"`
+	// The shard is being removed (OP_RETIRE_SHARD).
+	Retiring      bool `protobuf:"varint,5,opt,name=retiring,proto3" json:"retiring,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Shard) Reset() {
@@ -549,6 +579,20 @@ func (x *Shard) GetPreferredLeader() string {
 	return ""
 }
 
+func (x *Shard) GetInitialReplicas() []string {
+	if x != nil {
+		return x.InitialReplicas
+	}
+	return nil
+}
+
+func (x *Shard) GetRetiring() bool {
+	if x != nil {
+		return x.Retiring
+	}
+	return false
+}
+
 type ClusterMap struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Set at bootstrap, never changes: a node refuses a map from another cluster.
@@ -566,7 +610,10 @@ type ClusterMap struct {
 	LastMove uint64 `protobuf:"varint,8,opt,name=last_move,json=lastMove,proto3" json:"last_move,omitempty"`
 	// The last moves finished (at most 64, oldest first), with how they
 	// ended: what an operator or a waiting taskctl reads afterwards.
-	Finished      []*SlotMove `protobuf:"bytes,9,rep,name=finished,proto3" json:"finished,omitempty"`
+	Finished []*SlotMove `protobuf:"bytes,9,rep,name=finished,proto3" json:"finished,omitempty"`
+	// The highest shard id ever used (OP_ADD_SHARD): ids are never reused,
+	// so a removed shard's leftover files can never be taken for a new one.
+	LastShard     uint32 `protobuf:"varint,10,opt,name=last_shard,json=lastShard,proto3" json:"last_shard,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -664,18 +711,26 @@ func (x *ClusterMap) GetFinished() []*SlotMove {
 	return nil
 }
 
+func (x *ClusterMap) GetLastShard() uint32 {
+	if x != nil {
+		return x.LastShard
+	}
+	return 0
+}
+
 var File_meta_proto protoreflect.FileDescriptor
 
 const file_meta_proto_rawDesc = "" +
 	"\n" +
 	"\n" +
-	"meta.proto\x12\x11taskstore.meta.v1\"\xf1\x01\n" +
+	"meta.proto\x12\x11taskstore.meta.v1\"\xa4\x02\n" +
 	"\aCommand\x12%\n" +
 	"\x02op\x18\x01 \x01(\x0e2\x15.taskstore.meta.v1.OpR\x02op\x121\n" +
 	"\x04init\x18\x02 \x01(\v2\x1d.taskstore.meta.v1.ClusterMapR\x04init\x12+\n" +
 	"\x04node\x18\x03 \x01(\v2\x17.taskstore.meta.v1.NodeR\x04node\x12.\n" +
 	"\x05shard\x18\x04 \x01(\v2\x18.taskstore.meta.v1.ShardR\x05shard\x12/\n" +
-	"\x04move\x18\x05 \x01(\v2\x1b.taskstore.meta.v1.SlotMoveR\x04move\"\x96\x02\n" +
+	"\x04move\x18\x05 \x01(\v2\x1b.taskstore.meta.v1.SlotMoveR\x04move\x121\n" +
+	"\x05moves\x18\x06 \x03(\v2\x1b.taskstore.meta.v1.SlotMoveR\x05moves\"\x96\x02\n" +
 	"\bSlotMove\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
 	"\x04slot\x18\x02 \x01(\rR\x04slot\x12\x12\n" +
@@ -699,11 +754,13 @@ const file_meta_proto_rawDesc = "" +
 	"\x05state\x18\x05 \x01(\tR\x05state\x12<\n" +
 	"\n" +
 	"membership\x18\x06 \x01(\x0e2\x1c.taskstore.meta.v1.NodeStateR\n" +
-	"membership\"^\n" +
+	"membership\"\xa5\x01\n" +
 	"\x05Shard\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x1a\n" +
 	"\breplicas\x18\x02 \x03(\tR\breplicas\x12)\n" +
-	"\x10preferred_leader\x18\x03 \x01(\tR\x0fpreferredLeader\"\xf0\x02\n" +
+	"\x10preferred_leader\x18\x03 \x01(\tR\x0fpreferredLeader\x12)\n" +
+	"\x10initial_replicas\x18\x04 \x03(\tR\x0finitialReplicas\x12\x1a\n" +
+	"\bretiring\x18\x05 \x01(\bR\bretiring\"\x8f\x03\n" +
 	"\n" +
 	"ClusterMap\x12\x1d\n" +
 	"\n" +
@@ -715,7 +772,10 @@ const file_meta_proto_rawDesc = "" +
 	"\x12replication_factor\x18\x06 \x01(\rR\x11replicationFactor\x121\n" +
 	"\x05moves\x18\a \x03(\v2\x1b.taskstore.meta.v1.SlotMoveR\x05moves\x12\x1b\n" +
 	"\tlast_move\x18\b \x01(\x04R\blastMove\x127\n" +
-	"\bfinished\x18\t \x03(\v2\x1b.taskstore.meta.v1.SlotMoveR\bfinished*\xae\x01\n" +
+	"\bfinished\x18\t \x03(\v2\x1b.taskstore.meta.v1.SlotMoveR\bfinished\x12\x1d\n" +
+	"\n" +
+	"last_shard\x18\n" +
+	" \x01(\rR\tlastShard*\xe8\x01\n" +
 	"\x02Op\x12\x12\n" +
 	"\x0eOP_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aOP_INIT\x10\x01\x12\x12\n" +
@@ -725,7 +785,11 @@ const file_meta_proto_rawDesc = "" +
 	"\rOP_MOVE_BEGIN\x10\x05\x12\x10\n" +
 	"\fOP_MOVE_FLIP\x10\x06\x12\x11\n" +
 	"\rOP_MOVE_ABORT\x10\a\x12\x0f\n" +
-	"\vOP_MOVE_END\x10\b*]\n" +
+	"\vOP_MOVE_END\x10\b\x12\x10\n" +
+	"\fOP_ADD_SHARD\x10\t\x12\x13\n" +
+	"\x0fOP_RETIRE_SHARD\x10\n" +
+	"\x12\x11\n" +
+	"\rOP_DROP_SHARD\x10\v*]\n" +
 	"\tNodeState\x12\x1a\n" +
 	"\x16NODE_STATE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vNODE_MEMBER\x10\x01\x12\x11\n" +
@@ -762,17 +826,18 @@ var file_meta_proto_depIdxs = []int32{
 	5,  // 2: taskstore.meta.v1.Command.node:type_name -> taskstore.meta.v1.Node
 	6,  // 3: taskstore.meta.v1.Command.shard:type_name -> taskstore.meta.v1.Shard
 	4,  // 4: taskstore.meta.v1.Command.move:type_name -> taskstore.meta.v1.SlotMove
-	2,  // 5: taskstore.meta.v1.SlotMove.phase:type_name -> taskstore.meta.v1.SlotMove.Phase
-	1,  // 6: taskstore.meta.v1.Node.membership:type_name -> taskstore.meta.v1.NodeState
-	5,  // 7: taskstore.meta.v1.ClusterMap.nodes:type_name -> taskstore.meta.v1.Node
-	6,  // 8: taskstore.meta.v1.ClusterMap.shards:type_name -> taskstore.meta.v1.Shard
-	4,  // 9: taskstore.meta.v1.ClusterMap.moves:type_name -> taskstore.meta.v1.SlotMove
-	4,  // 10: taskstore.meta.v1.ClusterMap.finished:type_name -> taskstore.meta.v1.SlotMove
-	11, // [11:11] is the sub-list for method output_type
-	11, // [11:11] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	4,  // 5: taskstore.meta.v1.Command.moves:type_name -> taskstore.meta.v1.SlotMove
+	2,  // 6: taskstore.meta.v1.SlotMove.phase:type_name -> taskstore.meta.v1.SlotMove.Phase
+	1,  // 7: taskstore.meta.v1.Node.membership:type_name -> taskstore.meta.v1.NodeState
+	5,  // 8: taskstore.meta.v1.ClusterMap.nodes:type_name -> taskstore.meta.v1.Node
+	6,  // 9: taskstore.meta.v1.ClusterMap.shards:type_name -> taskstore.meta.v1.Shard
+	4,  // 10: taskstore.meta.v1.ClusterMap.moves:type_name -> taskstore.meta.v1.SlotMove
+	4,  // 11: taskstore.meta.v1.ClusterMap.finished:type_name -> taskstore.meta.v1.SlotMove
+	12, // [12:12] is the sub-list for method output_type
+	12, // [12:12] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_meta_proto_init() }

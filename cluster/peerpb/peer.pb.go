@@ -31,6 +31,111 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type SlotLoadRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Shard         uint32                 `protobuf:"varint,1,opt,name=shard,proto3" json:"shard,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SlotLoadRequest) Reset() {
+	*x = SlotLoadRequest{}
+	mi := &file_peer_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SlotLoadRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SlotLoadRequest) ProtoMessage() {}
+
+func (x *SlotLoadRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peer_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SlotLoadRequest.ProtoReflect.Descriptor instead.
+func (*SlotLoadRequest) Descriptor() ([]byte, []int) {
+	return file_peer_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *SlotLoadRequest) GetShard() uint32 {
+	if x != nil {
+		return x.Shard
+	}
+	return 0
+}
+
+type SlotLoadResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Slots that hold tasks, and how many.
+	Tasks         map[uint32]uint64 `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	NotLeader     bool              `protobuf:"varint,2,opt,name=not_leader,json=notLeader,proto3" json:"not_leader,omitempty"`
+	LeaderAddress string            `protobuf:"bytes,3,opt,name=leader_address,json=leaderAddress,proto3" json:"leader_address,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SlotLoadResponse) Reset() {
+	*x = SlotLoadResponse{}
+	mi := &file_peer_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SlotLoadResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SlotLoadResponse) ProtoMessage() {}
+
+func (x *SlotLoadResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_peer_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SlotLoadResponse.ProtoReflect.Descriptor instead.
+func (*SlotLoadResponse) Descriptor() ([]byte, []int) {
+	return file_peer_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *SlotLoadResponse) GetTasks() map[uint32]uint64 {
+	if x != nil {
+		return x.Tasks
+	}
+	return nil
+}
+
+func (x *SlotLoadResponse) GetNotLeader() bool {
+	if x != nil {
+		return x.NotLeader
+	}
+	return false
+}
+
+func (x *SlotLoadResponse) GetLeaderAddress() string {
+	if x != nil {
+		return x.LeaderAddress
+	}
+	return ""
+}
+
 type SlotStepRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Shard uint32                 `protobuf:"varint,1,opt,name=shard,proto3" json:"shard,omitempty"`
@@ -42,7 +147,7 @@ type SlotStepRequest struct {
 
 func (x *SlotStepRequest) Reset() {
 	*x = SlotStepRequest{}
-	mi := &file_peer_proto_msgTypes[0]
+	mi := &file_peer_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -54,7 +159,7 @@ func (x *SlotStepRequest) String() string {
 func (*SlotStepRequest) ProtoMessage() {}
 
 func (x *SlotStepRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[0]
+	mi := &file_peer_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -67,7 +172,7 @@ func (x *SlotStepRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotStepRequest.ProtoReflect.Descriptor instead.
 func (*SlotStepRequest) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{0}
+	return file_peer_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *SlotStepRequest) GetShard() uint32 {
@@ -97,7 +202,7 @@ type SlotStepResponse struct {
 
 func (x *SlotStepResponse) Reset() {
 	*x = SlotStepResponse{}
-	mi := &file_peer_proto_msgTypes[1]
+	mi := &file_peer_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -109,7 +214,7 @@ func (x *SlotStepResponse) String() string {
 func (*SlotStepResponse) ProtoMessage() {}
 
 func (x *SlotStepResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[1]
+	mi := &file_peer_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -122,7 +227,7 @@ func (x *SlotStepResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotStepResponse.ProtoReflect.Descriptor instead.
 func (*SlotStepResponse) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{1}
+	return file_peer_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *SlotStepResponse) GetResult() []byte {
@@ -163,7 +268,7 @@ type ExportSlotRequest struct {
 
 func (x *ExportSlotRequest) Reset() {
 	*x = ExportSlotRequest{}
-	mi := &file_peer_proto_msgTypes[2]
+	mi := &file_peer_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -175,7 +280,7 @@ func (x *ExportSlotRequest) String() string {
 func (*ExportSlotRequest) ProtoMessage() {}
 
 func (x *ExportSlotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[2]
+	mi := &file_peer_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -188,7 +293,7 @@ func (x *ExportSlotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportSlotRequest.ProtoReflect.Descriptor instead.
 func (*ExportSlotRequest) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{2}
+	return file_peer_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ExportSlotRequest) GetShard() uint32 {
@@ -265,7 +370,7 @@ type ExportSlotResponse struct {
 
 func (x *ExportSlotResponse) Reset() {
 	*x = ExportSlotResponse{}
-	mi := &file_peer_proto_msgTypes[3]
+	mi := &file_peer_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -277,7 +382,7 @@ func (x *ExportSlotResponse) String() string {
 func (*ExportSlotResponse) ProtoMessage() {}
 
 func (x *ExportSlotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[3]
+	mi := &file_peer_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -290,7 +395,7 @@ func (x *ExportSlotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportSlotResponse.ProtoReflect.Descriptor instead.
 func (*ExportSlotResponse) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{3}
+	return file_peer_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ExportSlotResponse) GetRecords() []byte {
@@ -357,7 +462,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_peer_proto_msgTypes[4]
+	mi := &file_peer_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -369,7 +474,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[4]
+	mi := &file_peer_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -382,7 +487,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{4}
+	return file_peer_proto_rawDescGZIP(), []int{6}
 }
 
 type NodeReport struct {
@@ -408,7 +513,7 @@ type NodeReport struct {
 
 func (x *NodeReport) Reset() {
 	*x = NodeReport{}
-	mi := &file_peer_proto_msgTypes[5]
+	mi := &file_peer_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -420,7 +525,7 @@ func (x *NodeReport) String() string {
 func (*NodeReport) ProtoMessage() {}
 
 func (x *NodeReport) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[5]
+	mi := &file_peer_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -433,7 +538,7 @@ func (x *NodeReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeReport.ProtoReflect.Descriptor instead.
 func (*NodeReport) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{5}
+	return file_peer_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *NodeReport) GetNode() string {
@@ -496,7 +601,7 @@ type Replica struct {
 
 func (x *Replica) Reset() {
 	*x = Replica{}
-	mi := &file_peer_proto_msgTypes[6]
+	mi := &file_peer_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -508,7 +613,7 @@ func (x *Replica) String() string {
 func (*Replica) ProtoMessage() {}
 
 func (x *Replica) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[6]
+	mi := &file_peer_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -521,7 +626,7 @@ func (x *Replica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Replica.ProtoReflect.Descriptor instead.
 func (*Replica) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{6}
+	return file_peer_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Replica) GetShard() uint32 {
@@ -576,7 +681,7 @@ type Checkpoint struct {
 
 func (x *Checkpoint) Reset() {
 	*x = Checkpoint{}
-	mi := &file_peer_proto_msgTypes[7]
+	mi := &file_peer_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -588,7 +693,7 @@ func (x *Checkpoint) String() string {
 func (*Checkpoint) ProtoMessage() {}
 
 func (x *Checkpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[7]
+	mi := &file_peer_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -601,7 +706,7 @@ func (x *Checkpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checkpoint.ProtoReflect.Descriptor instead.
 func (*Checkpoint) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{7}
+	return file_peer_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Checkpoint) GetIndex() uint64 {
@@ -628,7 +733,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_peer_proto_msgTypes[8]
+	mi := &file_peer_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -640,7 +745,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[8]
+	mi := &file_peer_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -653,7 +758,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{8}
+	return file_peer_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Member) GetId() string {
@@ -678,7 +783,7 @@ type ClockRequest struct {
 
 func (x *ClockRequest) Reset() {
 	*x = ClockRequest{}
-	mi := &file_peer_proto_msgTypes[9]
+	mi := &file_peer_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -690,7 +795,7 @@ func (x *ClockRequest) String() string {
 func (*ClockRequest) ProtoMessage() {}
 
 func (x *ClockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[9]
+	mi := &file_peer_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -703,7 +808,7 @@ func (x *ClockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClockRequest.ProtoReflect.Descriptor instead.
 func (*ClockRequest) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{9}
+	return file_peer_proto_rawDescGZIP(), []int{11}
 }
 
 type ClockResponse struct {
@@ -716,7 +821,7 @@ type ClockResponse struct {
 
 func (x *ClockResponse) Reset() {
 	*x = ClockResponse{}
-	mi := &file_peer_proto_msgTypes[10]
+	mi := &file_peer_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -728,7 +833,7 @@ func (x *ClockResponse) String() string {
 func (*ClockResponse) ProtoMessage() {}
 
 func (x *ClockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[10]
+	mi := &file_peer_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -741,7 +846,7 @@ func (x *ClockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClockResponse.ProtoReflect.Descriptor instead.
 func (*ClockResponse) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{10}
+	return file_peer_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ClockResponse) GetNow() int64 {
@@ -762,7 +867,7 @@ type WipeReplicaRequest struct {
 
 func (x *WipeReplicaRequest) Reset() {
 	*x = WipeReplicaRequest{}
-	mi := &file_peer_proto_msgTypes[11]
+	mi := &file_peer_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -774,7 +879,7 @@ func (x *WipeReplicaRequest) String() string {
 func (*WipeReplicaRequest) ProtoMessage() {}
 
 func (x *WipeReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[11]
+	mi := &file_peer_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -787,7 +892,7 @@ func (x *WipeReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WipeReplicaRequest.ProtoReflect.Descriptor instead.
 func (*WipeReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{11}
+	return file_peer_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *WipeReplicaRequest) GetShard() uint32 {
@@ -812,7 +917,7 @@ type WipeReplicaResponse struct {
 
 func (x *WipeReplicaResponse) Reset() {
 	*x = WipeReplicaResponse{}
-	mi := &file_peer_proto_msgTypes[12]
+	mi := &file_peer_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -824,7 +929,7 @@ func (x *WipeReplicaResponse) String() string {
 func (*WipeReplicaResponse) ProtoMessage() {}
 
 func (x *WipeReplicaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[12]
+	mi := &file_peer_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -837,7 +942,7 @@ func (x *WipeReplicaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WipeReplicaResponse.ProtoReflect.Descriptor instead.
 func (*WipeReplicaResponse) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{12}
+	return file_peer_proto_rawDescGZIP(), []int{14}
 }
 
 var File_peer_proto protoreflect.FileDescriptor
@@ -846,7 +951,18 @@ const file_peer_proto_rawDesc = "" +
 	"\n" +
 	"\n" +
 	"peer.proto\x12\x11taskstore.peer.v1\x1a\n" +
-	"meta.proto\"A\n" +
+	"meta.proto\"'\n" +
+	"\x0fSlotLoadRequest\x12\x14\n" +
+	"\x05shard\x18\x01 \x01(\rR\x05shard\"\xd8\x01\n" +
+	"\x10SlotLoadResponse\x12D\n" +
+	"\x05tasks\x18\x01 \x03(\v2..taskstore.peer.v1.SlotLoadResponse.TasksEntryR\x05tasks\x12\x1d\n" +
+	"\n" +
+	"not_leader\x18\x02 \x01(\bR\tnotLeader\x12%\n" +
+	"\x0eleader_address\x18\x03 \x01(\tR\rleaderAddress\x1a8\n" +
+	"\n" +
+	"TasksEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\rR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"A\n" +
 	"\x0fSlotStepRequest\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\rR\x05shard\x12\x18\n" +
 	"\acommand\x18\x02 \x01(\fR\acommand\"p\n" +
@@ -903,14 +1019,15 @@ const file_peer_proto_rawDesc = "" +
 	"\x12WipeReplicaRequest\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\rR\x05shard\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\"\x15\n" +
-	"\x13WipeReplicaResponse2\xab\x03\n" +
+	"\x13WipeReplicaResponse2\x80\x04\n" +
 	"\x04Peer\x12I\n" +
 	"\x06Report\x12 .taskstore.peer.v1.ReportRequest\x1a\x1d.taskstore.peer.v1.NodeReport\x12J\n" +
 	"\x05Clock\x12\x1f.taskstore.peer.v1.ClockRequest\x1a .taskstore.peer.v1.ClockResponse\x12\\\n" +
 	"\vWipeReplica\x12%.taskstore.peer.v1.WipeReplicaRequest\x1a&.taskstore.peer.v1.WipeReplicaResponse\x12S\n" +
 	"\bSlotStep\x12\".taskstore.peer.v1.SlotStepRequest\x1a#.taskstore.peer.v1.SlotStepResponse\x12Y\n" +
 	"\n" +
-	"ExportSlot\x12$.taskstore.peer.v1.ExportSlotRequest\x1a%.taskstore.peer.v1.ExportSlotResponseB5Z3github.com/e1158ecb/taskstore/cluster/peerpb;peerpbb\x06proto3"
+	"ExportSlot\x12$.taskstore.peer.v1.ExportSlotRequest\x1a%.taskstore.peer.v1.ExportSlotResponse\x12S\n" +
+	"\bSlotLoad\x12\".taskstore.peer.v1.SlotLoadRequest\x1a#.taskstore.peer.v1.SlotLoadResponseB5Z3github.com/e1158ecb/taskstore/cluster/peerpb;peerpbb\x06proto3"
 
 var (
 	file_peer_proto_rawDescOnce sync.Once
@@ -924,43 +1041,49 @@ func file_peer_proto_rawDescGZIP() []byte {
 	return file_peer_proto_rawDescData
 }
 
-var file_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_peer_proto_goTypes = []any{
-	(*SlotStepRequest)(nil),     // 0: taskstore.peer.v1.SlotStepRequest
-	(*SlotStepResponse)(nil),    // 1: taskstore.peer.v1.SlotStepResponse
-	(*ExportSlotRequest)(nil),   // 2: taskstore.peer.v1.ExportSlotRequest
-	(*ExportSlotResponse)(nil),  // 3: taskstore.peer.v1.ExportSlotResponse
-	(*ReportRequest)(nil),       // 4: taskstore.peer.v1.ReportRequest
-	(*NodeReport)(nil),          // 5: taskstore.peer.v1.NodeReport
-	(*Replica)(nil),             // 6: taskstore.peer.v1.Replica
-	(*Checkpoint)(nil),          // 7: taskstore.peer.v1.Checkpoint
-	(*Member)(nil),              // 8: taskstore.peer.v1.Member
-	(*ClockRequest)(nil),        // 9: taskstore.peer.v1.ClockRequest
-	(*ClockResponse)(nil),       // 10: taskstore.peer.v1.ClockResponse
-	(*WipeReplicaRequest)(nil),  // 11: taskstore.peer.v1.WipeReplicaRequest
-	(*WipeReplicaResponse)(nil), // 12: taskstore.peer.v1.WipeReplicaResponse
-	(metapb.NodeState)(0),       // 13: taskstore.meta.v1.NodeState
+	(*SlotLoadRequest)(nil),     // 0: taskstore.peer.v1.SlotLoadRequest
+	(*SlotLoadResponse)(nil),    // 1: taskstore.peer.v1.SlotLoadResponse
+	(*SlotStepRequest)(nil),     // 2: taskstore.peer.v1.SlotStepRequest
+	(*SlotStepResponse)(nil),    // 3: taskstore.peer.v1.SlotStepResponse
+	(*ExportSlotRequest)(nil),   // 4: taskstore.peer.v1.ExportSlotRequest
+	(*ExportSlotResponse)(nil),  // 5: taskstore.peer.v1.ExportSlotResponse
+	(*ReportRequest)(nil),       // 6: taskstore.peer.v1.ReportRequest
+	(*NodeReport)(nil),          // 7: taskstore.peer.v1.NodeReport
+	(*Replica)(nil),             // 8: taskstore.peer.v1.Replica
+	(*Checkpoint)(nil),          // 9: taskstore.peer.v1.Checkpoint
+	(*Member)(nil),              // 10: taskstore.peer.v1.Member
+	(*ClockRequest)(nil),        // 11: taskstore.peer.v1.ClockRequest
+	(*ClockResponse)(nil),       // 12: taskstore.peer.v1.ClockResponse
+	(*WipeReplicaRequest)(nil),  // 13: taskstore.peer.v1.WipeReplicaRequest
+	(*WipeReplicaResponse)(nil), // 14: taskstore.peer.v1.WipeReplicaResponse
+	nil,                         // 15: taskstore.peer.v1.SlotLoadResponse.TasksEntry
+	(metapb.NodeState)(0),       // 16: taskstore.meta.v1.NodeState
 }
 var file_peer_proto_depIdxs = []int32{
-	6,  // 0: taskstore.peer.v1.NodeReport.replicas:type_name -> taskstore.peer.v1.Replica
-	8,  // 1: taskstore.peer.v1.NodeReport.members:type_name -> taskstore.peer.v1.Member
-	7,  // 2: taskstore.peer.v1.Replica.checkpoints:type_name -> taskstore.peer.v1.Checkpoint
-	13, // 3: taskstore.peer.v1.Member.state:type_name -> taskstore.meta.v1.NodeState
-	4,  // 4: taskstore.peer.v1.Peer.Report:input_type -> taskstore.peer.v1.ReportRequest
-	9,  // 5: taskstore.peer.v1.Peer.Clock:input_type -> taskstore.peer.v1.ClockRequest
-	11, // 6: taskstore.peer.v1.Peer.WipeReplica:input_type -> taskstore.peer.v1.WipeReplicaRequest
-	0,  // 7: taskstore.peer.v1.Peer.SlotStep:input_type -> taskstore.peer.v1.SlotStepRequest
-	2,  // 8: taskstore.peer.v1.Peer.ExportSlot:input_type -> taskstore.peer.v1.ExportSlotRequest
-	5,  // 9: taskstore.peer.v1.Peer.Report:output_type -> taskstore.peer.v1.NodeReport
-	10, // 10: taskstore.peer.v1.Peer.Clock:output_type -> taskstore.peer.v1.ClockResponse
-	12, // 11: taskstore.peer.v1.Peer.WipeReplica:output_type -> taskstore.peer.v1.WipeReplicaResponse
-	1,  // 12: taskstore.peer.v1.Peer.SlotStep:output_type -> taskstore.peer.v1.SlotStepResponse
-	3,  // 13: taskstore.peer.v1.Peer.ExportSlot:output_type -> taskstore.peer.v1.ExportSlotResponse
-	9,  // [9:14] is the sub-list for method output_type
-	4,  // [4:9] is the sub-list for method input_type
-	4,  // [4:4] is the sub-list for extension type_name
-	4,  // [4:4] is the sub-list for extension extendee
-	0,  // [0:4] is the sub-list for field type_name
+	15, // 0: taskstore.peer.v1.SlotLoadResponse.tasks:type_name -> taskstore.peer.v1.SlotLoadResponse.TasksEntry
+	8,  // 1: taskstore.peer.v1.NodeReport.replicas:type_name -> taskstore.peer.v1.Replica
+	10, // 2: taskstore.peer.v1.NodeReport.members:type_name -> taskstore.peer.v1.Member
+	9,  // 3: taskstore.peer.v1.Replica.checkpoints:type_name -> taskstore.peer.v1.Checkpoint
+	16, // 4: taskstore.peer.v1.Member.state:type_name -> taskstore.meta.v1.NodeState
+	6,  // 5: taskstore.peer.v1.Peer.Report:input_type -> taskstore.peer.v1.ReportRequest
+	11, // 6: taskstore.peer.v1.Peer.Clock:input_type -> taskstore.peer.v1.ClockRequest
+	13, // 7: taskstore.peer.v1.Peer.WipeReplica:input_type -> taskstore.peer.v1.WipeReplicaRequest
+	2,  // 8: taskstore.peer.v1.Peer.SlotStep:input_type -> taskstore.peer.v1.SlotStepRequest
+	4,  // 9: taskstore.peer.v1.Peer.ExportSlot:input_type -> taskstore.peer.v1.ExportSlotRequest
+	0,  // 10: taskstore.peer.v1.Peer.SlotLoad:input_type -> taskstore.peer.v1.SlotLoadRequest
+	7,  // 11: taskstore.peer.v1.Peer.Report:output_type -> taskstore.peer.v1.NodeReport
+	12, // 12: taskstore.peer.v1.Peer.Clock:output_type -> taskstore.peer.v1.ClockResponse
+	14, // 13: taskstore.peer.v1.Peer.WipeReplica:output_type -> taskstore.peer.v1.WipeReplicaResponse
+	3,  // 14: taskstore.peer.v1.Peer.SlotStep:output_type -> taskstore.peer.v1.SlotStepResponse
+	5,  // 15: taskstore.peer.v1.Peer.ExportSlot:output_type -> taskstore.peer.v1.ExportSlotResponse
+	1,  // 16: taskstore.peer.v1.Peer.SlotLoad:output_type -> taskstore.peer.v1.SlotLoadResponse
+	11, // [11:17] is the sub-list for method output_type
+	5,  // [5:11] is the sub-list for method input_type
+	5,  // [5:5] is the sub-list for extension type_name
+	5,  // [5:5] is the sub-list for extension extendee
+	0,  // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_peer_proto_init() }
@@ -974,7 +1097,7 @@ func file_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peer_proto_rawDesc), len(file_peer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -33,6 +33,7 @@ const (
 	Peer_WipeReplica_FullMethodName = "/taskstore.peer.v1.Peer/WipeReplica"
 	Peer_SlotStep_FullMethodName    = "/taskstore.peer.v1.Peer/SlotStep"
 	Peer_ExportSlot_FullMethodName  = "/taskstore.peer.v1.Peer/ExportSlot"
+	Peer_SlotLoad_FullMethodName    = "/taskstore.peer.v1.Peer/SlotLoad"
 )
 
 // PeerClient is the client API for Peer service.
@@ -54,6 +55,9 @@ type PeerClient interface {
 	// ExportSlot: read a chunk of a slot a move froze on a shard this node
 	// leads.
 	ExportSlot(ctx context.Context, in *ExportSlotRequest, opts ...grpc.CallOption) (*ExportSlotResponse, error)
+	// SlotLoad: how many tasks each slot holds on a shard this node leads
+	// (the slot mover's rebalancing weighs slots by it).
+	SlotLoad(ctx context.Context, in *SlotLoadRequest, opts ...grpc.CallOption) (*SlotLoadResponse, error)
 }
 
 type peerClient struct {
@@ -114,6 +118,16 @@ func (c *peerClient) ExportSlot(ctx context.Context, in *ExportSlotRequest, opts
 	return out, nil
 }
 
+func (c *peerClient) SlotLoad(ctx context.Context, in *SlotLoadRequest, opts ...grpc.CallOption) (*SlotLoadResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SlotLoadResponse)
+	err := c.cc.Invoke(ctx, Peer_SlotLoad_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PeerServer is the server API for Peer service.
 // All implementations must embed UnimplementedPeerServer
 // for forward compatibility.
@@ -133,6 +147,9 @@ type PeerServer interface {
 	// ExportSlot: read a chunk of a slot a move froze on a shard this node
 	// leads.
 	ExportSlot(context.Context, *ExportSlotRequest) (*ExportSlotResponse, error)
+	// SlotLoad: how many tasks each slot holds on a shard this node leads
+	// (the slot mover's rebalancing weighs slots by it).
+	SlotLoad(context.Context, *SlotLoadRequest) (*SlotLoadResponse, error)
 	mustEmbedUnimplementedPeerServer()
 }
 
@@ -157,6 +174,9 @@ func (UnimplementedPeerServer) SlotStep(context.Context, *SlotStepRequest) (*Slo
 }
 func (UnimplementedPeerServer) ExportSlot(context.Context, *ExportSlotRequest) (*ExportSlotResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ExportSlot not implemented")
+}
+func (UnimplementedPeerServer) SlotLoad(context.Context, *SlotLoadRequest) (*SlotLoadResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method SlotLoad not implemented")
 }
 func (UnimplementedPeerServer) mustEmbedUnimplementedPeerServer() {}
 func (UnimplementedPeerServer) testEmbeddedByValue()              {}
@@ -269,6 +289,24 @@ func _Peer_ExportSlot_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Peer_SlotLoad_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SlotLoadRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PeerServer).SlotLoad(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Peer_SlotLoad_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PeerServer).SlotLoad(ctx, req.(*SlotLoadRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Peer_ServiceDesc is the grpc.ServiceDesc for Peer service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -295,6 +333,10 @@ var Peer_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ExportSlot",
 			Handler:    _Peer_ExportSlot_Handler,
+		},
+		{
+			MethodName: "SlotLoad",
+			Handler:    _Peer_SlotLoad_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
