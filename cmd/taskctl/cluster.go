@@ -45,6 +45,8 @@ truncated raft.db, a lost term and vote; the node's log says why): repair
 both with taskctl shard rebuild; or REPLICAS-DISAGREE when
 the replicas' state digests differ with no majority (nothing is stopped; find
 the wrong replica from the nodes' logs and rebuild it).
+RETIRING marks a shard being removed (taskctl shard remove): its slots move
+away. A line after the table counts the slot moves under way.
 
 With -o json it prints the StatusResponse message.`,
 		Example: `  taskctl status
@@ -63,7 +65,13 @@ With -o json it prints the StatusResponse message.`,
 					return err
 				}
 				fmt.Fprintln(a.stdout, "\nSHARDS")
-				return printShards(a.stdout, append([]*taskstorepb.ShardStatus{resp.Meta}, resp.Shards...))
+				if err := printShards(a.stdout, append([]*taskstorepb.ShardStatus{resp.Meta}, resp.Shards...)); err != nil {
+					return err
+				}
+				if len(resp.Moves) > 0 {
+					fmt.Fprintf(a.stdout, "\nSLOT MOVES under way: %d (taskctl slot moves)\n", len(resp.Moves))
+				}
+				return nil
 			})
 		},
 	}
@@ -180,9 +188,13 @@ func currentNodes(nodes []*taskstorepb.NodeStatus) []*taskstorepb.NodeStatus {
 func (a *app) shardCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "shard",
-		Short: "Inspect shards, move their leadership, rebuild diverged replicas",
-		Long:  `shard groups the commands about shards, the Raft groups that hold the tasks.`,
+		Short: "Inspect, add, remove and rebalance shards; move leadership; rebuild replicas",
+		Long: `shard groups the commands about shards, the Raft groups that hold the tasks.
+Shards can be added and removed on a live cluster; their hash slots move
+between them (taskctl slot).`,
 		Example: `  taskctl shard list
+  taskctl shard add --count 2 && taskctl shard rebalance
+  taskctl shard remove 3
   taskctl shard transfer 3 --to n2
   taskctl shard rebuild 3 --node n2`,
 	}
@@ -243,7 +255,7 @@ With -o json it prints the TransferLeaderResponse.`,
 		},
 	}
 	transfer.Flags().StringVar(&to, "to", "", "node id of the new leader (a replica of the shard); empty lets the leader pick")
-	cmd.AddCommand(transfer, a.rebuildCmd())
+	cmd.AddCommand(transfer, a.rebuildCmd(), a.shardAddCmd(), a.shardRemoveCmd(), a.shardRebalanceCmd())
 	return cmd
 }
 

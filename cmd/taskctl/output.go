@@ -205,6 +205,9 @@ func shardState(s *taskstorepb.ShardStatus) string {
 	if len(disagree) > 0 {
 		out = append(out, "REPLICAS-DISAGREE(seen by "+strings.Join(disagree, ",")+")")
 	}
+	if s.Retiring {
+		out = append(out, "RETIRING")
+	}
 	if healthy, placed := taskstorepb.HealthyReplicas(s); healthy < placed {
 		out = append(out, fmt.Sprintf("UNDER-REPLICATED(%d/%d)", healthy, placed))
 	}
