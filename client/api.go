@@ -219,9 +219,40 @@ func (c *Client) Tasks(ctx context.Context, req *taskstorepb.TasksRequest) (*tas
 // the only one, and a delete by id alone would act on it), so the shards'
 // errors are returned instead.
 func (c *Client) tasksEverywhere(ctx context.Context, req *taskstorepb.TasksRequest) (*taskstorepb.TasksResponse, error) {
+	bound := c.opts.backoffBase
+	for {
+		out, complete, err := c.tasksOnce(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		if complete {
+			order := make(map[string]int, len(req.Ids))
+			for i, id := range req.Ids {
+				if _, ok := order[id]; !ok {
+					order[id] = i
+				}
+			}
+			slices.SortStableFunc(out.Tasks, func(a, b *taskstorepb.Task) int { return cmp.Compare(order[a.Id], order[b.Id]) })
+			return out, nil
+		}
+		// A slot moved between the shards' answers: a task of it may be
+		// missing, or there twice. Ask again with a fresh routing table.
+		c.rt.markStale()
+		if !c.pause(ctx, &bound) {
+			return nil, fmt.Errorf("tasks: a slot kept moving between the shards' answers: %w: %w", ErrUnavailable, ctx.Err())
+		}
+	}
+}
+
+// tasksOnce asks every shard once and reports whether the answers cover
+// every hash slot exactly once (TasksResponse.served_slots; answers of
+// nodes that predate slot moves carry none and are taken as they are).
+func (c *Client) tasksOnce(ctx context.Context, req *taskstorepb.TasksRequest) (*taskstorepb.TasksResponse, bool, error) {
 	out := &taskstorepb.TasksResponse{}
 	var mu sync.Mutex
 	var errs []error
+	var served [][]byte
+	legacy := false
 	c.eachShard(ctx, func(ctx context.Context, shard uint32) {
 		r := proto.CloneOf(req) // filters included: a node refuses them with ids
 		r.Shard = shard
@@ -230,21 +261,45 @@ func (c *Client) tasksEverywhere(ctx context.Context, req *taskstorepb.TasksRequ
 		defer mu.Unlock()
 		if err != nil {
 			errs = append(errs, fmt.Errorf("shard %d: %w", shard, err))
-		} else {
-			out.Tasks = append(out.Tasks, resp.Tasks...)
+			return
 		}
+		out.Tasks = append(out.Tasks, resp.Tasks...)
+		if len(resp.ServedSlots) == 0 {
+			legacy = true
+		}
+		served = append(served, resp.ServedSlots)
 	}, &errs)
 	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
+		return nil, false, errors.Join(errs...)
 	}
-	order := make(map[string]int, len(req.Ids))
-	for i, id := range req.Ids {
-		if _, ok := order[id]; !ok {
-			order[id] = i
+	if legacy {
+		return out, true, nil
+	}
+	t, err := c.rt.current(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	return out, coversOnce(served, len(t.slots)), nil
+}
+
+// coversOnce reports whether the bitmaps together set each of the first
+// slots bits exactly once.
+func coversOnce(maps [][]byte, slots int) bool {
+	if len(maps) == 0 || slots == 0 {
+		return false
+	}
+	for s := 0; s < slots; s++ {
+		n := 0
+		for _, m := range maps {
+			if s/8 < len(m) && m[s/8]&(1<<(s%8)) != 0 {
+				n++
+			}
+		}
+		if n != 1 {
+			return false
 		}
 	}
-	slices.SortStableFunc(out.Tasks, func(a, b *taskstorepb.Task) int { return cmp.Compare(order[a.Id], order[b.Id]) })
-	return out, nil
+	return true
 }
 
 // eachShard runs fn for every shard of the routing table concurrently. An

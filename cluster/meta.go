@@ -102,6 +102,13 @@ func (f *metaFSM) ShardOf(group string) uint32 {
 	return shardOf(f.cm, group)
 }
 
+// SlotTable returns a copy of the map's slots (slot -> shard).
+func (f *metaFSM) SlotTable() []uint32 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return slices.Clone(f.cm.Slots)
+}
+
 // Changed returns a channel closed at the next change of the map.
 func (f *metaFSM) Changed() <-chan struct{} {
 	f.mu.Lock()

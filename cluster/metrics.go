@@ -29,6 +29,7 @@ type nodeMetrics struct {
 	diskFree        prometheus.Gauge
 	diskLow         prometheus.Gauge
 	scheduleTicks   *prometheus.CounterVec
+	movesFinished   *prometheus.CounterVec
 }
 
 func newNodeMetrics(reg prometheus.Registerer, n *Node) *nodeMetrics {
@@ -77,9 +78,13 @@ func newNodeMetrics(reg prometheus.Registerer, n *Node) *nodeMetrics {
 			Help: "1 while the data directory's free space is below the node's reserve (--min-free-disk, 256 MiB by default): the node refuses to lead and hands its leaderships away; free space or grow the volume.",
 		}),
 	}
+	m.movesFinished = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "taskstore_slot_moves_finished_total",
+		Help: "On the meta leader: slot moves this node finished, by outcome (done: the slot is on its target; aborted: undone, the slot stayed).",
+	}, []string{"outcome"})
 	if reg != nil {
 		reg.MustRegister(m.applySeconds, m.snapshotSeconds, m.leaderChanges, m.logSyncs, m.logSyncEntries, m.logBytes, m.clockOffset,
-			m.diskFree, m.diskLow, m.scheduleTicks, &shardCollector{n: n})
+			m.diskFree, m.diskLow, m.scheduleTicks, m.movesFinished, &shardCollector{n: n})
 	}
 	return m
 }
@@ -110,7 +115,9 @@ var (
 	descDisagree    = prometheus.NewDesc("taskstore_shard_replicas_disagree", "1 while the shard's voters' state checkpoints disagree with no majority for one digest, as this node sees them, else 0.", []string{"shard"}, nil)
 	descHealthy     = prometheus.NewDesc("taskstore_shard_replicas_healthy", "On the shard's leader: voters of the shard on nodes gossip sees alive, the leader included. Below taskstore_shard_replicas_placed, the shard is under-replicated.", []string{"shard"}, nil)
 	descPlaced      = prometheus.NewDesc("taskstore_shard_replicas_placed", "On the shard's leader: replicas the cluster map places for the shard.", []string{"shard"}, nil)
-	shardDescList   = []*prometheus.Desc{descHealthy, descPlaced, descLeader, descTerm, descCommit, descApplied, descLogBytes, descTasks, descQueue, descQueueAge, descQueuePaused, descGossip, descDiverged, descDisagree}
+	descShardSlots  = prometheus.NewDesc("taskstore_shard_slots", "On the shard's leader: hash slots the routing table gives the shard.", []string{"shard"}, nil)
+	descSlotMoves   = prometheus.NewDesc("taskstore_slot_moves", "On the meta leader: slot moves under way, by phase (copying: the slot's writers wait; flipped; aborting).", []string{"phase"}, nil)
+	shardDescList   = []*prometheus.Desc{descShardSlots, descSlotMoves, descHealthy, descPlaced, descLeader, descTerm, descCommit, descApplied, descLogBytes, descTasks, descQueue, descQueueAge, descQueuePaused, descGossip, descDiverged, descDisagree}
 )
 
 // healthyVoters counts the voters of s's Raft configuration whose node
@@ -194,6 +201,13 @@ func (c *shardCollector) Collect(ch chan<- prometheus.Metric) {
 			continue
 		}
 		if sh := findShard(cm, s.id); sh != nil {
+			slots := 0
+			for _, id := range cm.Slots {
+				if id == s.id {
+					slots++
+				}
+			}
+			gauge(descShardSlots, float64(slots), label)
 			gauge(descPlaced, float64(len(sh.Replicas)), label)
 			gauge(descHealthy, float64(c.healthyVoters(s, members)), label)
 		}
@@ -231,6 +245,15 @@ func (c *shardCollector) Collect(ch chan<- prometheus.Metric) {
 			paused = 1
 		}
 		gauge(descQueuePaused, paused, name)
+	}
+	if c.n.metaReady.Load() {
+		phases := map[string]float64{"copying": 0, "flipped": 0, "aborting": 0}
+		for _, mv := range cm.Moves {
+			phases[MovePhaseName(mv.Phase)]++
+		}
+		for p, v := range phases {
+			gauge(descSlotMoves, v, p)
+		}
 	}
 	health := map[string]float64{}
 	for _, m := range c.n.gossip.snapshot() {

@@ -153,6 +153,20 @@ func (n *Node) everyNodeMovesSlots(ctx context.Context, cm *metapb.ClusterMap) e
 	return nil
 }
 
+// stopContext is a context that ends after d or when the node stops,
+// whichever is first: a stopping node must not wait on its chores.
+func (n *Node) stopContext(d time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	go func() {
+		select {
+		case <-n.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
+
 // wakeMover makes the slot mover look at the map now.
 func (n *Node) wakeMover() {
 	select {
@@ -206,7 +220,7 @@ func (n *Node) runSlotMoves() {
 			idle := len(inFlight) == 0
 			mu.Unlock()
 			if idle && len(moves) == 0 {
-				ctx, cancel := context.WithTimeout(context.Background(), n.cfg.Tuning.ApplyTimeout)
+				ctx, cancel := n.stopContext(n.cfg.Tuning.ApplyTimeout)
 				changed, err := n.retiringWork(ctx)
 				cancel()
 				if err != nil {
@@ -237,7 +251,7 @@ func (e *slotRefused) Error() string { return fmt.Sprintf("shard %d refused: %s"
 
 // driveMove takes a move one phase further.
 func (n *Node) driveMove(mv *metapb.SlotMove, mu *sync.Mutex, failing map[uint64]time.Time) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*n.cfg.Tuning.ApplyTimeout)
+	ctx, cancel := n.stopContext(2 * n.cfg.Tuning.ApplyTimeout)
 	defer cancel()
 	step := func(shard uint32, a fsmpb.SlotCommand_Action, to uint32) error {
 		_, err := n.slotStep(ctx, shard, &fsmpb.SlotCommand{Action: a, Slot: mv.Slot, Slots: uint32(n.slotTable()), Move: mv.Id, To: to})
@@ -291,9 +305,17 @@ func (n *Node) driveMove(mv *metapb.SlotMove, mu *sync.Mutex, failing map[uint64
 	if err := n.proposeMeta(ctx, &metapb.Command{Op: metapb.Op_OP_MOVE_END, Move: &metapb.SlotMove{Id: mv.Id}}); err != nil {
 		return err
 	}
-	n.log.Info("slot move finished", "move", mv.Id, "slot", mv.Slot, "from", mv.From, "to", mv.To, "phase", MovePhaseName(mv.Phase))
+	outcome := "done"
+	if mv.Phase == metapb.SlotMove_ABORTING {
+		outcome = "aborted"
+	}
+	n.metrics.movesFinished.WithLabelValues(outcome).Inc()
+	n.log.Info("slot move finished", "move", mv.Id, "slot", mv.Slot, "from", mv.From, "to", mv.To, "outcome", outcome)
 	return nil
 }
+
+// SlotTable is a copy of the routing table's slots (slot -> shard).
+func (n *Node) SlotTable() []uint32 { return n.meta.SlotTable() }
 
 // slotTable is the size of the slot table.
 func (n *Node) slotTable() int {

@@ -42,6 +42,7 @@ KNOWN_METRICS = {
     "taskstore_shard_apply_seconds", "taskstore_shard_snapshot_seconds", "taskstore_shard_log_bytes",
     "taskstore_shard_diverged", "taskstore_shard_replicas_disagree",
     "taskstore_shard_replicas_healthy", "taskstore_shard_replicas_placed",
+    "taskstore_shard_slots", "taskstore_slot_moves", "taskstore_slot_moves_finished_total",
     "taskstore_log_syncs_total", "taskstore_log_bytes_written_total", "taskstore_log_append_entries",
     "taskstore_clock_offset_seconds", "taskstore_disk_free_bytes", "taskstore_disk_low",
     "taskstore_build_info", "taskstore_proxy_requests_total", "taskstore_proxy_request_duration_seconds",

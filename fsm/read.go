@@ -187,14 +187,16 @@ func (m *Machine) Queues(prefix string, limit int) []QueueStats {
 	defer m.mu.RUnlock()
 	// Queues with settings (paused, limited) are few: merge the empty ones
 	// into the walk by name.
+	// A slot being imported or moved away is another shard's to list.
+	hidden := func(name string) bool { return !m.st.readsGroup(groupOf(name)) }
 	var idle []string
 	for name := range m.st.paused {
-		if m.st.queues[name] == nil && strings.HasPrefix(name, prefix) {
+		if m.st.queues[name] == nil && strings.HasPrefix(name, prefix) && !hidden(name) {
 			idle = append(idle, name)
 		}
 	}
 	for name := range m.st.limits {
-		if m.st.queues[name] == nil && !m.st.isPaused(name) && strings.HasPrefix(name, prefix) {
+		if m.st.queues[name] == nil && !m.st.isPaused(name) && strings.HasPrefix(name, prefix) && !hidden(name) {
 			idle = append(idle, name)
 		}
 	}
@@ -215,7 +217,9 @@ func (m *Machine) Queues(prefix string, limit int) []QueueStats {
 		if full() {
 			return false
 		}
-		out = append(out, settings(q.stats(m.st.clock)))
+		if !hidden(q.name) {
+			out = append(out, settings(q.stats(m.st.clock)))
+		}
 		return true
 	})
 	for ; len(idle) > 0 && !full(); idle = idle[1:] {

@@ -76,7 +76,7 @@ func (m *Machine) Schedules(prefix string) []*fsmpb.Schedule {
 	defer m.mu.RUnlock()
 	var out []*fsmpb.Schedule
 	for _, s := range m.st.schedules {
-		if strings.HasPrefix(s.Queue, prefix) {
+		if strings.HasPrefix(s.Queue, prefix) && m.st.readsGroup(groupOf(s.Queue)) {
 			out = append(out, s)
 		}
 	}
@@ -90,7 +90,9 @@ func (m *Machine) DueSchedules(now int64) []*fsmpb.Schedule {
 	defer m.mu.RUnlock()
 	var out []*fsmpb.Schedule
 	for _, s := range m.st.schedules {
-		if s.Next <= now {
+		// A slot that is not served here (frozen for a move, too) fires
+		// nowhere until its new shard serves it.
+		if s.Next <= now && m.st.unserved(groupOf(s.Queue)) == nil {
 			out = append(out, s)
 		}
 	}

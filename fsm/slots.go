@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"google.golang.org/protobuf/proto"
 
@@ -616,4 +617,56 @@ func (m *Machine) SlotTasks(slots uint32) map[uint32]int {
 		return true
 	})
 	return out
+}
+
+// readable reports whether reads of the slot are answered from this state:
+// it is served, or frozen (its state stopped changing, and no other shard
+// serves it yet). An importing or gone slot is not.
+func (s *state) readable(slot uint32) bool {
+	ss := s.slotStates[slot]
+	return ss == nil || ss.Phase == fsmpb.SlotState_FROZEN
+}
+
+// ReadsGroup reports whether this machine answers reads of the group: its
+// slot is not being imported here and has not moved away. A read of a
+// group it does not answer for must go where the routing table says.
+func (m *Machine) ReadsGroup(group string) bool {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.st.readsGroup(group)
+}
+
+func (s *state) readsGroup(group string) bool {
+	return len(s.slotStates) == 0 || s.readable(SlotOf(group, s.slotTable))
+}
+
+// GetServed is Get for a read that asks every shard: it answers for the
+// slots of table (the routing table: slot -> shard) that name shard and
+// that this machine reads (ReadsGroup), returns only their tasks, and says
+// which slots those are (bit s of byte s/8). Answers that together cover
+// every slot exactly once make a complete read; a slot covered twice or not
+// at all moved between the answers.
+func (m *Machine) GetServed(ids []string, table []uint32, shard uint32) ([]*fsmpb.Task, []byte) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	served := make([]byte, (len(table)+7)/8)
+	for s, sh := range table {
+		if sh == shard && m.st.readable(uint32(s)) {
+			served[s/8] |= 1 << (s % 8)
+		}
+	}
+	var out []*fsmpb.Task
+	for _, id := range ids {
+		from := len(out)
+		for sl := m.st.tasks[id]; sl != nil; sl = sl.next {
+			s := SlotOf(sl.t.q.group, uint32(len(table)))
+			if served[s/8]&(1<<(s%8)) != 0 {
+				out = append(out, sl.t.toProto(false))
+			}
+		}
+		if len(out)-from > 1 {
+			slices.SortFunc(out[from:], func(a, b *fsmpb.Task) int { return strings.Compare(a.Queue, b.Queue) })
+		}
+	}
+	return out, served
 }

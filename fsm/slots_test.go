@@ -228,10 +228,17 @@ func TestSlotMoveCarriesTheSlotsState(t *testing.T) {
 	if res := r.on(r.dst, proto.Clone(retry).(*fsmpb.Command)); res.GetFailure().GetMoved() == nil {
 		t.Fatalf("the importing target applied a write: %v", res)
 	}
+	// Reads of the importing slot are another shard's: nothing listed.
+	if got := slotTasks(r.dst, slot); len(got) != 0 || r.dst.ReadsGroup(g) {
+		t.Fatalf("the importing target lists %d tasks of the slot (reads it: %v)", len(got), r.dst.ReadsGroup(g))
+	}
+	if !r.src.ReadsGroup(g) {
+		t.Fatal("the frozen source does not answer reads of its slot")
+	}
+	r.ok(r.dst, slotOp(slotCmd(fsmpb.SlotCommand_ACTIVATE, slot, move)))
 	if got := slotTasks(r.dst, slot); !slices.Equal(got, want) {
 		t.Fatalf("the target holds\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	r.ok(r.dst, slotOp(slotCmd(fsmpb.SlotCommand_ACTIVATE, slot, move)))
 	r.ok(r.dst, slotOp(slotCmd(fsmpb.SlotCommand_ACTIVATE, slot, move))) // again: no change
 
 	// The client's retry is answered from the moved session.
@@ -483,5 +490,73 @@ func TestSessionGroupOnlyFromFormatSlotMoves(t *testing.T) {
 	m.mu.RUnlock()
 	if group != "" {
 		t.Fatalf("format %d session remembers group %q", FormatQueueControls, group)
+	}
+}
+
+// A read every shard answers (GetServed) covers each slot exactly once
+// only while no slot moves between the answers: a task of a moving slot
+// is then either in exactly one answer, or the answers say the read must
+// be asked again.
+func TestGetServedCoversEachSlotOnce(t *testing.T) {
+	r := newSlotRig(t)
+	const slot, move = 9, 3
+	groups, _ := groupsIn(slot, 1)
+	g := groups[0]
+	r.ok(r.src, modifyOf(g, &fsmpb.Insert{Id: "x", Queue: g + "/q"}))
+	old := make([]uint32, testSlots) // slot -> shard: src is 1, dst is 2
+	for s := range old {
+		old[s] = uint32(s%2 + 1)
+	}
+	old[slot] = 1
+	flipped := slices.Clone(old)
+	flipped[slot] = 2
+	bit := func(m []byte, s int) bool { return m[s/8]&(1<<(s%8)) != 0 }
+	type answer struct {
+		tasks  int
+		served []byte
+	}
+	read := func(m *Machine, table []uint32, shard uint32) answer {
+		ts, served := m.GetServed([]string{"x"}, table, shard)
+		return answer{len(ts), served}
+	}
+	covered := func(a, b answer) int {
+		n := 0
+		if bit(a.served, slot) {
+			n++
+		}
+		if bit(b.served, slot) {
+			n++
+		}
+		return n
+	}
+	steps := []struct {
+		name          string
+		do            func()
+		srcTab        []uint32
+		dstTab        []uint32
+		covered, hits int // how many answers cover the slot; tasks found
+	}{
+		{"before the move", func() {}, old, old, 1, 1},
+		{"frozen, old table", func() { r.ok(r.src, slotOp(slotCmd(fsmpb.SlotCommand_FREEZE, slot, move))) }, old, old, 1, 1},
+		{"importing, flipped table", func() { r.move(slot, move, 1<<20) }, flipped, flipped, 0, 0},
+		{"active at the target, source read with the old table", func() {
+			r.ok(r.dst, slotOp(slotCmd(fsmpb.SlotCommand_ACTIVATE, slot, move)))
+		}, old, flipped, 2, 2},
+		{"dropped at the source", func() {
+			r.ok(r.src, slotOp(slotCmd(fsmpb.SlotCommand_DROP, slot, move)))
+		}, old, flipped, 1, 1},
+	}
+	for _, st := range steps {
+		st.do()
+		a, b := read(r.src, st.srcTab, 1), read(r.dst, st.dstTab, 2)
+		if c := covered(a, b); c != st.covered || a.tasks+b.tasks != st.hits {
+			t.Fatalf("%s: the slot is covered by %d answers holding %d tasks; want %d and %d", st.name, c, a.tasks+b.tasks, st.covered, st.hits)
+		}
+		// Every other slot is covered exactly once by the table's shard.
+		for s := range testSlots {
+			if s != slot && bit(a.served, s) == bit(b.served, s) {
+				t.Fatalf("%s: slot %d covered by both or neither", st.name, s)
+			}
+		}
 	}
 }

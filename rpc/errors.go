@@ -43,6 +43,13 @@ func (e *upgradingError) Error() string {
 		"(a new cluster gets there within seconds; a cluster being upgraded, once its last node is)", e.what, e.shard, e.need, e.have)
 }
 
+// movedError: a read of a group whose slot the shard does not serve now
+// (being imported, or moved away). Unavailable: the client retries where
+// its refreshed routing table says.
+type movedError struct{ msg string }
+
+func (e *movedError) Error() string { return e.msg }
+
 func (e *refusedError) Error() string {
 	if e.failure.Message != "" {
 		return e.failure.Message
@@ -66,6 +73,7 @@ func toStatus(err error) error {
 		notFound  *cluster.NotFoundError
 		denied    *deniedError
 		upgrading *upgradingError
+		moved     *movedError
 	)
 	switch {
 	case errors.As(err, &notLeader):
@@ -86,7 +94,7 @@ func toStatus(err error) error {
 			}
 		}
 		return st.Err()
-	case errors.As(err, &upgrading):
+	case errors.As(err, &upgrading), errors.As(err, &moved):
 		return status.Error(codes.Unavailable, err.Error())
 	case errors.As(err, &denied):
 		return status.Error(codes.PermissionDenied, err.Error())

@@ -465,15 +465,29 @@ func (srv *Server) tasks(ctx context.Context, req *taskstorepb.TasksRequest) (*t
 	if err != nil {
 		return nil, err
 	}
+	var table []uint32
+	if st, ok := srv.shards.(slotTabler); ok && req.Queue == "" && len(req.Ids) > 0 {
+		table = st.SlotTable() // a read every shard answers: say which slots
+	}
 	var res *taskstorepb.TasksResponse
 	err = shard.Read(ctx, req.Stale, func(m *fsm.Machine) (err error) {
-		res, err = srv.readTasks(m, req, f)
+		if req.Queue != "" && !m.ReadsGroup(taskstorepb.GroupOf(req.Queue)) {
+			return movedRead(shard.ID(), req.Queue)
+		}
+		res, err = srv.readTasks(m, req, f, table, shard.ID())
 		return err
 	})
 	return res, err
 }
 
-func (srv *Server) readTasks(m *fsm.Machine, req *taskstorepb.TasksRequest, f fsm.ListFilter) (*taskstorepb.TasksResponse, error) {
+// movedRead refuses a read of a queue whose slot the shard does not serve
+// (imported, not yet active; or moved away): Unavailable, which clients
+// retry after refreshing their routing table.
+func movedRead(shard uint32, queue string) error {
+	return &movedError{msg: fmt.Sprintf("%s: shard %d does not serve the slot of queue %q now (it is moving or moved); retry", fsm.SlotMoved, shard, queue)}
+}
+
+func (srv *Server) readTasks(m *fsm.Machine, req *taskstorepb.TasksRequest, f fsm.ListFilter, table []uint32, shard uint32) (*taskstorepb.TasksResponse, error) {
 	if len(req.Ids) > 0 {
 		// An id named twice is answered once, and the answer must fit one
 		// message: 1000 ids of 1 MiB values would otherwise make the node
@@ -484,7 +498,13 @@ func (srv *Server) readTasks(m *fsm.Machine, req *taskstorepb.TasksRequest, f fs
 		var out []*taskstorepb.Task
 		var n uint64
 		budget := srv.answerBudget()
-		for _, t := range m.Get(ids) {
+		found, served := []*fsmpb.Task(nil), []byte(nil)
+		if len(table) > 0 {
+			found, served = m.GetServed(ids, table, shard)
+		} else {
+			found = m.Get(ids)
+		}
+		for _, t := range found {
 			if req.Queue != "" && t.Queue != req.Queue {
 				continue
 			}
@@ -497,7 +517,7 @@ func (srv *Server) readTasks(m *fsm.Machine, req *taskstorepb.TasksRequest, f fs
 			}
 			out = append(out, taskToAPI(t))
 		}
-		return &taskstorepb.TasksResponse{Tasks: out}, nil
+		return &taskstorepb.TasksResponse{Tasks: out, ServedSlots: served}, nil
 	}
 	if req.Queue == "" {
 		return nil, invalid("queue", "required to list tasks (or give ids)")

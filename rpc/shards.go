@@ -68,3 +68,10 @@ func (ns nodeShards) LocalShards() []Shard {
 }
 
 func (ns nodeShards) Clock() time.Time { return ns.n.Clock() }
+
+// SlotTable implements slotTabler.
+func (ns nodeShards) SlotTable() []uint32 { return ns.n.SlotTable() }
+
+// slotTabler is a Shards that knows the routing table (slot -> shard): a
+// node's does; the in-process fakes of client/clienttest have no slots.
+type slotTabler interface{ SlotTable() []uint32 }

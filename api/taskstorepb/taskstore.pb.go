@@ -1451,6 +1451,14 @@ type TasksResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Tasks         []*Task                `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
 	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	// For a read of one shard by ids without a queue (the read every shard
+	// answers): the hash slots this answer covers, bit s of byte s/8: those
+	// the answering node's routing table gives the shard and that the shard
+	// serves now. Answers that cover each slot exactly once make a complete
+	// read; otherwise a slot moved between them and the read is asked again
+	// (the Go client and proxies do). Empty from nodes that predate slot
+	// moves.
+	ServedSlots   []byte `protobuf:"bytes,3,opt,name=served_slots,json=servedSlots,proto3" json:"served_slots,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1497,6 +1505,13 @@ func (x *TasksResponse) GetNextPageToken() string {
 		return x.NextPageToken
 	}
 	return ""
+}
+
+func (x *TasksResponse) GetServedSlots() []byte {
+	if x != nil {
+		return x.ServedSlots
+	}
+	return nil
 }
 
 type QueuesRequest struct {
@@ -4553,10 +4568,11 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"minAttempt\x12!\n" +
 	"\ferr_contains\x18\r \x01(\tR\verrContainsB\n" +
 	"\n" +
-	"\b_claimed\"a\n" +
+	"\b_claimed\"\x84\x01\n" +
 	"\rTasksResponse\x12(\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x12.taskstore.v1.TaskR\x05tasks\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"i\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12!\n" +
+	"\fserved_slots\x18\x03 \x01(\fR\vservedSlots\"i\n" +
 	"\rQueuesRequest\x12\x16\n" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x14\n" +
 	"\x05shard\x18\x02 \x01(\rR\x05shard\x12\x14\n" +
