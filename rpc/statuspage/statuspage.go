@@ -279,6 +279,9 @@ type overviewData struct {
 	// "shard 3 on n2" for each diverged replica, and shards whose voters
 	// disagree with no majority.
 	Diverged, Disagree []string
+	// Slot moves under way and the last finished (newest first, at most
+	// 10 of those).
+	Moves, Finished []*taskstorepb.SlotMove
 }
 
 type nodeRow struct {
@@ -364,6 +367,10 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 	if st.GetMeta() != nil {
 		m := mk(st.GetMeta())
 		d.Meta = &m
+	}
+	d.Moves = st.GetMoves()
+	for i := len(st.GetFinishedMoves()) - 1; i >= 0 && len(d.Finished) < 10; i-- {
+		d.Finished = append(d.Finished, st.GetFinishedMoves()[i])
 	}
 	h.render(w, http.StatusOK, "overview.html", page{Title: "Cluster", Nav: "overview", Node: st.GetNode(), Refresh: h.refresh(), Data: d})
 }
