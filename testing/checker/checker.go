@@ -113,9 +113,9 @@ func (r *Report) Has(checker, task string) bool {
 func (r *Report) Summary() string {
 	s := r.Stats
 	var b strings.Builder
-	fmt.Fprintf(&b, "ops=%d (insert=%d claim=%d commit=%d txn=%d read=%d) unknown=%d failed=%d faults=%d leader-changes=%d snapshot-installs=%d membership-changes=%d stale-commit-attempts=%d zombie-refused=%d",
+	fmt.Fprintf(&b, "ops=%d (insert=%d claim=%d commit=%d txn=%d read=%d) unknown=%d failed=%d faults=%d leader-changes=%d snapshot-installs=%d membership-changes=%d slot-moves=%d stale-commit-attempts=%d zombie-refused=%d",
 		s.Ops, s.ByKind[workload.KindInsert], s.ByKind[workload.KindClaim], s.ByKind[workload.KindCommit], s.ByKind[workload.KindTxn], s.ByKind[workload.KindRead],
-		s.Unknown, s.Failed, s.Counts[CountFaults], s.Counts[CountLeaderChanges], s.Counts[CountSnapshotInstalls], s.Counts[CountMembershipChanges], s.StaleCommitAttempts, s.ZombieRefused)
+		s.Unknown, s.Failed, s.Counts[CountFaults], s.Counts[CountLeaderChanges], s.Counts[CountSnapshotInstalls], s.Counts[CountMembershipChanges], s.Counts[CountSlotMoves], s.StaleCommitAttempts, s.ZombieRefused)
 	fmt.Fprintf(&b, " p50=%v p99=%v", s.P50.Round(100*time.Microsecond), s.P99.Round(100*time.Microsecond))
 	by := r.ByChecker()
 	b.WriteString(" |")

@@ -16,6 +16,9 @@ const (
 	CountSnapshotInstalls = "snapshot-installs"
 	// CountMembershipChanges counts nodes added and removed under load.
 	CountMembershipChanges = "membership-changes"
+	// CountSlotMoves counts slot moves that finished done (the routing
+	// table names the new shard) under load.
+	CountSlotMoves = "slot-moves"
 )
 
 // Stats are the counts a run's coverage is judged on.
