@@ -257,6 +257,10 @@ func mergeStatus(st, peer *taskstorepb.StatusResponse) {
 			dst.Term = max(dst.Term, src.Term)
 		}
 		dst.ReplicaStatus = append(dst.ReplicaStatus, src.ReplicaStatus...)
+		// Tasks: the leader's replica's count, else any replica's.
+		if src.Tasks > 0 && (dst.Tasks == 0 || src.Leader == peer.Node) {
+			dst.Tasks = src.Tasks
+		}
 	}
 	mergeShard(st.Meta, peer.Meta)
 	for _, s := range peer.Shards {

@@ -3155,8 +3155,8 @@ type ShardStatus struct {
 	PreferredLeader string `protobuf:"bytes,7,opt,name=preferred_leader,json=preferredLeader,proto3" json:"preferred_leader,omitempty"`
 	// The shard is being removed (RemoveShard): its slots move away.
 	Retiring bool `protobuf:"varint,8,opt,name=retiring,proto3" json:"retiring,omitempty"`
-	// Tasks it holds (from the leader's state; 0 when the answering node
-	// does not know).
+	// Tasks it holds (its leader's replica's count when the leader's node
+	// answered; else another replica's; 0 when none did).
 	Tasks         uint64 `protobuf:"varint,9,opt,name=tasks,proto3" json:"tasks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

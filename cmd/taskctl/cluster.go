@@ -34,6 +34,7 @@ waiting: gossiping, not yet added), health as gossip sees it (alive, suspect,
 dead), the shards it replicates and those it leads.
 
 SHARDS: each shard's leader, Raft term, replicas (node ids), hash slots owned,
+the tasks it holds (as its leader's replica has them),
 the leader's commit and applied index, the largest lag (entries applied
 on the leader but not yet on a replica) of any replica, and LOG, the most
 Raft log any replica retains (bounded by bytes: taskstored trims it near

@@ -233,7 +233,7 @@ func replicaList(s *taskstorepb.ShardStatus) string {
 // index, the largest lag of any replica, and the largest Raft log any
 // replica retains.
 func printShards(w io.Writer, shards []*taskstorepb.ShardStatus) error {
-	t := newTable(w, "SHARD", "LEADER", "TERM", "REPLICAS", "SLOTS", "COMMIT", "APPLIED", "LAG", "LOG", "STATE")
+	t := newTable(w, "SHARD", "LEADER", "TERM", "REPLICAS", "SLOTS", "TASKS", "COMMIT", "APPLIED", "LAG", "LOG", "STATE")
 	for _, s := range shards {
 		if s == nil {
 			continue
@@ -257,11 +257,14 @@ func printShards(w io.Writer, shards []*taskstorepb.ShardStatus) error {
 		if len(s.ReplicaStatus) > 0 {
 			lag = u64(maxLag)
 		}
-		slots := "-"
+		slots, tasks := "-", "-"
 		if s.Id != 0 {
 			slots = u64(uint64(s.Slots))
+			if s.Tasks > 0 || len(s.ReplicaStatus) > 0 {
+				tasks = u64(s.Tasks)
+			}
 		}
-		t.row(id, orDash(s.Leader), u64(s.Term), orDash(replicaList(s)), slots, commit, applied, lag, logBytes, shardState(s))
+		t.row(id, orDash(s.Leader), u64(s.Term), orDash(replicaList(s)), slots, tasks, commit, applied, lag, logBytes, shardState(s))
 	}
 	return t.flush()
 }
