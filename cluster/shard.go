@@ -64,7 +64,7 @@ type Shard struct {
 
 func newShard(id uint32, clock func() time.Time, t Tuning, log *slog.Logger) *Shard {
 	s := &Shard{id: id, clock: clock, tuning: t, log: log.With("shard", id), stop: make(chan struct{})}
-	s.machine = fsm.New(fsm.Options{OnAvailable: s.waiters.notify})
+	s.machine = fsm.New(fsm.Options{OnAvailable: s.waiters.notify, OnSlotChange: s.waiters.wakeAll})
 	s.waiters = waiters{
 		byQueue:   make(map[string][]*waiter),
 		now:       s.Now,

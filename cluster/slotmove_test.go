@@ -119,6 +119,18 @@ func TestSlotMoveUnderLoad(t *testing.T) {
 	}
 	time.Sleep(300 * time.Millisecond)
 
+	// A claim waiting on an empty queue of the moving slot: it must wait
+	// on at the target and take the task inserted there after the move.
+	waited := make(chan *taskstorepb.ClaimResponse, 1)
+	waitErr := make(chan error, 1)
+	go func() {
+		res, err := cl.Claim(ctx, &taskstorepb.ClaimRequest{Queues: []string{g + "/idle"}, Limit: 1,
+			Lease: durationpb.New(time.Minute), Wait: durationpb.New(time.Minute)})
+		waited <- res
+		waitErr <- err
+	}()
+	time.Sleep(200 * time.Millisecond)
+
 	moves, err := cl.MoveSlots(ctx, []uint32{slot}, to)
 	if err != nil {
 		t.Fatal(err)
@@ -130,6 +142,17 @@ func TestSlotMoveUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(300 * time.Millisecond) // writes after the move, at the target
+	if _, err := cl.Insert(ctx, g+"/idle", []byte("for the waiter"), client.WithID("awaited")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case res := <-waited:
+		if err := <-waitErr; err != nil || len(res.GetTasks()) != 1 || res.Tasks[0].Id != "awaited" {
+			t.Fatalf("the claim waiting through the move got %v, %v; want the task inserted at the target", res, err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the claim waiting through the move did not get the task inserted at the target")
+	}
 	stop.Store(true)
 	wg.Wait()
 	if len(fails) > 0 {
@@ -177,7 +200,7 @@ func TestSlotMoveUnderLoad(t *testing.T) {
 		t.Fatalf("the claimant's commit at the target: %v", err)
 	}
 	// Replicas: the source holds nothing of the slot, the target all of it.
-	want := 3000 - 1 + len(acked[g])
+	want := 3000 - 1 + len(acked[g]) + 1 // the preload less the committed task, the writes, the awaited task
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		src, dst := shardTasks(c, from, slot), shardTasks(c, to, slot)

@@ -18,6 +18,7 @@ const StaleSequenceMessage = "stale request sequence"
 type notifier struct {
 	queues []string
 	seen   map[string]struct{}
+	slots  bool // a slot was frozen, unfrozen or activated (OnSlotChange)
 }
 
 func (n *notifier) add(queue string) {

@@ -19,6 +19,12 @@ type Options struct {
 	// that may have made tasks available in the named queues (inserts, changes
 	// that move or release a task, purge frees nothing). It must not block.
 	OnAvailable func(queues []string)
+	// OnSlotChange, when set, is called on the apply goroutine after a
+	// command that froze, unfroze or activated a slot (OP_SLOT): waiting
+	// claims of any queue of it, even one that holds nothing, must look
+	// again (a frozen slot's claims go to its new shard). It must not
+	// block.
+	OnSlotChange func()
 	// MaxSessions bounds the exactly-once memory (default 100000).
 	MaxSessions int
 	// MaxSessionBytes bounds it by the size of the answers it keeps
@@ -187,6 +193,9 @@ func (m *Machine) applyLocked(index uint64, cmd *fsmpb.Command, n *notifier) *fs
 func (m *Machine) notify(n *notifier) {
 	if m.opts.OnAvailable != nil && len(n.queues) > 0 {
 		m.opts.OnAvailable(n.queues)
+	}
+	if m.opts.OnSlotChange != nil && n.slots {
+		m.opts.OnSlotChange()
 	}
 }
 

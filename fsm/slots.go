@@ -138,6 +138,7 @@ func (s *state) slotQueues(slot uint32, visit func(q *queue) bool) {
 // freeze their retry is refused and goes where the slot moves; on an
 // activation the slot's tasks became claimable here.
 func (a *applier) notifySlot(slot uint32) {
+	a.n.slots = true
 	a.st.slotQueues(slot, func(q *queue) bool {
 		a.n.add(q.name)
 		return true
