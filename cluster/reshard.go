@@ -217,28 +217,20 @@ func (n *Node) RebalanceSlots(ctx context.Context, dryRun bool) ([]*metapb.SlotM
 func (n *Node) slotLoad(ctx context.Context, cm *metapb.ClusterMap) map[uint32]uint64 {
 	out := map[uint32]uint64{}
 	for _, sh := range cm.Shards {
-		_ = n.onShardLeader(ctx, sh.Id, func(ctx context.Context, addr string) (bool, string, error) {
-			var r *peerpb.SlotLoadResponse
-			var err error
-			if addr == n.addr {
-				r, err = n.slotLoadHere(&peerpb.SlotLoadRequest{Shard: sh.Id})
-			} else {
-				conn, cerr := n.peers.get(addr)
-				if cerr != nil {
-					return false, "", cerr
-				}
-				r, err = peerpb.NewPeerClient(conn).SlotLoad(ctx, &peerpb.SlotLoadRequest{Shard: sh.Id})
+		req := &peerpb.SlotLoadRequest{Shard: sh.Id}
+		r, err := onLeader(ctx, n, sh.Id,
+			func() (*peerpb.SlotLoadResponse, error) { return n.slotLoadHere(req) },
+			func(ctx context.Context, pc peerpb.PeerClient) (*peerpb.SlotLoadResponse, error) {
+				return pc.SlotLoad(ctx, req)
+			})
+		if err != nil {
+			continue
+		}
+		for s, t := range r.Tasks {
+			if int(s) < len(cm.Slots) && cm.Slots[s] == sh.Id {
+				out[s] = t
 			}
-			if err != nil || r.NotLeader {
-				return r.GetNotLeader(), r.GetLeaderAddress(), err
-			}
-			for s, t := range r.Tasks {
-				if int(s) < len(cm.Slots) && cm.Slots[s] == sh.Id {
-					out[s] = t
-				}
-			}
-			return false, "", nil
-		})
+		}
 	}
 	return out
 }

@@ -177,7 +177,7 @@ func (n *Node) wakeMover() {
 
 // moversAtOnce bounds the moves driven at once: moves of different slots
 // are independent, and their steps share the groups' Raft rounds.
-const moversAtOnce = 16
+const moversAtOnce = 32
 
 // runSlotMoves is the meta leader's slot mover: it drives up to
 // moversAtOnce moves at a time, each on its own goroutine, one phase per
@@ -377,25 +377,17 @@ func (n *Node) slotStep(ctx context.Context, shard uint32, c *fsmpb.SlotCommand)
 	if err != nil {
 		return nil, err
 	}
+	req := &peerpb.SlotStepRequest{Shard: shard, Command: data}
+	r, err := onLeader(ctx, n, shard,
+		func() (*peerpb.SlotStepResponse, error) { return n.slotStepHere(ctx, req) },
+		func(ctx context.Context, pc peerpb.PeerClient) (*peerpb.SlotStepResponse, error) {
+			return pc.SlotStep(ctx, req)
+		})
 	var res *fsmpb.Result
-	err = n.onShardLeader(ctx, shard, func(ctx context.Context, addr string) (bool, string, error) {
-		var r *peerpb.SlotStepResponse
-		var err error
-		if addr == n.addr {
-			r, err = n.slotStepHere(ctx, &peerpb.SlotStepRequest{Shard: shard, Command: data})
-		} else {
-			conn, cerr := n.peers.get(addr)
-			if cerr != nil {
-				return false, "", cerr
-			}
-			r, err = peerpb.NewPeerClient(conn).SlotStep(ctx, &peerpb.SlotStepRequest{Shard: shard, Command: data})
-		}
-		if err != nil || r.NotLeader {
-			return r.GetNotLeader(), r.GetLeaderAddress(), err
-		}
+	if err == nil {
 		res = &fsmpb.Result{}
-		return false, "", proto.Unmarshal(r.Result, res)
-	})
+		err = proto.Unmarshal(r.Result, res)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -422,31 +414,20 @@ type exportChunk struct {
 func (n *Node) exportSlot(ctx context.Context, shard uint32, mv *metapb.SlotMove, cur fsm.SlotCursor) (*exportChunk, error) {
 	req := &peerpb.ExportSlotRequest{Shard: shard, Slot: mv.Slot, Slots: uint32(n.slotTable()), Move: mv.Id,
 		Phase: int32(cur.Phase), Queue: cur.Queue, Id: cur.ID, MaxBytes: slotChunkBytes}
-	var out *exportChunk
-	err := n.onShardLeader(ctx, shard, func(ctx context.Context, addr string) (bool, string, error) {
-		var r *peerpb.ExportSlotResponse
-		var err error
-		if addr == n.addr {
-			r, err = n.exportSlotHere(req)
-		} else {
-			conn, cerr := n.peers.get(addr)
-			if cerr != nil {
-				return false, "", cerr
-			}
-			r, err = peerpb.NewPeerClient(conn).ExportSlot(ctx, req)
-		}
-		if err != nil || r.NotLeader {
-			return r.GetNotLeader(), r.GetLeaderAddress(), err
-		}
-		c := &fsmpb.SlotCommand{}
-		if err := proto.Unmarshal(r.Records, c); err != nil {
-			return false, "", err
-		}
-		out = &exportChunk{records: c.Records, tasks: int(r.Tasks), done: r.Done,
-			next: fsm.SlotCursor{Phase: int(r.Phase), Queue: r.Queue, ID: r.Id}}
-		return false, "", nil
-	})
-	return out, err
+	r, err := onLeader(ctx, n, shard,
+		func() (*peerpb.ExportSlotResponse, error) { return n.exportSlotHere(req) },
+		func(ctx context.Context, pc peerpb.PeerClient) (*peerpb.ExportSlotResponse, error) {
+			return pc.ExportSlot(ctx, req)
+		})
+	if err != nil {
+		return nil, err
+	}
+	c := &fsmpb.SlotCommand{}
+	if err := proto.Unmarshal(r.Records, c); err != nil {
+		return nil, err
+	}
+	return &exportChunk{records: c.Records, tasks: int(r.Tasks), done: r.Done,
+		next: fsm.SlotCursor{Phase: int(r.Phase), Queue: r.Queue, ID: r.Id}}, nil
 }
 
 // onShardLeader runs call against the node that leads shard: the replicas
@@ -489,6 +470,41 @@ func (n *Node) onShardLeader(ctx context.Context, shard uint32, call func(ctx co
 		}
 	}
 	return fmt.Errorf("shard %d: no leader took the step: %w", shard, lastErr)
+}
+
+// leaderAnswer is a Peer answer that says when the node does not lead.
+type leaderAnswer interface {
+	GetNotLeader() bool
+	GetLeaderAddress() string
+}
+
+// onLeader makes a Peer call at the node leading shard (onShardLeader):
+// here (this node's own handler) or over gRPC there.
+func onLeader[R leaderAnswer](ctx context.Context, n *Node, shard uint32, here func() (R, error),
+	there func(context.Context, peerpb.PeerClient) (R, error)) (R, error) {
+	var out R
+	err := n.onShardLeader(ctx, shard, func(ctx context.Context, addr string) (bool, string, error) {
+		var r R
+		var err error
+		if addr == n.addr {
+			r, err = here()
+		} else {
+			conn, cerr := n.peers.get(addr)
+			if cerr != nil {
+				return false, "", cerr
+			}
+			r, err = there(ctx, peerpb.NewPeerClient(conn))
+		}
+		if err != nil {
+			return false, "", err
+		}
+		if r.GetNotLeader() {
+			return true, r.GetLeaderAddress(), nil
+		}
+		out = r
+		return false, "", nil
+	})
+	return out, err
 }
 
 // slotStepHere serves Peer.SlotStep: the step on a shard this node leads.

@@ -383,13 +383,21 @@ func (c *Cluster) ready() error {
 		if leader < 0 {
 			return fmt.Errorf("shard %d has no ready leader", sh.Id)
 		}
-		for _, r := range sh.Replicas {
-			if i, ok := running[r]; ok {
-				if i != leader {
-					return fmt.Errorf("shard %d is led by %s, not yet by its preferred replica %s", sh.Id, c.Nodes[leader].ID, r)
+		// The map's preferred leader (shards added on a live cluster
+		// name one that is not first in their sorted replica list), else
+		// the first running replica, as for shards of an older map.
+		want := sh.PreferredLeader
+		if _, ok := running[want]; !ok {
+			want = ""
+			for _, r := range sh.Replicas {
+				if _, ok := running[r]; ok {
+					want = r
+					break
 				}
-				break
 			}
+		}
+		if i, ok := running[want]; ok && i != leader {
+			return fmt.Errorf("shard %d is led by %s, not yet by its preferred replica %s", sh.Id, c.Nodes[leader].ID, want)
 		}
 	}
 	return nil
