@@ -113,33 +113,15 @@ func (c *Client) WaitMoves(ctx context.Context, moves []*taskstorepb.SlotMove, p
 		if err != nil {
 			return err
 		}
-		// A node whose copy of the map trails may not list a move yet:
-		// a move is finished when a node lists it finished, or lists
-		// later moves finished and not it under way (the list keeps the
-		// last 64: it fell off).
-		var oldest uint64
-		for _, m := range st.FinishedMoves {
-			if oldest == 0 || m.Id < oldest {
-				oldest = m.Id
-			}
-			if !pending[m.Id] {
-				continue
-			}
+		listed, dropped := settledMoves(st, moves, pending)
+		for _, m := range listed {
 			delete(pending, m.Id)
 			if m.Phase != "done" {
 				failed = append(failed, fmt.Sprintf("slot %d stayed on shard %d (%s)", m.Slot, m.From, m.Error))
 			}
 		}
-		under := map[uint64]bool{}
-		for _, m := range st.Moves {
-			under[m.Id] = true
-		}
-		var dropped []*taskstorepb.SlotMove
-		for _, m := range moves {
-			if pending[m.Id] && !under[m.Id] && m.Id < oldest {
-				delete(pending, m.Id)
-				dropped = append(dropped, m)
-			}
+		for _, m := range dropped {
+			delete(pending, m.Id)
 		}
 		if len(dropped) > 0 {
 			// Their outcome: where the routing table puts their slots.
@@ -147,8 +129,10 @@ func (c *Client) WaitMoves(ctx context.Context, moves []*taskstorepb.SlotMove, p
 			if err != nil {
 				return err
 			}
+			// A slot no longer on its source moved (to the target, or
+			// on from there by a later move).
 			for _, m := range dropped {
-				if int(m.Slot) >= len(rt.Slots) || rt.Slots[m.Slot] != m.To {
+				if int(m.Slot) >= len(rt.Slots) || rt.Slots[m.Slot] == m.From {
 					failed = append(failed, fmt.Sprintf("slot %d stayed on shard %d", m.Slot, m.From))
 				}
 			}
@@ -175,6 +159,36 @@ func (c *Client) WaitMoves(ctx context.Context, moves []*taskstorepb.SlotMove, p
 		return fmt.Errorf("move slots: %s: %w", strings.Join(failed, "; "), ErrUnavailable)
 	}
 	return nil
+}
+
+// settledMoves sorts out which of the pending moves a node's status shows
+// finished: listed among its last finished moves (with their outcome), or
+// dropped from that list (it keeps the last 64 to finish, and moves run
+// concurrently, so they finish out of id order). A node whose copy of the
+// map trails may not know a move yet; it knows every move up to the
+// newest one it lists (ids are given in order), so a pending move up to
+// that id that it lists neither under way nor finished has finished.
+func settledMoves(st *taskstorepb.StatusResponse, moves []*taskstorepb.SlotMove, pending map[uint64]bool) (listed, dropped []*taskstorepb.SlotMove) {
+	var newest uint64
+	under := map[uint64]bool{}
+	for _, m := range st.Moves {
+		under[m.Id] = true
+		newest = max(newest, m.Id)
+	}
+	finished := map[uint64]bool{}
+	for _, m := range st.FinishedMoves {
+		newest = max(newest, m.Id)
+		finished[m.Id] = true
+		if pending[m.Id] {
+			listed = append(listed, m)
+		}
+	}
+	for _, m := range moves {
+		if pending[m.Id] && !under[m.Id] && !finished[m.Id] && m.Id <= newest {
+			dropped = append(dropped, m)
+		}
+	}
+	return listed, dropped
 }
 
 // AddShards adds count shards (Raft groups) to the live cluster. They

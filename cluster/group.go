@@ -28,6 +28,9 @@ type group struct {
 	trans  *raft.NetworkTransport
 	stream *streamLayer
 	log    *slog.Logger
+	// existing: the group had a term, log entries or a snapshot when it
+	// opened (it was bootstrapped or joined before).
+	existing bool
 }
 
 // groupDir is where a group keeps its files under the node's data directory.
@@ -87,6 +90,11 @@ func openGroup(id uint32, dataDir, localID string, fsm raft.FSM, mux *Mux, t Tun
 		store.Close()
 		return nil, fmt.Errorf("group %d: %s: %w", id, path, err)
 	}
+	existing, err := raft.HasExistingState(logStore, store, snaps)
+	if err != nil {
+		store.Close()
+		return nil, fmt.Errorf("group %d: %w", id, err)
+	}
 	stream, err := mux.streamLayer(id)
 	if err != nil {
 		store.Close()
@@ -116,7 +124,7 @@ func openGroup(id uint32, dataDir, localID string, fsm raft.FSM, mux *Mux, t Tun
 		store.Close()
 		return nil, fmt.Errorf("group %d: start raft: %w", id, err)
 	}
-	return &group{id: id, dir: dir, raft: r, store: store, logs: logStore, trans: trans, stream: stream, log: log}, nil
+	return &group{id: id, dir: dir, raft: r, store: store, logs: logStore, trans: trans, stream: stream, log: log, existing: existing}, nil
 }
 
 // openBolt opens a raft-boltdb file, turning a panic of bbolt's on a

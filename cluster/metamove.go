@@ -93,9 +93,6 @@ func moveOfSlot(cm *metapb.ClusterMap, slot uint32) *metapb.SlotMove {
 	return nil
 }
 
-// cloneMove copies a move for a caller.
-func cloneMove(m *metapb.SlotMove) *metapb.SlotMove { return proto.Clone(m).(*metapb.SlotMove) }
-
 // lastShard is the highest shard id ever used.
 func lastShard(cm *metapb.ClusterMap) uint32 {
 	last := cm.LastShard

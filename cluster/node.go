@@ -307,19 +307,20 @@ func (n *Node) startGroups() error {
 	}
 	n.wg.Add(1)
 	go n.watchMetaLeadership()
+	// Bootstrap from --initial-cluster only a node that never started:
+	// on a restart the map decides which replicas live here (a shard of
+	// the initial map may have been removed since, or moved to other
+	// nodes, and a replica bootstrapped again from the flags would be a
+	// group of the old configuration). The shards go first and the meta
+	// group last, so that a node whose meta group has state bootstrapped
+	// all of them, even if it crashed half-way the first time.
 	init := n.initialMap()
 	if init != nil {
-		self := findNode(init, n.cfg.ID)
-		if self == nil {
+		if findNode(init, n.cfg.ID) == nil {
 			return fmt.Errorf("node %q is not in --initial-cluster", n.cfg.ID)
 		}
-		var servers []raft.Server
-		for _, p := range init.Nodes {
-			servers = append(servers, raft.Server{ID: raft.ServerID(p.Id), Address: raft.ServerAddress(p.Address)})
-		}
-		if err := n.metaGroup.bootstrap(servers); err != nil {
-			return fmt.Errorf("bootstrap meta group: %w", err)
-		}
+	}
+	if init != nil && !n.metaGroup.existing {
 		for _, s := range init.Shards {
 			if !slices.Contains(s.Replicas, n.cfg.ID) {
 				continue
@@ -338,6 +339,13 @@ func (n *Node) startGroups() error {
 			if err := sh.g.bootstrap(servers); err != nil {
 				return fmt.Errorf("bootstrap shard %d: %w", s.Id, err)
 			}
+		}
+		var servers []raft.Server
+		for _, p := range init.Nodes {
+			servers = append(servers, raft.Server{ID: raft.ServerID(p.Id), Address: raft.ServerAddress(p.Address)})
+		}
+		if err := n.metaGroup.bootstrap(servers); err != nil {
+			return fmt.Errorf("bootstrap meta group: %w", err)
 		}
 	}
 	// Shards on disk from an earlier run (or added later).
@@ -710,7 +718,9 @@ func (n *Node) reconcileShards() {
 	for {
 		changed := n.meta.Changed()
 		cm := n.meta.Map()
-		if init := n.initialMap(); init != nil && cm.ClusterId != "" && cm.ClusterId != init.ClusterId && !warned {
+		// Only a node bootstrapped in this run built replicas from its
+		// flags; on a restart they are ignored (startGroups).
+		if init := n.initialMap(); init != nil && !n.metaGroup.existing && cm.ClusterId != "" && cm.ClusterId != init.ClusterId && !warned {
 			n.log.Error("cluster map was bootstrapped with other --initial-cluster/--shards/--replicas flags than this node's; the map wins",
 				"map_cluster", cm.ClusterId, "flags_cluster", init.ClusterId)
 			warned = true

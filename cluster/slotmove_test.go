@@ -1,7 +1,10 @@
 package cluster_test
 
 import (
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -339,6 +342,19 @@ func TestShardsAddRebalanceRemove(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+	// A node restarted with its bootstrap flags (--initial-cluster and
+	// two shards) follows the map: it does not bootstrap the removed
+	// shard 1 again from the flags.
+	c.Stop(0)
+	c.Restart(0)
+	if c.Nodes[0].Server().Node.Shard(1) != nil {
+		t.Fatal("n1 restarted with its bootstrap flags started a replica of the removed shard 1")
+	}
+	if _, err := os.Stat(filepath.Join(c.Nodes[0].Dir, "shards", "1")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("n1 restarted with its bootstrap flags made shard 1's directory again: %v", err)
+	}
+	c.WaitReady()
+	check("after a restart")
 	// Removing the last serving shards one after another stops at the last.
 	if _, err := cl.RemoveShard(ctx, 99); err == nil {
 		t.Fatal("removing an unknown shard was accepted")
