@@ -108,6 +108,7 @@ func (c *Client) WaitMoves(ctx context.Context, moves []*taskstorepb.SlotMove, p
 		pending[m.Id] = true
 	}
 	var failed []string
+	stayed := map[uint64]time.Time{} // finished moves whose slot the table still puts on the source
 	for len(pending) > 0 {
 		st, err := c.Status(ctx, &taskstorepb.StatusRequest{})
 		if err != nil {
@@ -120,19 +121,25 @@ func (c *Client) WaitMoves(ctx context.Context, moves []*taskstorepb.SlotMove, p
 				failed = append(failed, fmt.Sprintf("slot %d stayed on shard %d (%s)", m.Slot, m.From, m.Error))
 			}
 		}
-		for _, m := range dropped {
-			delete(pending, m.Id)
-		}
 		if len(dropped) > 0 {
-			// Their outcome: where the routing table puts their slots.
+			// Their outcome: where the routing table puts their slots. A
+			// slot no longer on its source moved (to the target, or on
+			// from there by a later move). One still there stayed (the
+			// move was abandoned) once the table says so for a few
+			// seconds: the table may come from a node whose map trails.
 			rt, err := c.Routing(ctx)
 			if err != nil {
 				return err
 			}
-			// A slot no longer on its source moved (to the target, or
-			// on from there by a later move).
 			for _, m := range dropped {
-				if int(m.Slot) >= len(rt.Slots) || rt.Slots[m.Slot] == m.From {
+				if int(m.Slot) < len(rt.Slots) && rt.Slots[m.Slot] != m.From {
+					delete(pending, m.Id)
+					continue
+				}
+				if first, ok := stayed[m.Id]; !ok {
+					stayed[m.Id] = time.Now()
+				} else if time.Since(first) > 3*time.Second {
+					delete(pending, m.Id)
 					failed = append(failed, fmt.Sprintf("slot %d stayed on shard %d", m.Slot, m.From))
 				}
 			}

@@ -8,6 +8,14 @@ import (
 	"unicode"
 )
 
+// DefaultShards is how many shards a cluster bootstraps with when
+// Config.Shards is 0: one per initial node, so that each node leads one.
+// Every Raft group costs each of its replicas a round per batch whatever
+// the batch carries, so a 3-node cluster moves more tasks with 3 shards
+// than with 8 (docs/performance.md); a cluster that grows adds shards
+// online (taskctl shard add, then shard rebalance).
+func DefaultShards(initialNodes int) int { return max(1, initialNodes) }
+
 // MaxShards bounds Config.Shards: each shard is a Raft group with its own
 // goroutines and heartbeats on every replica.
 const MaxShards = 1024

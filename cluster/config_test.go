@@ -62,3 +62,14 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatalf("two problems: %v", err)
 	}
 }
+
+// TestDefaultShardsOnePerNode: without --shards a cluster bootstraps one
+// shard per initial node, so that each node leads one (docs/performance.md:
+// fewer groups per node move more tasks); never none.
+func TestDefaultShardsOnePerNode(t *testing.T) {
+	for _, tc := range []struct{ nodes, want int }{{0, 1}, {1, 1}, {3, 3}, {5, 5}} {
+		if got := cluster.DefaultShards(tc.nodes); got != tc.want {
+			t.Errorf("DefaultShards(%d) = %d, want %d", tc.nodes, got, tc.want)
+		}
+	}
+}

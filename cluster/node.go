@@ -146,7 +146,7 @@ func Start(cfg Config) (*Node, error) {
 		cfg.Tuning = DefaultTuning()
 	}
 	if cfg.Shards <= 0 {
-		cfg.Shards = 8
+		cfg.Shards = DefaultShards(len(cfg.InitialCluster))
 	}
 	if cfg.Replicas <= 0 {
 		cfg.Replicas = 3

@@ -73,7 +73,7 @@ start afresh.`,
 					port{addr: gossip, what: p.ID + " gossip", udp: true}, port{addr: http, what: p.ID + " HTTP"})
 				nodes = append(nodes, &devNode{id: p.ID, exe: exe, pidFile: filepath.Join(dataDir, p.ID+".pid"), log: log, args: []string{
 					"--id", p.ID, "--data-dir", filepath.Join(dataDir, p.ID), "--listen", p.Address, "--gossip", gossip, "--http", http,
-					"--initial-cluster", strings.Join(initial, ","), "--shards", "8", "--replicas", "3",
+					"--initial-cluster", strings.Join(initial, ","), "--replicas", "3",
 					// Three nodes share this machine's cores: relax timeouts.
 					"--raft-timeout-scale", "2", "--log-level", logLevel,
 				}})
@@ -132,7 +132,7 @@ start afresh.`,
 	return cmd
 }
 
-const devBanner = `Taskstore dev cluster: 3 nodes, 8 shards, 3 replicas; data in %s
+const devBanner = `Taskstore dev cluster: 3 nodes, 3 shards, 3 replicas; data in %s
 
   export TASKSTORE_ENDPOINTS=127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103
   taskctl status

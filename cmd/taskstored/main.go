@@ -105,7 +105,7 @@ in 'taskctl status', until an operator adds it.`,
 	fl.BoolVar(&f.pprof, "pprof", false, "serve /debug/pprof on --http (profiles show memory contents: keep --http private)")
 	fl.StringVar(&f.initialCluster, "initial-cluster", "", "bootstrap only: every initial node as id=listen-address, comma-separated, the same on each node")
 	fl.StringSliceVar(&f.join, "join", nil, "gossip address of a running node: join and wait for 'taskctl node add'")
-	fl.IntVar(&f.shards, "shards", 8, "bootstrap only: number of shards (Raft groups)")
+	fl.IntVar(&f.shards, "shards", 0, "bootstrap only: number of shards (Raft groups); 0: one per --initial-cluster node, so each leads one (add more on a live cluster: taskctl shard add)")
 	fl.IntVar(&f.replicas, "replicas", 3, "bootstrap only: replicas per shard (capped by cluster size)")
 	fl.Float64Var(&f.timeoutScale, "raft-timeout-scale", 1, "multiply Raft timeouts (raise on overloaded machines to avoid spurious elections)")
 	fl.DurationVar(&f.maxClockOffset, "max-clock-offset", cluster.DefaultTuning().MaxClockOffset, "how far this node's clock may be from most of its peers' before it refuses to lead (log time is the leader's clock and never goes back); 0 turns the check off")
@@ -129,8 +129,8 @@ func (f *flags) config(log *slog.Logger) (cluster.Config, error) {
 	if err != nil {
 		return cluster.Config{}, err
 	}
-	if f.shards < 1 || f.shards > cluster.MaxShards {
-		return cluster.Config{}, fmt.Errorf("--shards %d: must be between 1 and %d", f.shards, cluster.MaxShards)
+	if f.shards < 0 || f.shards > cluster.MaxShards {
+		return cluster.Config{}, fmt.Errorf("--shards %d: must be between 1 and %d (0: one per --initial-cluster node)", f.shards, cluster.MaxShards)
 	}
 	if f.replicas < 1 {
 		return cluster.Config{}, fmt.Errorf("--replicas %d: must be at least 1", f.replicas)

@@ -16,7 +16,7 @@ func TestConfigMaxClockOffset(t *testing.T) {
 		{0, ""}, // the check off
 		{-time.Second, "must not be negative"},
 	} {
-		f := &flags{id: "n1", dataDir: t.TempDir(), shards: 8, replicas: 3, timeoutScale: 1, maxClockOffset: tc.offset}
+		f := &flags{id: "n1", dataDir: t.TempDir(), shards: 0, replicas: 3, timeoutScale: 1, maxClockOffset: tc.offset}
 		cfg, err := f.config(slog.Default())
 		if tc.wantErr != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
@@ -48,7 +48,7 @@ func TestConfigMinFreeDisk(t *testing.T) {
 		{"lots", 0, "want a size"},
 		{"99999999999GiB", 0, "too large"},
 	} {
-		f := &flags{id: "n1", dataDir: t.TempDir(), shards: 8, replicas: 3, timeoutScale: 1, minFreeDisk: tc.in}
+		f := &flags{id: "n1", dataDir: t.TempDir(), shards: 0, replicas: 3, timeoutScale: 1, minFreeDisk: tc.in}
 		cfg, err := f.config(slog.Default())
 		if tc.wantErr != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {

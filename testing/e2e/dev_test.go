@@ -137,7 +137,7 @@ func TestDevClusterFailsOverAndStopsCleanly(t *testing.T) {
 						healthy++
 					}
 				}
-				if healthy == len(st.Shards) && len(st.Shards) == 8 {
+				if healthy == len(st.Shards) && len(st.Shards) == 3 {
 					break
 				}
 			}
