@@ -41,6 +41,16 @@ func groupDir(dataDir string, id uint32) string {
 	return filepath.Join(dataDir, "shards", fmt.Sprint(id))
 }
 
+// retiredMark is the file that says this node retired its replica of a
+// shard (retireReplicas). A new shard's initial replicas bootstrap its
+// group (bootstrapNewShard) only where no such mark is: a node restarting
+// replays its copy of the meta log, whose earlier maps still list a shard
+// removed since with this node among its initial replicas, and it must
+// not bring the shard's group back from them.
+func retiredMark(dataDir string, id uint32) string {
+	return filepath.Join(dataDir, "shards", fmt.Sprintf("%d.retired", id))
+}
+
 // logCacheEntries is how many recent log entries a group keeps in memory.
 // Entries hold whole commands (values up to 1 MiB), so it stays modest: a
 // burst beyond it reads from bolt as before.

@@ -482,6 +482,9 @@ func (n *Node) retireReplicas(cm *metapb.ClusterMap) {
 		if err := s.close(); err != nil {
 			n.log.Warn("close retired replica", "shard", s.id, "err", err)
 		}
+		if err := os.WriteFile(retiredMark(n.cfg.DataDir, s.id), nil, 0o644); err != nil {
+			n.log.Warn("mark retired replica", "shard", s.id, "err", err)
+		}
 		if err := os.RemoveAll(s.g.dir); err != nil {
 			n.log.Warn("delete retired replica", "shard", s.id, "err", err)
 			continue

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 
 	"github.com/hashicorp/raft"
@@ -105,6 +106,9 @@ func (n *Node) bootstrapNewShard(cm *metapb.ClusterMap, sh *metapb.Shard, s *Sha
 	if len(sh.InitialReplicas) == 0 || !slices.Contains(sh.InitialReplicas, n.cfg.ID) ||
 		!sameMembers(sh.Replicas, sh.InitialReplicas) {
 		return
+	}
+	if _, err := os.Stat(retiredMark(n.cfg.DataDir, sh.Id)); err == nil {
+		return // retired here before: a map from before that, replayed
 	}
 	var servers []raft.Server
 	for _, r := range sh.InitialReplicas {

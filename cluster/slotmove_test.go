@@ -355,6 +355,43 @@ func TestShardsAddRebalanceRemove(t *testing.T) {
 	}
 	c.WaitReady()
 	check("after a restart")
+
+	// Shard 3 was added on the live cluster: n1 is one of its initial
+	// replicas, which bootstrap its group. Once it is removed, a restart
+	// of n1 replays maps that still list it, and must not bootstrap it.
+	moves, err = cl.RemoveShard(ctx, 3)
+	if err != nil {
+		t.Fatalf("remove shard 3: %v", err)
+	}
+	if err := cl.WaitMoves(ctx, moves, nil); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(time.Minute); ; {
+		gone := true
+		for _, n := range c.Nodes {
+			gone = gone && n.Server().Node.Shard(3) == nil && len(n.Server().Node.Map().Shards) == 2
+		}
+		if gone {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("shard 3 still in the map or running somewhere")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	c.Stop(0)
+	c.Restart(0)
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		sh := c.Nodes[0].Server().Node.Shard(3)
+		if sh == nil {
+			continue
+		}
+		if f := sh.Raft().GetConfiguration(); f.Error() == nil && len(f.Configuration().Servers) > 0 {
+			t.Fatalf("n1 restarted bootstrapped the removed shard 3 again from a replayed map: %v", f.Configuration().Servers)
+		}
+	}
+	c.WaitReady()
+	check("after a second restart")
 	// Removing the last serving shards one after another stops at the last.
 	if _, err := cl.RemoveShard(ctx, 99); err == nil {
 		t.Fatal("removing an unknown shard was accepted")
