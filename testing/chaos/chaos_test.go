@@ -60,6 +60,18 @@ func (e *env) fault(format string, args ...any) {
 
 func (e *env) sleep(d time.Duration) { e.lt.Sleep(d) }
 
+// dial connects a client to every node of the cluster, closed when the
+// test ends.
+func (e *env) dial(ctx context.Context) *client.Client {
+	e.t.Helper()
+	cl, err := client.Dial(ctx, strings.Join(e.c.Endpoints(), ","))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { cl.Close() })
+	return cl
+}
+
 // leader waits for shard's leader.
 func (e *env) leader(shard uint32) int {
 	e.t.Helper()
@@ -296,11 +308,7 @@ var membershipScenario = scenario{
 	faults: func(e *env) {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
-		cl, err := client.Dial(ctx, strings.Join(e.c.Endpoints(), ","))
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		defer cl.Close()
+		cl := e.dial(ctx)
 		// settle waits until the placement is carried out and node holds a
 		// replica ("" for none).
 		settle := func(what, node string) {

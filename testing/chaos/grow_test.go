@@ -3,11 +3,9 @@ package chaos_test
 import (
 	"context"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/e1158ecb/taskstore/api/taskstorepb"
-	"github.com/e1158ecb/taskstore/client"
 	"github.com/e1158ecb/taskstore/testing/checker"
 )
 
@@ -30,11 +28,7 @@ func init() { scenarios = append(scenarios, growScenario) }
 func growFaults(e *env) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	cl, err := client.Dial(ctx, strings.Join(e.c.Endpoints(), ","))
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := e.dial(ctx)
 	wait := func(what string, moves []*taskstorepb.SlotMove) {
 		if err := cl.WaitMoves(ctx, moves, nil); err != nil {
 			e.t.Fatalf("%s: %v", what, err)

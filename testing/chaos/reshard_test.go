@@ -63,11 +63,7 @@ type resharder struct {
 func reshardFaults(e *env) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	cl, err := client.Dial(ctx, strings.Join(e.c.Endpoints(), ","))
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := e.dial(ctx)
 	r := &resharder{e: e, ctx: ctx, cl: cl, groups: map[uint32][]string{}, want: map[uint32]uint32{}}
 	rt := r.routing()
 	r.table = len(rt.Slots)
