@@ -450,6 +450,7 @@ func (rk *reshardKill) killCase(t *testing.T, ctx context.Context, n int, victim
 	stopWatch()
 	if k.node != "" {
 		t.Logf("kill -9 %s (%s leader) %v after the move began, seen %s", k.node, k.role, k.after.Round(time.Millisecond), k.seen)
+		h.Note(checker.CountFaults, "kill -9 %s (%s leader), move %s", k.node, k.role, k.seen)
 		victimProc := rk.pc.Node(k.node)
 		// A new leader where the victim led, then the victim back.
 		rk.waitLeaderNot(t, ctx, victim, mv, k.node)
@@ -478,7 +479,9 @@ func (rk *reshardKill) killCase(t *testing.T, ctx context.Context, n int, victim
 	outcome, why := rk.waitFinished(t, ctx, mv)
 	rk.logMove(t, mv.Id)
 	serving, other := to, from
-	if outcome != "done" {
+	if outcome == "done" {
+		h.Count(checker.CountSlotMoves, 1)
+	} else {
 		serving, other = from, to
 		t.Logf("move %d was abandoned (%s): the slot stays on shard %d", mv.Id, why, from)
 	}
