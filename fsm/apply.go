@@ -65,7 +65,7 @@ func (a *applier) command(cmd *fsmpb.Command) *fsmpb.Result {
 	a.expireSessions()
 	a.st.expireReservations()
 	if cmd.ClientId != "" {
-		if s := a.st.sessions[cmd.ClientId]; s != nil {
+		if s := a.st.store.session(cmd.ClientId); s != nil {
 			a.touch(s)
 			switch {
 			case cmd.Seq == s.seq:
@@ -167,7 +167,7 @@ func (a *applier) dispatch(cmd *fsmpb.Command) *fsmpb.Result {
 func (a *applier) expireSessions() {
 	st := a.st
 	for {
-		s, ok := st.sessionOrder.Min()
+		s, ok := st.store.oldestSession()
 		if !ok || addSat(s.lastSeen, a.opts.SessionTTL) >= st.clock {
 			return
 		}
@@ -194,7 +194,7 @@ func (a *applier) remember(clientID string, seq uint64, res *fsmpb.Result, group
 func (a *applier) keep(s *session) {
 	st := a.st
 	st.putSession(s)
-	for len(st.sessions) > a.opts.MaxSessions || st.sessionBytes > a.opts.MaxSessionBytes && len(st.sessions) > 1 {
+	for n := st.store.sessionCount(); n > a.opts.MaxSessions || st.store.sessionBytes() > a.opts.MaxSessionBytes && n > 1; n = st.store.sessionCount() {
 		st.dropOldestSession()
 	}
 }

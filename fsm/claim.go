@@ -38,7 +38,7 @@ func (a *applier) take(c *fsmpb.Claim, used uint64) *fsmpb.ClaimResult {
 	st := a.st
 	queues := make([]*queue, 0, len(c.Queues))
 	for _, name := range c.Queues {
-		if q := st.queues[name]; q != nil && !st.isPaused(name) && !slices.Contains(queues, q) {
+		if q := st.store.queue(name); q != nil && !st.isPaused(name) && !slices.Contains(queues, q) {
 			queues = append(queues, q)
 		}
 	}
@@ -46,7 +46,7 @@ func (a *applier) take(c *fsmpb.Claim, used uint64) *fsmpb.ClaimResult {
 	var picked []*task
 	for _, q := range queues {
 		if n := min(limit, st.capacity(q)); n > 0 {
-			picked = q.available(st.clock, n, picked)
+			picked = st.store.available(q, st.clock, n, picked)
 		}
 	}
 	if len(queues) > 1 {
@@ -91,36 +91,6 @@ func (a *applier) take(c *fsmpb.Claim, used uint64) *fsmpb.ClaimResult {
 	return res
 }
 
-// available appends to out up to limit available tasks of q (at <= clock) in
-// claim order. Within a priority the tasks are in at order, so the first
-// one not yet due ends that priority: the search jumps to the next lower
-// priority, costing one descent per priority that holds future tasks.
-func (q *queue) available(clock int64, limit int, out []*task) []*task {
-	n := 0
-	var from *task
-	for n < limit {
-		var stop *task
-		visit := func(t *task) bool {
-			if t.at > clock {
-				stop = t
-				return false
-			}
-			out = append(out, t)
-			n++
-			return n < limit
-		}
-		if from == nil {
-			q.byClaim.Ascend(visit)
-		} else {
-			q.byClaim.AscendGreaterOrEqual(from, visit)
-		}
-		if from = belowPriority(stop); from == nil {
-			break
-		}
-	}
-	return out
-}
-
 // pause pauses or resumes a queue. Resuming tells waiting claims to look
 // again (OnAvailable); the queue's tasks never stopped being available.
 func (a *applier) pause(p *fsmpb.Pause) *fsmpb.Result {
@@ -152,25 +122,12 @@ func (a *applier) limit(l *fsmpb.QueueLimit) *fsmpb.Result {
 
 func (a *applier) purge(p *fsmpb.Purge) *fsmpb.Result {
 	st := a.st
-	q := st.queues[p.Queue]
+	q := st.store.queue(p.Queue)
 	if q == nil {
 		return &fsmpb.Result{Purge: &fsmpb.PurgeResult{}}
 	}
-	n := q.byClaim.Len()
-	var purged []*task
-	q.byClaim.Ascend(func(t *task) bool {
-		st.unlink(t)
-		if t.key != "" && t.dedup > 0 {
-			purged = append(purged, t)
-		}
-		if t.at > st.clock {
-			st.pending.Delete(t)
-		}
-		return true
-	})
-	delete(st.queues, q.name)
-	st.names.Delete(q)
-	for _, t := range purged {
+	n, keyed := st.store.purge(q, st.clock)
+	for _, t := range keyed {
 		st.reserve(t)
 	}
 	return &fsmpb.Result{Purge: &fsmpb.PurgeResult{Deleted: uint64(n)}}

@@ -213,7 +213,7 @@ func (m *Machine) Clock() int64 {
 func (m *Machine) NextDue() (at int64, ok bool) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	t, ok := m.st.pending.Min()
+	t, ok := m.st.store.nextDue()
 	if !ok {
 		return 0, false
 	}
@@ -231,5 +231,5 @@ func (m *Machine) AppliedIndex() uint64 {
 func (m *Machine) TaskCount() int {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	return m.st.ntasks
+	return m.st.store.count()
 }

@@ -108,14 +108,14 @@ func TestSessionsBoundedByBytes(t *testing.T) {
 		if res := insert(i); res.Failure != nil {
 			t.Fatal(res.Failure)
 		}
-		if m.st.sessionBytes > limit {
-			t.Fatalf("after %d answers of 1 MiB the sessions hold %d bytes, over %d", i+1, m.st.sessionBytes, limit)
+		if mem(m).sessionSize > limit {
+			t.Fatalf("after %d answers of 1 MiB the sessions hold %d bytes, over %d", i+1, mem(m).sessionSize, limit)
 		}
 	}
-	if n := len(m.st.sessions); n < 2 || n > 3 {
+	if n := len(mem(m).sessions); n < 2 || n > 3 {
 		t.Fatalf("%d sessions kept, want 2 or 3 of 1 MiB within 3 MiB", n)
 	}
-	if m.st.sessions["c9"] == nil || m.st.sessions["c0"] != nil {
+	if mem(m).sessions["c9"] == nil || mem(m).sessions["c0"] != nil {
 		t.Fatal("evicted the newest session, or kept the oldest")
 	}
 	// The newest is replayed (the same answer, nothing applied twice).
@@ -126,8 +126,8 @@ func TestSessionsBoundedByBytes(t *testing.T) {
 	if err := r.Restore(io.NopCloser(bytes.NewReader(persist(t, m)))); err != nil {
 		t.Fatal(err)
 	}
-	if r.st.sessionBytes != m.st.sessionBytes || len(r.st.sessions) != len(m.st.sessions) {
-		t.Fatalf("restored %d sessions of %d bytes, had %d of %d", len(r.st.sessions), r.st.sessionBytes, len(m.st.sessions), m.st.sessionBytes)
+	if mem(r).sessionSize != mem(m).sessionSize || len(mem(r).sessions) != len(mem(m).sessions) {
+		t.Fatalf("restored %d sessions of %d bytes, had %d of %d", len(mem(r).sessions), mem(r).sessionSize, len(mem(m).sessions), mem(m).sessionSize)
 	}
 }
 
@@ -563,3 +563,6 @@ func TestAvailable(t *testing.T) {
 		t.Errorf("Available of a missing queue = %d", got)
 	}
 }
+
+// mem is m's in-memory store, for tests that check its indexes.
+func mem(m *Machine) *memStore { return m.st.store.(*memStore) }

@@ -53,10 +53,7 @@ func (md *modifier) keyOwner(queue, key string) string {
 	if id, ok := md.keys[queueKey{queue, key}]; ok {
 		return id
 	}
-	if q := md.st.queues[queue]; q != nil {
-		return q.keys[key]
-	}
-	return ""
+	return md.st.store.keyOwner(queue, key)
 }
 
 func (md *modifier) stage(id string, t *task) {

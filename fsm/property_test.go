@@ -967,25 +967,25 @@ func compareState(t *testing.T, step int, m *Machine, ref *refModel) {
 	}
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	if len(m.st.reserved) != len(ref.reserved) || m.st.reservedOrder.Len() != len(ref.reserved) {
-		t.Fatalf("step %d: %d key reservations, want %d", step, len(m.st.reserved), len(ref.reserved))
+	if len(mem(m).reserved) != len(ref.reserved) || mem(m).reservedOrder.Len() != len(ref.reserved) {
+		t.Fatalf("step %d: %d key reservations, want %d", step, len(mem(m).reserved), len(ref.reserved))
 	}
 	for k, want := range ref.reserved {
-		got := m.st.reserved[queueKey{k[0], k[1]}]
+		got := mem(m).reserved[queueKey{k[0], k[1]}]
 		if got == nil || got.until != want.until || !proto.Equal(got.last.toProto(false), want.last) {
 			t.Fatalf("step %d: reservation of %v: %+v, want %+v", step, k, got, want)
 		}
 	}
-	if len(m.st.sessions) != len(ref.sessions) || m.st.sessionOrder.Len() != len(ref.sessions) {
-		t.Fatalf("step %d: %d sessions, want %d", step, len(m.st.sessions), len(ref.sessions))
+	if len(mem(m).sessions) != len(ref.sessions) || mem(m).sessionOrder.Len() != len(ref.sessions) {
+		t.Fatalf("step %d: %d sessions, want %d", step, len(mem(m).sessions), len(ref.sessions))
 	}
 	for id, s := range ref.sessions {
-		ms := m.st.sessions[id]
+		ms := mem(m).sessions[id]
 		if ms == nil || ms.seq != s.seq || ms.lastSeen != s.lastSeen || !proto.Equal(ms.result, s.result) {
 			t.Fatalf("step %d: session %s differs", step, id)
 		}
 	}
-	if m.st.pending.Len() != func() int {
+	if mem(m).pending.Len() != func() int {
 		n := 0
 		for _, tk := range ref.tasks {
 			if tk.At > ref.clock {

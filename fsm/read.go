@@ -27,9 +27,10 @@ func (m *Machine) Get(ids []string) []*fsmpb.Task {
 	var out []*fsmpb.Task
 	for _, id := range ids {
 		from := len(out)
-		for sl := m.st.tasks[id]; sl != nil; sl = sl.next {
-			out = append(out, sl.t.toProto(false))
-		}
+		m.st.store.withID(id, func(t *task) bool {
+			out = append(out, t.toProto(false))
+			return true
+		})
 		if len(out)-from > 1 {
 			slices.SortFunc(out[from:], func(a, b *fsmpb.Task) int { return strings.Compare(a.Queue, b.Queue) })
 		}
@@ -112,7 +113,7 @@ func (m *Machine) ListFiltered(queue string, pageToken string, limit int, f List
 	}
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	q := m.st.queues[queue]
+	q := m.st.store.queue(queue)
 	if q == nil {
 		return nil, "", nil
 	}
@@ -142,11 +143,7 @@ func (m *Machine) ListFiltered(queue string, pageToken string, limit int, f List
 		last = t
 		return true
 	}
-	if from == nil {
-		q.byClaim.Ascend(visit)
-	} else {
-		q.byClaim.AscendGreaterOrEqual(from, visit)
-	}
+	m.st.store.ascendQueue(q, from, visit)
 	if !more {
 		return out, "", nil
 	}
@@ -191,12 +188,12 @@ func (m *Machine) Queues(prefix string, limit int) []QueueStats {
 	hidden := func(name string) bool { return !m.st.readsGroup(groupOf(name)) }
 	var idle []string
 	for name := range m.st.paused {
-		if m.st.queues[name] == nil && strings.HasPrefix(name, prefix) && !hidden(name) {
+		if m.st.store.queue(name) == nil && strings.HasPrefix(name, prefix) && !hidden(name) {
 			idle = append(idle, name)
 		}
 	}
 	for name := range m.st.limits {
-		if m.st.queues[name] == nil && !m.st.isPaused(name) && strings.HasPrefix(name, prefix) && !hidden(name) {
+		if m.st.store.queue(name) == nil && !m.st.isPaused(name) && strings.HasPrefix(name, prefix) && !hidden(name) {
 			idle = append(idle, name)
 		}
 	}
@@ -207,7 +204,7 @@ func (m *Machine) Queues(prefix string, limit int) []QueueStats {
 	}
 	var out []QueueStats
 	full := func() bool { return limit > 0 && len(out) == limit }
-	m.st.names.AscendGreaterOrEqual(&queue{name: prefix}, func(q *queue) bool {
+	m.st.store.ascendQueues(prefix, func(q *queue) bool {
 		if !strings.HasPrefix(q.name, prefix) {
 			return false
 		}
@@ -218,7 +215,7 @@ func (m *Machine) Queues(prefix string, limit int) []QueueStats {
 			return false
 		}
 		if !hidden(q.name) {
-			out = append(out, settings(q.stats(m.st.clock)))
+			out = append(out, settings(m.st.stats(q)))
 		}
 		return true
 	})
@@ -239,14 +236,14 @@ func (m *Machine) NextAt(queues []string) (at int64, ok bool) {
 	defer m.mu.RUnlock()
 	at = math.MaxInt64
 	for _, name := range queues {
-		q := m.st.queues[name]
+		q := m.st.store.queue(name)
 		if q == nil || m.st.isPaused(name) || m.st.capacity(q) == 0 {
 			// A paused queue's waiting claims wait for the resume; a
 			// full one's, for a claim to end (a commit or a lease
 			// running out, which both tell them).
 			continue
 		}
-		all := q.runs(func(first *task) bool {
+		all := m.st.store.runs(q, func(first *task) bool {
 			at, ok = min(at, first.at), true
 			return true
 		})
@@ -270,7 +267,7 @@ func (m *Machine) Available(queue string, now int64, limit int) int {
 	}
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	q := m.st.queues[queue]
+	q := m.st.store.queue(queue)
 	if q == nil || m.st.isPaused(queue) {
 		return 0
 	}
@@ -279,7 +276,7 @@ func (m *Machine) Available(queue string, now int64, limit int) int {
 	if limit = min(limit, m.st.capacity(q)); limit <= 0 {
 		return 0
 	}
-	return len(q.available(max(now, m.st.clock), limit, nil))
+	return len(m.st.store.available(q, max(now, m.st.clock), limit, nil))
 }
 
 // nextAtUnseen is how soon NextAt tells a waiting claim to look again when

@@ -126,7 +126,7 @@ func movedFailure(ss *fsmpb.SlotState, group string) *fsmpb.Result {
 
 // slotQueues calls visit with each queue of the slot, in name order.
 func (s *state) slotQueues(slot uint32, visit func(q *queue) bool) {
-	s.names.Ascend(func(q *queue) bool {
+	s.store.ascendQueues("", func(q *queue) bool {
 		if !s.inSlot(q.group, slot) {
 			return true
 		}
@@ -139,10 +139,16 @@ func (s *state) slotQueues(slot uint32, visit func(q *queue) bool) {
 // activation the slot's tasks became claimable here.
 func (a *applier) notifySlot(slot uint32) {
 	a.n.slots = true
+	// Collected, then added: a closure over a handed to the store would
+	// put every command's applier on the heap.
+	var names []string
 	a.st.slotQueues(slot, func(q *queue) bool {
-		a.n.add(q.name)
+		names = append(names, q.name)
 		return true
 	})
+	for _, name := range names {
+		a.n.add(name)
+	}
 }
 
 func (a *applier) slotCommand(c *fsmpb.SlotCommand) *fsmpb.Result {
@@ -263,7 +269,7 @@ func (a *applier) slotCommand(c *fsmpb.SlotCommand) *fsmpb.Result {
 func (s *state) slotHolds(slot uint32) bool {
 	holds := false
 	s.slotQueues(slot, func(q *queue) bool {
-		holds = q.byClaim.Len() > 0
+		holds = s.store.queueLen(q) > 0
 		return !holds
 	})
 	return holds
@@ -277,7 +283,7 @@ func (s *state) slotHolds(slot uint32) bool {
 func (s *state) dropSlot(slot uint32, limit int) (int, bool) {
 	var victims []*task
 	s.slotQueues(slot, func(q *queue) bool {
-		q.byClaim.Ascend(func(t *task) bool {
+		s.store.ascendQueue(q, nil, func(t *task) bool {
 			if limit > 0 && len(victims) == limit {
 				return false
 			}
@@ -303,11 +309,15 @@ func (s *state) dropSlot(slot uint32, limit int) (int, bool) {
 			delete(s.limits, name)
 		}
 	}
-	for k, r := range s.reserved {
-		if s.inSlot(groupOf(k.queue), slot) {
-			delete(s.reserved, k)
-			s.reservedOrder.Delete(r)
+	var reserved []*reservation
+	s.store.ascendReservations(func(r *reservation) bool {
+		if s.inSlot(r.last.q.group, slot) {
+			reserved = append(reserved, r)
 		}
+		return true
+	})
+	for _, r := range reserved {
+		s.store.dropReservation(r)
 	}
 	for k, sc := range s.schedules {
 		if s.inSlot(groupOf(sc.Queue), slot) {
@@ -346,7 +356,7 @@ func (s *state) checkImport(slot uint32, recs []*fsmpb.SnapshotRecord) error {
 			ids[g] = true
 			if t.Key != "" {
 				k := queueKey{t.Queue, t.Key}
-				if keys[k] || s.queues[t.Queue] != nil && s.queues[t.Queue].keys[t.Key] != "" {
+				if keys[k] || s.store.keyOwner(t.Queue, t.Key) != "" {
 					return fmt.Errorf("record %d: key %q of queue %q already held", i, t.Key, t.Queue)
 				}
 				keys[k] = true
@@ -400,7 +410,7 @@ func (a *applier) importRecords(recs []*fsmpb.SnapshotRecord) {
 			st.add(t)
 		case r.Session != nil:
 			p := r.Session
-			if old := st.sessions[p.ClientId]; old != nil && old.seq >= p.Seq {
+			if old := st.store.session(p.ClientId); old != nil && old.seq >= p.Seq {
 				continue // this shard saw a later request of the client
 			}
 			a.keep(&session{clientID: p.ClientId, seq: p.Seq, group: p.Group, lastSeen: p.LastSeen, result: p.Result,
@@ -418,15 +428,9 @@ func (a *applier) importRecords(recs []*fsmpb.SnapshotRecord) {
 				continue
 			}
 			tp := r.Reservation.Task
-			k := queueKey{tp.Queue, tp.Key}
-			if old := st.reserved[k]; old != nil {
-				st.reservedOrder.Delete(old)
-			}
 			t := taskFromProto(tp)
 			t.q = &queue{name: tp.Queue, group: groupOf(tp.Queue)}
-			res := &reservation{last: t, until: r.Reservation.Until}
-			st.reserved[k] = res
-			st.reservedOrder.ReplaceOrInsert(res)
+			st.store.putReservation(&reservation{last: t, until: r.Reservation.Until})
 		case r.Schedule != nil:
 			st.schedules[scheduleKey(r.Schedule.Queue, r.Schedule.Name)] = r.Schedule
 		}
@@ -488,7 +492,7 @@ func (m *Machine) ExportSlot(slot, slots uint32, move uint64, after SlotCursor, 
 		var err error
 		var lastQueue, lastID string
 		stopped := false
-		st.names.AscendGreaterOrEqual(&queue{name: after.Queue}, func(q *queue) bool {
+		st.store.ascendQueues(after.Queue, func(q *queue) bool {
 			if !st.inSlot(q.group, slot) {
 				return true
 			}
@@ -511,11 +515,7 @@ func (m *Machine) ExportSlot(slot, slots uint32, move uint64, after SlotCursor, 
 				lastQueue, lastID = q.name, t.id
 				return true
 			}
-			if from != nil {
-				q.byClaim.AscendGreaterOrEqual(from, visit)
-			} else {
-				q.byClaim.Ascend(visit)
-			}
+			st.store.ascendQueue(q, from, visit)
 			return !stopped
 		})
 		if err != nil {
@@ -531,16 +531,17 @@ func (m *Machine) ExportSlot(slot, slots uint32, move uint64, after SlotCursor, 
 		after = SlotCursor{Phase: 1}
 	}
 	if after.Phase == 1 {
-		var ids []string
-		for id, ss := range st.sessions {
-			if id > after.ID && (ss.group == "" || st.inSlot(ss.group, slot)) {
-				ids = append(ids, id)
+		var slotSessions []*session
+		st.store.ascendSessions(func(ss *session) bool {
+			if ss.clientID > after.ID && (ss.group == "" || st.inSlot(ss.group, slot)) {
+				slotSessions = append(slotSessions, ss)
 			}
-		}
-		slices.Sort(ids)
+			return true
+		})
+		slices.SortFunc(slotSessions, func(a, b *session) int { return strings.Compare(a.clientID, b.clientID) })
 		next := after
-		for _, id := range ids {
-			ss := st.sessions[id]
+		for _, ss := range slotSessions {
+			id := ss.clientID
 			rec := &fsmpb.SnapshotRecord{Session: &fsmpb.Session{ClientId: ss.clientID, Seq: ss.seq, LastSeen: ss.lastSeen,
 				Result: ss.result, Group: ss.group}}
 			if full(rec) {
@@ -573,7 +574,7 @@ func (m *Machine) ExportSlot(slot, slots uint32, move uint64, after SlotCursor, 
 	for _, name := range limits {
 		out.Records = append(out.Records, &fsmpb.SnapshotRecord{QueueLimit: &fsmpb.QueueLimit{Queue: name, MaxClaimed: st.limits[name]}})
 	}
-	st.reservedOrder.Ascend(func(r *reservation) bool {
+	st.store.ascendReservations(func(r *reservation) bool {
 		if st.inSlot(r.last.q.group, slot) {
 			out.Records = append(out.Records, &fsmpb.SnapshotRecord{Reservation: &fsmpb.KeyReservation{Task: r.last.toProto(false), Until: r.until}})
 		}
@@ -611,8 +612,8 @@ func (m *Machine) SlotTasks(slots uint32) map[uint32]int {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	out := make(map[uint32]int)
-	m.st.names.Ascend(func(q *queue) bool {
-		if n := q.byClaim.Len(); n > 0 {
+	m.st.store.ascendQueues("", func(q *queue) bool {
+		if n := m.st.store.queueLen(q); n > 0 {
 			out[SlotOf(q.group, slots)] += n
 		}
 		return true
@@ -659,12 +660,13 @@ func (m *Machine) GetServed(ids []string, table []uint32, shard uint32) ([]*fsmp
 	var out []*fsmpb.Task
 	for _, id := range ids {
 		from := len(out)
-		for sl := m.st.tasks[id]; sl != nil; sl = sl.next {
-			s := SlotOf(sl.t.q.group, uint32(len(table)))
+		m.st.store.withID(id, func(t *task) bool {
+			s := SlotOf(t.q.group, uint32(len(table)))
 			if served[s/8]&(1<<(s%8)) != 0 {
-				out = append(out, sl.t.toProto(false))
+				out = append(out, t.toProto(false))
 			}
-		}
+			return true
+		})
 		if len(out)-from > 1 {
 			slices.SortFunc(out[from:], func(a, b *fsmpb.Task) int { return strings.Compare(a.Queue, b.Queue) })
 		}

@@ -472,7 +472,7 @@ func TestSlotStatesSurviveSnapshot(t *testing.T) {
 		t.Fatalf("export after restore: %v", err)
 	}
 	m.mu.RLock()
-	group := m.st.sessions["c"].group
+	group := mem(m).sessions["c"].group
 	m.mu.RUnlock()
 	if group != groups[0] {
 		t.Fatalf("restored session's group %q, want %q", group, groups[0])
@@ -486,7 +486,7 @@ func TestSessionGroupOnlyFromFormatSlotMoves(t *testing.T) {
 	m.ApplyCommand(1, SetFormatCommand(FormatQueueControls))
 	m.ApplyCommand(2, &fsmpb.Command{Op: fsmpb.Op_OP_MODIFY, ClientId: "c", Seq: 1, Now: 5, Modify: &fsmpb.Modify{Group: "g", Inserts: []*fsmpb.Insert{{Id: "a", Queue: "g/q"}}}})
 	m.mu.RLock()
-	group := m.st.sessions["c"].group
+	group := mem(m).sessions["c"].group
 	m.mu.RUnlock()
 	if group != "" {
 		t.Fatalf("format %d session remembers group %q", FormatQueueControls, group)

@@ -9,7 +9,6 @@ import (
 	"hash/crc32"
 	"io"
 	"slices"
-	"sort"
 	"strings"
 
 	"github.com/hashicorp/raft"
@@ -74,20 +73,20 @@ func (s *state) snapshot() *snapshot {
 		format:   s.format,
 		clock:    s.clock,
 		applied:  s.applied,
-		tasks:    make([]*task, 0, len(s.tasks)),
-		sessions: make([]*session, 0, len(s.sessions)),
+		tasks:    make([]*task, 0, s.store.count()),
+		sessions: make([]*session, 0, s.store.sessionCount()),
 	}
 	// Queues by name, each in claim order: the stream is the same for the
 	// same state, and Restore inserts each queue's tasks in index order,
 	// which is several times faster than random order.
-	s.names.Ascend(func(q *queue) bool {
-		q.byClaim.Ascend(func(t *task) bool {
+	s.store.ascendQueues("", func(q *queue) bool {
+		s.store.ascendQueue(q, nil, func(t *task) bool {
 			snap.tasks = append(snap.tasks, t)
 			return true
 		})
 		return true
 	})
-	s.sessionOrder.Ascend(func(ss *session) bool {
+	s.store.ascendSessions(func(ss *session) bool {
 		snap.sessions = append(snap.sessions, ss)
 		return true
 	})
@@ -99,7 +98,7 @@ func (s *state) snapshot() *snapshot {
 		snap.limits = append(snap.limits, &fsmpb.QueueLimit{Queue: name, MaxClaimed: l})
 	}
 	slices.SortFunc(snap.limits, func(a, b *fsmpb.QueueLimit) int { return strings.Compare(a.Queue, b.Queue) })
-	s.reservedOrder.Ascend(func(r *reservation) bool {
+	s.store.ascendReservations(func(r *reservation) bool {
 		snap.reserved = append(snap.reserved, r)
 		return true
 	})
@@ -246,13 +245,13 @@ func (m *Machine) Restore(rc io.ReadCloser) error {
 	m.mu.Lock()
 	m.st = st
 	m.cp.reset()
-	names := make([]string, 0, len(st.queues))
-	for name := range st.queues {
-		names = append(names, name)
-	}
+	var names []string
+	st.store.ascendQueues("", func(q *queue) bool {
+		names = append(names, q.name)
+		return true
+	})
 	m.mu.Unlock()
 	// Waiters re-check: any queue may now hold available tasks.
-	sort.Strings(names)
 	m.notify(&notifier{queues: names})
 	return nil
 }
@@ -428,14 +427,14 @@ func readSnapshot(r io.Reader) (*state, error) {
 	case h.StateFormat > MaxFormat:
 		return nil, fmt.Errorf("fsm: restore: the snapshot's state format %d is newer than this version's %d: upgrade this node", h.StateFormat, MaxFormat)
 	}
-	st := newState()
-	st.format = h.StateFormat
 	// Size the id map from the header, within reason: the header is not
 	// yet verified.
-	st.tasks = make(map[string]*slot, min(h.Tasks, 1<<20))
+	st := newStateWith(newMemStore(int(min(h.Tasks, 1<<20))))
+	st.format = h.StateFormat
 	st.clock = h.Clock
 	st.applied = h.AppliedIndex
 	var tasks, sessions, paused, limits, reserved, scheds, slotStates uint64
+	var last *queue // the queue of the last task: a snapshot has them by queue
 	if h.SlotStates > 0 && h.Slots == 0 {
 		return nil, corrupt("%d slot states without a slot table", h.SlotStates)
 	}
@@ -520,7 +519,7 @@ func readSnapshot(r io.Reader) (*state, error) {
 			if limits > 0 || reserved > 0 || scheds > 0 {
 				return nil, corrupt("task record after queue limits or reservations")
 			}
-			if err := st.restoreTask(rec.task); err != nil {
+			if last, err = st.restoreTask(rec.task, last); err != nil {
 				return nil, corrupt("task record %d: %v", tasks+1, err)
 			}
 			tasks++
@@ -559,27 +558,30 @@ func readSnapshot(r io.Reader) (*state, error) {
 	}
 }
 
-func (s *state) restoreTask(data []byte) error {
+// restoreTask adds the encoded task; last is the previous task's queue,
+// returned for the next (a snapshot lists each queue's tasks together, so
+// the queue's name is not looked up, nor made a string, once per task).
+func (s *state) restoreTask(data []byte, last *queue) (*queue, error) {
 	t, queue, err := decodeTask(data)
 	if err != nil {
-		return err
+		return last, err
 	}
 	if t.id == "" || len(queue) == 0 {
-		return errors.New("empty id or queue")
+		return last, errors.New("empty id or queue")
 	}
-	if s.idTaken(groupOf(string(queue)), t.id) {
-		return fmt.Errorf("duplicate id %q", t.id)
-	}
-	q := s.queues[string(queue)]
-	if q == nil {
+	q := last
+	if q == nil || q.name != string(queue) {
 		q = s.queueFor(string(queue))
 	}
-	if t.key != "" && q.keys[t.key] != "" {
-		return fmt.Errorf("duplicate key %q in queue %q", t.key, q.name)
+	if s.idTaken(q.group, t.id) {
+		return q, fmt.Errorf("duplicate id %q", t.id)
+	}
+	if t.key != "" && s.store.keyOwner(q.name, t.key) != "" {
+		return q, fmt.Errorf("duplicate key %q in queue %q", t.key, q.name)
 	}
 	t.q = q
 	s.add(t)
-	return nil
+	return q, nil
 }
 
 func (s *state) restoreReservation(p *fsmpb.KeyReservation) error {
@@ -587,16 +589,14 @@ func (s *state) restoreReservation(p *fsmpb.KeyReservation) error {
 	if tp.GetQueue() == "" || tp.Key == "" || tp.Id == "" || p.Until <= s.clock {
 		return errors.New("empty queue, key or id, or expired")
 	}
-	if s.reserved[queueKey{tp.Queue, tp.Key}] != nil {
+	if s.store.reservation(tp.Queue, tp.Key) != nil {
 		return fmt.Errorf("key %q of queue %q reserved twice", tp.Key, tp.Queue)
 	}
 	// The deleted version's queue record is detached: only its name counts.
 	t := &task{id: tp.Id, key: tp.Key, claimant: tp.Claimant, err: tp.Err, value: tp.Value,
 		q: &queue{name: tp.Queue, group: groupOf(tp.Queue)}, version: tp.Version, at: tp.At, created: tp.Created,
 		modified: tp.Modified, priority: tp.Priority, claims: tp.Claims, attempt: tp.Attempt, dedup: tp.DedupWindow}
-	r := &reservation{last: t, until: p.Until}
-	s.reserved[queueKey{tp.Queue, tp.Key}] = r
-	s.reservedOrder.ReplaceOrInsert(r)
+	s.store.putReservation(&reservation{last: t, until: p.Until})
 	return nil
 }
 
@@ -604,7 +604,7 @@ func (s *state) restoreSession(p *fsmpb.Session) error {
 	if p.ClientId == "" || p.Result == nil {
 		return errors.New("empty client id or result")
 	}
-	if s.sessions[p.ClientId] != nil {
+	if s.store.session(p.ClientId) != nil {
 		return fmt.Errorf("duplicate client id %q", p.ClientId)
 	}
 	s.putSession(&session{clientID: p.ClientId, seq: p.Seq, group: p.Group, lastSeen: p.LastSeen, result: p.Result, size: sessionSize(p.ClientId, p.Result)})

@@ -123,22 +123,13 @@ func sessionLess(a, b *session) bool {
 	return a.clientID < b.clientID
 }
 
-// state is the whole replicated state plus its indexes. It is not safe for
-// concurrent use; Machine guards it.
+// state is the whole replicated state. It is not safe for concurrent use;
+// Machine guards it. What grows with the tasks and clients is in its store.
 type state struct {
 	clock   int64
 	applied uint64
-	format  uint32           // the state format (OP_SET_FORMAT)
-	tasks   map[string]*slot // id → its current version (a chain: see slot)
-	ntasks  int              // tasks held (ids may repeat across groups)
-	queues  map[string]*queue
-	names   *btree.BTreeG[*queue] // queues by name, for prefix listing
-	// pending holds every task with at > clock, in at order, so that
-	// advancing the clock finds exactly the tasks that became available.
-	pending      *btree.BTreeG[*task]
-	sessions     map[string]*session
-	sessionOrder *btree.BTreeG[*session] // least recently seen first
-	sessionBytes uint64                  // sum of the sessions' sizes
+	format  uint32 // the state format (OP_SET_FORMAT)
+	store   store  // tasks, sessions and key reservations
 	// paused holds the queues that hand out no claims (OP_PAUSE), whether
 	// or not they hold tasks: a queue record is pruned when it empties,
 	// a pause is not.
@@ -147,10 +138,6 @@ type state struct {
 	// many of a queue's tasks claimed at once. Like a pause, a limit
 	// outlives the queue's tasks.
 	limits map[string]uint32
-	// reserved holds the keys of deleted tasks inserted with a dedup
-	// window, until the window ends (reservedOrder, soonest first).
-	reserved      map[queueKey]*reservation
-	reservedOrder *btree.BTreeG[*reservation]
 	// schedules by scheduleKey (group and name); each immutable, replaced
 	// on change.
 	schedules map[string]*fsmpb.Schedule
@@ -160,9 +147,12 @@ type state struct {
 	// move).
 	slotStates map[uint32]*fsmpb.SlotState
 	slotTable  uint32
+
+	due []string // advance's scratch space
 }
 
-// reservation keeps a deleted task's key taken in its queue. Immutable.
+// reservation keeps a deleted task's key taken in its queue, until the
+// dedup window the task was inserted with ends. Immutable.
 type reservation struct {
 	last  *task // the version deleted; its queue and key name the reservation
 	until int64
@@ -184,21 +174,15 @@ func (s *state) reserve(t *task) {
 	if t.key == "" || t.dedup <= 0 {
 		return
 	}
-	if q := s.queues[t.q.name]; q != nil && q.keys[t.key] != "" {
+	if s.store.keyOwner(t.q.name, t.key) != "" {
 		return
 	}
-	k := queueKey{t.q.name, t.key}
-	if old := s.reserved[k]; old != nil {
-		s.reservedOrder.Delete(old)
-	}
-	r := &reservation{last: t, until: addSat(s.clock, t.dedup)}
-	s.reserved[k] = r
-	s.reservedOrder.ReplaceOrInsert(r)
+	s.store.putReservation(&reservation{last: t, until: addSat(s.clock, t.dedup)})
 }
 
 // reservedKey returns the unexpired reservation of key in queue, if any.
 func (s *state) reservedKey(queue, key string) *reservation {
-	if r := s.reserved[queueKey{queue, key}]; r != nil && r.until > s.clock {
+	if r := s.store.reservation(queue, key); r != nil && r.until > s.clock {
 		return r
 	}
 	return nil
@@ -207,12 +191,11 @@ func (s *state) reservedKey(queue, key string) *reservation {
 // expireReservations drops the reservations whose window has ended.
 func (s *state) expireReservations() {
 	for {
-		r, ok := s.reservedOrder.Min()
+		r, ok := s.store.firstReservation()
 		if !ok || r.until > s.clock {
 			return
 		}
-		s.reservedOrder.DeleteMin()
-		delete(s.reserved, queueKey{r.last.q.name, r.last.key})
+		s.store.dropReservation(r)
 	}
 }
 
@@ -234,40 +217,20 @@ func (s *state) isPaused(name string) bool {
 
 // putSession replaces the session of s.clientID with s (sessions are
 // immutable: snapshots share them).
-func (st *state) putSession(s *session) {
-	if old := st.sessions[s.clientID]; old != nil {
-		st.sessionOrder.Delete(old)
-		st.sessionBytes -= old.size
-	}
-	st.sessions[s.clientID] = s
-	st.sessionOrder.ReplaceOrInsert(s)
-	st.sessionBytes += s.size
-}
+func (st *state) putSession(s *session) { st.store.putSession(s) }
 
 // dropOldestSession forgets the least recently seen session.
-func (st *state) dropOldestSession() {
-	s, ok := st.sessionOrder.DeleteMin()
-	if !ok {
-		return
-	}
-	delete(st.sessions, s.clientID)
-	st.sessionBytes -= s.size
-}
+func (st *state) dropOldestSession() { st.store.dropOldestSession() }
 
-func newState() *state {
+func newState() *state { return newStateWith(newMemStore(0)) }
+
+func newStateWith(st store) *state {
 	return &state{
-		tasks:         make(map[string]*slot),
-		queues:        make(map[string]*queue),
-		names:         btree.NewG(btreeDegree, queueLess),
-		pending:       btree.NewG(btreeDegree, atLess),
-		sessions:      make(map[string]*session),
-		sessionOrder:  btree.NewG(btreeDegree, sessionLess),
-		paused:        make(map[string]struct{}),
-		limits:        make(map[string]uint32),
-		reserved:      make(map[queueKey]*reservation),
-		schedules:     make(map[string]*fsmpb.Schedule),
-		slotStates:    make(map[uint32]*fsmpb.SlotState),
-		reservedOrder: btree.NewG(btreeDegree, reservationLess),
+		store:      st,
+		paused:     make(map[string]struct{}),
+		limits:     make(map[string]uint32),
+		schedules:  make(map[string]*fsmpb.Schedule),
+		slotStates: make(map[uint32]*fsmpb.SlotState),
 	}
 }
 
@@ -286,40 +249,16 @@ func GroupOf(queue string) string { return groupOf(queue) }
 
 // queueFor returns the queue record, creating it if needed. A created queue
 // that ends up empty is removed by prune.
-func (s *state) queueFor(name string) *queue {
-	if q := s.queues[name]; q != nil {
-		return q
-	}
-	q := &queue{
-		name:    name,
-		group:   groupOf(name),
-		byClaim: btree.NewG(btreeDegree, claimLess),
-	}
-	s.queues[name] = q
-	s.names.ReplaceOrInsert(q)
-	return q
-}
+func (s *state) queueFor(name string) *queue { return s.store.queueFor(name) }
 
 // prune removes the named queue if it holds no tasks.
-func (s *state) prune(name string) {
-	if q := s.queues[name]; q != nil && q.byClaim.Len() == 0 {
-		delete(s.queues, name)
-		s.names.Delete(q)
-	}
-}
+func (s *state) prune(name string) { s.store.prune(name) }
 
 // find returns the current version of the task with id in group, or nil.
-func (s *state) find(group, id string) *task {
-	for sl := s.tasks[id]; sl != nil; sl = sl.next {
-		if sl.t.q.group == group {
-			return sl.t
-		}
-	}
-	return nil
-}
+func (s *state) find(group, id string) *task { return s.store.find(group, id) }
 
 // holds reports whether a task with id exists in any group.
-func (s *state) holds(id string) bool { return s.tasks[id] != nil }
+func (s *state) holds(id string) bool { return s.store.holds(id) }
 
 // idTaken reports whether an insert of id into group must fail as a
 // duplicate: by the state format, an id held in any group, or in this one.
@@ -331,128 +270,36 @@ func (s *state) idTaken(group, id string) bool {
 }
 
 // add inserts a task that is not in the state. t.q must be the live queue
-// record for its name. A new version of a removed task (t.slot set, copied
-// from the old version) takes its old slot.
-func (s *state) add(t *task) {
-	if t.slot == nil {
-		t.slot = &slot{}
-	}
-	t.slot.t = t
-	t.slot.next = s.tasks[t.id]
-	s.tasks[t.id] = t.slot
-	s.ntasks++
-	s.index(t)
-}
+// record for its name.
+func (s *state) add(t *task) { s.store.add(t, s.clock) }
 
-// unlink takes t's slot out of the id map.
-func (s *state) unlink(t *task) {
-	sl := t.slot
-	head := s.tasks[t.id]
-	switch {
-	case head == sl && sl.next == nil:
-		delete(s.tasks, t.id)
-	case head == sl:
-		s.tasks[t.id] = sl.next
-	default:
-		for p := head; p != nil; p = p.next {
-			if p.next == sl {
-				p.next = sl.next
-				break
-			}
-		}
-	}
-	sl.next = nil
-	s.ntasks--
-}
-
-// index puts t into every index but the id map.
-func (s *state) index(t *task) {
-	q := t.q
-	q.byClaim.ReplaceOrInsert(t)
-	if t.key != "" {
-		if q.keys == nil {
-			q.keys = make(map[string]string)
-		}
-		q.keys[t.key] = t.id
-	}
-	if t.at > s.clock {
-		s.pending.ReplaceOrInsert(t)
-		if t.claimant != "" {
-			q.futureClaimed++
-		} else {
-			q.futureDelayed++
-		}
-	}
-}
-
-// remove takes a task out of every index. It leaves the queue record in
+// remove takes a task out of the state. It leaves the queue record in
 // place, even if empty: callers prune.
-func (s *state) remove(t *task) {
-	s.unindex(t)
-	s.unlink(t)
-}
+func (s *state) remove(t *task) { s.store.remove(t, s.clock) }
 
-// unindex takes a task out of every index but the id map.
-func (s *state) unindex(t *task) {
-	q := t.q
-	if first, _ := q.byClaim.Min(); first == t {
-		// A claim takes the front of the queue: DeleteMin walks the
-		// leftmost path without comparing (a comparison reads a task,
-		// which at a million tasks is a cache miss).
-		q.byClaim.DeleteMin()
-	} else {
-		q.byClaim.Delete(t)
-	}
-	if t.key != "" && q.keys[t.key] == t.id {
-		delete(q.keys, t.key)
-	}
-	if t.at > s.clock {
-		s.pending.Delete(t)
-		if t.claimant != "" {
-			q.futureClaimed--
-		} else {
-			q.futureDelayed--
-		}
-	}
-}
+// replace swaps a task for its next version (same id and group).
+func (s *state) replace(old, t *task) { s.store.replace(old, t, s.clock) }
 
-// replace swaps a task for its next version, which has the same id and,
-// copied from old, the same slot: the id map is not written.
-func (s *state) replace(old, t *task) {
-	s.unindex(old)
-	t.slot.t = t
-	s.index(t)
-}
-
-// advance moves the clock forward to now (never back) and moves tasks whose
-// at has come out of pending. became is called with the queue of each such
-// task.
+// advance moves the clock forward to now (never back). became is called
+// with the queue of each task whose at has come.
 func (s *state) advance(now int64, became func(queue string)) {
 	if now <= s.clock {
 		return
 	}
-	s.clock = now
-	for {
-		t, ok := s.pending.Min()
-		if !ok || t.at > now {
-			return
-		}
-		s.pending.DeleteMin()
-		if t.claimant != "" {
-			t.q.futureClaimed--
-		} else {
-			t.q.futureDelayed--
-		}
-		became(t.q.name)
+	s.due = s.store.advance(s.clock, now, s.due[:0])
+	for _, q := range s.due {
+		became(q)
 	}
+	clear(s.due)
+	s.clock = now
 }
 
 // isClaimed reports whether t is held under an unexpired lease.
 func isClaimed(t *task, clock int64) bool { return t.claimant != "" && t.at > clock }
 
-// stats returns q's counts at clock.
-func (q *queue) stats(clock int64) QueueStats {
-	total := uint64(q.byClaim.Len())
+// stats returns q's counts at the clock.
+func (s *state) stats(q *queue) QueueStats {
+	total := uint64(s.store.queueLen(q))
 	st := QueueStats{
 		Name:      q.name,
 		Total:     total,
@@ -460,8 +307,8 @@ func (q *queue) stats(clock int64) QueueStats {
 		Delayed:   q.futureDelayed,
 		Available: total - q.futureClaimed - q.futureDelayed,
 	}
-	q.runs(func(first *task) bool {
-		if first.at <= clock && (st.OldestAvailableAt == 0 || first.at < st.OldestAvailableAt) {
+	s.store.runs(q, func(first *task) bool {
+		if first.at <= s.clock && (st.OldestAvailableAt == 0 || first.at < st.OldestAvailableAt) {
 			st.OldestAvailableAt = first.at
 		}
 		return true
@@ -473,30 +320,6 @@ func (q *queue) stats(clock int64) QueueStats {
 // queues rarely use more than a handful of priorities, and a read must not
 // walk a queue whose every task has its own priority.
 const maxRuns = 256
-
-// runs calls visit with the first task of each priority run of q, highest
-// priority first, while visit returns true, for at most maxRuns runs; it
-// reports whether it saw them all. Within a run tasks are in at order, so
-// the first is the run's smallest at: the smallest at of the queue is the
-// smallest of these.
-func (q *queue) runs(visit func(first *task) bool) (all bool) {
-	t, ok := q.byClaim.Min()
-	for n := 0; ok; n++ {
-		if n == maxRuns {
-			return false
-		}
-		from := belowPriority(t)
-		if !visit(t) || from == nil {
-			return true
-		}
-		ok = false
-		q.byClaim.AscendGreaterOrEqual(from, func(next *task) bool {
-			t, ok = next, true
-			return false
-		})
-	}
-	return true
-}
 
 // belowPriority is the search key where the run after t's priority starts
 // in claim order (the next lower priority), or nil after the lowest.

@@ -325,7 +325,7 @@ func (tr *transcriptRunner) run(input []string) []string {
 		}
 		tr.m.mu.RLock()
 		var ss []*session
-		for _, s := range tr.m.st.sessions {
+		for _, s := range mem(tr.m).sessions {
 			ss = append(ss, s)
 		}
 		tr.m.mu.RUnlock()
@@ -413,8 +413,8 @@ func (nopCloser) Close() error { return nil }
 
 func allTasks(m *Machine) []*fsmpb.Task {
 	m.mu.RLock()
-	ids := make([]string, 0, len(m.st.tasks))
-	for id := range m.st.tasks {
+	ids := make([]string, 0, len(mem(m).tasks))
+	for id := range mem(m).tasks {
 		ids = append(ids, id)
 	}
 	m.mu.RUnlock()
