@@ -15,7 +15,7 @@ import (
 // and changes nothing.
 func TestAnswerBytesBoundsClaims(t *testing.T) {
 	value := make([]byte, 1000)
-	m := New(Options{})
+	m := newMachine(t, Options{})
 	var ins []*fsmpb.Insert
 	for i := range 10 {
 		ins = append(ins, &fsmpb.Insert{Id: fmt.Sprintf("t%d", i), Queue: "g/q", Value: value})

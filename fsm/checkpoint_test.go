@@ -36,7 +36,7 @@ func waitCheckpoints(m *Machine) []Checkpoint {
 // odd sizes, take the same checkpoints at the same indexes.
 func TestCheckpointsAgreeOnTheSameLog(t *testing.T) {
 	logs := checkpointLog(t, 40)
-	a, b := New(Options{}), New(Options{})
+	a, b := newMachine(t, Options{}), newMachine(t, Options{})
 	for _, l := range logs {
 		a.Apply(l)
 	}
@@ -66,7 +66,7 @@ func TestCheckpointsAgreeOnTheSameLog(t *testing.T) {
 // the next checkpoint, and the same ones before it.
 func TestCheckpointsShowADifferentEntry(t *testing.T) {
 	logs := checkpointLog(t, 24)
-	a, b := New(Options{}), New(Options{})
+	a, b := newMachine(t, Options{}), newMachine(t, Options{})
 	for _, l := range logs {
 		a.Apply(l)
 	}
@@ -98,7 +98,7 @@ func TestCheckpointsShowADifferentEntry(t *testing.T) {
 // A checkpoint inside a batch is of the state right after its entry, not
 // after the batch.
 func TestCheckpointMidBatch(t *testing.T) {
-	m, ref := New(Options{}), New(Options{})
+	m, ref := newMachine(t, Options{}), newMachine(t, Options{})
 	cmds := []*fsmpb.Command{
 		insertCmd(CheckpointEvery+1, "a"),
 		insertCmd(CheckpointEvery+2, "b"),
@@ -136,7 +136,7 @@ func TestCheckpointMidBatch(t *testing.T) {
 // The ring keeps the newest 16; Restore forgets them (the state they
 // describe was replaced).
 func TestCheckpointRingAndRestore(t *testing.T) {
-	m := New(Options{})
+	m := newMachine(t, Options{})
 	for i := 1; i <= 40; i++ {
 		m.ApplyCommand(uint64(i), &fsmpb.Command{Op: fsmpb.Op_OP_TICK, Now: int64(i) * CheckpointEvery})
 	}
@@ -144,7 +144,7 @@ func TestCheckpointRingAndRestore(t *testing.T) {
 	if len(got) != checkpointRing || got[0].Index != 25 || got[len(got)-1].Index != 40 {
 		t.Fatalf("ring holds %d from %d to %d, want 16 from 25 to 40", len(got), got[0].Index, got[len(got)-1].Index)
 	}
-	if err := m.Restore(io.NopCloser(bytes.NewReader(persist(t, sampleMachine())))); err != nil {
+	if err := m.Restore(io.NopCloser(bytes.NewReader(persist(t, sampleMachine(t))))); err != nil {
 		t.Fatal(err)
 	}
 	if got := waitCheckpoints(m); len(got) != 0 {

@@ -26,7 +26,7 @@ func TestLogEntriesThisVersionCannotApplyPanic(t *testing.T) {
 					t.Fatal("applied without panicking")
 				}
 			}()
-			New(Options{}).Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: data})
+			newMachine(t, Options{}).Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: data})
 		})
 	}
 }

@@ -47,7 +47,7 @@ func fixtureLog() []*fsmpb.Command {
 func ptr[T any](v T) *T { return &v }
 
 func fixtureMachine(t *testing.T) *Machine {
-	m := New(Options{})
+	m := newMachine(t, Options{})
 	for i, cmd := range fixtureLog() {
 		if res := m.ApplyCommand(uint64(i+1), cmd); res.Failure != nil {
 			t.Fatalf("fixture command %d: %v", i, res.Failure)
@@ -59,8 +59,16 @@ func fixtureMachine(t *testing.T) *Machine {
 // TestSnapshotFixture restores the committed snapshot of today's format and
 // checks that it holds exactly the state its log builds: the same digest
 // (tasks, clock, sessions), the same answers to reads, and a retried request
-// answered from its stored session.
+// answered from its stored session. It loads into the on-disk store too:
+// that is how a data directory of today's snapshots migrates (issue 21).
 func TestSnapshotFixture(t *testing.T) {
+	t.Run("memory", func(t *testing.T) { snapshotFixture2026(t, memMachine) })
+	if !*update {
+		t.Run("ondisk", func(t *testing.T) { snapshotFixture2026(t, diskMachine) })
+	}
+}
+
+func snapshotFixture2026(t *testing.T, newMachine func(testing.TB, Options) *Machine) {
 	want := fixtureMachine(t)
 	if *update {
 		if err := os.WriteFile(snapshotFixture, persist(t, want), 0o644); err != nil {
@@ -71,7 +79,7 @@ func TestSnapshotFixture(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v (write it with -update)", err)
 	}
-	got := New(Options{})
+	got := newMachine(t, Options{})
 	if err := got.Restore(io.NopCloser(bytes.NewReader(data))); err != nil {
 		t.Fatalf("the snapshot of 2026-11 does not load: %v", err)
 	}

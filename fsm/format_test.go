@@ -32,7 +32,7 @@ func failureCategories(res *fsmpb.Result) []string {
 // unique in the shard; after, per group, and every reference reaches only
 // its own group's task.
 func TestFormatGroupIDs(t *testing.T) {
-	m := New(Options{})
+	m := newMachine(t, Options{})
 	if m.Format() != FormatShardIDs {
 		t.Fatalf("a new machine is at format %d, want %d", m.Format(), FormatShardIDs)
 	}
@@ -83,7 +83,7 @@ func TestFormatGroupIDs(t *testing.T) {
 	if len(res.GetClaim().GetTasks()) != 1 || res.Claim.Tasks[0].Queue != "h/q" {
 		t.Fatalf("claim of h/q: %v", res)
 	}
-	r := New(Options{})
+	r := newMachine(t, Options{})
 	if err := r.Restore(io.NopCloser(bytes.NewReader(persist(t, m)))); err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +109,7 @@ func TestFormatGroupIDs(t *testing.T) {
 
 // TestFormatNeverGoesDown: a lower or equal OP_SET_FORMAT changes nothing.
 func TestFormatNeverGoesDown(t *testing.T) {
-	m := New(Options{})
+	m := newMachine(t, Options{})
 	m.ApplyCommand(1, SetFormatCommand(MaxFormat))
 	m.ApplyCommand(2, SetFormatCommand(FormatShardIDs))
 	if m.Format() != MaxFormat {
@@ -133,7 +133,7 @@ func TestFormatNewerThanBinary(t *testing.T) {
 			t.Fatal("Apply of a newer format did not stop")
 		}
 	}()
-	New(Options{}).Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: data})
+	newMachine(t, Options{}).Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: data})
 }
 
 // TestFormatDigest: a state of format 0 hashes as it did before formats
@@ -190,7 +190,7 @@ func TestSnapshotStateFormat(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			data := streamWithHeader(t, &fsmpb.SnapshotHeader{Format: tc.stream, StateFormat: tc.state})
-			err := New(Options{}).Restore(io.NopCloser(bytes.NewReader(data)))
+			err := newMachine(t, Options{}).Restore(io.NopCloser(bytes.NewReader(data)))
 			if err == nil || errors.Is(err, ErrCorruptSnapshot) != tc.corrupt {
 				t.Fatalf("Restore: %v, corrupt wanted %v", err, tc.corrupt)
 			}
@@ -230,7 +230,7 @@ func TestHeldInsert(t *testing.T) {
 		return &fsmpb.Command{Op: fsmpb.Op_OP_MODIFY, Now: now, Modify: &fsmpb.Modify{Group: "g", Claimant: "producer",
 			Inserts: []*fsmpb.Insert{{Id: id, Queue: "g/q", At: now + 100, Held: true}}}}
 	}
-	m := New(Options{})
+	m := newMachine(t, Options{})
 	m.ApplyCommand(1, SetFormatCommand(FormatGroupIDs))
 	if res := m.ApplyCommand(2, held(10, "old")); res.GetModify().GetInserted()[0].GetClaimant() != "" {
 		t.Fatalf("format %d: a held insert was claimed: %v", FormatGroupIDs, res)
@@ -277,7 +277,7 @@ func TestDedupWindow(t *testing.T) {
 		return res
 	}
 
-	old := New(Options{})
+	old := newMachine(t, Options{})
 	apply(old, SetFormatCommand(FormatGroupIDs))
 	apply(old, ins(10, "a", 100, false))
 	apply(old, del(11, "a", 1))
@@ -285,7 +285,7 @@ func TestDedupWindow(t *testing.T) {
 		t.Fatalf("format %d: the key of a deleted task is free: %v", FormatGroupIDs, res.Failure)
 	}
 
-	m := New(Options{})
+	m := newMachine(t, Options{})
 	apply(m, SetFormatCommand(FormatQueueControls))
 	apply(m, ins(10, "a", 100, false))
 	apply(m, del(20, "a", 1))
@@ -320,7 +320,7 @@ func TestDedupWindow(t *testing.T) {
 	apply(m, del(220, "g2", 1))
 	apply(m, ins(230, "h", 300, false))
 	apply(m, del(240, "h", 1))
-	r := New(Options{})
+	r := newMachine(t, Options{})
 	if err := r.Restore(io.NopCloser(bytes.NewReader(persist(t, m)))); err != nil {
 		t.Fatal(err)
 	}
@@ -337,7 +337,7 @@ func TestDedupWindow(t *testing.T) {
 // without catch-up moves on without inserting, a put keeps the count of
 // fired ticks, a remove ends it, and schedules survive a snapshot.
 func TestSchedule(t *testing.T) {
-	m := New(Options{})
+	m := newMachine(t, Options{})
 	apply := func(now int64, cmd *fsmpb.Command) *fsmpb.Result {
 		cmd.Now = now
 		return m.ApplyCommand(m.AppliedIndex()+1, cmd)
@@ -377,7 +377,7 @@ func TestSchedule(t *testing.T) {
 	if len(s) != 1 || s[0].Every != 50 || s[0].Fired != 1 || s[0].Last != 200 {
 		t.Fatalf("after a put: %v, want every 50, fired 1, last 200", s)
 	}
-	r := New(Options{})
+	r := newMachine(t, Options{})
 	if err := r.Restore(io.NopCloser(bytes.NewReader(persist(t, m)))); err != nil {
 		t.Fatal(err)
 	}

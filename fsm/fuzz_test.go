@@ -57,7 +57,7 @@ func FuzzDecodeCommand(f *testing.F) {
 			t.Fatalf("round trip: %v, %v", again, err)
 		}
 		_ = Validate(cmd, Limits{})
-		m := sampleMachine()
+		m := sampleMachine(t)
 		m.ApplyCommand(3, cmd)
 		m.Digest()
 	})
@@ -82,7 +82,7 @@ func FuzzValidate(f *testing.F) {
 			}
 			return
 		}
-		res := New(Options{}).ApplyCommand(1, cmd)
+		res := newMachine(t, Options{}).ApplyCommand(1, cmd)
 		if msg := res.GetFailure().GetMessage(); msg != "" {
 			t.Fatalf("valid command failed with %q", msg)
 		}
@@ -97,11 +97,11 @@ func FuzzValidate(f *testing.F) {
 // FuzzRestore: Restore never panics; garbage is an error and leaves the
 // machine as it was; what it accepts snapshots back to an equal state.
 func FuzzRestore(f *testing.F) {
-	f.Add(persist(f, sampleMachine()))
-	f.Add(persist(f, New(Options{})))
+	f.Add(persist(f, sampleMachine(f)))
+	f.Add(persist(f, newMachine(f, Options{})))
 	f.Add([]byte(snapshotMagic))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		m := New(Options{})
+		m := newMachine(t, Options{})
 		m.ApplyCommand(1, insertCmd(5, "keep"))
 		before := m.Digest()
 		if err := m.Restore(io.NopCloser(bytes.NewReader(data))); err != nil {
@@ -110,7 +110,7 @@ func FuzzRestore(f *testing.F) {
 			}
 			return
 		}
-		m2 := New(Options{})
+		m2 := newMachine(t, Options{})
 		if err := m2.Restore(io.NopCloser(bytes.NewReader(persist(t, m)))); err != nil {
 			t.Fatalf("re-snapshot of an accepted stream: %v", err)
 		}

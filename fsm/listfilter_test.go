@@ -11,7 +11,7 @@ import (
 // TestListFilters lists one queue with each filter (issue 18 item 4): the
 // tasks returned are exactly those that match, in claim order.
 func TestListFilters(t *testing.T) {
-	m := New(Options{})
+	m := newMachine(t, Options{})
 	in := func(id, key string, at int64, attempt uint32, err string) *fsmpb.Insert {
 		return &fsmpb.Insert{Id: id, Queue: "g/q", Key: key, At: at, Attempt: attempt, Err: err}
 	}
@@ -72,7 +72,7 @@ func TestListFilters(t *testing.T) {
 // (possibly empty) pages; following the tokens finds every match once, even
 // while tasks are inserted between pages.
 func TestListFilterPagesAFewAtATime(t *testing.T) {
-	m := New(Options{})
+	m := newMachine(t, Options{})
 	const n = 3*listScanLimit + 17
 	var want []string
 	var inserts []*fsmpb.Insert

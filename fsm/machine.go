@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/hashicorp/raft"
 
 	"github.com/e1158ecb/taskstore/fsm/fsmpb"
@@ -124,6 +125,29 @@ func New(opts Options) *Machine {
 	return &Machine{opts: opts, st: newState()}
 }
 
+// NewOnDisk returns a machine whose tasks, sessions and key reservations
+// are shard's range of db (package fsm/ondisk), reopening what the range
+// holds. Each batch of entries it applies is one write to db, without a
+// sync: the Raft log is the durable record.
+//
+// Not yet complete (fsm/ondisk/DESIGN.md, step 3): the rest of the state
+// (format, pauses, limits, schedules, slot states) is not kept in db, so a
+// reopened machine starts without it; snapshots copy the state through
+// memory. Until then it is for tests, which run the applier on both stores.
+func NewOnDisk(opts Options, db *pebble.DB, shard uint32) (*Machine, error) {
+	m := New(opts)
+	d, err := newDiskStore(db, shard)
+	if err != nil {
+		return nil, fmt.Errorf("fsm: open shard %d of the on-disk state: %w", shard, err)
+	}
+	m.st = newStateWith(d)
+	tx := d.st.Begin()
+	m.st.clock = tx.Clock()
+	tx.Discard()
+	m.st.applied = d.st.Applied()
+	return m, nil
+}
+
 // Apply decodes and applies one log entry. It returns *fsmpb.Result for a
 // command entry. An undecodable entry panics: diverging replicas are worse
 // than a crash.
@@ -148,12 +172,19 @@ func (m *Machine) ApplyBatch(logs []*raft.Log) []interface{} {
 	}
 	var n notifier
 	m.mu.Lock()
+	ts, _ := m.st.store.(txnStore)
+	if ts != nil {
+		ts.begin() // one transaction for the batch
+	}
 	for i, l := range logs {
 		if cmds[i] == nil {
 			m.setAppliedLocked(l.Index)
 			continue
 		}
 		out[i] = m.applyLocked(l.Index, cmds[i], &n)
+	}
+	if ts != nil {
+		ts.commit(m.st.applied)
 	}
 	m.mu.Unlock()
 	m.notify(&n)
@@ -165,7 +196,14 @@ func (m *Machine) ApplyBatch(logs []*raft.Log) []interface{} {
 func (m *Machine) ApplyCommand(index uint64, cmd *fsmpb.Command) *fsmpb.Result {
 	var n notifier
 	m.mu.Lock()
+	ts, _ := m.st.store.(txnStore)
+	if ts != nil {
+		ts.begin()
+	}
 	res := m.applyLocked(index, cmd, &n)
+	if ts != nil {
+		ts.commit(m.st.applied)
+	}
 	m.mu.Unlock()
 	m.notify(&n)
 	return res

@@ -4,7 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"flag"
 	"fmt"
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"io"
 	"strings"
 	"testing"
@@ -24,7 +27,7 @@ func insertCmd(now int64, ids ...string) *fsmpb.Command {
 }
 
 func TestExactlyOnce(t *testing.T) {
-	m := New(Options{})
+	m := newMachine(t, Options{})
 	m.ApplyCommand(1, insertCmd(10, "a", "b"))
 	claim := &fsmpb.Command{Op: fsmpb.Op_OP_CLAIM, Now: 20, ClientId: "c", Seq: 1,
 		Claim: &fsmpb.Claim{Claimant: "w", Queues: []string{"g/q"}, Lease: 100, Limit: 1}}
@@ -67,7 +70,7 @@ func TestExactlyOnce(t *testing.T) {
 }
 
 func TestSessionTTLAndEviction(t *testing.T) {
-	m := New(Options{MaxSessions: 2, SessionTTL: 100})
+	m := newMachine(t, Options{MaxSessions: 2, SessionTTL: 100})
 	tick := func(now int64, client string, seq uint64) *fsmpb.Result {
 		return m.ApplyCommand(0, &fsmpb.Command{Op: fsmpb.Op_OP_TICK, Now: now, ClientId: client, Seq: seq})
 	}
@@ -97,7 +100,7 @@ func TestSessionTTLAndEviction(t *testing.T) {
 // (issue 20: three requests with 1 GB answers grew a snapshot to 3.1 GB).
 func TestSessionsBoundedByBytes(t *testing.T) {
 	const limit = 3 << 20
-	m := New(Options{MaxSessionBytes: limit})
+	m := newMachine(t, Options{MaxSessionBytes: limit})
 	value := make([]byte, 1<<20)
 	insert := func(i int) *fsmpb.Result {
 		id := fmt.Sprintf("t%d", i)
@@ -108,31 +111,31 @@ func TestSessionsBoundedByBytes(t *testing.T) {
 		if res := insert(i); res.Failure != nil {
 			t.Fatal(res.Failure)
 		}
-		if mem(m).sessionSize > limit {
-			t.Fatalf("after %d answers of 1 MiB the sessions hold %d bytes, over %d", i+1, mem(m).sessionSize, limit)
+		if m.st.store.sessionBytes() > limit {
+			t.Fatalf("after %d answers of 1 MiB the sessions hold %d bytes, over %d", i+1, m.st.store.sessionBytes(), limit)
 		}
 	}
-	if n := len(mem(m).sessions); n < 2 || n > 3 {
+	if n := m.st.store.sessionCount(); n < 2 || n > 3 {
 		t.Fatalf("%d sessions kept, want 2 or 3 of 1 MiB within 3 MiB", n)
 	}
-	if mem(m).sessions["c9"] == nil || mem(m).sessions["c0"] != nil {
+	if m.st.store.session("c9") == nil || m.st.store.session("c0") != nil {
 		t.Fatal("evicted the newest session, or kept the oldest")
 	}
 	// The newest is replayed (the same answer, nothing applied twice).
 	if res := insert(9); res.Failure != nil || res.GetModify().GetInserted()[0].GetVersion() != 1 {
 		t.Fatalf("retry of the newest request: %v", res)
 	}
-	r := New(Options{MaxSessionBytes: limit})
+	r := newMachine(t, Options{MaxSessionBytes: limit})
 	if err := r.Restore(io.NopCloser(bytes.NewReader(persist(t, m)))); err != nil {
 		t.Fatal(err)
 	}
-	if mem(r).sessionSize != mem(m).sessionSize || len(mem(r).sessions) != len(mem(m).sessions) {
-		t.Fatalf("restored %d sessions of %d bytes, had %d of %d", len(mem(r).sessions), mem(r).sessionSize, len(mem(m).sessions), mem(m).sessionSize)
+	if r.st.store.sessionBytes() != m.st.store.sessionBytes() || r.st.store.sessionCount() != m.st.store.sessionCount() {
+		t.Fatalf("restored %d sessions of %d bytes, had %d of %d", r.st.store.sessionCount(), r.st.store.sessionBytes(), m.st.store.sessionCount(), m.st.store.sessionBytes())
 	}
 }
 
 func TestApplyIgnoresNonCommandEntries(t *testing.T) {
-	m := New(Options{})
+	m := newMachine(t, Options{})
 	if res := m.Apply(&raft.Log{Index: 7, Type: raft.LogNoop}); res != nil {
 		t.Fatalf("noop returned %v", res)
 	}
@@ -142,7 +145,7 @@ func TestApplyIgnoresNonCommandEntries(t *testing.T) {
 }
 
 func TestApplyPanicsOnGarbage(t *testing.T) {
-	m := New(Options{})
+	m := newMachine(t, Options{})
 	defer func() {
 		r := recover()
 		if r == nil || !strings.Contains(r.(string), "log entry 9") {
@@ -154,7 +157,7 @@ func TestApplyPanicsOnGarbage(t *testing.T) {
 
 func TestOnAvailable(t *testing.T) {
 	var got [][]string
-	m := New(Options{OnAvailable: func(qs []string) { got = append(got, append([]string(nil), qs...)) }})
+	m := newMachine(t, Options{OnAvailable: func(qs []string) { got = append(got, append([]string(nil), qs...)) }})
 	m.ApplyCommand(1, &fsmpb.Command{Op: fsmpb.Op_OP_MODIFY, Now: 10, Modify: &fsmpb.Modify{Group: "g", Inserts: []*fsmpb.Insert{
 		{Id: "a", Queue: "g/q"}, {Id: "b", Queue: "g/q"}, {Id: "c", Queue: "g/r", At: 50}}}})
 	m.ApplyCommand(2, &fsmpb.Command{Op: fsmpb.Op_OP_CLAIM, Now: 11, Claim: &fsmpb.Claim{Claimant: "w", Queues: []string{"g/q"}, Lease: 5, Limit: 2}})
@@ -283,8 +286,8 @@ func persist(t testing.TB, m *Machine) []byte {
 	return buf.Bytes()
 }
 
-func sampleMachine() *Machine {
-	m := New(Options{})
+func sampleMachine(t testing.TB) *Machine {
+	m := newMachine(t, Options{})
 	m.ApplyCommand(1, insertCmd(10, "a", "b", "c"))
 	m.ApplyCommand(2, &fsmpb.Command{Op: fsmpb.Op_OP_CLAIM, Now: 20, ClientId: "x", Seq: 3,
 		Claim: &fsmpb.Claim{Claimant: "w", Queues: []string{"g/q"}, Lease: 100, Limit: 2}})
@@ -294,8 +297,8 @@ func sampleMachine() *Machine {
 // TestRestoreRejectsDamage cuts and flips the stream everywhere: every
 // damaged stream is an error and leaves the machine as it was.
 func TestRestoreRejectsDamage(t *testing.T) {
-	data := persist(t, sampleMachine())
-	m := New(Options{})
+	data := persist(t, sampleMachine(t))
+	m := newMachine(t, Options{})
 	m.ApplyCommand(1, insertCmd(5, "keep"))
 	before := m.Digest()
 	restore := func(b []byte) error { return m.Restore(io.NopCloser(bytes.NewReader(b))) }
@@ -322,7 +325,7 @@ func TestRestoreRejectsDamage(t *testing.T) {
 	if err := restore(data); err != nil {
 		t.Fatal(err)
 	}
-	if m.Digest() != sampleMachine().Digest() || m.AppliedIndex() != 2 {
+	if m.Digest() != sampleMachine(t).Digest() || m.AppliedIndex() != 2 {
 		t.Fatal("restored state differs")
 	}
 }
@@ -359,18 +362,18 @@ func TestRestoreChecksContent(t *testing.T) {
 		"two bodies":    build(hdr(1, 0), &fsmpb.SnapshotRecord{Task: &fsmpb.Task{Id: "a", Queue: "q"}, Session: &fsmpb.Session{ClientId: "c"}}),
 		"session nil":   build(hdr(0, 1), &fsmpb.SnapshotRecord{Session: &fsmpb.Session{ClientId: "c"}}),
 	}
-	if err := New(Options{}).Restore(io.NopCloser(bytes.NewReader(build(hdr(2, 0), task("a", "q", "k"), task("b", "q", ""))))); err != nil {
+	if err := newMachine(t, Options{}).Restore(io.NopCloser(bytes.NewReader(build(hdr(2, 0), task("a", "q", "k"), task("b", "q", ""))))); err != nil {
 		t.Fatalf("valid stream: %v", err)
 	}
 	for name, data := range tests {
-		err := New(Options{}).Restore(io.NopCloser(bytes.NewReader(data)))
+		err := newMachine(t, Options{}).Restore(io.NopCloser(bytes.NewReader(data)))
 		if !errors.Is(err, ErrCorruptSnapshot) {
 			t.Errorf("%s: got %v", name, err)
 		}
 	}
 	// A huge length prefix is refused without allocating it.
 	data := append([]byte(snapshotMagic), 0xff, 0xff, 0xff, 0xff, 0x0f)
-	if err := New(Options{}).Restore(io.NopCloser(bytes.NewReader(data))); !errors.Is(err, ErrCorruptSnapshot) {
+	if err := newMachine(t, Options{}).Restore(io.NopCloser(bytes.NewReader(data))); !errors.Is(err, ErrCorruptSnapshot) {
 		t.Errorf("huge length: %v", err)
 	}
 }
@@ -378,7 +381,7 @@ func TestRestoreChecksContent(t *testing.T) {
 // TestSnapshotIsConsistent: Apply goes on after Snapshot; the snapshot
 // still holds the state at the time it was taken.
 func TestSnapshotIsConsistent(t *testing.T) {
-	m := sampleMachine()
+	m := sampleMachine(t)
 	want := m.Digest()
 	snap, _ := m.Snapshot()
 	m.ApplyCommand(3, insertCmd(30, "d"))
@@ -387,7 +390,7 @@ func TestSnapshotIsConsistent(t *testing.T) {
 	if err := snap.(*snapshot).writeTo(&buf); err != nil {
 		t.Fatal(err)
 	}
-	m2 := New(Options{})
+	m2 := newMachine(t, Options{})
 	if err := m2.Restore(io.NopCloser(&buf)); err != nil {
 		t.Fatal(err)
 	}
@@ -397,7 +400,7 @@ func TestSnapshotIsConsistent(t *testing.T) {
 }
 
 func TestListPageToken(t *testing.T) {
-	m := sampleMachine()
+	m := sampleMachine(t)
 	if _, _, err := m.List("g/q", "!!!", 1, nil, false); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("bad token: %v", err)
 	}
@@ -452,7 +455,7 @@ func TestTaskCodecMatchesProto(t *testing.T) {
 // TestConcurrentReads runs reads and a snapshot's Persist against Apply;
 // the race detector checks the locking and the immutability of tasks.
 func TestConcurrentReads(t *testing.T) {
-	m := New(Options{})
+	m := newMachine(t, Options{})
 	done := make(chan struct{})
 	errc := make(chan error, 4)
 	for range 3 {
@@ -500,7 +503,7 @@ func TestConcurrentReads(t *testing.T) {
 // highest maxRuns, and NextAt answers no later than nextAtUnseen ahead, so a
 // waiting claim looks again rather than sleeping past a lease it did not see.
 func TestManyPriorities(t *testing.T) {
-	m := New(Options{})
+	m := newMachine(t, Options{})
 	n := maxRuns + 44
 	mod := &fsmpb.Modify{Group: "g"}
 	for i := range n {
@@ -526,7 +529,7 @@ func TestManyPriorities(t *testing.T) {
 		t.Fatalf("oldest available at %d, want %d", st[0].OldestAvailableAt, want)
 	}
 	// With few priorities both are exact.
-	m2 := New(Options{})
+	m2 := newMachine(t, Options{})
 	m2.ApplyCommand(1, &fsmpb.Command{Op: fsmpb.Op_OP_MODIFY, Now: 10, Modify: &fsmpb.Modify{Group: "g", Inserts: []*fsmpb.Insert{
 		{Id: "hi", Queue: "g/q", Priority: 5, At: 300}, {Id: "lo", Queue: "g/q", Priority: 1, At: 200}}}})
 	if at, ok := m2.NextAt([]string{"g/q"}); !ok || at != 200 {
@@ -542,7 +545,7 @@ func TestManyPriorities(t *testing.T) {
 // tasks whose delay or lease has run out by then (even when the machine's
 // clock has not reached it), never more than limit.
 func TestAvailable(t *testing.T) {
-	m := New(Options{})
+	m := newMachine(t, Options{})
 	m.ApplyCommand(1, &fsmpb.Command{Op: fsmpb.Op_OP_MODIFY, Now: 10, Modify: &fsmpb.Modify{Group: "g", Inserts: []*fsmpb.Insert{
 		{Id: "a", Queue: "g/q"}, {Id: "b", Queue: "g/q", Priority: 3}, {Id: "later", Queue: "g/q", At: 100},
 		{Id: "low", Queue: "g/q", Priority: -1, At: 50}}}})
@@ -564,5 +567,37 @@ func TestAvailable(t *testing.T) {
 	}
 }
 
-// mem is m's in-memory store, for tests that check its indexes.
-func mem(m *Machine) *memStore { return m.st.store.(*memStore) }
+// memMachine and diskMachine make an empty machine on each store.
+func memMachine(_ testing.TB, opts Options) *Machine { return New(opts) }
+
+func diskMachine(t testing.TB, opts Options) *Machine {
+	t.Helper()
+	db, err := pebble.Open("", &pebble.Options{FS: vfs.NewMem(), DisableWAL: true, Logger: quietLogger{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	m, err := NewOnDisk(opts, db, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// quietLogger keeps Pebble's informational lines out of test output.
+type quietLogger struct{}
+
+func (quietLogger) Infof(string, ...any)              {}
+func (quietLogger) Errorf(format string, args ...any) { panic(fmt.Sprintf(format, args...)) }
+func (quietLogger) Fatalf(format string, args ...any) { panic(fmt.Sprintf(format, args...)) }
+
+var onDisk = flag.Bool("fsm.ondisk", false, "run the machine tests on the on-disk store (fsm/ondisk) instead of the in-memory one")
+
+// newMachine is an empty machine on the store the tests run on
+// (-fsm.ondisk). Tests that name a store use memMachine or diskMachine.
+func newMachine(t testing.TB, opts Options) *Machine {
+	if *onDisk {
+		return diskMachine(t, opts)
+	}
+	return New(opts)
+}

@@ -50,7 +50,7 @@ func TestModifyClaim(t *testing.T) {
 			Claim:   &fsmpb.Claim{Claimant: "w", Queues: []string{"h/q"}, Lease: 100, Limit: 1}}}, wantFail: true},
 	}
 	setup := func() *Machine {
-		m := New(Options{})
+		m := newMachine(t, Options{})
 		m.ApplyCommand(1, insertCmd(10, "a", "b", "c"))
 		m.ApplyCommand(2, &fsmpb.Command{Op: fsmpb.Op_OP_MODIFY, Now: 10, Modify: &fsmpb.Modify{Group: "h",
 			Inserts: []*fsmpb.Insert{{Id: "x", Queue: "h/q"}}}})
@@ -106,7 +106,7 @@ func TestModifyClaim(t *testing.T) {
 // answer, claimed tasks included, without claiming again, also on a replica
 // restored from a snapshot taken between the two.
 func TestModifyClaimExactlyOnce(t *testing.T) {
-	m := New(Options{})
+	m := newMachine(t, Options{})
 	m.ApplyCommand(1, insertCmd(10, "a", "b", "c"))
 	m.ApplyCommand(2, &fsmpb.Command{Op: fsmpb.Op_OP_CLAIM, Now: 11, Claim: &fsmpb.Claim{Claimant: "w", Queues: []string{"g/q"}, Lease: 100, Limit: 1}})
 	cmd := modifyClaimCmd(20, "a", 2)
@@ -120,7 +120,7 @@ func TestModifyClaimExactlyOnce(t *testing.T) {
 		t.Fatalf("first answer claimed %v, want b v2", got)
 	}
 	before := m.Digest()
-	replica := New(Options{})
+	replica := newMachine(t, Options{})
 	if err := replica.Restore(nopCloser{bytes.NewBuffer(persist(t, m))}); err != nil {
 		t.Fatal(err)
 	}

@@ -729,7 +729,7 @@ func TestProperty(t *testing.T) {
 	seen := map[string]int{}
 	for seed := range uint64(seeds) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
-			propertyRun(t, seed, steps, seen)
+			propertyRun(t, seed, steps, seen, memMachine)
 		})
 	}
 	// The generator must reach every outcome, or the comparison proves
@@ -793,10 +793,23 @@ func countOutcomes(seen map[string]int, res *fsmpb.Result) {
 	}
 }
 
-func propertyRun(t *testing.T, seed uint64, steps int, seen map[string]int) {
+// TestPropertyOnDisk runs the property test on the on-disk store: the same
+// applier, the same model, fewer seeds (each step is a Pebble batch).
+func TestPropertyOnDisk(t *testing.T) {
+	const seeds, steps = 40, 600
+	seen := map[string]int{}
+	for seed := range uint64(seeds) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			propertyRun(t, 1000+seed, steps, seen, diskMachine)
+		})
+	}
+	t.Logf("outcomes: %v", seen)
+}
+
+func propertyRun(t *testing.T, seed uint64, steps int, seen map[string]int, newMachine func(testing.TB, Options) *Machine) {
 	const maxSessions, ttl = 3, 200
 	opts := Options{MaxSessions: maxSessions, SessionTTL: ttl}
-	m := New(opts)
+	m := newMachine(t, opts)
 	ref := newRefModel(maxSessions, ttl)
 	g := &gen{r: rand.New(rand.NewPCG(seed, 7)), ref: ref, now: 1000, seqs: map[string]uint64{},
 		queues: []string{"g/a", "g/b", "g", "h/a"}, clients: []string{"c1", "c2", "c3", "c4"}}
@@ -863,7 +876,7 @@ func propertyRun(t *testing.T, seed uint64, steps int, seen map[string]int) {
 			if err := snap.(*snapshot).writeTo(&buf); err != nil {
 				t.Fatal(err)
 			}
-			replica = New(opts)
+			replica = newMachine(t, opts)
 			if err := replica.Restore(nopCloser{&buf}); err != nil {
 				t.Fatal(err)
 			}
@@ -967,34 +980,44 @@ func compareState(t *testing.T, step int, m *Machine, ref *refModel) {
 	}
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	if len(mem(m).reserved) != len(ref.reserved) || mem(m).reservedOrder.Len() != len(ref.reserved) {
-		t.Fatalf("step %d: %d key reservations, want %d", step, len(mem(m).reserved), len(ref.reserved))
+	st := m.st.store
+	if n := st.reservationCount(); n != len(ref.reserved) {
+		t.Fatalf("step %d: %d key reservations, want %d", step, n, len(ref.reserved))
 	}
 	for k, want := range ref.reserved {
-		got := mem(m).reserved[queueKey{k[0], k[1]}]
+		got := st.reservation(k[0], k[1])
 		if got == nil || got.until != want.until || !proto.Equal(got.last.toProto(false), want.last) {
 			t.Fatalf("step %d: reservation of %v: %+v, want %+v", step, k, got, want)
 		}
 	}
-	if len(mem(m).sessions) != len(ref.sessions) || mem(m).sessionOrder.Len() != len(ref.sessions) {
-		t.Fatalf("step %d: %d sessions, want %d", step, len(mem(m).sessions), len(ref.sessions))
+	if n := st.sessionCount(); n != len(ref.sessions) {
+		t.Fatalf("step %d: %d sessions, want %d", step, n, len(ref.sessions))
 	}
 	for id, s := range ref.sessions {
-		ms := mem(m).sessions[id]
+		ms := st.session(id)
 		if ms == nil || ms.seq != s.seq || ms.lastSeen != s.lastSeen || !proto.Equal(ms.result, s.result) {
 			t.Fatalf("step %d: session %s differs", step, id)
 		}
 	}
-	if mem(m).pending.Len() != func() int {
-		n := 0
-		for _, tk := range ref.tasks {
-			if tk.At > ref.clock {
-				n++
-			}
+	due := 0
+	for _, tk := range ref.tasks {
+		if tk.At > ref.clock {
+			due++
 		}
-		return n
-	}() {
-		t.Fatalf("step %d: pending index out of step", step)
+	}
+	counted := 0
+	st.ascendQueues("", func(q *queue) bool {
+		counted += int(q.futureClaimed + q.futureDelayed)
+		return true
+	})
+	if counted != due {
+		t.Fatalf("step %d: the queues count %d tasks due later, want %d", step, counted, due)
+	}
+	if ms, ok := st.(*memStore); ok {
+		// The in-memory store's indexes agree with its maps.
+		if ms.reservedOrder.Len() != len(ms.reserved) || ms.sessionOrder.Len() != len(ms.sessions) || ms.pending.Len() != due {
+			t.Fatalf("step %d: the in-memory indexes are out of step", step)
+		}
 	}
 }
 

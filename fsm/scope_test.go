@@ -46,7 +46,7 @@ func TestModifyScope(t *testing.T) {
 			modify: &fsmpb.Modify{Changes: []*fsmpb.Change{{Id: "root", Version: 1, Queue: "demo/moved"}}}},
 	}
 	setup := func() *Machine {
-		m := New(Options{})
+		m := newMachine(t, Options{})
 		m.ApplyCommand(1, &fsmpb.Command{Op: fsmpb.Op_OP_MODIFY, Now: 10, Modify: &fsmpb.Modify{Group: "demo",
 			Inserts: []*fsmpb.Insert{{Id: "root", Queue: "demo", Value: []byte("root's")}, {Id: "mine", Queue: "demo/x"}}}})
 		return m

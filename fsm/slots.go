@@ -504,8 +504,8 @@ func (m *Machine) ExportSlot(slot, slots uint32, move uint64, after SlotCursor, 
 				}
 			}
 			visit := func(t *task) bool {
-				if t == from {
-					return true
+				if from != nil && t.id == from.id {
+					return true // the last task of the previous chunk (by id: a store may decode a task per read)
 				}
 				if full(&fsmpb.SnapshotRecord{Task: t.toProto(false)}) {
 					stopped = true

@@ -55,10 +55,10 @@ type slotRig struct {
 	notified []string
 }
 
-func newSlotRig(t *testing.T) *slotRig {
+func newSlotRig(t *testing.T, newMachine func(testing.TB, Options) *Machine) *slotRig {
 	r := &slotRig{t: t, now: 1000}
-	r.src = New(Options{OnAvailable: func(q []string) { r.notified = append(r.notified, q...) }})
-	r.dst = New(Options{})
+	r.src = newMachine(t, Options{OnAvailable: func(q []string) { r.notified = append(r.notified, q...) }})
+	r.dst = newMachine(t, Options{})
 	r.on(r.src, SetFormatCommand(FormatSlotMoves))
 	r.on(r.dst, SetFormatCommand(FormatSlotMoves))
 	return r
@@ -150,8 +150,10 @@ func (r *slotRig) move(slot uint32, move uint64, maxBytes int) (chunks int) {
 // schedules and the exactly-once sessions; the source refuses the slot from
 // the freeze on, the target until it is activated, and the rest of the
 // source's slots are untouched.
-func TestSlotMoveCarriesTheSlotsState(t *testing.T) {
-	r := newSlotRig(t)
+func TestSlotMoveCarriesTheSlotsState(t *testing.T) { onEachStore(t, slotMoveCarriesTheSlotsState) }
+
+func slotMoveCarriesTheSlotsState(t *testing.T, newMachine func(testing.TB, Options) *Machine) {
+	r := newSlotRig(t, newMachine)
 	const slot, move = 7, 42
 	groups, other := groupsIn(slot, 3)
 	for i, g := range groups {
@@ -321,8 +323,10 @@ func TestSlotMoveCarriesTheSlotsState(t *testing.T) {
 
 // A move abandoned before the flip leaves both shards as they were: the
 // target drops what it imported, the source serves the slot again.
-func TestSlotMoveRollsBack(t *testing.T) {
-	r := newSlotRig(t)
+func TestSlotMoveRollsBack(t *testing.T) { onEachStore(t, slotMoveRollsBack) }
+
+func slotMoveRollsBack(t *testing.T, newMachine func(testing.TB, Options) *Machine) {
+	r := newSlotRig(t, newMachine)
 	const slot, move = 3, 9
 	groups, _ := groupsIn(slot, 1)
 	g := groups[0]
@@ -366,8 +370,10 @@ func TestSlotMoveRollsBack(t *testing.T) {
 
 // Steps out of order, of another move or below the format are refused and
 // change nothing.
-func TestSlotStepsRefused(t *testing.T) {
-	r := newSlotRig(t)
+func TestSlotStepsRefused(t *testing.T) { onEachStore(t, slotStepsRefused) }
+
+func slotStepsRefused(t *testing.T, newMachine func(testing.TB, Options) *Machine) {
+	r := newSlotRig(t, newMachine)
 	const slot = 11
 	groups, _ := groupsIn(slot, 1)
 	g := groups[0]
@@ -413,7 +419,7 @@ func TestSlotStepsRefused(t *testing.T) {
 	}
 
 	// An import whose records clash with the target is refused whole.
-	empty := newSlotRig(t)
+	empty := newSlotRig(t, newMachine)
 	ch, err := r.src.ExportSlot(slot, testSlots, 1, SlotCursor{}, 1<<20)
 	if err != nil {
 		t.Fatal(err)
@@ -438,8 +444,10 @@ func TestSlotStepsRefused(t *testing.T) {
 
 // Slot states, the slot table and sessions' groups survive a snapshot, and
 // the digest sees them.
-func TestSlotStatesSurviveSnapshot(t *testing.T) {
-	r := newSlotRig(t)
+func TestSlotStatesSurviveSnapshot(t *testing.T) { onEachStore(t, slotStatesSurviveSnapshot) }
+
+func slotStatesSurviveSnapshot(t *testing.T, newMachine func(testing.TB, Options) *Machine) {
+	r := newSlotRig(t, newMachine)
 	groups, _ := groupsIn(5, 1)
 	r.ok(r.src, &fsmpb.Command{Op: fsmpb.Op_OP_MODIFY, ClientId: "c", Seq: 1, Modify: &fsmpb.Modify{Group: groups[0], Inserts: []*fsmpb.Insert{{Id: "a", Queue: groups[0] + "/q"}}}})
 	plain := r.src.Digest()
@@ -472,7 +480,7 @@ func TestSlotStatesSurviveSnapshot(t *testing.T) {
 		t.Fatalf("export after restore: %v", err)
 	}
 	m.mu.RLock()
-	group := mem(m).sessions["c"].group
+	group := m.st.store.session("c").group
 	m.mu.RUnlock()
 	if group != groups[0] {
 		t.Fatalf("restored session's group %q, want %q", group, groups[0])
@@ -486,7 +494,7 @@ func TestSessionGroupOnlyFromFormatSlotMoves(t *testing.T) {
 	m.ApplyCommand(1, SetFormatCommand(FormatQueueControls))
 	m.ApplyCommand(2, &fsmpb.Command{Op: fsmpb.Op_OP_MODIFY, ClientId: "c", Seq: 1, Now: 5, Modify: &fsmpb.Modify{Group: "g", Inserts: []*fsmpb.Insert{{Id: "a", Queue: "g/q"}}}})
 	m.mu.RLock()
-	group := mem(m).sessions["c"].group
+	group := m.st.store.session("c").group
 	m.mu.RUnlock()
 	if group != "" {
 		t.Fatalf("format %d session remembers group %q", FormatQueueControls, group)
@@ -497,8 +505,10 @@ func TestSessionGroupOnlyFromFormatSlotMoves(t *testing.T) {
 // only while no slot moves between the answers: a task of a moving slot
 // is then either in exactly one answer, or the answers say the read must
 // be asked again.
-func TestGetServedCoversEachSlotOnce(t *testing.T) {
-	r := newSlotRig(t)
+func TestGetServedCoversEachSlotOnce(t *testing.T) { onEachStore(t, getServedCoversEachSlotOnce) }
+
+func getServedCoversEachSlotOnce(t *testing.T, newMachine func(testing.TB, Options) *Machine) {
+	r := newSlotRig(t, newMachine)
 	const slot, move = 9, 3
 	groups, _ := groupsIn(slot, 1)
 	g := groups[0]
@@ -559,4 +569,10 @@ func TestGetServedCoversEachSlotOnce(t *testing.T) {
 			}
 		}
 	}
+}
+
+// onEachStore runs a test on a machine of each store.
+func onEachStore(t *testing.T, test func(*testing.T, func(testing.TB, Options) *Machine)) {
+	t.Run("memory", func(t *testing.T) { test(t, memMachine) })
+	t.Run("ondisk", func(t *testing.T) { test(t, diskMachine) })
 }

@@ -243,6 +243,9 @@ func (m *Machine) Restore(rc io.ReadCloser) error {
 		return err
 	}
 	m.mu.Lock()
+	if d, ok := m.st.store.(*diskStore); ok {
+		st = installOnDisk(d, st)
+	}
 	m.st = st
 	m.cp.reset()
 	var names []string
@@ -609,4 +612,38 @@ func (s *state) restoreSession(p *fsmpb.Session) error {
 	}
 	s.putSession(&session{clientID: p.ClientId, seq: p.Seq, group: p.Group, lastSeen: p.LastSeen, result: p.Result, size: sessionSize(p.ClientId, p.Result)})
 	return nil
+}
+
+// installOnDisk replaces d's contents with src's (read and checked into
+// memory first, so that a damaged stream changes nothing) and returns the
+// state on d. A snapshot of a hundred million tasks will stream into the
+// engine instead (fsm/ondisk/DESIGN.md, "Snapshots without a copy").
+func installOnDisk(d *diskStore, src *state) *state {
+	d.clear()
+	st := newStateWith(d)
+	st.clock, st.applied, st.format = src.clock, src.applied, src.format
+	st.paused, st.limits, st.schedules = src.paused, src.limits, src.schedules
+	st.slotStates, st.slotTable = src.slotStates, src.slotTable
+	d.begin()
+	d.writeTxn(src.clock) // the clock, even with nothing to write
+	src.store.ascendQueues("", func(q *queue) bool {
+		dq := st.queueFor(q.name)
+		src.store.ascendQueue(q, nil, func(t *task) bool {
+			nt := *t
+			nt.q, nt.slot = dq, nil
+			st.add(&nt)
+			return true
+		})
+		return true
+	})
+	src.store.ascendSessions(func(s *session) bool {
+		d.putSession(s)
+		return true
+	})
+	src.store.ascendReservations(func(r *reservation) bool {
+		d.putReservation(r)
+		return true
+	})
+	d.commit(src.applied)
+	return st
 }

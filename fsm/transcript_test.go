@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -47,7 +48,14 @@ func TestTranscript(t *testing.T) {
 	}
 	for _, path := range files {
 		t.Run(strings.TrimSuffix(filepath.Base(path), ".txt"), func(t *testing.T) {
-			runTranscript(t, path)
+			runTranscript(t, path, memMachine)
+		})
+		if *update {
+			continue
+		}
+		// The same transcript, the same answers, on the on-disk store.
+		t.Run(strings.TrimSuffix(filepath.Base(path), ".txt")+"/ondisk", func(t *testing.T) {
+			runTranscript(t, path, diskMachine)
 		})
 	}
 }
@@ -58,14 +66,14 @@ type transcriptCase struct {
 	output []string
 }
 
-func runTranscript(t *testing.T, path string) {
+func runTranscript(t *testing.T, path string, newMachine func(testing.TB, Options) *Machine) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
 	var out bytes.Buffer
-	tr := newTranscriptRunner(t)
+	tr := newTranscriptRunner(t, newMachine)
 	for i := 0; i < len(lines); {
 		l := lines[i]
 		if strings.TrimSpace(l) == "" || strings.HasPrefix(l, "#") {
@@ -107,14 +115,15 @@ func runTranscript(t *testing.T, path string) {
 
 type transcriptRunner struct {
 	t        *testing.T
+	new      func(testing.TB, Options) *Machine
 	m        *Machine
 	index    uint64
 	notified []string
 }
 
-func newTranscriptRunner(t *testing.T) *transcriptRunner {
-	tr := &transcriptRunner{t: t}
-	tr.m = New(tr.options())
+func newTranscriptRunner(t *testing.T, newMachine func(testing.TB, Options) *Machine) *transcriptRunner {
+	tr := &transcriptRunner{t: t, new: newMachine}
+	tr.m = newMachine(t, tr.options())
 	return tr
 }
 
@@ -325,9 +334,10 @@ func (tr *transcriptRunner) run(input []string) []string {
 		}
 		tr.m.mu.RLock()
 		var ss []*session
-		for _, s := range mem(tr.m).sessions {
+		tr.m.st.store.ascendSessions(func(s *session) bool {
 			ss = append(ss, s)
-		}
+			return true
+		})
 		tr.m.mu.RUnlock()
 		sort.Slice(ss, func(i, j int) bool { return ss[i].clientID < ss[j].clientID })
 		for _, s := range ss {
@@ -389,7 +399,7 @@ func (tr *transcriptRunner) run(input []string) []string {
 		if err := snap.(*snapshot).writeTo(&buf); err != nil {
 			tr.t.Fatal(err)
 		}
-		m2 := New(tr.options())
+		m2 := tr.new(tr.t, tr.options())
 		if err := m2.Restore(nopCloser{&buf}); err != nil {
 			return []string{"error: " + err.Error()}
 		}
@@ -413,12 +423,17 @@ func (nopCloser) Close() error { return nil }
 
 func allTasks(m *Machine) []*fsmpb.Task {
 	m.mu.RLock()
-	ids := make([]string, 0, len(mem(m).tasks))
-	for id := range mem(m).tasks {
-		ids = append(ids, id)
-	}
+	var ids []string
+	m.st.store.ascendQueues("", func(q *queue) bool {
+		m.st.store.ascendQueue(q, nil, func(t *task) bool {
+			ids = append(ids, t.id)
+			return true
+		})
+		return true
+	})
 	m.mu.RUnlock()
 	sort.Strings(ids)
+	ids = slices.Compact(ids)
 	return m.Get(ids)
 }
 

@@ -34,6 +34,13 @@ const (
 	// TableSessionOrder orders the sessions least recently seen first, for
 	// expiry and eviction: shard|'o'|last seen(8)|client id, no value.
 	TableSessionOrder byte = 'o'
+	// TableReservation holds the keys that deleted tasks keep taken for
+	// their dedup window: shard|'r'|len(queue)|queue|key → Reservation.
+	// By queue name, not number: a reservation outlives its queue's tasks.
+	TableReservation byte = 'r'
+	// TableReservationOrder orders the reservations by their end:
+	// shard|'u'|until(8)|len(queue)|queue|key, no value.
+	TableReservationOrder byte = 'u'
 )
 
 // ShardPrefix is the first key of a shard's range; ShardEnd is the first
@@ -170,3 +177,49 @@ func ascending(v int64) uint64 { return uint64(v) ^ 1<<63 }
 // descending maps an int32 to a uint32 whose big-endian bytes sort in the
 // opposite order of the signed value (higher priority first).
 func descending(p int32) uint32 { return ^(uint32(p) ^ 1<<31) }
+
+// ReservationKey is the key of a queue's key reservation.
+func ReservationKey(shard uint32, queue, key string) []byte {
+	b := binary.AppendUvarint(tableKey(shard, TableReservation, binary.MaxVarintLen64+len(queue)+len(key)), uint64(len(queue)))
+	b = append(b, queue...)
+	return append(b, key...)
+}
+
+// ReservationOrderKey is a reservation's key in order of its end, then
+// queue, then key (fsm orders its reservations so, and a snapshot lists
+// them in this order): the queue is escaped and terminated so that the
+// bytes sort as the (queue, key) pairs do.
+func ReservationOrderKey(shard uint32, until int64, queue, key string) []byte {
+	b := binary.BigEndian.AppendUint64(tableKey(shard, TableReservationOrder, 8+2*len(queue)+2+len(key)), ascending(until))
+	for i := 0; i < len(queue); i++ {
+		b = append(b, queue[i])
+		if queue[i] == 0 {
+			b = append(b, 0xff)
+		}
+	}
+	b = append(b, 0, 1)
+	return append(b, key...)
+}
+
+// ParseReservationOrderKey splits a reservation order key.
+func ParseReservationOrderKey(k []byte) (until int64, queue, key string, err error) {
+	if len(k) < 5+8+2 || k[4] != TableReservationOrder {
+		return 0, "", "", errors.New("ondisk: not a reservation order key")
+	}
+	until = int64(binary.BigEndian.Uint64(k[5:]) ^ 1<<63)
+	var q []byte
+	for i := 13; i+1 < len(k); i++ {
+		switch {
+		case k[i] != 0:
+			q = append(q, k[i])
+		case k[i+1] == 0xff:
+			q = append(q, 0)
+			i++
+		case k[i+1] == 1:
+			return until, string(q), string(k[i+2:]), nil
+		default:
+			return 0, "", "", errors.New("ondisk: bad reservation order key")
+		}
+	}
+	return 0, "", "", errors.New("ondisk: bad reservation order key")
+}

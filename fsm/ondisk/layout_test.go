@@ -154,3 +154,35 @@ func cmpI(a, b int64) int {
 	}
 	return 0
 }
+
+func TestReservationOrderKeysSortByEndQueueKey(t *testing.T) {
+	type res struct {
+		until      int64
+		queue, key string
+	}
+	in := []res{{5, "b", "k"}, {5, "aa", "z"}, {5, "a", "zz"}, {5, "a\x00b", "k"}, {5, "a", "y"}, {-1, "z", "k"}, {7, "", "k"}}
+	keys := make([][]byte, len(in))
+	for i, r := range in {
+		keys[i] = ReservationOrderKey(3, r.until, r.queue, r.key)
+		until, q, k, err := ParseReservationOrderKey(keys[i])
+		if err != nil || until != r.until || q != r.queue || k != r.key {
+			t.Fatalf("parse %v: %d %q %q %v", r, until, q, k, err)
+		}
+	}
+	less := func(a, b res) bool {
+		if a.until != b.until {
+			return a.until < b.until
+		}
+		if a.queue != b.queue {
+			return a.queue < b.queue
+		}
+		return a.key < b.key
+	}
+	for i := range in {
+		for j := range in {
+			if got, want := bytes.Compare(keys[i], keys[j]) < 0, less(in[i], in[j]); got != want {
+				t.Errorf("%v < %v: keys say %v, want %v", in[i], in[j], got, want)
+			}
+		}
+	}
+}

@@ -23,6 +23,9 @@ type Task struct {
 	Claims   uint32
 	Attempt  uint32
 	Err      string
+	// Dedup is the key's reservation after the task's deletion
+	// (fsm's Insert.dedup_window), in nanoseconds.
+	Dedup int64
 }
 
 // Field numbers of the record (protobuf wire format, so that fields can
@@ -40,6 +43,7 @@ const (
 	fieldClaims   protowire.Number = 10
 	fieldAttempt  protowire.Number = 11
 	fieldErr      protowire.Number = 12
+	fieldDedup    protowire.Number = 13
 )
 
 // AppendTask appends t's record to b, fields in number order, zero values
@@ -56,7 +60,8 @@ func AppendTask(b []byte, t *Task) []byte {
 	b = appendVarint(b, fieldModified, protowire.EncodeZigZag(t.Modified))
 	b = appendVarint(b, fieldClaims, uint64(t.Claims))
 	b = appendVarint(b, fieldAttempt, uint64(t.Attempt))
-	return appendBytes(b, fieldErr, []byte(t.Err))
+	b = appendBytes(b, fieldErr, []byte(t.Err))
+	return appendVarint(b, fieldDedup, protowire.EncodeZigZag(t.Dedup))
 }
 
 func appendVarint(b []byte, num protowire.Number, v uint64) []byte {
@@ -142,6 +147,8 @@ func (t *Task) setVarint(num protowire.Number, v uint64) error {
 		t.Claims = uint32(v)
 	case fieldAttempt:
 		t.Attempt = uint32(v)
+	case fieldDedup:
+		t.Dedup = protowire.DecodeZigZag(v)
 	case fieldClaimant, fieldKey, fieldValue, fieldErr:
 		return errWireType
 	}
@@ -158,7 +165,7 @@ func (t *Task) setBytes(num protowire.Number, v []byte) error {
 		t.Value = append([]byte(nil), v...)
 	case fieldErr:
 		t.Err = string(v)
-	case fieldQueue, fieldVersion, fieldAt, fieldPriority, fieldCreated, fieldModified, fieldClaims, fieldAttempt:
+	case fieldQueue, fieldVersion, fieldAt, fieldPriority, fieldCreated, fieldModified, fieldClaims, fieldAttempt, fieldDedup:
 		return errWireType
 	}
 	return nil

@@ -16,6 +16,8 @@ type Session struct {
 	Seq      uint64
 	LastSeen int64
 	Result   []byte
+	// Group is the request's consistency group (fsm.FormatSlotMoves on).
+	Group string
 }
 
 // SessionOverheadBytes is what a session counts for besides its client id
@@ -30,6 +32,8 @@ func SessionSize(client string, s *Session) uint64 {
 func (s *Session) encode() []byte {
 	b := binary.AppendUvarint(nil, s.Seq)
 	b = binary.AppendVarint(b, s.LastSeen)
+	b = binary.AppendUvarint(b, uint64(len(s.Group)))
+	b = append(b, s.Group...)
 	return append(b, s.Result...)
 }
 
@@ -43,7 +47,13 @@ func decodeSession(b []byte) (*Session, error) {
 	if n <= 0 {
 		return nil, errors.New("ondisk: bad session record")
 	}
-	return &Session{Seq: seq, LastSeen: seen, Result: bytes.Clone(b[n:])}, nil
+	b = b[n:]
+	glen, n := binary.Uvarint(b)
+	if n <= 0 || uint64(len(b)-n) < glen {
+		return nil, errors.New("ondisk: bad session record")
+	}
+	group := string(b[n : n+int(glen)])
+	return &Session{Seq: seq, LastSeen: seen, Group: group, Result: bytes.Clone(b[n+int(glen):])}, nil
 }
 
 // Sessions is how many sessions the shard holds and their total size

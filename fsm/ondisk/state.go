@@ -34,9 +34,11 @@ type meta struct {
 	// sessions and sessionBytes count the exactly-once records and their
 	// sizes (SessionSize).
 	sessions, sessionBytes uint64
+	// tasks and reservations count the task records and key reservations.
+	tasks, reservations uint64
 }
 
-const metaLen = 8 + 8 + 4 + 32 + 8 + 8
+const metaLen = 8 + 8 + 4 + 32 + 8 + 8 + 8 + 8
 
 func (m meta) encode() []byte {
 	b := make([]byte, 0, metaLen)
@@ -46,7 +48,9 @@ func (m meta) encode() []byte {
 	d := m.digest.Bytes()
 	b = append(b, d[:]...)
 	b = binary.BigEndian.AppendUint64(b, m.sessions)
-	return binary.BigEndian.AppendUint64(b, m.sessionBytes)
+	b = binary.BigEndian.AppendUint64(b, m.sessionBytes)
+	b = binary.BigEndian.AppendUint64(b, m.tasks)
+	return binary.BigEndian.AppendUint64(b, m.reservations)
 }
 
 func decodeMeta(b []byte) (meta, error) {
@@ -56,6 +60,7 @@ func decodeMeta(b []byte) (meta, error) {
 	m := meta{applied: binary.BigEndian.Uint64(b), clock: int64(binary.BigEndian.Uint64(b[8:])), nextQueue: binary.BigEndian.Uint32(b[16:])}
 	m.digest = DigestFromBytes([32]byte(b[20:52]))
 	m.sessions, m.sessionBytes = binary.BigEndian.Uint64(b[52:]), binary.BigEndian.Uint64(b[60:])
+	m.tasks, m.reservations = binary.BigEndian.Uint64(b[68:]), binary.BigEndian.Uint64(b[76:])
 	return m, nil
 }
 
@@ -127,6 +132,17 @@ func Open(db *pebble.DB, shard uint32) (*State, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// Clear deletes the shard's whole range (tasks, indexes, sessions,
+// reservations, its own record): what a snapshot install does first.
+func (s *State) Clear() error {
+	if err := s.db.DeleteRange(ShardPrefix(s.shard), ShardEnd(s.shard), pebble.NoSync); err != nil {
+		return err
+	}
+	s.queues, s.byNum = map[string]*queueInfo{}, map[uint32]*queueInfo{}
+	s.meta, s.dueHead, s.sessionHead = meta{}, nil, nil
+	return nil
 }
 
 // Applied is the index of the last log entry committed into the state.
@@ -347,6 +363,7 @@ func prefixEnd(p []byte) []byte {
 // record).
 func (t *Txn) index(id string, q *queueInfo, tk *Task) error {
 	q.total++
+	t.meta.tasks++
 	ck := ClaimKey(t.s.shard, q.num, tk.Priority, tk.At, id)
 	if q.head != nil && bytes.Compare(ck, q.head) < 0 {
 		q.head = ck
@@ -392,6 +409,7 @@ func (t *Txn) unindex(group, id string, old *Task) error {
 		return err
 	}
 	q.total--
+	t.meta.tasks--
 	ck := ClaimKey(t.s.shard, q.num, old.Priority, old.At, id)
 	t.meta.digest.Remove(ck, nil)
 	if err := t.b.Delete(ck, nil); err != nil {
@@ -449,6 +467,12 @@ func (t *Txn) KeyOwner(queue, key string) (id string, ok bool, err error) {
 // claim order (priority descending, at, id) while fn returns true. fn may
 // not change the transaction; collect, then change.
 func (t *Txn) Claimable(queue string, fn func(id string, tk *Task) bool) error {
+	return t.ClaimableAt(queue, t.meta.clock, fn)
+}
+
+// ClaimableAt is Claimable at another clock: the tasks with at <= clock
+// (a read that asks what a claim stamped later would find).
+func (t *Txn) ClaimableAt(queue string, clock int64, fn func(id string, tk *Task) bool) error {
 	q := t.queue(queue, false)
 	if q == nil {
 		return nil
@@ -474,7 +498,7 @@ func (t *Txn) Claimable(queue string, fn func(id string, tk *Task) bool) error {
 		if err != nil {
 			return err
 		}
-		if at > t.meta.clock {
+		if at > clock {
 			// The rest of this priority is in the future: go to the next.
 			if prio == -1<<31 {
 				return nil
@@ -499,8 +523,8 @@ func (t *Txn) Claimable(queue string, fn func(id string, tk *Task) bool) error {
 
 // Advance moves the clock forward to now (never back); tasks that come
 // due leave the due index and their queues' future counts, and became is
-// called with each one's queue.
-func (t *Txn) Advance(now int64, became func(queue string)) error {
+// called with each one's queue, id and at, in at order.
+func (t *Txn) Advance(now int64, became func(queue, id string, at int64)) error {
 	if now <= t.meta.clock {
 		return nil
 	}
@@ -534,7 +558,7 @@ func (t *Txn) Advance(now int64, became func(queue string)) error {
 		return err
 	}
 	for _, k := range due {
-		_, _, num, id, _ := ParseDueKey(k)
+		_, at, num, id, _ := ParseDueKey(k)
 		q, err := t.queueByNum(num)
 		if err != nil {
 			return err
@@ -555,7 +579,7 @@ func (t *Txn) Advance(now int64, became func(queue string)) error {
 		if err := t.b.Delete(k, nil); err != nil {
 			return err
 		}
-		became(q.name)
+		became(q.name, id, at)
 	}
 	return nil
 }

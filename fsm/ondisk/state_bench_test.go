@@ -53,7 +53,7 @@ func BenchmarkStateClaimCommit(b *testing.B) {
 	load := func(n, queues int, prefix string) {
 		tx := s.Begin()
 		// Loaded tasks are available: their at is behind the clock.
-		if err := tx.Advance(int64(*benchTasks)+1000, func(string) {}); err != nil {
+		if err := tx.Advance(int64(*benchTasks)+1000, func(string, string, int64) {}); err != nil {
 			b.Fatal(err)
 		}
 		for i := range n {
@@ -87,7 +87,7 @@ func BenchmarkStateClaimCommit(b *testing.B) {
 			for b.Loop() {
 				clock++
 				tx := s.Begin()
-				if err := tx.Advance(clock, func(string) {}); err != nil {
+				if err := tx.Advance(clock, func(string, string, int64) {}); err != nil {
 					b.Fatal(err)
 				}
 				var id string

@@ -195,7 +195,7 @@ func checkAgainstModel(t *testing.T, seed uint64) {
 				delete(next.tasks, id)
 			case op < 8:
 				now := next.clock + int64(r.IntN(15))
-				if err := tx.Advance(now, func(string) {}); err != nil {
+				if err := tx.Advance(now, func(string, string, int64) {}); err != nil {
 					t.Fatal(err)
 				}
 				if now > next.clock {

@@ -1,0 +1,205 @@
+package ondisk
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// Reads the fsm's store needs besides a claim (Claimable): a queue in
+// claim order from a position, the first task of each priority, the next
+// task to come due, the sessions in order, and counts.
+
+// ClaimPos is a position in a queue's claim order: the first task at or
+// after it.
+type ClaimPos struct {
+	Priority int32
+	At       int64
+	ID       string
+}
+
+// TaskCount is how many tasks the transaction sees.
+func (t *Txn) TaskCount() uint64 { return t.meta.tasks }
+
+// QueueCounts returns a queue's counts as the transaction sees them: its
+// tasks, and those with at past the clock with and without a claimant. ok
+// is false for a queue the shard has no record of.
+func (t *Txn) QueueCounts(queue string) (total, claimed, delayed uint64, ok bool) {
+	q := t.dirty[queue]
+	if q == nil {
+		q = t.s.queues[queue]
+	}
+	if q == nil {
+		return 0, 0, 0, false
+	}
+	return q.total, q.claimed, q.delayed, true
+}
+
+// AscendQueue calls fn with the queue's tasks in claim order, from the
+// first at or after from (nil: the first), while fn returns true. fn may
+// not change the transaction.
+func (t *Txn) AscendQueue(queue string, from *ClaimPos, fn func(id string, tk *Task) bool) error {
+	q := t.queue(queue, false)
+	if q == nil {
+		return nil
+	}
+	lo := ClaimPrefix(t.s.shard, q.num)
+	start := lo
+	if from != nil {
+		start = ClaimKey(t.s.shard, q.num, from.Priority, from.At, from.ID)
+	} else if q.head != nil {
+		start = q.head
+	}
+	it, err := t.b.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: ClaimPrefix(t.s.shard, q.num+1)})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	group := GroupOf(queue)
+	for ok := it.SeekGE(start); ok; ok = it.Next() {
+		_, _, _, _, id, err := ParseClaimKey(it.Key())
+		if err != nil {
+			return err
+		}
+		tk, err := t.Get(group, id)
+		if err != nil {
+			return err
+		}
+		if tk == nil {
+			return fmt.Errorf("ondisk: shard %d: claim key of %q has no task", t.s.shard, id)
+		}
+		if !fn(id, tk) {
+			return nil
+		}
+	}
+	return it.Error()
+}
+
+// Runs calls fn with the first task of each priority of the queue, highest
+// first, for at most max priorities, while fn returns true; all reports
+// whether it saw every priority.
+func (t *Txn) Runs(queue string, max int, fn func(id string, tk *Task) bool) (all bool, err error) {
+	q := t.queue(queue, false)
+	if q == nil {
+		return true, nil
+	}
+	lo := ClaimPrefix(t.s.shard, q.num)
+	start := lo
+	if q.head != nil {
+		start = q.head
+	}
+	it, err := t.b.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: ClaimPrefix(t.s.shard, q.num+1)})
+	if err != nil {
+		return false, err
+	}
+	defer it.Close()
+	group := GroupOf(queue)
+	ok := it.SeekGE(start)
+	for n := 0; ok; n++ {
+		if n == max {
+			return false, nil
+		}
+		_, _, prio, _, id, err := ParseClaimKey(it.Key())
+		if err != nil {
+			return false, err
+		}
+		tk, err := t.Get(group, id)
+		if err != nil {
+			return false, err
+		}
+		if tk == nil {
+			return false, fmt.Errorf("ondisk: shard %d: claim key of %q has no task", t.s.shard, id)
+		}
+		if !fn(id, tk) || prio == -1<<31 {
+			return true, nil
+		}
+		ok = it.SeekGE(ClaimPriority(t.s.shard, q.num, prio-1))
+	}
+	return true, it.Error()
+}
+
+// FirstDue returns the task with the smallest at past the clock (ties by
+// queue number and id), and its queue; ok is false when none is.
+func (t *Txn) FirstDue() (queue, id string, tk *Task, ok bool, err error) {
+	lo := tableKey(t.s.shard, TableDue, 0)
+	from := t.dueHead
+	if from == nil {
+		from = lo
+	}
+	it, err := t.b.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: tableKey(t.s.shard, TableDue+1, 0)})
+	if err != nil {
+		return "", "", nil, false, err
+	}
+	defer it.Close()
+	if !it.SeekGE(from) {
+		return "", "", nil, false, it.Error()
+	}
+	_, _, num, id, err := ParseDueKey(it.Key())
+	if err != nil {
+		return "", "", nil, false, err
+	}
+	q, err := t.queueByNum(num)
+	if err != nil {
+		return "", "", nil, false, err
+	}
+	tk, err = t.Get(GroupOf(q.name), id)
+	if err != nil {
+		return "", "", nil, false, err
+	}
+	if tk == nil {
+		return "", "", nil, false, fmt.Errorf("ondisk: shard %d: due key of %q has no task", t.s.shard, id)
+	}
+	return q.name, id, tk, true, nil
+}
+
+// AscendSessions calls fn with the sessions, least recently seen first
+// (ties by client id), while fn returns true. fn may not change the
+// transaction.
+func (t *Txn) AscendSessions(fn func(client string, s *Session) bool) error {
+	lo := tableKey(t.s.shard, TableSessionOrder, 0)
+	from := t.sessionHead
+	if from == nil {
+		from = lo
+	}
+	it, err := t.b.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: tableKey(t.s.shard, TableSessionOrder+1, 0)})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	for ok := it.SeekGE(from); ok; ok = it.Next() {
+		_, client, err := ParseSessionOrderKey(it.Key())
+		if err != nil {
+			return err
+		}
+		s, err := t.Session(client)
+		if err != nil {
+			return err
+		}
+		if s == nil {
+			return errors.New("ondisk: a session order key without its session")
+		}
+		if !fn(client, s) {
+			return nil
+		}
+	}
+	return it.Error()
+}
+
+// QueueNames calls fn with the name of every queue the shard has a record
+// of, in name order, from the first at or after from.
+func (s *State) QueueNames(from string, fn func(name string) bool) error {
+	prefix := QueueKey(s.shard, "")
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: tableKey(s.shard, TableQueue+1, 0)})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	for ok := it.SeekGE(QueueKey(s.shard, from)); ok; ok = it.Next() {
+		if !fn(string(bytes.Clone(it.Key()[len(prefix):]))) {
+			return nil
+		}
+	}
+	return it.Error()
+}
