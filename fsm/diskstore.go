@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"bytes"
 	"cmp"
 	"fmt"
 	"slices"
@@ -38,6 +39,7 @@ type diskStore struct {
 	// was created in this apply and not pruned); names orders them.
 	queues map[string]*queue
 	names  *btree.BTreeG[*queue]
+	small  []byte // the small state as last stored
 }
 
 var (
@@ -50,7 +52,12 @@ var (
 // of the last.
 type txnStore interface {
 	begin()
-	commit(applied uint64)
+	// commit writes the batch with the applied index and the state's
+	// small part (encodeSmall), which it stores when it changed.
+	commit(applied uint64, small []byte)
+	// flush makes what was committed survive a crash (before a snapshot:
+	// the log it covers is then truncated).
+	flush()
 }
 
 func newDiskStore(db *pebble.DB, shard uint32) (*diskStore, error) {
@@ -60,6 +67,9 @@ func newDiskStore(db *pebble.DB, shard uint32) (*diskStore, error) {
 	}
 	d := &diskStore{st: st}
 	if err := d.load(); err != nil {
+		return nil, err
+	}
+	if d.small, err = st.Small(); err != nil {
 		return nil, err
 	}
 	return d, nil
@@ -83,6 +93,7 @@ func (d *diskStore) load() error {
 func (d *diskStore) clear() {
 	must(d.st.Clear())
 	must(d.load())
+	d.small = nil
 }
 
 func (d *diskStore) begin() {
@@ -92,11 +103,17 @@ func (d *diskStore) begin() {
 	d.tx = d.st.Begin()
 }
 
-func (d *diskStore) commit(applied uint64) {
+func (d *diskStore) commit(applied uint64, small []byte) {
 	tx := d.tx
 	d.tx = nil
+	if !bytes.Equal(small, d.small) {
+		must(tx.PutSmall(small))
+		d.small = small
+	}
 	must(tx.Commit(applied))
 }
+
+func (d *diskStore) flush() { must(d.st.Flush()) }
 
 // txn is the apply's transaction, or a read of the committed state that
 // done ends.

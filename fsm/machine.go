@@ -130,10 +130,14 @@ func New(opts Options) *Machine {
 // holds. Each batch of entries it applies is one write to db, without a
 // sync: the Raft log is the durable record.
 //
-// Not yet complete (fsm/ondisk/DESIGN.md, step 3): the rest of the state
-// (format, pauses, limits, schedules, slot states) is not kept in db, so a
-// reopened machine starts without it; snapshots copy the state through
-// memory. Until then it is for tests, which run the applier on both stores.
+// A reopened machine is the state after the applied index it stored
+// (AppliedIndex); Apply skips the entries up to it, which raft replays
+// from its last snapshot. Snapshot flushes the engine first, so the stored
+// state is never older than a snapshot raft keeps.
+//
+// Not yet complete (fsm/ondisk/DESIGN.md, step 3): snapshots and installs
+// go through memory. Until then it is for tests, which run the applier on
+// both stores.
 func NewOnDisk(opts Options, db *pebble.DB, shard uint32) (*Machine, error) {
 	m := New(opts)
 	d, err := newDiskStore(db, shard)
@@ -141,6 +145,11 @@ func NewOnDisk(opts Options, db *pebble.DB, shard uint32) (*Machine, error) {
 		return nil, fmt.Errorf("fsm: open shard %d of the on-disk state: %w", shard, err)
 	}
 	m.st = newStateWith(d)
+	if d.small != nil {
+		if err := m.st.loadSmall(d.small); err != nil {
+			return nil, fmt.Errorf("fsm: open shard %d of the on-disk state: %w", shard, err)
+		}
+	}
 	tx := d.st.Begin()
 	m.st.clock = tx.Clock()
 	tx.Discard()
@@ -177,6 +186,11 @@ func (m *Machine) ApplyBatch(logs []*raft.Log) []interface{} {
 		ts.begin() // one transaction for the batch
 	}
 	for i, l := range logs {
+		if ts != nil && l.Index <= m.st.applied {
+			// In the stored state already: raft replays the log from its
+			// last snapshot, and the on-disk state may be ahead of it.
+			continue
+		}
 		if cmds[i] == nil {
 			m.setAppliedLocked(l.Index)
 			continue
@@ -184,7 +198,7 @@ func (m *Machine) ApplyBatch(logs []*raft.Log) []interface{} {
 		out[i] = m.applyLocked(l.Index, cmds[i], &n)
 	}
 	if ts != nil {
-		ts.commit(m.st.applied)
+		ts.commit(m.st.applied, m.st.encodeSmall())
 	}
 	m.mu.Unlock()
 	m.notify(&n)
@@ -202,7 +216,7 @@ func (m *Machine) ApplyCommand(index uint64, cmd *fsmpb.Command) *fsmpb.Result {
 	}
 	res := m.applyLocked(index, cmd, &n)
 	if ts != nil {
-		ts.commit(m.st.applied)
+		ts.commit(m.st.applied, m.st.encodeSmall())
 	}
 	m.mu.Unlock()
 	m.notify(&n)

@@ -65,17 +65,16 @@ type snapshot struct {
 func (m *Machine) Snapshot() (raft.FSMSnapshot, error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
+	if ts, ok := m.st.store.(txnStore); ok {
+		ts.flush()
+	}
 	return m.st.snapshot(), nil
 }
 
 func (s *state) snapshot() *snapshot {
-	snap := &snapshot{
-		format:   s.format,
-		clock:    s.clock,
-		applied:  s.applied,
-		tasks:    make([]*task, 0, s.store.count()),
-		sessions: make([]*session, 0, s.store.sessionCount()),
-	}
+	snap := s.smallSnapshot()
+	snap.tasks = make([]*task, 0, s.store.count())
+	snap.sessions = make([]*session, 0, s.store.sessionCount())
 	// Queues by name, each in claim order: the stream is the same for the
 	// same state, and Restore inserts each queue's tasks in index order,
 	// which is several times faster than random order.
@@ -90,6 +89,17 @@ func (s *state) snapshot() *snapshot {
 		snap.sessions = append(snap.sessions, ss)
 		return true
 	})
+	s.store.ascendReservations(func(r *reservation) bool {
+		snap.reserved = append(snap.reserved, r)
+		return true
+	})
+	return snap
+}
+
+// smallSnapshot is a snapshot of the state without what its store holds:
+// the clock, format, pauses, limits, schedules and slot states.
+func (s *state) smallSnapshot() *snapshot {
+	snap := &snapshot{format: s.format, clock: s.clock, applied: s.applied}
 	for name := range s.paused {
 		snap.paused = append(snap.paused, name)
 	}
@@ -98,10 +108,6 @@ func (s *state) snapshot() *snapshot {
 		snap.limits = append(snap.limits, &fsmpb.QueueLimit{Queue: name, MaxClaimed: l})
 	}
 	slices.SortFunc(snap.limits, func(a, b *fsmpb.QueueLimit) int { return strings.Compare(a.Queue, b.Queue) })
-	s.store.ascendReservations(func(r *reservation) bool {
-		snap.reserved = append(snap.reserved, r)
-		return true
-	})
 	for _, sc := range s.schedules {
 		snap.sched = append(snap.sched, sc)
 	}
@@ -171,8 +177,11 @@ func (sw *snapshotWriter) frame() error {
 	return sw.write(sw.buf)
 }
 
-func (s *snapshot) writeTo(w io.Writer) error {
-	sw := &snapshotWriter{w: bufio.NewWriterSize(w, 256<<10)}
+func (s *snapshot) writeTo(w io.Writer) error { return s.writeToSize(w, 256<<10) }
+
+// writeToSize is writeTo with a buffer of size bytes.
+func (s *snapshot) writeToSize(w io.Writer, size int) error {
+	sw := &snapshotWriter{w: bufio.NewWriterSize(w, size)}
 	if err := sw.write([]byte(snapshotMagic)); err != nil {
 		return err
 	}
@@ -644,6 +653,29 @@ func installOnDisk(d *diskStore, src *state) *state {
 		d.putReservation(r)
 		return true
 	})
-	d.commit(src.applied)
+	d.commit(src.applied, st.encodeSmall())
+	d.flush() // raft truncates the log the install replaces
 	return st
+}
+
+// encodeSmall is the small state (smallSnapshot) in the snapshot format:
+// what the on-disk store keeps beside its tables, rewritten when it
+// changes.
+func (s *state) encodeSmall() []byte {
+	var buf bytes.Buffer
+	if err := s.smallSnapshot().writeToSize(&buf, 512); err != nil {
+		panic(fmt.Sprintf("fsm: encode the small state: %v", err)) // a bytes.Buffer does not fail
+	}
+	return buf.Bytes()
+}
+
+// loadSmall sets the small state from encodeSmall's bytes.
+func (s *state) loadSmall(b []byte) error {
+	small, err := readSnapshot(bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	s.format, s.paused, s.limits, s.schedules = small.format, small.paused, small.limits, small.schedules
+	s.slotStates, s.slotTable = small.slotStates, small.slotTable
+	return nil
 }

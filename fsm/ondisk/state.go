@@ -134,6 +134,40 @@ func Open(db *pebble.DB, shard uint32) (*State, error) {
 	return s, nil
 }
 
+// Flush writes the engine's memtables to its files. Without a WAL, what
+// is committed but not flushed is lost in a crash: the state then trails
+// the Raft log, which replays it, but never the log's newest snapshot,
+// which is why a snapshot flushes first (DESIGN.md).
+func (s *State) Flush() error { return s.db.Flush() }
+
+// Small returns the bytes PutSmall stored last, or nil.
+func (s *State) Small() ([]byte, error) {
+	v, c, err := s.db.Get(MetaKey(s.shard, "small"))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	return bytes.Clone(v), nil
+}
+
+// PutSmall stores the state the caller keeps beside the tables (fsm's
+// format, pauses, limits, schedules and slot states), with the commit.
+func (t *Txn) PutSmall(b []byte) error {
+	k := MetaKey(t.s.shard, "small")
+	old, err := t.s.Small()
+	if err != nil {
+		return err
+	}
+	if old != nil {
+		t.meta.digest.Remove(k, old)
+	}
+	t.meta.digest.Add(k, b)
+	return t.b.Set(k, b, nil)
+}
+
 // Clear deletes the shard's whole range (tasks, indexes, sessions,
 // reservations, its own record): what a snapshot install does first.
 func (s *State) Clear() error {

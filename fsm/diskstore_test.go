@@ -1,0 +1,90 @@
+package fsm
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/hashicorp/raft"
+)
+
+// TestOnDiskSurvivesACrash: the on-disk machine keeps no WAL of its own.
+// A crash loses what it committed after its last flush, and raft replays
+// the log from its last snapshot; a snapshot flushes first, so the stored
+// state is never older than that. The replay skips what the state holds
+// and ends in the state the log builds, small state (format, pauses,
+// limits, schedules) included, with or without the unflushed part.
+func TestOnDiskSurvivesACrash(t *testing.T) {
+	for seed := range uint64(3) {
+		t.Run("", func(t *testing.T) { onDiskCrash(t, seed) })
+	}
+}
+
+func onDiskCrash(t *testing.T, seed uint64) {
+	const steps, snapAt, flushAt = 600, 300, 450
+	fs := vfs.NewCrashableMem()
+	open := func(fs vfs.FS) (*pebble.DB, *Machine) {
+		db, err := pebble.Open("", &pebble.Options{FS: fs, DisableWAL: true, Logger: quietLogger{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := NewOnDisk(Options{MaxSessions: 3, SessionTTL: 200}, db, 7)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return db, m
+	}
+	db, m := open(fs)
+	ref := New(Options{MaxSessions: 3, SessionTTL: 200})
+	g := &gen{r: rand.New(rand.NewPCG(seed, 9)), ref: newRefModel(3, 200), now: 1000, seqs: map[string]uint64{},
+		queues: []string{"g/a", "g/b", "g", "h/a"}, clients: []string{"c1", "c2", "c3", "c4"}}
+	var log []*raft.Log
+	for i := 1; i <= steps; i++ {
+		cmd := g.command(true)
+		g.ref.apply(cmd)
+		data, err := EncodeCommand(cmd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := &raft.Log{Index: uint64(i), Type: raft.LogCommand, Data: data}
+		log = append(log, l)
+		m.Apply(l)
+		ref.Apply(l)
+		if i == snapAt {
+			if _, err := m.Snapshot(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if i == flushAt {
+			// The engine flushes its memtables on its own too: the stored
+			// state is then ahead of raft's snapshot.
+			if err := db.Flush(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if m.Digest() != ref.Digest() {
+		t.Fatal("the on-disk machine's digest differs from the in-memory one's before the crash")
+	}
+	// Only what was synced survives (with no WAL, what is not flushed was
+	// never written).
+	crashed := fs.CrashClone(vfs.CrashCloneCfg{})
+	db.Close()
+	db2, m2 := open(crashed)
+	defer db2.Close()
+	applied := m2.AppliedIndex()
+	if applied < flushAt || applied > steps {
+		t.Fatalf("reopened at applied index %d, want %d..%d (never before the last flush)", applied, flushAt, steps)
+	}
+	// raft replays from its snapshot: entries the state holds are skipped.
+	m2.ApplyBatch(log[snapAt:])
+	if m2.AppliedIndex() != steps || m2.Digest() != ref.Digest() {
+		t.Fatalf("after the replay: applied %d, digest equal %v; want %d, true (reopened at %d)",
+			m2.AppliedIndex(), m2.Digest() == ref.Digest(), steps, applied)
+	}
+	// The small state came back with it.
+	if m2.Format() != ref.Format() || len(m2.Schedules("")) != len(ref.Schedules("")) {
+		t.Fatalf("format %d, %d schedules; want %d, %d", m2.Format(), len(m2.Schedules("")), ref.Format(), len(ref.Schedules("")))
+	}
+}
