@@ -6,8 +6,12 @@ import (
 	"io"
 	"runtime"
 	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/e1158ecb/taskstore/fsm/fsmpb"
+	"github.com/e1158ecb/taskstore/fsm/ondisk"
 )
 
 // Benchmarks run only with -bench; their setup builds up to a million
@@ -167,3 +171,61 @@ func BenchmarkBytesPerTask(b *testing.B) {
 type countWriter struct{ n int64 }
 
 func (w *countWriter) Write(p []byte) (int, error) { w.n += int64(len(p)); return len(p), nil }
+
+// BenchmarkOnDiskBytesPerTask loads a million tasks into the on-disk store
+// (Pebble in a temporary directory, ondisk.EngineOptions with a 64 MiB
+// block cache) in batches of 10,000 and reports the heap held per task,
+// the disk used per task, and a claim of the million-task queue.
+func BenchmarkOnDiskBytesPerTask(b *testing.B) {
+	for range b.N {
+		db, err := pebble.Open(b.TempDir(), ondisk.EngineOptions(64<<20))
+		if err != nil {
+			b.Fatal(err)
+		}
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		m, err := NewOnDisk(Options{}, db, 1)
+		if err != nil {
+			b.Fatal(err)
+		}
+		d := m.st.store.(*diskStore)
+		m.st.clock = int64(benchSnapshotTasks) + 1
+		q := m.st.queueFor("b/q")
+		for i := range benchSnapshotTasks {
+			if i%10000 == 0 {
+				d.begin()
+			}
+			value := fmt.Appendf(make([]byte, 0, 16), "value-%010d", i)
+			m.st.add(&task{id: fmt.Sprintf("t%08d", i), q: q, value: value, version: 1,
+				at: int64(i), created: int64(i), modified: int64(i), priority: int32(i % 4)})
+			if i%10000 == 9999 {
+				d.commit(uint64(i+1), m.st.encodeSmall())
+			}
+		}
+		if err := db.Flush(); err != nil {
+			b.Fatal(err)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/benchSnapshotTasks, "heap-bytes/task")
+		b.ReportMetric(float64(db.Metrics().DiskSpaceUsage())/benchSnapshotTasks, "disk-bytes/task")
+		// Claims, one per command (its own batch), timed after as many
+		// again warmed the cache.
+		const claims = 2000
+		var start time.Time
+		for i := range 2 * claims {
+			if i == claims {
+				start = time.Now()
+			}
+			res := m.ApplyCommand(uint64(benchSnapshotTasks+i+1), &fsmpb.Command{Op: fsmpb.Op_OP_CLAIM, Now: int64(benchSnapshotTasks) + 2 + int64(i),
+				Claim: &fsmpb.Claim{Claimant: "w", Queues: []string{"b/q"}, Lease: 1 << 40, Limit: 1}})
+			if len(res.GetClaim().GetTasks()) != 1 {
+				b.Fatalf("claim %d: %v", i, res)
+			}
+		}
+		b.ReportMetric(float64(time.Since(start).Microseconds())/claims, "us/claim")
+		runtime.KeepAlive(m)
+		db.Close()
+	}
+}
