@@ -499,6 +499,9 @@ func (d *diskStore) putReservation(r *reservation) {
 func (d *diskStore) firstReservation() (*reservation, bool) {
 	tx, done := d.txn()
 	defer done()
+	if tx.Reservations() == 0 {
+		return nil, false
+	}
 	var first *reservation
 	must(tx.AscendReservations(func(queue, _ string, r *ondisk.Reservation) bool {
 		first = d.toReservation(queue, r)

@@ -117,6 +117,9 @@ func (t *Txn) DeleteSession(client string) error {
 // OldestSession returns the least recently seen session (ties by client
 // id), or "" when there is none.
 func (t *Txn) OldestSession() (client string, lastSeen int64, err error) {
+	if t.meta.sessions == 0 {
+		return "", 0, nil
+	}
 	lo := tableKey(t.s.shard, TableSessionOrder, 0)
 	from := t.sessionHead
 	if from == nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -23,6 +24,11 @@ type State struct {
 	// dueHead, sessionHead: every due key (session order key) of the shard
 	// below it is deleted (see DESIGN.md, "Queue heads").
 	dueHead, sessionHead []byte
+	// dueAt, when dueKnown: no task is due before it (a lower bound of the
+	// due index's first at), so that advancing the clock short of it reads
+	// nothing.
+	dueAt    int64
+	dueKnown bool
 }
 
 // meta is the shard's own record, written with every commit.
@@ -175,7 +181,7 @@ func (s *State) Clear() error {
 		return err
 	}
 	s.queues, s.byNum = map[string]*queueInfo{}, map[uint32]*queueInfo{}
-	s.meta, s.dueHead, s.sessionHead = meta{}, nil, nil
+	s.meta, s.dueHead, s.sessionHead, s.dueKnown = meta{}, nil, nil, false
 	return nil
 }
 
@@ -212,13 +218,16 @@ type Txn struct {
 	b                    *pebble.Batch
 	meta                 meta
 	dueHead, sessionHead []byte
+	dueAt                int64
+	dueKnown             bool
 	dirty                map[string]*queueInfo // copies of the queues changed, by name
 	byNum                map[uint32]*queueInfo // the same, by number
 }
 
 // Begin starts a transaction.
 func (s *State) Begin() *Txn {
-	return &Txn{s: s, b: s.db.NewIndexedBatch(), meta: s.meta, dueHead: s.dueHead, sessionHead: s.sessionHead, dirty: map[string]*queueInfo{}, byNum: map[uint32]*queueInfo{}}
+	return &Txn{s: s, b: s.db.NewIndexedBatch(), meta: s.meta, dueHead: s.dueHead, sessionHead: s.sessionHead,
+		dueAt: s.dueAt, dueKnown: s.dueKnown, dirty: map[string]*queueInfo{}, byNum: map[uint32]*queueInfo{}}
 }
 
 // Discard drops the transaction's changes.
@@ -266,6 +275,7 @@ func (t *Txn) Commit(applied uint64) error {
 		s.byNum[q.num] = q
 	}
 	s.meta, s.dueHead, s.sessionHead = t.meta, t.dueHead, t.sessionHead
+	s.dueAt, s.dueKnown = t.dueAt, t.dueKnown
 	return nil
 }
 
@@ -423,6 +433,9 @@ func (t *Txn) index(id string, q *queueInfo, tk *Task) error {
 		if t.dueHead != nil && bytes.Compare(dk, t.dueHead) < 0 {
 			t.dueHead = dk
 		}
+		if t.dueKnown && tk.At < t.dueAt {
+			t.dueAt = tk.At
+		}
 		t.meta.digest.Add(dk, nil)
 		if err := t.b.Set(dk, nil, nil); err != nil {
 			return err
@@ -563,6 +576,10 @@ func (t *Txn) Advance(now int64, became func(queue, id string, at int64)) error 
 		return nil
 	}
 	t.meta.clock = now
+	if t.dueKnown && now < t.dueAt {
+		return nil // nothing is due before dueAt
+	}
+	t.dueAt, t.dueKnown = math.MaxInt64, true // unless a later key says otherwise
 	lo := tableKey(t.s.shard, TableDue, 0)
 	from := t.dueHead
 	if from == nil {
@@ -581,6 +598,7 @@ func (t *Txn) Advance(now int64, became func(queue, id string, at int64)) error 
 		}
 		if at > now {
 			t.dueHead = bytes.Clone(it.Key())
+			t.dueAt = at
 			break
 		}
 		due = append(due, bytes.Clone(it.Key()))
