@@ -535,3 +535,58 @@ func (d *diskStore) reservationCount() int {
 	defer done()
 	return int(tx.Reservations())
 }
+
+// snapshot is a snapshot of st, whose store d is, that copies nothing: a
+// view of the engine (a Pebble snapshot and the per-queue records) that
+// Persist streams while entries go on applying. The engine flushes what is
+// committed meanwhile, and Persist waits for that before it reports the
+// snapshot taken: raft then truncates the log it covers, so the state on
+// disk must not be older (DESIGN.md, "Durability without a sync").
+func (d *diskStore) snapshot(st *state) (*snapshot, error) {
+	flushed, err := d.st.AsyncFlush()
+	if err != nil {
+		return nil, fmt.Errorf("fsm: snapshot: flush the engine: %w", err)
+	}
+	view := d.st.View()
+	snap := st.smallSnapshot()
+	nsessions, _ := view.Sessions()
+	snap.stream = &snapshotStream{
+		tasks: view.TaskCount(), sessions: nsessions, reserved: view.Reservations(),
+		eachTask: func(fn func(*task) error) error {
+			for _, name := range view.QueueNames() {
+				q := &queue{name: name, group: groupOf(name)}
+				var ferr error
+				err := view.AscendQueue(name, nil, func(id string, tk *ondisk.Task) bool {
+					ferr = fn(d.toTask(view, id, tk, q))
+					return ferr == nil
+				})
+				if err = cmp.Or(ferr, err); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+		eachSession: func(fn func(*session) error) error {
+			var ferr error
+			err := view.AscendSessions(func(client string, s *ondisk.Session) bool {
+				ferr = fn(toSession(client, s))
+				return ferr == nil
+			})
+			return cmp.Or(ferr, err)
+		},
+		eachReserved: func(fn func(*reservation) error) error {
+			var ferr error
+			err := view.AscendReservations(func(queue, _ string, r *ondisk.Reservation) bool {
+				ferr = fn(d.toReservation(queue, r))
+				return ferr == nil
+			})
+			return cmp.Or(ferr, err)
+		},
+		done: func() error {
+			<-flushed
+			return nil
+		},
+		release: view.Discard,
+	}
+	return snap, nil
+}

@@ -59,14 +59,31 @@ type snapshot struct {
 	sched    []*fsmpb.Schedule   // by queue, then name
 	slots    []*fsmpb.SlotState  // by slot
 	table    uint32              // the slot table's size (with slots only)
+	// stream, when set, has the tasks, sessions and reservations instead
+	// of the slices: a store that reads them from a consistent view as
+	// Persist writes them (diskStore), so a snapshot copies nothing.
+	stream *snapshotStream
+}
+
+// snapshotStream is what a streaming store gives a snapshot: the counts
+// and the records in the stream's order, read from a view that Release
+// ends, and whatever Persist must wait for before the snapshot counts (an
+// engine flush).
+type snapshotStream struct {
+	tasks, sessions, reserved uint64
+	eachTask                  func(func(*task) error) error
+	eachSession               func(func(*session) error) error
+	eachReserved              func(func(*reservation) error) error
+	done                      func() error
+	release                   func()
 }
 
 // Snapshot captures the state cheaply; Persist streams it while Apply goes on.
 func (m *Machine) Snapshot() (raft.FSMSnapshot, error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	if ts, ok := m.st.store.(txnStore); ok {
-		ts.flush()
+	if d, ok := m.st.store.(*diskStore); ok {
+		return d.snapshot(m.st)
 	}
 	return m.st.snapshot(), nil
 }
@@ -124,15 +141,68 @@ func (s *state) smallSnapshot() *snapshot {
 
 // Persist writes the snapshot to sink, or cancels the sink on error.
 func (s *snapshot) Persist(sink raft.SnapshotSink) error {
-	if err := s.writeTo(sink); err != nil {
+	err := s.writeTo(sink)
+	if err == nil && s.stream != nil && s.stream.done != nil {
+		err = s.stream.done()
+	}
+	if err != nil {
 		_ = sink.Cancel()
 		return fmt.Errorf("fsm: persist snapshot: %w", err)
 	}
 	return sink.Close()
 }
 
-// Release implements raft.FSMSnapshot; a snapshot holds no resources.
-func (s *snapshot) Release() {}
+// Release implements raft.FSMSnapshot: a streaming store's view ends.
+func (s *snapshot) Release() {
+	if s.stream != nil && s.stream.release != nil {
+		s.stream.release()
+	}
+}
+
+// counts are the numbers of tasks, sessions and reservations the stream
+// holds.
+func (s *snapshot) counts() (tasks, sessions, reserved uint64) {
+	if s.stream != nil {
+		return s.stream.tasks, s.stream.sessions, s.stream.reserved
+	}
+	return uint64(len(s.tasks)), uint64(len(s.sessions)), uint64(len(s.reserved))
+}
+
+func (s *snapshot) eachTask(fn func(*task) error) error {
+	if s.stream != nil {
+		return s.stream.eachTask(fn)
+	}
+	for _, t := range s.tasks {
+		if err := fn(t); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *snapshot) eachSession(fn func(*session) error) error {
+	if s.stream != nil {
+		return s.stream.eachSession(fn)
+	}
+	for _, ss := range s.sessions {
+		if err := fn(ss); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *snapshot) eachReserved(fn func(*reservation) error) error {
+	if s.stream != nil {
+		return s.stream.eachReserved(fn)
+	}
+	for _, r := range s.reserved {
+		if err := fn(r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // snapshotWriter frames records and keeps the running checksum.
 type snapshotWriter struct {
@@ -185,29 +255,28 @@ func (s *snapshot) writeToSize(w io.Writer, size int) error {
 	if err := sw.write([]byte(snapshotMagic)); err != nil {
 		return err
 	}
+	ntasks, nsessions, nreserved := s.counts()
 	h := &fsmpb.SnapshotHeader{Format: snapshotFormat, Clock: s.clock,
-		Tasks: uint64(len(s.tasks)), Sessions: uint64(len(s.sessions)), AppliedIndex: s.applied}
+		Tasks: ntasks, Sessions: nsessions, AppliedIndex: s.applied}
 	if s.format > 0 {
 		h.Format, h.StateFormat = snapshotFormatStated, s.format
 	}
-	h.PausedQueues, h.QueueLimits, h.Reservations = uint64(len(s.paused)), uint64(len(s.limits)), uint64(len(s.reserved))
+	h.PausedQueues, h.QueueLimits, h.Reservations = uint64(len(s.paused)), uint64(len(s.limits)), nreserved
 	h.Schedules = uint64(len(s.sched))
 	h.SlotStates, h.Slots = uint64(len(s.slots)), s.table
 	err := sw.record(&fsmpb.SnapshotRecord{Header: h})
 	if err != nil {
 		return err
 	}
-	for _, t := range s.tasks {
-		if err := sw.task(t); err != nil {
-			return err
-		}
+	if err := s.eachTask(sw.task); err != nil {
+		return err
 	}
-	for _, ss := range s.sessions {
-		err := sw.record(&fsmpb.SnapshotRecord{Session: &fsmpb.Session{ClientId: ss.clientID, Seq: ss.seq,
+	err = s.eachSession(func(ss *session) error {
+		return sw.record(&fsmpb.SnapshotRecord{Session: &fsmpb.Session{ClientId: ss.clientID, Seq: ss.seq,
 			LastSeen: ss.lastSeen, Result: ss.result, Group: ss.group}})
-		if err != nil {
-			return err
-		}
+	})
+	if err != nil {
+		return err
 	}
 	for _, name := range s.paused {
 		if err := sw.record(&fsmpb.SnapshotRecord{PausedQueue: name}); err != nil {
@@ -219,11 +288,11 @@ func (s *snapshot) writeToSize(w io.Writer, size int) error {
 			return err
 		}
 	}
-	for _, r := range s.reserved {
-		err := sw.record(&fsmpb.SnapshotRecord{Reservation: &fsmpb.KeyReservation{Task: r.last.toProto(false), Until: r.until}})
-		if err != nil {
-			return err
-		}
+	err = s.eachReserved(func(r *reservation) error {
+		return sw.record(&fsmpb.SnapshotRecord{Reservation: &fsmpb.KeyReservation{Task: r.last.toProto(false), Until: r.until}})
+	})
+	if err != nil {
+		return err
 	}
 	for _, sc := range s.sched {
 		if err := sw.record(&fsmpb.SnapshotRecord{Schedule: sc}); err != nil {

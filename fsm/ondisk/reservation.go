@@ -45,7 +45,7 @@ func decodeReservation(b []byte) (*Reservation, error) {
 
 // Reservation returns the reservation of key in queue, or nil.
 func (t *Txn) Reservation(queue, key string) (*Reservation, error) {
-	v, c, err := t.b.Get(ReservationKey(t.s.shard, queue, key))
+	v, c, err := t.r.Get(ReservationKey(t.s.shard, queue, key))
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil, nil
 	}
@@ -97,7 +97,7 @@ func (t *Txn) Reservations() uint64 { return t.meta.reservations }
 // (then by queue and key), while fn returns true. fn may not change the
 // transaction.
 func (t *Txn) AscendReservations(fn func(queue, key string, r *Reservation) bool) error {
-	it, err := t.b.NewIter(&pebble.IterOptions{LowerBound: tableKey(t.s.shard, TableReservationOrder, 0), UpperBound: tableKey(t.s.shard, TableReservationOrder+1, 0)})
+	it, err := t.r.NewIter(&pebble.IterOptions{LowerBound: tableKey(t.s.shard, TableReservationOrder, 0), UpperBound: tableKey(t.s.shard, TableReservationOrder+1, 0)})
 	if err != nil {
 		return err
 	}

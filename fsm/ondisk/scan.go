@@ -28,7 +28,7 @@ func (t *Txn) TaskCount() uint64 { return t.meta.tasks }
 // is false for a queue the shard has no record of.
 func (t *Txn) QueueCounts(queue string) (total, claimed, delayed uint64, ok bool) {
 	q := t.dirty[queue]
-	if q == nil {
+	if q == nil && !t.view {
 		q = t.s.queues[queue]
 	}
 	if q == nil {
@@ -52,7 +52,7 @@ func (t *Txn) AscendQueue(queue string, from *ClaimPos, fn func(id string, tk *T
 	} else if q.head != nil {
 		start = q.head
 	}
-	it, err := t.b.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: ClaimPrefix(t.s.shard, q.num+1)})
+	it, err := t.r.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: ClaimPrefix(t.s.shard, q.num+1)})
 	if err != nil {
 		return err
 	}
@@ -90,7 +90,7 @@ func (t *Txn) Runs(queue string, max int, fn func(id string, tk *Task) bool) (al
 	if q.head != nil {
 		start = q.head
 	}
-	it, err := t.b.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: ClaimPrefix(t.s.shard, q.num+1)})
+	it, err := t.r.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: ClaimPrefix(t.s.shard, q.num+1)})
 	if err != nil {
 		return false, err
 	}
@@ -128,7 +128,7 @@ func (t *Txn) FirstDue() (queue, id string, tk *Task, ok bool, err error) {
 	if from == nil {
 		from = lo
 	}
-	it, err := t.b.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: tableKey(t.s.shard, TableDue+1, 0)})
+	it, err := t.r.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: tableKey(t.s.shard, TableDue+1, 0)})
 	if err != nil {
 		return "", "", nil, false, err
 	}
@@ -163,7 +163,7 @@ func (t *Txn) AscendSessions(fn func(client string, s *Session) bool) error {
 	if from == nil {
 		from = lo
 	}
-	it, err := t.b.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: tableKey(t.s.shard, TableSessionOrder+1, 0)})
+	it, err := t.r.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: tableKey(t.s.shard, TableSessionOrder+1, 0)})
 	if err != nil {
 		return err
 	}

@@ -65,7 +65,7 @@ func (t *Txn) Sessions() (count, size uint64) { return t.meta.sessions, t.meta.s
 
 // Session returns client's record, or nil.
 func (t *Txn) Session(client string) (*Session, error) {
-	v, c, err := t.b.Get(SessionKey(t.s.shard, client))
+	v, c, err := t.r.Get(SessionKey(t.s.shard, client))
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil, nil
 	}
@@ -125,7 +125,7 @@ func (t *Txn) OldestSession() (client string, lastSeen int64, err error) {
 	if from == nil {
 		from = lo
 	}
-	it, err := t.b.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: tableKey(t.s.shard, TableSessionOrder+1, 0)})
+	it, err := t.r.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: tableKey(t.s.shard, TableSessionOrder+1, 0)})
 	if err != nil {
 		return "", 0, err
 	}

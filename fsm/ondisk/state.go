@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -140,6 +141,10 @@ func Open(db *pebble.DB, shard uint32) (*State, error) {
 	return s, nil
 }
 
+// AsyncFlush starts writing the memtables to files; the channel closes
+// when what was committed before the call is flushed.
+func (s *State) AsyncFlush() (<-chan struct{}, error) { return s.db.AsyncFlush() }
+
 // Flush writes the engine's memtables to its files. Without a WAL, what
 // is committed but not flushed is lost in a crash: the state then trails
 // the Raft log, which replays it, but never the log's newest snapshot,
@@ -215,7 +220,10 @@ func (s *State) Queues() int { return len(s.queues) }
 // the last entry they apply. Its reads see its own writes.
 type Txn struct {
 	s                    *State
-	b                    *pebble.Batch
+	b                    *pebble.Batch // writes; nil in a view
+	r                    pebble.Reader // reads: b, or a view's snapshot
+	snap                 *pebble.Snapshot
+	view                 bool
 	meta                 meta
 	dueHead, sessionHead []byte
 	dueAt                int64
@@ -226,12 +234,52 @@ type Txn struct {
 
 // Begin starts a transaction.
 func (s *State) Begin() *Txn {
-	return &Txn{s: s, b: s.db.NewIndexedBatch(), meta: s.meta, dueHead: s.dueHead, sessionHead: s.sessionHead,
+	b := s.db.NewIndexedBatch()
+	return &Txn{s: s, b: b, r: b, meta: s.meta, dueHead: s.dueHead, sessionHead: s.sessionHead,
 		dueAt: s.dueAt, dueKnown: s.dueKnown, dirty: map[string]*queueInfo{}, byNum: map[uint32]*queueInfo{}}
 }
 
-// Discard drops the transaction's changes.
-func (t *Txn) Discard() { t.b.Close() }
+// View is a read-only transaction over a consistent snapshot of the
+// state's engine, that may be read while other transactions commit (a Raft
+// snapshot streams from one while entries apply): it holds copies of the
+// per-queue records, and a Pebble snapshot pins the files it reads. Its
+// changes fail; Discard releases it.
+func (s *State) View() *Txn {
+	t := &Txn{s: s, snap: s.db.NewSnapshot(), view: true, meta: s.meta, dueHead: s.dueHead, sessionHead: s.sessionHead,
+		dueAt: s.dueAt, dueKnown: s.dueKnown, dirty: make(map[string]*queueInfo, len(s.queues)), byNum: make(map[uint32]*queueInfo, len(s.queues))}
+	t.r = t.snap
+	for name, q := range s.queues {
+		c := *q
+		t.dirty[name], t.byNum[c.num] = &c, &c
+	}
+	return t
+}
+
+// QueueNames lists the queues the transaction sees, in name order.
+func (t *Txn) QueueNames() []string {
+	names := make([]string, 0, len(t.dirty)+len(t.s.queues))
+	for name := range t.dirty {
+		names = append(names, name)
+	}
+	if !t.view {
+		for name := range t.s.queues {
+			if t.dirty[name] == nil {
+				names = append(names, name)
+			}
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Discard drops the transaction's changes (or releases the view).
+func (t *Txn) Discard() {
+	if t.snap != nil {
+		t.snap.Close()
+		return
+	}
+	t.b.Close()
+}
 
 // Commit writes the changes and the applied index, without a sync (the
 // Raft log is the durable record), and makes them the State's.
@@ -282,8 +330,8 @@ func (t *Txn) Commit(applied uint64) error {
 // queue returns the transaction's copy of a queue, creating the queue if
 // create is set; nil if it does not exist and create is not set.
 func (t *Txn) queue(name string, create bool) *queueInfo {
-	if q := t.dirty[name]; q != nil {
-		return q
+	if q := t.dirty[name]; q != nil || t.view {
+		return q // a view holds copies of every queue
 	}
 	if q := t.s.queues[name]; q != nil {
 		c := *q
@@ -303,7 +351,7 @@ func (t *Txn) queueByNum(num uint32) (*queueInfo, error) {
 	if q := t.byNum[num]; q != nil {
 		return q, nil
 	}
-	if q := t.s.byNum[num]; q != nil {
+	if q := t.s.byNum[num]; q != nil && !t.view {
 		return t.queue(q.name, false), nil
 	}
 	return nil, fmt.Errorf("ondisk: shard %d: no queue numbered %d", t.s.shard, num)
@@ -314,7 +362,7 @@ func (t *Txn) Clock() int64 { return t.meta.clock }
 
 // Get returns group's task with id, or nil.
 func (t *Txn) Get(group, id string) (*Task, error) {
-	v, c, err := t.b.Get(TaskKey(t.s.shard, group, id))
+	v, c, err := t.r.Get(TaskKey(t.s.shard, group, id))
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil, nil
 	}
@@ -373,7 +421,7 @@ func (t *Txn) Delete(group, id string) error {
 // fn returns true (a read by id alone; fsm's Get).
 func (t *Txn) Lookup(id string, fn func(group string, tk *Task) bool) error {
 	prefix := TaskIDPrefix(t.s.shard, id)
-	it, err := t.b.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	it, err := t.r.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
 	if err != nil {
 		return err
 	}
@@ -464,7 +512,7 @@ func (t *Txn) unindex(group, id string, old *Task) error {
 	}
 	if old.Key != "" {
 		uk := UniqueKey(t.s.shard, q.num, old.Key)
-		v, c, err := t.b.Get(uk)
+		v, c, err := t.r.Get(uk)
 		if err == nil {
 			owner := string(v)
 			c.Close()
@@ -499,7 +547,7 @@ func (t *Txn) KeyOwner(queue, key string) (id string, ok bool, err error) {
 	if q == nil {
 		return "", false, nil
 	}
-	v, c, err := t.b.Get(UniqueKey(t.s.shard, q.num, key))
+	v, c, err := t.r.Get(UniqueKey(t.s.shard, q.num, key))
 	if errors.Is(err, pebble.ErrNotFound) {
 		return "", false, nil
 	}
@@ -528,7 +576,7 @@ func (t *Txn) ClaimableAt(queue string, clock int64, fn func(id string, tk *Task
 	if from == nil {
 		from = ClaimPrefix(t.s.shard, q.num)
 	}
-	it, err := t.b.NewIter(&pebble.IterOptions{LowerBound: ClaimPrefix(t.s.shard, q.num), UpperBound: ClaimPrefix(t.s.shard, q.num+1)})
+	it, err := t.r.NewIter(&pebble.IterOptions{LowerBound: ClaimPrefix(t.s.shard, q.num), UpperBound: ClaimPrefix(t.s.shard, q.num+1)})
 	if err != nil {
 		return err
 	}
@@ -585,7 +633,7 @@ func (t *Txn) Advance(now int64, became func(queue, id string, at int64)) error 
 	if from == nil {
 		from = lo
 	}
-	it, err := t.b.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: tableKey(t.s.shard, TableDue+1, 0)})
+	it, err := t.r.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: tableKey(t.s.shard, TableDue+1, 0)})
 	if err != nil {
 		return err
 	}
