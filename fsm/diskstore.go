@@ -3,6 +3,7 @@ package fsm
 import (
 	"bytes"
 	"cmp"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -33,8 +34,11 @@ import (
 // memory, and a restore installs through a memStore. The machine on it is
 // for tests until the node wires it (ondisk/DESIGN.md, step 3).
 type diskStore struct {
-	st *ondisk.State
-	tx *ondisk.Txn // the apply's transaction, between begin and commit
+	db    *pebble.DB
+	shard uint32
+	gen   uint32 // which of the shard's two ranges is live (storageID)
+	st    *ondisk.State
+	tx    *ondisk.Txn // the apply's transaction, between begin and commit
 	// queues holds the record of every queue that exists (holds tasks, or
 	// was created in this apply and not pruned); names orders them.
 	queues map[string]*queue
@@ -58,14 +62,65 @@ type txnStore interface {
 	// flush makes what was committed survive a crash (before a snapshot:
 	// the log it covers is then truncated).
 	flush()
+	// abort drops the open transaction.
+	abort()
 }
 
-func newDiskStore(db *pebble.DB, shard uint32) (*diskStore, error) {
-	st, err := ondisk.Open(db, shard)
+// A shard has two ranges in the engine, storage ids 2*shard and 2*shard+1:
+// one is live, the other receives a snapshot install, which then becomes
+// the live one by a single write (genKey), so that a damaged or
+// interrupted install leaves the state as it was.
+
+// maxShard bounds the shard ids an engine holds (two storage ids each,
+// below the one the engine's own records use).
+const maxShard = 1<<31 - 2
+
+// engineID is the storage id of the engine's own records.
+const engineID = 1<<32 - 1
+
+func storageID(shard, gen uint32) uint32 { return shard<<1 | gen }
+
+func genKey(shard uint32) []byte { return ondisk.MetaKey(engineID, fmt.Sprintf("live/%d", shard)) }
+
+// openDiskStore opens the live range of shard, clearing the other (what an
+// interrupted install left).
+func openDiskStore(db *pebble.DB, shard uint32) (*diskStore, error) {
+	if shard > maxShard {
+		return nil, fmt.Errorf("fsm: shard %d: an engine holds shards up to %d", shard, maxShard)
+	}
+	gen := uint32(0)
+	v, c, err := db.Get(genKey(shard))
+	switch {
+	case errors.Is(err, pebble.ErrNotFound):
+	case err != nil:
+		return nil, err
+	default:
+		if len(v) == 1 && v[0] <= 1 {
+			gen = uint32(v[0])
+		} else {
+			err = fmt.Errorf("fsm: shard %d: bad live range record %x", shard, v)
+		}
+		c.Close()
+		if err != nil {
+			return nil, err
+		}
+	}
+	other, err := ondisk.Open(db, storageID(shard, 1-gen))
 	if err != nil {
 		return nil, err
 	}
-	d := &diskStore{st: st}
+	if err := other.Clear(); err != nil {
+		return nil, err
+	}
+	return newDiskStore(db, shard, gen)
+}
+
+func newDiskStore(db *pebble.DB, shard, gen uint32) (*diskStore, error) {
+	st, err := ondisk.Open(db, storageID(shard, gen))
+	if err != nil {
+		return nil, err
+	}
+	d := &diskStore{db: db, shard: shard, gen: gen, st: st}
 	if err := d.load(); err != nil {
 		return nil, err
 	}
@@ -114,6 +169,32 @@ func (d *diskStore) commit(applied uint64, small []byte) {
 }
 
 func (d *diskStore) flush() { must(d.st.Flush()) }
+
+func (d *diskStore) abort() {
+	if d.tx != nil {
+		d.tx.Discard()
+		d.tx = nil
+	}
+}
+
+// staging returns the shard's other range, emptied, for an install.
+func (d *diskStore) staging() (*diskStore, error) {
+	s, err := newDiskStore(d.db, d.shard, 1-d.gen)
+	if err != nil {
+		return nil, err
+	}
+	s.clear()
+	return s, nil
+}
+
+// switchTo makes staged (an install, committed and flushed) the live
+// range: one durable write names it, then d's range is cleared. The
+// machine's state moves to staged; d is not used again.
+func (d *diskStore) switchTo(staged *diskStore) {
+	must(d.db.Set(genKey(d.shard), []byte{byte(staged.gen)}, pebble.NoSync))
+	must(d.db.Flush()) // no WAL: a write lasts once flushed
+	must(d.st.Clear())
+}
 
 // txn is the apply's transaction, or a read of the committed state that
 // done ends.

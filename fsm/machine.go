@@ -140,7 +140,7 @@ func New(opts Options) *Machine {
 // both stores.
 func NewOnDisk(opts Options, db *pebble.DB, shard uint32) (*Machine, error) {
 	m := New(opts)
-	d, err := newDiskStore(db, shard)
+	d, err := openDiskStore(db, shard)
 	if err != nil {
 		return nil, fmt.Errorf("fsm: open shard %d of the on-disk state: %w", shard, err)
 	}

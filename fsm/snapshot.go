@@ -313,16 +313,32 @@ func (s *snapshot) writeToSize(w io.Writer, size int) error {
 // Restore replaces the state with a snapshot stream; a corrupt or truncated
 // stream returns an error and leaves the machine unchanged.
 func (m *Machine) Restore(rc io.ReadCloser) error {
-	st, err := readSnapshot(rc)
+	var st *state
+	var err error
+	d, onDisk := m.st.store.(*diskStore)
+	var staged *diskStore
+	if onDisk {
+		// Into the shard's other range, while reads go on from this one;
+		// switched to once the whole stream checked out.
+		staged, err = d.staging()
+		if err == nil {
+			st, err = readSnapshotInto(rc, func(*fsmpb.SnapshotHeader) *state { return newStateWith(staged) })
+		}
+	} else {
+		st, err = readSnapshot(rc)
+	}
 	if cerr := rc.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("fsm: restore: %w", cerr)
 	}
 	if err != nil {
+		if staged != nil {
+			staged.clear()
+		}
 		return err
 	}
 	m.mu.Lock()
-	if d, ok := m.st.store.(*diskStore); ok {
-		st = installOnDisk(d, st)
+	if onDisk {
+		d.switchTo(staged)
 	}
 	m.st = st
 	m.cp.reset()
@@ -476,8 +492,25 @@ func parseRecord(data []byte) (record, error) {
 	return rec, nil
 }
 
-// readSnapshot parses and checks a whole stream into a new state.
+// readSnapshot parses and checks a whole stream into a new state in memory.
 func readSnapshot(r io.Reader) (*state, error) {
+	return readSnapshotInto(r, func(h *fsmpb.SnapshotHeader) *state {
+		// Size the id map from the header, within reason: the header is
+		// not yet verified.
+		return newStateWith(newMemStore(int(min(h.Tasks, 1<<20))))
+	})
+}
+
+// installBatch is how many records an install writes per transaction of a
+// store that has them.
+const installBatch = 10000
+
+// readSnapshotInto parses and checks a whole stream into the empty state
+// newState makes from its header. A store with transactions (diskStore)
+// gets the records in batches, the last committed with the stream's
+// applied index once the trailer checked out, and flushed; on an error the
+// caller discards what was written.
+func readSnapshotInto(r io.Reader, newState func(*fsmpb.SnapshotHeader) *state) (_ *state, err error) {
 	sr := &snapshotReader{r: bufio.NewReaderSize(r, 256<<10)}
 	var magic [len(snapshotMagic)]byte
 	if _, err := io.ReadFull(sr.r, magic[:]); err != nil {
@@ -508,9 +541,7 @@ func readSnapshot(r io.Reader) (*state, error) {
 	case h.StateFormat > MaxFormat:
 		return nil, fmt.Errorf("fsm: restore: the snapshot's state format %d is newer than this version's %d: upgrade this node", h.StateFormat, MaxFormat)
 	}
-	// Size the id map from the header, within reason: the header is not
-	// yet verified.
-	st := newStateWith(newMemStore(int(min(h.Tasks, 1<<20))))
+	st := newState(h)
 	st.format = h.StateFormat
 	st.clock = h.Clock
 	st.applied = h.AppliedIndex
@@ -520,6 +551,16 @@ func readSnapshot(r io.Reader) (*state, error) {
 		return nil, corrupt("%d slot states without a slot table", h.SlotStates)
 	}
 	st.slotTable = h.Slots
+	ts, _ := st.store.(txnStore)
+	if ts != nil {
+		ts.begin()
+		defer func() {
+			if err != nil {
+				ts.abort()
+			}
+		}()
+	}
+	records := 0
 	for {
 		data, sum, err := sr.next()
 		if err != nil {
@@ -528,6 +569,10 @@ func readSnapshot(r io.Reader) (*state, error) {
 		rec, err := parseRecord(data)
 		if err != nil {
 			return nil, corrupt("record %d: %v", tasks+sessions+paused+1, err)
+		}
+		if records++; ts != nil && records%installBatch == 0 {
+			ts.commit(0, st.encodeSmall())
+			ts.begin()
 		}
 		switch {
 		case rec.slot != nil:
@@ -632,6 +677,10 @@ func readSnapshot(r io.Reader) (*state, error) {
 			if _, err := sr.r.ReadByte(); err != io.EOF {
 				return nil, corrupt("bytes after the trailer")
 			}
+			if ts != nil {
+				ts.commit(st.applied, st.encodeSmall())
+				ts.flush()
+			}
 			return st, nil
 		default:
 			return nil, corrupt("record %d: a second header", tasks+sessions+1)
@@ -690,41 +739,6 @@ func (s *state) restoreSession(p *fsmpb.Session) error {
 	}
 	s.putSession(&session{clientID: p.ClientId, seq: p.Seq, group: p.Group, lastSeen: p.LastSeen, result: p.Result, size: sessionSize(p.ClientId, p.Result)})
 	return nil
-}
-
-// installOnDisk replaces d's contents with src's (read and checked into
-// memory first, so that a damaged stream changes nothing) and returns the
-// state on d. A snapshot of a hundred million tasks will stream into the
-// engine instead (fsm/ondisk/DESIGN.md, "Snapshots without a copy").
-func installOnDisk(d *diskStore, src *state) *state {
-	d.clear()
-	st := newStateWith(d)
-	st.clock, st.applied, st.format = src.clock, src.applied, src.format
-	st.paused, st.limits, st.schedules = src.paused, src.limits, src.schedules
-	st.slotStates, st.slotTable = src.slotStates, src.slotTable
-	d.begin()
-	d.writeTxn(src.clock) // the clock, even with nothing to write
-	src.store.ascendQueues("", func(q *queue) bool {
-		dq := st.queueFor(q.name)
-		src.store.ascendQueue(q, nil, func(t *task) bool {
-			nt := *t
-			nt.q, nt.slot = dq, nil
-			st.add(&nt)
-			return true
-		})
-		return true
-	})
-	src.store.ascendSessions(func(s *session) bool {
-		d.putSession(s)
-		return true
-	})
-	src.store.ascendReservations(func(r *reservation) bool {
-		d.putReservation(r)
-		return true
-	})
-	d.commit(src.applied, st.encodeSmall())
-	d.flush() // raft truncates the log the install replaces
-	return st
 }
 
 // encodeSmall is the small state (smallSnapshot) in the snapshot format:

@@ -257,11 +257,11 @@ func (s *State) View() *Txn {
 
 // QueueNames lists the queues the transaction sees, in name order.
 func (t *Txn) QueueNames() []string {
-	names := make([]string, 0, len(t.dirty)+len(t.s.queues))
+	names := make([]string, 0, len(t.dirty))
 	for name := range t.dirty {
 		names = append(names, name)
 	}
-	if !t.view {
+	if !t.view { // a view has them all, and may not read the State's
 		for name := range t.s.queues {
 			if t.dirty[name] == nil {
 				names = append(names, name)
@@ -351,7 +351,10 @@ func (t *Txn) queueByNum(num uint32) (*queueInfo, error) {
 	if q := t.byNum[num]; q != nil {
 		return q, nil
 	}
-	if q := t.s.byNum[num]; q != nil && !t.view {
+	if t.view {
+		return nil, fmt.Errorf("ondisk: shard %d: no queue numbered %d", t.s.shard, num)
+	}
+	if q := t.s.byNum[num]; q != nil {
 		return t.queue(q.name, false), nil
 	}
 	return nil, fmt.Errorf("ondisk: shard %d: no queue numbered %d", t.s.shard, num)
