@@ -11,37 +11,16 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// TestOnDiskSurvivesACrash: the on-disk machine keeps no WAL of its own.
-// A crash loses what it committed after its last flush, and raft replays
-// the log from its last snapshot; a snapshot flushes first, so the stored
-// state is never older than that. The replay skips what the state holds
-// and ends in the state the log builds, small state (format, pauses,
-// limits, schedules) included, with or without the unflushed part.
-func TestOnDiskSurvivesACrash(t *testing.T) {
-	for seed := range uint64(3) {
-		t.Run("", func(t *testing.T) { onDiskCrash(t, seed) })
-	}
-}
+// diskTestOptions are the options of the on-disk machines below and of
+// the in-memory ones they are compared with (the property test's).
+var diskTestOptions = Options{MaxSessions: 3, SessionTTL: 200}
 
-func onDiskCrash(t *testing.T, seed uint64) {
-	const steps, snapAt, flushAt = 600, 300, 450
-	fs := vfs.NewCrashableMem()
-	open := func(fs vfs.FS) (*pebble.DB, *Machine) {
-		db, err := pebble.Open("", &pebble.Options{FS: fs, DisableWAL: true, Logger: quietLogger{}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		m, err := NewOnDisk(Options{MaxSessions: 3, SessionTTL: 200}, db, 7)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return db, m
-	}
-	db, m := open(fs)
-	ref := New(Options{MaxSessions: 3, SessionTTL: 200})
+// genLog is a log of steps commands from the property test's generator.
+func genLog(t testing.TB, seed uint64, steps int) []*raft.Log {
+	t.Helper()
 	g := &gen{r: rand.New(rand.NewPCG(seed, 9)), ref: newRefModel(3, 200), now: 1000, seqs: map[string]uint64{},
 		queues: []string{"g/a", "g/b", "g", "h/a"}, clients: []string{"c1", "c2", "c3", "c4"}}
-	var log []*raft.Log
+	log := make([]*raft.Log, 0, steps)
 	for i := 1; i <= steps; i++ {
 		cmd := g.command(true)
 		g.ref.apply(cmd)
@@ -49,23 +28,73 @@ func onDiskCrash(t *testing.T, seed uint64) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		l := &raft.Log{Index: uint64(i), Type: raft.LogCommand, Data: data}
-		log = append(log, l)
+		log = append(log, &raft.Log{Index: uint64(i), Type: raft.LogCommand, Data: data})
+	}
+	return log
+}
+
+// openOnDisk opens an engine on fs and shard 7's machine in it.
+func openOnDisk(t testing.TB, fs vfs.FS) (*pebble.DB, *Machine) {
+	t.Helper()
+	db, err := pebble.Open("", &pebble.Options{FS: fs, DisableWAL: true, Logger: quietLogger{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := NewOnDisk(diskTestOptions, db, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db, m
+}
+
+// persisted is a snapshot of m as raft takes one: persisted (on the
+// on-disk store, that waits for the engine's flush), then released.
+func persisted(t testing.TB, m *Machine) []byte {
+	t.Helper()
+	snap, err := m.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sink bufSink
+	if err := snap.Persist(&sink); err != nil {
+		t.Fatal(err)
+	}
+	snap.Release()
+	return sink.Bytes()
+}
+
+// bufSink is a raft.SnapshotSink in memory.
+type bufSink struct{ bytes.Buffer }
+
+func (*bufSink) ID() string    { return "test" }
+func (*bufSink) Cancel() error { return nil }
+func (*bufSink) Close() error  { return nil }
+
+// TestOnDiskSurvivesACrash: the on-disk machine keeps no WAL of its own.
+// A crash loses what it committed after its last flush, and raft replays
+// the log from its last snapshot; a snapshot flushes first, so the stored
+// state is never older than that. The replay skips what the state holds
+// and ends in the state the log builds, small state (format, pauses,
+// limits, schedules) included.
+func TestOnDiskSurvivesACrash(t *testing.T) {
+	for seed := range uint64(3) {
+		t.Run("", func(t *testing.T) { onDiskCrash(t, seed) })
+	}
+}
+
+func onDiskCrash(t *testing.T, seed uint64) {
+	const snapAt, flushAt = 300, 450
+	log := genLog(t, seed, 600)
+	fs := vfs.NewCrashableMem()
+	db, m := openOnDisk(t, fs)
+	ref := New(diskTestOptions)
+	for _, l := range log {
 		m.Apply(l)
 		ref.Apply(l)
-		if i == snapAt {
-			// As raft takes one: persisted (which waits for the engine's
-			// flush), then released.
-			snap, err := m.Snapshot()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := snap.Persist(&bufSink{}); err != nil {
-				t.Fatal(err)
-			}
-			snap.Release()
-		}
-		if i == flushAt {
+		switch l.Index {
+		case snapAt:
+			persisted(t, m)
+		case flushAt:
 			// The engine flushes its memtables on its own too: the stored
 			// state is then ahead of raft's snapshot.
 			if err := db.Flush(); err != nil {
@@ -80,17 +109,17 @@ func onDiskCrash(t *testing.T, seed uint64) {
 	// never written).
 	crashed := fs.CrashClone(vfs.CrashCloneCfg{})
 	db.Close()
-	db2, m2 := open(crashed)
+	db2, m2 := openOnDisk(t, crashed)
 	defer db2.Close()
 	applied := m2.AppliedIndex()
-	if applied < flushAt || applied > steps {
-		t.Fatalf("reopened at applied index %d, want %d..%d (never before the last flush)", applied, flushAt, steps)
+	if applied < flushAt || applied > uint64(len(log)) {
+		t.Fatalf("reopened at applied index %d, want %d..%d (never before the last flush)", applied, flushAt, len(log))
 	}
 	// raft replays from its snapshot: entries the state holds are skipped.
 	m2.ApplyBatch(log[snapAt:])
-	if m2.AppliedIndex() != steps || m2.Digest() != ref.Digest() {
+	if m2.AppliedIndex() != uint64(len(log)) || m2.Digest() != ref.Digest() {
 		t.Fatalf("after the replay: applied %d, digest equal %v; want %d, true (reopened at %d)",
-			m2.AppliedIndex(), m2.Digest() == ref.Digest(), steps, applied)
+			m2.AppliedIndex(), m2.Digest() == ref.Digest(), len(log), applied)
 	}
 	// The small state came back with it.
 	if m2.Format() != ref.Format() || len(m2.Schedules("")) != len(ref.Schedules("")) {
@@ -98,35 +127,20 @@ func onDiskCrash(t *testing.T, seed uint64) {
 	}
 }
 
-// bufSink is a raft.SnapshotSink in memory.
-type bufSink struct{ bytes.Buffer }
-
-func (*bufSink) ID() string    { return "test" }
-func (*bufSink) Cancel() error { return nil }
-func (*bufSink) Close() error  { return nil }
-
 // TestOnDiskSnapshotIsAView: the on-disk machine's snapshot copies nothing
 // when it is taken; it streams from a view of the engine as it was then,
 // however many entries apply before Persist reads it.
 func TestOnDiskSnapshotIsAView(t *testing.T) {
-	const steps, snapAt = 800, 400
-	m := diskMachine(t, Options{MaxSessions: 3, SessionTTL: 200})
-	ref := New(Options{MaxSessions: 3, SessionTTL: 200})
-	g := &gen{r: rand.New(rand.NewPCG(5, 9)), ref: newRefModel(3, 200), now: 1000, seqs: map[string]uint64{},
-		queues: []string{"g/a", "g/b", "g", "h/a"}, clients: []string{"c1", "c2", "c3", "c4"}}
+	const snapAt = 400
+	m := diskMachine(t, diskTestOptions)
+	ref := New(diskTestOptions)
 	var snap raft.FSMSnapshot
 	var want [32]byte
-	for i := 1; i <= steps; i++ {
-		cmd := g.command(true)
-		g.ref.apply(cmd)
-		data, err := EncodeCommand(cmd)
-		if err != nil {
-			t.Fatal(err)
-		}
-		l := &raft.Log{Index: uint64(i), Type: raft.LogCommand, Data: data}
+	for _, l := range genLog(t, 5, 800) {
 		m.Apply(l)
 		ref.Apply(l)
-		if i == snapAt {
+		if l.Index == snapAt {
+			var err error
 			if snap, err = m.Snapshot(); err != nil {
 				t.Fatal(err)
 			}
@@ -138,7 +152,7 @@ func TestOnDiskSnapshotIsAView(t *testing.T) {
 		t.Fatal(err)
 	}
 	snap.Release()
-	got := New(Options{MaxSessions: 3, SessionTTL: 200})
+	got := New(diskTestOptions)
 	if err := got.Restore(io.NopCloser(&sink.Buffer)); err != nil {
 		t.Fatal(err)
 	}
@@ -155,58 +169,19 @@ func TestOnDiskSnapshotIsAView(t *testing.T) {
 // was synced) serves the installed state, and a damaged stream leaves the
 // state as it was, before and after a reopen.
 func TestOnDiskInstall(t *testing.T) {
-	opts := Options{MaxSessions: 3, SessionTTL: 200}
-	src := New(opts)
-	fill := func(m *Machine, seed uint64, steps int) {
-		g := &gen{r: rand.New(rand.NewPCG(seed, 9)), ref: newRefModel(3, 200), now: 1000, seqs: map[string]uint64{},
-			queues: []string{"g/a", "g/b", "g", "h/a"}, clients: []string{"c1", "c2", "c3", "c4"}}
-		for i := 1; i <= steps; i++ {
-			cmd := g.command(true)
-			g.ref.apply(cmd)
-			data, err := EncodeCommand(cmd)
-			if err != nil {
-				t.Fatal(err)
-			}
-			m.Apply(&raft.Log{Index: uint64(i), Type: raft.LogCommand, Data: data})
-		}
-	}
-	fill(src, 1, 500)
-	var stream bufSink
-	snap, err := src.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := snap.Persist(&stream); err != nil {
-		t.Fatal(err)
-	}
-	snap.Release()
+	src := New(diskTestOptions)
+	src.ApplyBatch(genLog(t, 1, 500))
+	stream := persisted(t, src)
 
 	fs := vfs.NewCrashableMem()
-	open := func(fs vfs.FS) (*pebble.DB, *Machine) {
-		db, err := pebble.Open("", &pebble.Options{FS: fs, DisableWAL: true, Logger: quietLogger{}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		m, err := NewOnDisk(opts, db, 3)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return db, m
-	}
-	db, m := open(fs)
-	fill(m, 2, 300)
-	own, err := m.Snapshot() // persisted, it waits for the flush: the state before the installs is on disk
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := own.Persist(&bufSink{}); err != nil {
-		t.Fatal(err)
-	}
-	own.Release()
+	db, m := openOnDisk(t, fs)
+	defer db.Close()
+	m.ApplyBatch(genLog(t, 2, 300))
+	persisted(t, m) // the state before the installs is on disk
 	before := m.Digest()
 
-	// A damaged stream: refused, nothing changes, here or after a reopen.
-	bad := append([]byte(nil), stream.Bytes()...)
+	// A damaged stream: refused, nothing changes, here or after a crash.
+	bad := append([]byte(nil), stream...)
 	bad[len(bad)/2] ^= 0xff
 	if err := m.Restore(io.NopCloser(bytes.NewReader(bad))); err == nil {
 		t.Fatal("a damaged snapshot installed")
@@ -214,23 +189,22 @@ func TestOnDiskInstall(t *testing.T) {
 	if m.Digest() != before {
 		t.Fatal("a refused install changed the state")
 	}
-	db2, m2 := open(fs.CrashClone(vfs.CrashCloneCfg{}))
+	db2, m2 := openOnDisk(t, fs.CrashClone(vfs.CrashCloneCfg{}))
 	if m2.Digest() != before || m2.AppliedIndex() != 300 {
 		t.Fatalf("after a refused install and a crash: applied %d, digest equal %v; want 300, true", m2.AppliedIndex(), m2.Digest() == before)
 	}
 	db2.Close()
 
 	// A good one: live at once, and after a crash.
-	if err := m.Restore(io.NopCloser(bytes.NewReader(stream.Bytes()))); err != nil {
+	if err := m.Restore(io.NopCloser(bytes.NewReader(stream))); err != nil {
 		t.Fatal(err)
 	}
 	if m.Digest() != src.Digest() || m.AppliedIndex() != 500 {
 		t.Fatalf("installed: applied %d, digest equal %v; want 500, true", m.AppliedIndex(), m.Digest() == src.Digest())
 	}
-	db3, m3 := open(fs.CrashClone(vfs.CrashCloneCfg{}))
+	db3, m3 := openOnDisk(t, fs.CrashClone(vfs.CrashCloneCfg{}))
 	defer db3.Close()
 	if m3.Digest() != src.Digest() || m3.AppliedIndex() != 500 {
 		t.Fatalf("installed, then a crash: applied %d, digest equal %v; want 500, true", m3.AppliedIndex(), m3.Digest() == src.Digest())
 	}
-	db.Close()
 }
