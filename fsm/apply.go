@@ -167,8 +167,8 @@ func (a *applier) dispatch(cmd *fsmpb.Command) *fsmpb.Result {
 func (a *applier) expireSessions() {
 	st := a.st
 	for {
-		s, ok := st.store.oldestSession()
-		if !ok || addSat(s.lastSeen, a.opts.SessionTTL) >= st.clock {
+		lastSeen, ok := st.store.oldestSeen()
+		if !ok || addSat(lastSeen, a.opts.SessionTTL) >= st.clock {
 			return
 		}
 		st.dropOldestSession()

@@ -57,7 +57,7 @@ func TestCheckpointsAgreeOnTheSameLog(t *testing.T) {
 	}
 	// The last checkpoint is the state after its entry: at the end of the
 	// log here, so it equals Digest.
-	if last := ca[len(ca)-1]; last.Index != 40 || last.Digest != a.Digest() {
+	if last := ca[len(ca)-1]; last.Index != 40 || last.Digest != checkpointDigest(a) {
 		t.Fatalf("last checkpoint %+v, want index 40 with the machine's digest", last)
 	}
 }
@@ -125,10 +125,10 @@ func TestCheckpointMidBatch(t *testing.T) {
 	if len(got) != 2 || got[0].Index != 1 || got[1].Index != 3 {
 		t.Fatalf("checkpoints %+v, want at 1 and 3", got)
 	}
-	if got[1].Digest != ref.Digest() || got[1].Clock != 2*CheckpointEvery+5 {
+	if got[1].Digest != checkpointDigest(ref) || got[1].Clock != 2*CheckpointEvery+5 {
 		t.Fatalf("checkpoint at 3 is not the state after entry 3")
 	}
-	if got[1].Digest == m.Digest() {
+	if got[1].Digest == checkpointDigest(m) {
 		t.Fatal("checkpoint at 3 equals the state after the batch")
 	}
 }
@@ -136,18 +136,34 @@ func TestCheckpointMidBatch(t *testing.T) {
 // The ring keeps the newest 16; Restore forgets them (the state they
 // describe was replaced).
 func TestCheckpointRingAndRestore(t *testing.T) {
-	m := newMachine(t, Options{})
-	for i := 1; i <= 40; i++ {
-		m.ApplyCommand(uint64(i), &fsmpb.Command{Op: fsmpb.Op_OP_TICK, Now: int64(i) * CheckpointEvery})
+	m, later := newMachine(t, Options{}), newMachine(t, Options{})
+	for i := 1; i <= 50; i++ {
+		cmd := &fsmpb.Command{Op: fsmpb.Op_OP_TICK, Now: int64(i) * CheckpointEvery}
+		if i <= 40 {
+			m.ApplyCommand(uint64(i), cmd)
+		}
+		later.ApplyCommand(uint64(i), cmd)
 	}
 	got := waitCheckpoints(m)
 	if len(got) != checkpointRing || got[0].Index != 25 || got[len(got)-1].Index != 40 {
 		t.Fatalf("ring holds %d from %d to %d, want 16 from 25 to 40", len(got), got[0].Index, got[len(got)-1].Index)
 	}
-	if err := m.Restore(io.NopCloser(bytes.NewReader(persist(t, sampleMachine(t))))); err != nil {
+	// A snapshot past the machine's index (one at or before it, a machine
+	// on disk keeps its state for: TestOnDiskRestoreKeepsALaterState).
+	if err := m.Restore(io.NopCloser(bytes.NewReader(persist(t, later)))); err != nil {
 		t.Fatal(err)
 	}
 	if got := waitCheckpoints(m); len(got) != 0 {
 		t.Fatalf("%d checkpoints after Restore, want none", len(got))
 	}
+}
+
+// checkpointDigest is what a checkpoint of m's state now would hold.
+func checkpointDigest(m *Machine) [32]byte {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if d, ok := m.st.store.(*diskStore); ok {
+		return onDiskDigest(d, m.st.clock)
+	}
+	return digestOf(m.st.snapshot())
 }

@@ -502,17 +502,12 @@ func (d *diskStore) putSession(s *session) {
 	must(tx.PutSession(s.clientID, &ondisk.Session{Seq: s.seq, LastSeen: s.lastSeen, Group: s.group, Result: res}))
 }
 
-func (d *diskStore) oldestSession() (*session, bool) {
+func (d *diskStore) oldestSeen() (int64, bool) {
 	tx, done := d.txn()
 	defer done()
-	client, _, err := tx.OldestSession()
+	client, lastSeen, err := tx.OldestSession()
 	must(err)
-	if client == "" {
-		return nil, false
-	}
-	s, err := tx.Session(client)
-	must(err)
-	return toSession(client, s), true
+	return lastSeen, client != ""
 }
 
 func (d *diskStore) dropOldestSession() {

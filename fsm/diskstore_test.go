@@ -1,9 +1,12 @@
 package fsm
 
 import (
+	"bufio"
 	"bytes"
+	"errors"
 	"io"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -206,5 +209,169 @@ func TestOnDiskInstall(t *testing.T) {
 	defer db3.Close()
 	if m3.Digest() != src.Digest() || m3.AppliedIndex() != 500 {
 		t.Fatalf("installed, then a crash: applied %d, digest equal %v; want 500, true", m3.AppliedIndex(), m3.Digest() == src.Digest())
+	}
+}
+
+// minuteLog is genLog with each entry's time moved on by a third of a
+// checkpoint period, so that it checkpoints every third entry.
+func minuteLog(t testing.TB, seed uint64, steps int) []*raft.Log {
+	t.Helper()
+	log := genLog(t, seed, steps)
+	for i, l := range log {
+		cmd, err := DecodeCommand(l.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd.Now += int64(i) * CheckpointEvery / 3
+		if l.Data, err = EncodeCommand(cmd); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return log
+}
+
+// TestOnDiskRestoreKeepsALaterState: raft restores its latest snapshot
+// whenever a node starts, and the engine already holds that state or a
+// later one of the same log: Restore keeps it, and the replay from the
+// snapshot skips what it holds. A snapshot past the engine's index (an
+// install interrupted by a crash, a follower far behind) is installed.
+func TestOnDiskRestoreKeepsALaterState(t *testing.T) {
+	log := genLog(t, 11, 300)
+	mem := func(n int) *Machine {
+		m := New(diskTestOptions)
+		for _, l := range log[:n] {
+			m.Apply(l)
+		}
+		return m
+	}
+	m := diskMachine(t, diskTestOptions)
+	for _, l := range log[:200] {
+		m.Apply(l)
+	}
+	before := m.Digest()
+	if err := m.Restore(io.NopCloser(bytes.NewReader(persisted(t, mem(120))))); err != nil {
+		t.Fatal(err)
+	}
+	if m.AppliedIndex() != 200 || m.Digest() != before {
+		t.Fatalf("after restoring an earlier snapshot: applied %d (want 200), state kept %v", m.AppliedIndex(), m.Digest() == before)
+	}
+	m.ApplyBatch(log[120:]) // what raft replays after that snapshot
+	if want := mem(300); m.Digest() != want.Digest() || m.AppliedIndex() != 300 {
+		t.Fatalf("after the replay: applied %d, digest equal %v", m.AppliedIndex(), m.Digest() == want.Digest())
+	}
+	later := mem(250)
+	behind := diskMachine(t, diskTestOptions)
+	for _, l := range log[:100] {
+		behind.Apply(l)
+	}
+	if err := behind.Restore(io.NopCloser(bytes.NewReader(persisted(t, later)))); err != nil {
+		t.Fatal(err)
+	}
+	if behind.AppliedIndex() != 250 || behind.Digest() != later.Digest() {
+		t.Fatalf("after restoring a later snapshot: applied %d (want 250), digest equal %v", behind.AppliedIndex(), behind.Digest() == later.Digest())
+	}
+}
+
+// TestOnDiskCheckpointsAfterAnInstall: a replica that installed a snapshot
+// (into the shard's other storage id, its queues numbered in another
+// order) takes the same checkpoints as one that applied the whole log: a
+// different digest there would stop a healthy replica as diverged.
+func TestOnDiskCheckpointsAfterAnInstall(t *testing.T) {
+	log := minuteLog(t, 5, 300)
+	whole := diskMachine(t, diskTestOptions)
+	for _, l := range log {
+		whole.Apply(l)
+	}
+	src := New(diskTestOptions)
+	for _, l := range log[:150] {
+		src.Apply(l)
+	}
+	installed := diskMachine(t, diskTestOptions)
+	installed.ApplyBatch(log[:40])
+	if err := installed.Restore(io.NopCloser(bytes.NewReader(persisted(t, src)))); err != nil {
+		t.Fatal(err)
+	}
+	for i := 150; i < len(log); i += 7 {
+		installed.ApplyBatch(log[i:min(i+7, len(log))])
+	}
+	want := map[uint64][32]byte{}
+	for _, cp := range whole.Checkpoints() {
+		want[cp.Index] = cp.Digest
+	}
+	compared := 0
+	for _, cp := range installed.Checkpoints() {
+		if !cp.OnDisk {
+			t.Fatalf("checkpoint %d of a machine on disk is not marked OnDisk", cp.Index)
+		}
+		d, ok := want[cp.Index]
+		if !ok {
+			continue
+		}
+		if d != cp.Digest {
+			t.Fatalf("checkpoint at %d: the installed replica's digest differs from the one that applied the log", cp.Index)
+		}
+		compared++
+	}
+	if compared < 10 {
+		t.Fatalf("%d checkpoints compared, want at least 10", compared)
+	}
+}
+
+// TestMarkerSnapshots: with MarkerSnapshots a machine on disk writes a
+// marker as raft's snapshot, which it restores by keeping its engine; a
+// machine whose engine is behind the marker, or in memory, refuses it. A
+// follower that installs the full stream made later (past the snapshot's
+// index) and then gets the entries after the snapshot's index ends in the
+// state of the whole log, in memory or on disk.
+func TestMarkerSnapshots(t *testing.T) {
+	log := genLog(t, 21, 300)
+	opts := diskTestOptions
+	opts.MarkerSnapshots = true
+	m := diskMachine(t, opts)
+	m.ApplyBatch(log[:200])
+	marker := persisted(t, m)
+	if len(marker) != markerLen || !IsMarker(bufio.NewReader(bytes.NewReader(marker))) {
+		t.Fatalf("marker of %d bytes (want %d): %q", len(marker), markerLen, marker)
+	}
+	before := m.Digest()
+	if err := m.Restore(io.NopCloser(bytes.NewReader(marker))); err != nil || m.Digest() != before || m.AppliedIndex() != 200 {
+		t.Fatalf("restoring its own marker: %v, state kept %v, applied %d", err, m.Digest() == before, m.AppliedIndex())
+	}
+	behind := diskMachine(t, opts)
+	behind.ApplyBatch(log[:100])
+	if err := behind.Restore(io.NopCloser(bytes.NewReader(marker))); err == nil || !strings.Contains(err.Error(), "holds only index 100") {
+		t.Fatalf("an engine behind the marker restored it: %v", err)
+	}
+	if err := New(opts).Restore(io.NopCloser(bytes.NewReader(marker))); !errors.Is(err, errMarkerInMemory) {
+		t.Fatalf("a machine in memory restored a marker: %v", err)
+	}
+	damaged := bytes.Clone(marker)
+	damaged[len(markerMagic)+3] ^= 1
+	if err := m.Restore(io.NopCloser(bytes.NewReader(damaged))); err == nil {
+		t.Fatal("a damaged marker restored")
+	}
+
+	full, err := m.FullSnapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sink bufSink
+	if err := full.Persist(&sink); err != nil {
+		t.Fatal(err)
+	}
+	full.Release()
+	whole := New(diskTestOptions)
+	whole.ApplyBatch(log)
+	for _, f := range []*Machine{New(diskTestOptions), diskMachine(t, diskTestOptions)} {
+		if err := f.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))); err != nil {
+			t.Fatal(err)
+		}
+		// raft took the marker at 150 and replays from 151.
+		for i := 150; i < len(log); i += 9 {
+			f.ApplyBatch(log[i:min(i+9, len(log))])
+		}
+		if f.Digest() != whole.Digest() || f.AppliedIndex() != 300 {
+			t.Fatalf("follower after the install and the replay: applied %d, digest equal %v", f.AppliedIndex(), f.Digest() == whole.Digest())
+		}
 	}
 }

@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"fmt"
+	"io"
 	"sync"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/e1158ecb/taskstore/fsm/fsmpb"
+	"github.com/e1158ecb/taskstore/fsm/ondisk"
 )
 
 // CONTRACT (used by cluster/): the exported names and signatures in this file
@@ -35,6 +37,16 @@ type Options struct {
 	MaxSessionBytes uint64
 	// SessionTTL in nanoseconds of log time (default 10 minutes).
 	SessionTTL int64
+	// MarkerSnapshots makes Snapshot of a machine on disk a marker
+	// (marker.go) rather than the whole state: the node's snapshot store
+	// then makes the state's stream (FullSnapshot) when a follower needs
+	// it. No effect in memory.
+	MarkerSnapshots bool
+	// MarkerSource, for a machine in memory, streams the whole state of
+	// the engine a marker was taken on (a node that ran with its state on
+	// disk and now runs in memory): Restore reads it instead of the
+	// marker. Nil: a marker is refused.
+	MarkerSource func() (io.ReadCloser, error)
 }
 
 // Limits bound what a command may carry. Validate enforces them at the API
@@ -157,6 +169,42 @@ func NewOnDisk(opts Options, db *pebble.DB, shard uint32) (*Machine, error) {
 	return m, nil
 }
 
+// Close lets go of the engine under a machine on disk: from now on its
+// reads see an empty state, so that a read racing a node's shutdown does
+// not reach a closed engine. The caller has stopped raft (no Apply or
+// Restore runs, and no snapshot is being written); the engine can be
+// closed once Close returns. On a machine in memory it drops the state.
+func (m *Machine) Close() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.st = newState()
+}
+
+// DropOnDisk deletes what shard holds in the engine db, durably, so that a
+// replica started there afresh (one retired earlier, or rebuilt) starts
+// empty. No machine may be open on the shard.
+func DropOnDisk(db *pebble.DB, shard uint32) error {
+	if shard > maxShard {
+		return fmt.Errorf("fsm: shard %d: an engine holds shards up to %d", shard, maxShard)
+	}
+	for gen := range uint32(2) {
+		st, err := ondisk.Open(db, storageID(shard, gen))
+		if err != nil {
+			return fmt.Errorf("fsm: drop shard %d: %w", shard, err)
+		}
+		if err := st.Clear(); err != nil {
+			return fmt.Errorf("fsm: drop shard %d: %w", shard, err)
+		}
+	}
+	if err := db.Delete(genKey(shard), pebble.NoSync); err != nil {
+		return fmt.Errorf("fsm: drop shard %d: %w", shard, err)
+	}
+	if err := db.Flush(); err != nil { // no WAL: a write lasts once flushed
+		return fmt.Errorf("fsm: drop shard %d: %w", shard, err)
+	}
+	return nil
+}
+
 // Apply decodes and applies one log entry. It returns *fsmpb.Result for a
 // command entry. An undecodable entry panics: diverging replicas are worse
 // than a crash.
@@ -186,9 +234,11 @@ func (m *Machine) ApplyBatch(logs []*raft.Log) []interface{} {
 		ts.begin() // one transaction for the batch
 	}
 	for i, l := range logs {
-		if ts != nil && l.Index <= m.st.applied {
-			// In the stored state already: raft replays the log from its
-			// last snapshot, and the on-disk state may be ahead of it.
+		if l.Index <= m.st.applied {
+			// In the state already: raft replays the log from its last
+			// snapshot, and the on-disk state may be ahead of it; a
+			// follower that installed a snapshot expanded from a marker
+			// holds a state past the snapshot's index (marker.go).
 			continue
 		}
 		if cmds[i] == nil {

@@ -299,7 +299,13 @@ func (s *memStore) putSession(ss *session) {
 	s.sessionSize += ss.size
 }
 
-func (s *memStore) oldestSession() (*session, bool) { return s.sessionOrder.Min() }
+func (s *memStore) oldestSeen() (int64, bool) {
+	ss, ok := s.sessionOrder.Min()
+	if !ok {
+		return 0, false
+	}
+	return ss.lastSeen, true
+}
 
 func (s *memStore) dropOldestSession() {
 	ss, ok := s.sessionOrder.DeleteMin()

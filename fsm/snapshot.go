@@ -83,6 +83,13 @@ func (m *Machine) Snapshot() (raft.FSMSnapshot, error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	if d, ok := m.st.store.(*diskStore); ok {
+		if m.opts.MarkerSnapshots {
+			flushed, err := d.st.AsyncFlush()
+			if err != nil {
+				return nil, fmt.Errorf("fsm: snapshot: flush the engine: %w", err)
+			}
+			return &markerSnapshot{applied: m.st.applied, flushed: flushed}, nil
+		}
 		return d.snapshot(m.st)
 	}
 	return m.st.snapshot(), nil
@@ -310,25 +317,55 @@ func (s *snapshot) writeToSize(w io.Writer, size int) error {
 	return sw.w.Flush()
 }
 
+// errHeld stops a restore whose snapshot the on-disk state already holds.
+var errHeld = errors.New("fsm: the state holds the snapshot's index already")
+
 // Restore replaces the state with a snapshot stream; a corrupt or truncated
-// stream returns an error and leaves the machine unchanged.
+// stream returns an error and leaves the machine unchanged. A machine on
+// disk whose stored state is at or past the snapshot's applied index keeps
+// it and reads no further: every replica applies the same committed log,
+// so the state after a later index of it is the snapshot's state with the
+// entries between applied, which raft replays and Apply skips.
 func (m *Machine) Restore(rc io.ReadCloser) error {
+	br := bufio.NewReaderSize(rc, 256<<10)
+	if IsMarker(br) {
+		err := m.restoreMarker(br)
+		if cerr := rc.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("fsm: restore: %w", cerr)
+		}
+		return err
+	}
 	var st *state
 	var err error
 	d, onDisk := m.st.store.(*diskStore)
 	var staged *diskStore
 	if onDisk {
-		// Into the shard's other range, while reads go on from this one;
-		// switched to once the whole stream checked out.
-		staged, err = d.staging()
-		if err == nil {
-			st, err = readSnapshotInto(rc, func(*fsmpb.SnapshotHeader) *state { return newStateWith(staged) })
-		}
+		held := m.AppliedIndex()
+		st, err = readSnapshotInto(br, func(h *fsmpb.SnapshotHeader) (*state, error) {
+			if held > 0 && h.AppliedIndex <= held {
+				return nil, errHeld
+			}
+			// Into the shard's other range, while reads go on from this
+			// one; switched to once the whole stream checked out.
+			var err error
+			staged, err = d.staging()
+			if err != nil {
+				return nil, err
+			}
+			return newStateWith(staged), nil
+		})
 	} else {
-		st, err = readSnapshot(rc)
+		st, err = readSnapshot(br)
 	}
 	if cerr := rc.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("fsm: restore: %w", cerr)
+	}
+	if errors.Is(err, errHeld) {
+		// The engine holds this state or a later one of the same log:
+		// raft restores its latest snapshot when a node starts, and the
+		// entries after it that the engine holds too are skipped as they
+		// replay (ApplyBatch).
+		return nil
 	}
 	if err != nil {
 		if staged != nil {
@@ -494,10 +531,10 @@ func parseRecord(data []byte) (record, error) {
 
 // readSnapshot parses and checks a whole stream into a new state in memory.
 func readSnapshot(r io.Reader) (*state, error) {
-	return readSnapshotInto(r, func(h *fsmpb.SnapshotHeader) *state {
+	return readSnapshotInto(r, func(h *fsmpb.SnapshotHeader) (*state, error) {
 		// Size the id map from the header, within reason: the header is
 		// not yet verified.
-		return newStateWith(newMemStore(int(min(h.Tasks, 1<<20))))
+		return newStateWith(newMemStore(int(min(h.Tasks, 1<<20)))), nil
 	})
 }
 
@@ -510,7 +547,7 @@ const installBatch = 10000
 // gets the records in batches, the last committed with the stream's
 // applied index once the trailer checked out, and flushed; on an error the
 // caller discards what was written.
-func readSnapshotInto(r io.Reader, newState func(*fsmpb.SnapshotHeader) *state) (_ *state, err error) {
+func readSnapshotInto(r io.Reader, newState func(*fsmpb.SnapshotHeader) (*state, error)) (_ *state, err error) {
 	sr := &snapshotReader{r: bufio.NewReaderSize(r, 256<<10)}
 	var magic [len(snapshotMagic)]byte
 	if _, err := io.ReadFull(sr.r, magic[:]); err != nil {
@@ -541,7 +578,10 @@ func readSnapshotInto(r io.Reader, newState func(*fsmpb.SnapshotHeader) *state) 
 	case h.StateFormat > MaxFormat:
 		return nil, fmt.Errorf("fsm: restore: the snapshot's state format %d is newer than this version's %d: upgrade this node", h.StateFormat, MaxFormat)
 	}
-	st := newState(h)
+	st, err := newState(h)
+	if err != nil {
+		return nil, err
+	}
 	st.format = h.StateFormat
 	st.clock = h.Clock
 	st.applied = h.AppliedIndex
@@ -746,7 +786,12 @@ func (s *state) restoreSession(p *fsmpb.Session) error {
 // changes.
 func (s *state) encodeSmall() []byte {
 	var buf bytes.Buffer
-	if err := s.smallSnapshot().writeToSize(&buf, 512); err != nil {
+	// Without the clock and the applied index, which the engine keeps in
+	// its own record: so the bytes change only when what they hold does,
+	// and most commits store nothing more (diskStore.commit).
+	snap := s.smallSnapshot()
+	snap.clock, snap.applied = 0, 0
+	if err := snap.writeToSize(&buf, 512); err != nil {
 		panic(fmt.Sprintf("fsm: encode the small state: %v", err)) // a bytes.Buffer does not fail
 	}
 	return buf.Bytes()

@@ -73,8 +73,10 @@ type store interface {
 	session(clientID string) *session
 	// putSession stores s, replacing the client's earlier one.
 	putSession(s *session)
-	// oldestSession returns the least recently seen session.
-	oldestSession() (*session, bool)
+	// oldestSeen is when the least recently seen session was last seen
+	// (ok false: there is none). Expiry reads it every command, so it
+	// reads no session's answer.
+	oldestSeen() (lastSeen int64, ok bool)
 	// dropOldestSession forgets the least recently seen session.
 	dropOldestSession()
 	// sessionCount and sessionBytes count the sessions and their sizes.

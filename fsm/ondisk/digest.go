@@ -5,6 +5,28 @@ import (
 	"encoding/binary"
 )
 
+// What a shard's digest covers: the records that say what the state is,
+// each keyed without the storage id (a replica that installed a snapshot
+// holds the shard under the other of its two ids), and tasks with their
+// queue's name instead of its number (numbers follow the order queues
+// were created in, which an install does not repeat). The indexes (claim
+// order, due order, unique keys) and queue records are derived from the
+// tasks and are left out. So two replicas at the same index have the same
+// digest however they got there: by applying the log, in any batches, or
+// by installing a snapshot.
+
+// shardLen is the storage id's length at the start of every key.
+const shardLen = 4
+
+// digestTask is a task's record as the digest sees it.
+func digestTask(queue string, tk *Task) []byte {
+	b := binary.AppendUvarint(nil, uint64(len(queue)))
+	b = append(b, queue...)
+	c := *tk
+	c.Queue = 0
+	return AppendTask(b, &c)
+}
+
 // Digest is an order-independent hash of a set of key-value records (a
 // multiset hash, "AdHash"): the sum, lane by lane modulo 2^64, of each
 // record's SHA-256. Adding and removing a record cost one hash each, so a

@@ -64,8 +64,8 @@ func (t *Txn) PutReservation(queue, key string, r *Reservation) error {
 	}
 	k, rec := ReservationKey(t.s.shard, queue, key), r.encode()
 	ok := ReservationOrderKey(t.s.shard, r.Until, queue, key)
-	t.meta.digest.Add(k, rec)
-	t.meta.digest.Add(ok, nil)
+	t.meta.digest.Add(k[shardLen:], rec)
+	t.meta.digest.Add(ok[shardLen:], nil)
 	t.meta.reservations++
 	if err := t.b.Set(k, rec, nil); err != nil {
 		return err
@@ -81,8 +81,8 @@ func (t *Txn) DeleteReservation(queue, key string) error {
 		return err
 	}
 	k, ok := ReservationKey(t.s.shard, queue, key), ReservationOrderKey(t.s.shard, old.Until, queue, key)
-	t.meta.digest.Remove(k, old.encode())
-	t.meta.digest.Remove(ok, nil)
+	t.meta.digest.Remove(k[shardLen:], old.encode())
+	t.meta.digest.Remove(ok[shardLen:], nil)
 	t.meta.reservations--
 	if err := t.b.Delete(k, nil); err != nil {
 		return err

@@ -63,7 +63,7 @@ func (t *Txn) AscendQueue(queue string, from *ClaimPos, fn func(id string, tk *T
 		if err != nil {
 			return err
 		}
-		tk, err := t.Get(group, id)
+		tk, err := t.get(group, id, false)
 		if err != nil {
 			return err
 		}
@@ -105,7 +105,7 @@ func (t *Txn) Runs(queue string, max int, fn func(id string, tk *Task) bool) (al
 		if err != nil {
 			return false, err
 		}
-		tk, err := t.Get(group, id)
+		tk, err := t.get(group, id, false)
 		if err != nil {
 			return false, err
 		}

@@ -65,15 +65,35 @@ func (t *Txn) Sessions() (count, size uint64) { return t.meta.sessions, t.meta.s
 
 // Session returns client's record, or nil.
 func (t *Txn) Session(client string) (*Session, error) {
-	v, c, err := t.r.Get(SessionKey(t.s.shard, client))
-	if errors.Is(err, pebble.ErrNotFound) {
-		return nil, nil
+	k := SessionKey(t.s.shard, client)
+	if s, ok := t.sessions[string(k)]; ok {
+		return s, nil
 	}
-	if err != nil {
+	v, c, err := t.r.Get(k)
+	var s *Session
+	switch {
+	case errors.Is(err, pebble.ErrNotFound):
+	case err != nil:
 		return nil, err
+	default:
+		s, err = decodeSession(v)
+		c.Close()
+		if err != nil {
+			return nil, err
+		}
 	}
-	defer c.Close()
-	return decodeSession(v)
+	if !t.view {
+		t.rememberSession(k, s)
+	}
+	return s, nil
+}
+
+// rememberSession records what the session at k is now (nil: none).
+func (t *Txn) rememberSession(k []byte, s *Session) {
+	if t.sessions == nil {
+		t.sessions = make(map[string]*Session)
+	}
+	t.sessions[string(k)] = s
 }
 
 // PutSession stores client's record, replacing its earlier one.
@@ -83,16 +103,19 @@ func (t *Txn) PutSession(client string, s *Session) error {
 	}
 	k, rec := SessionKey(t.s.shard, client), s.encode()
 	ok := SessionOrderKey(t.s.shard, s.LastSeen, client)
-	t.meta.digest.Add(k, rec)
-	t.meta.digest.Add(ok, nil)
-	if t.sessionHead != nil && bytes.Compare(ok, t.sessionHead) < 0 {
-		t.sessionHead = ok
+	t.meta.digest.Add(k[shardLen:], rec)
+	t.meta.digest.Add(ok[shardLen:], nil)
+	if t.meta.sessions == 0 || t.sessionHead != nil && bytes.Compare(ok, t.sessionHead) < 0 {
+		// Below every key left (none, or below a bound of them): the
+		// oldest.
+		t.sessionHead, t.sessionExact = ok, true
 	}
 	t.meta.sessions++
 	t.meta.sessionBytes += SessionSize(client, s)
 	if err := t.b.Set(k, rec, nil); err != nil {
 		return err
 	}
+	t.rememberSession(k, s)
 	return t.b.Set(ok, nil, nil)
 }
 
@@ -104,13 +127,17 @@ func (t *Txn) DeleteSession(client string) error {
 		return err
 	}
 	k, ok := SessionKey(t.s.shard, client), SessionOrderKey(t.s.shard, old.LastSeen, client)
-	t.meta.digest.Remove(k, old.encode())
-	t.meta.digest.Remove(ok, nil)
+	t.meta.digest.Remove(k[shardLen:], old.encode())
+	t.meta.digest.Remove(ok[shardLen:], nil)
+	if t.sessionExact && bytes.Equal(ok, t.sessionHead) {
+		t.sessionExact = false // still a bound below the rest
+	}
 	t.meta.sessions--
 	t.meta.sessionBytes -= SessionSize(client, old)
 	if err := t.b.Delete(k, nil); err != nil {
 		return err
 	}
+	t.rememberSession(k, nil)
 	return t.b.Delete(ok, nil)
 }
 
@@ -119,6 +146,13 @@ func (t *Txn) DeleteSession(client string) error {
 func (t *Txn) OldestSession() (client string, lastSeen int64, err error) {
 	if t.meta.sessions == 0 {
 		return "", 0, nil
+	}
+	if t.sessionExact {
+		lastSeen, client, err = ParseSessionOrderKey(t.sessionHead)
+		if err != nil {
+			return "", 0, fmt.Errorf("ondisk: shard %d: %w", t.s.shard, err)
+		}
+		return client, lastSeen, nil
 	}
 	lo := tableKey(t.s.shard, TableSessionOrder, 0)
 	from := t.sessionHead
@@ -135,7 +169,7 @@ func (t *Txn) OldestSession() (client string, lastSeen int64, err error) {
 	}
 	// Everything below the first live key is gone: start there next time
 	// (the tombstones of expired sessions, as for queue heads).
-	t.sessionHead = bytes.Clone(it.Key())
+	t.sessionHead, t.sessionExact = bytes.Clone(it.Key()), true
 	lastSeen, client, err = ParseSessionOrderKey(it.Key())
 	if err != nil {
 		return "", 0, fmt.Errorf("ondisk: shard %d: %w", t.s.shard, err)

@@ -25,6 +25,10 @@ type State struct {
 	// dueHead, sessionHead: every due key (session order key) of the shard
 	// below it is deleted (see DESIGN.md, "Queue heads").
 	dueHead, sessionHead []byte
+	// sessionExact: sessionHead is the oldest session's order key itself,
+	// not only a bound below it, so that expiry (which asks every
+	// command) reads nothing until that session is touched or dropped.
+	sessionExact bool
 	// dueAt, when dueKnown: no task is due before it (a lower bound of the
 	// due index's first at), so that advancing the clock short of it reads
 	// nothing.
@@ -173,9 +177,9 @@ func (t *Txn) PutSmall(b []byte) error {
 		return err
 	}
 	if old != nil {
-		t.meta.digest.Remove(k, old)
+		t.meta.digest.Remove(k[shardLen:], old)
 	}
-	t.meta.digest.Add(k, b)
+	t.meta.digest.Add(k[shardLen:], b)
 	return t.b.Set(k, b, nil)
 }
 
@@ -186,7 +190,7 @@ func (s *State) Clear() error {
 		return err
 	}
 	s.queues, s.byNum = map[string]*queueInfo{}, map[uint32]*queueInfo{}
-	s.meta, s.dueHead, s.sessionHead, s.dueKnown = meta{}, nil, nil, false
+	s.meta, s.dueHead, s.sessionHead, s.sessionExact, s.dueKnown = meta{}, nil, nil, false, false
 	return nil
 }
 
@@ -226,16 +230,22 @@ type Txn struct {
 	view                 bool
 	meta                 meta
 	dueHead, sessionHead []byte
+	sessionExact         bool
 	dueAt                int64
 	dueKnown             bool
 	dirty                map[string]*queueInfo // copies of the queues changed, by name
 	byNum                map[uint32]*queueInfo // the same, by number
+	// tasks, sessions: the records this transaction read or wrote, by
+	// key (nil: none there), so that a command that reads a task and then
+	// replaces or deletes it (every claim and commit) reads it once.
+	tasks    map[string]*Task
+	sessions map[string]*Session
 }
 
 // Begin starts a transaction.
 func (s *State) Begin() *Txn {
 	b := s.db.NewIndexedBatch()
-	return &Txn{s: s, b: b, r: b, meta: s.meta, dueHead: s.dueHead, sessionHead: s.sessionHead,
+	return &Txn{s: s, b: b, r: b, meta: s.meta, dueHead: s.dueHead, sessionHead: s.sessionHead, sessionExact: s.sessionExact,
 		dueAt: s.dueAt, dueKnown: s.dueKnown, dirty: map[string]*queueInfo{}, byNum: map[uint32]*queueInfo{}}
 }
 
@@ -245,7 +255,7 @@ func (s *State) Begin() *Txn {
 // per-queue records, and a Pebble snapshot pins the files it reads. Its
 // changes fail; Discard releases it.
 func (s *State) View() *Txn {
-	t := &Txn{s: s, snap: s.db.NewSnapshot(), view: true, meta: s.meta, dueHead: s.dueHead, sessionHead: s.sessionHead,
+	t := &Txn{s: s, snap: s.db.NewSnapshot(), view: true, meta: s.meta, dueHead: s.dueHead, sessionHead: s.sessionHead, sessionExact: s.sessionExact,
 		dueAt: s.dueAt, dueKnown: s.dueKnown, dirty: make(map[string]*queueInfo, len(s.queues)), byNum: make(map[uint32]*queueInfo, len(s.queues))}
 	t.r = t.snap
 	for name, q := range s.queues {
@@ -288,9 +298,6 @@ func (t *Txn) Commit(applied uint64) error {
 		t.meta.applied = applied
 	}
 	for _, q := range t.dirty {
-		if old := t.s.queues[q.name]; old != nil {
-			t.meta.digest.Remove(QueueKey(t.s.shard, q.name), old.encode())
-		}
 		if q.total == 0 {
 			if err := t.b.Delete(QueueKey(t.s.shard, q.name), nil); err != nil {
 				return err
@@ -298,7 +305,6 @@ func (t *Txn) Commit(applied uint64) error {
 			continue
 		}
 		rec := q.encode()
-		t.meta.digest.Add(QueueKey(t.s.shard, q.name), rec)
 		if err := t.b.Set(QueueKey(t.s.shard, q.name), rec, nil); err != nil {
 			return err
 		}
@@ -322,7 +328,7 @@ func (t *Txn) Commit(applied uint64) error {
 		s.queues[q.name] = q
 		s.byNum[q.num] = q
 	}
-	s.meta, s.dueHead, s.sessionHead = t.meta, t.dueHead, t.sessionHead
+	s.meta, s.dueHead, s.sessionHead, s.sessionExact = t.meta, t.dueHead, t.sessionHead, t.sessionExact
 	s.dueAt, s.dueKnown = t.dueAt, t.dueKnown
 	return nil
 }
@@ -364,16 +370,44 @@ func (t *Txn) queueByNum(num uint32) (*queueInfo, error) {
 func (t *Txn) Clock() int64 { return t.meta.clock }
 
 // Get returns group's task with id, or nil.
-func (t *Txn) Get(group, id string) (*Task, error) {
-	v, c, err := t.r.Get(TaskKey(t.s.shard, group, id))
-	if errors.Is(err, pebble.ErrNotFound) {
-		return nil, nil
+//
+// A task it returns is shared with the transaction: callers must not
+// modify it.
+func (t *Txn) Get(group, id string) (*Task, error) { return t.get(group, id, true) }
+
+// get is Get; keep says to remember the task read (a point read, likely
+// to be replaced or deleted next), which scans do not: they would hold a
+// whole queue in memory.
+func (t *Txn) get(group, id string, keep bool) (*Task, error) {
+	k := TaskKey(t.s.shard, group, id)
+	if tk, ok := t.tasks[string(k)]; ok {
+		return tk, nil
 	}
-	if err != nil {
+	v, c, err := t.r.Get(k)
+	var tk *Task
+	switch {
+	case errors.Is(err, pebble.ErrNotFound):
+	case err != nil:
 		return nil, err
+	default:
+		tk, err = DecodeTask(v)
+		c.Close()
+		if err != nil {
+			return nil, err
+		}
 	}
-	defer c.Close()
-	return DecodeTask(v)
+	if keep && !t.view {
+		t.remember(k, tk)
+	}
+	return tk, nil
+}
+
+// remember records what the task at k is now (nil: none).
+func (t *Txn) remember(k []byte, tk *Task) {
+	if t.tasks == nil {
+		t.tasks = make(map[string]*Task)
+	}
+	t.tasks[string(k)] = tk
 }
 
 // QueueName is the name of the queue a task read from this transaction is
@@ -404,10 +438,11 @@ func (t *Txn) Put(id, queue string, tk *Task) error {
 	tk.Queue = q.num
 	rec := AppendTask(nil, tk)
 	k := TaskKey(t.s.shard, group, id)
-	t.meta.digest.Add(k, rec)
+	t.meta.digest.Add(k[shardLen:], digestTask(q.name, tk))
 	if err := t.b.Set(k, rec, nil); err != nil {
 		return err
 	}
+	t.remember(k, tk)
 	return t.index(id, q, tk)
 }
 
@@ -463,13 +498,11 @@ func (t *Txn) index(id string, q *queueInfo, tk *Task) error {
 	if q.head != nil && bytes.Compare(ck, q.head) < 0 {
 		q.head = ck
 	}
-	t.meta.digest.Add(ck, nil)
 	if err := t.b.Set(ck, nil, nil); err != nil {
 		return err
 	}
 	if tk.Key != "" {
 		uk := UniqueKey(t.s.shard, q.num, tk.Key)
-		t.meta.digest.Add(uk, []byte(id))
 		if err := t.b.Set(uk, []byte(id), nil); err != nil {
 			return err
 		}
@@ -487,7 +520,6 @@ func (t *Txn) index(id string, q *queueInfo, tk *Task) error {
 		if t.dueKnown && tk.At < t.dueAt {
 			t.dueAt = tk.At
 		}
-		t.meta.digest.Add(dk, nil)
 		if err := t.b.Set(dk, nil, nil); err != nil {
 			return err
 		}
@@ -502,14 +534,14 @@ func (t *Txn) unindex(group, id string, old *Task) error {
 		return err
 	}
 	k := TaskKey(t.s.shard, group, id)
-	t.meta.digest.Remove(k, AppendTask(nil, old))
+	t.meta.digest.Remove(k[shardLen:], digestTask(q.name, old))
 	if err := t.b.Delete(k, nil); err != nil {
 		return err
 	}
+	t.remember(k, nil)
 	q.total--
 	t.meta.tasks--
 	ck := ClaimKey(t.s.shard, q.num, old.Priority, old.At, id)
-	t.meta.digest.Remove(ck, nil)
 	if err := t.b.Delete(ck, nil); err != nil {
 		return err
 	}
@@ -520,7 +552,6 @@ func (t *Txn) unindex(group, id string, old *Task) error {
 			owner := string(v)
 			c.Close()
 			if owner == id {
-				t.meta.digest.Remove(uk, []byte(id))
 				if err := t.b.Delete(uk, nil); err != nil {
 					return err
 				}
@@ -536,7 +567,6 @@ func (t *Txn) unindex(group, id string, old *Task) error {
 			q.delayed--
 		}
 		dk := DueKey(t.s.shard, old.At, q.num, id)
-		t.meta.digest.Remove(dk, nil)
 		if err := t.b.Delete(dk, nil); err != nil {
 			return err
 		}
@@ -604,7 +634,7 @@ func (t *Txn) ClaimableAt(queue string, clock int64, fn func(id string, tk *Task
 			ok = it.SeekGE(ClaimPriority(t.s.shard, q.num, prio-1))
 			continue
 		}
-		tk, err := t.Get(GroupOf(q.name), id)
+		tk, err := t.get(GroupOf(q.name), id, true)
 		if err != nil {
 			return err
 		}
@@ -666,7 +696,7 @@ func (t *Txn) Advance(now int64, became func(queue, id string, at int64)) error 
 		if err != nil {
 			return err
 		}
-		tk, err := t.Get(GroupOf(q.name), id)
+		tk, err := t.get(GroupOf(q.name), id, false)
 		if err != nil {
 			return err
 		}
@@ -678,7 +708,6 @@ func (t *Txn) Advance(now int64, became func(queue, id string, at int64)) error 
 		} else {
 			q.delayed--
 		}
-		t.meta.digest.Remove(k, nil)
 		if err := t.b.Delete(k, nil); err != nil {
 			return err
 		}

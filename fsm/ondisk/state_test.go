@@ -344,19 +344,47 @@ func compare(t *testing.T, step int, s *State, m *model, queues []string) {
 	}
 }
 
-// fromScratch hashes every record of shard but its own meta record.
+// fromScratch hashes shard's records the way the digest covers them
+// (digest.go): without the storage id, tasks with their queue's name, and
+// neither the indexes, the queue records nor the shard's own meta record.
 func fromScratch(t *testing.T, db *pebble.DB, shard uint32) Digest {
 	it, err := db.NewIter(&pebble.IterOptions{LowerBound: ShardPrefix(shard), UpperBound: ShardEnd(shard)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer it.Close()
+	names := map[uint32]string{}
+	for it.First(); it.Valid(); it.Next() {
+		if k := it.Key(); k[4] == TableQueue {
+			q, err := decodeQueue(string(k[5:]), it.Value())
+			if err != nil {
+				t.Fatal(err)
+			}
+			names[q.num] = q.name
+		}
+	}
 	var d Digest
 	for it.First(); it.Valid(); it.Next() {
-		if it.Key()[4] == TableMeta {
-			continue
+		k := it.Key()
+		switch k[4] {
+		case TableClaim, TableDue, TableKey, TableQueue:
+		case TableMeta:
+			if string(k[5:]) == "small" {
+				d.Add(k[shardLen:], it.Value())
+			}
+		case TableTask:
+			tk, err := DecodeTask(it.Value())
+			if err != nil {
+				t.Fatal(err)
+			}
+			name, ok := names[tk.Queue]
+			if !ok {
+				t.Fatalf("task record %x: no queue numbered %d", k, tk.Queue)
+			}
+			d.Add(k[shardLen:], digestTask(name, tk))
+		default:
+			d.Add(k[shardLen:], it.Value())
 		}
-		d.Add(it.Key(), it.Value())
 	}
 	return d
 }
@@ -424,5 +452,55 @@ func TestSameIDInTwoGroups(t *testing.T) {
 	}
 	if got := fromScratch(t, db, 5); got != s.Digest() {
 		t.Fatal("the kept digest is not the digest of the records")
+	}
+}
+
+// TestDigestIgnoresStorageIDAndQueueNumbers: the same tasks, sessions and
+// small state reached in another order, under another storage id (as after
+// an install), with the queues numbered in another order and a queue
+// emptied and created again, give the same digest; another value does not.
+func TestDigestIgnoresStorageIDAndQueueNumbers(t *testing.T) {
+	db := openMem(t)
+	fill := func(shard uint32, queues []string, churn bool, value string) Digest {
+		s, err := Open(db, shard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tx := s.Begin()
+		if churn { // queue "c" numbered, emptied, gone: numbers move on
+			if err := tx.Put("tmp", "c", &Task{Version: 1}); err != nil {
+				t.Fatal(err)
+			}
+			if err := tx.Delete("c", "tmp"); err != nil {
+				t.Fatal(err)
+			}
+			if err := tx.Commit(1); err != nil {
+				t.Fatal(err)
+			}
+			tx = s.Begin()
+		}
+		for _, q := range queues {
+			if err := tx.Put(fmt.Sprint("id", q), q, &Task{Version: uint64(len(q)), Priority: int32(q[0]), At: 50, Key: "k" + q, Value: []byte(value)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := tx.PutSession("cl", &Session{LastSeen: 7, Group: "g"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.PutSmall([]byte("small")); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(2); err != nil {
+			t.Fatal(err)
+		}
+		return s.Digest()
+	}
+	a := fill(2, []string{"a", "b"}, false, "v")
+	b := fill(7, []string{"b", "a"}, true, "v")
+	if a != b {
+		t.Fatalf("same records, different digests: %x %x", a.Bytes(), b.Bytes())
+	}
+	if c := fill(9, []string{"a", "b"}, false, "w"); c == a {
+		t.Fatal("another value, the same digest")
 	}
 }

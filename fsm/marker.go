@@ -1,0 +1,114 @@
+package fsm
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+
+	"github.com/hashicorp/raft"
+)
+
+// A marker is what a machine on disk writes as raft's snapshot when
+// Options.MarkerSnapshots is set: no state, only the index the engine held
+// (and flushed) when raft took it. The engine is the snapshot: raft still
+// truncates its log up to there, and restores it at start, which keeps the
+// engine's state (Restore). A follower that needs the state gets a full
+// stream that the node's snapshot store makes from the engine when raft
+// opens the marker to send it (FullSnapshot, cluster's snapshot store): of
+// the state now, at or past the marker's index, which is the marker's
+// state with the entries after it applied, and the follower skips those
+// as raft replays them (ApplyBatch).
+//
+// Format: markerMagic, the index (8 bytes, big-endian), CRC-32C of both.
+const markerMagic = "TSKMARK1"
+
+const markerLen = len(markerMagic) + 8 + 4
+
+// IsMarker reports whether r starts with a marker, without consuming it.
+func IsMarker(r *bufio.Reader) bool {
+	b, err := r.Peek(len(markerMagic))
+	return err == nil && string(b) == markerMagic
+}
+
+func encodeMarker(applied uint64) []byte {
+	b := binary.BigEndian.AppendUint64([]byte(markerMagic), applied)
+	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+}
+
+// readMarker reads a whole marker from r.
+func readMarker(r io.Reader) (uint64, error) {
+	b := make([]byte, markerLen)
+	if _, err := io.ReadFull(r, b); err != nil {
+		return 0, corrupt("marker: %v", err)
+	}
+	body, sum := b[:markerLen-4], binary.BigEndian.Uint32(b[markerLen-4:])
+	if string(body[:len(markerMagic)]) != markerMagic || crc32.Checksum(body, castagnoli) != sum {
+		return 0, corrupt("marker: bad magic or checksum")
+	}
+	return binary.BigEndian.Uint64(body[len(markerMagic):]), nil
+}
+
+// errMarkerInMemory refuses a marker on a machine in memory: the state it
+// stands for is in an engine this machine does not read.
+var errMarkerInMemory = errors.New("fsm: restore: the snapshot is a marker of a state kept on disk (--state disk), and this machine keeps its state in memory without the engine: start the node with --state disk, or rebuild this replica from its peers (taskctl shard rebuild)")
+
+// markerSnapshot is a marker being taken: Persist writes it once the
+// engine flushed everything up to its index.
+type markerSnapshot struct {
+	applied uint64
+	flushed <-chan struct{}
+}
+
+func (s *markerSnapshot) Persist(sink raft.SnapshotSink) error {
+	<-s.flushed
+	if _, err := sink.Write(encodeMarker(s.applied)); err != nil {
+		_ = sink.Cancel()
+		return fmt.Errorf("fsm: persist marker: %w", err)
+	}
+	return sink.Close()
+}
+
+func (s *markerSnapshot) Release() {}
+
+// restoreMarker handles a marker given to Restore: a machine on disk whose
+// engine holds its index or a later one keeps its state.
+func (m *Machine) restoreMarker(r io.Reader) error {
+	applied, err := readMarker(r)
+	if err != nil {
+		return err
+	}
+	if _, onDisk := m.st.store.(*diskStore); !onDisk {
+		if m.opts.MarkerSource == nil {
+			return errMarkerInMemory
+		}
+		rc, err := m.opts.MarkerSource()
+		if err != nil {
+			return fmt.Errorf("fsm: restore: the state on disk a marker stands for: %w", err)
+		}
+		if err := m.Restore(rc); err != nil {
+			return err
+		}
+		if held := m.AppliedIndex(); held < applied {
+			return fmt.Errorf("fsm: restore: the snapshot is a marker of index %d of the state on disk, but the engine holds only index %d", applied, held)
+		}
+		return nil
+	}
+	if held := m.AppliedIndex(); held < applied {
+		return fmt.Errorf("fsm: restore: the snapshot is a marker of index %d of the state on disk, but the engine holds only index %d: it lost what it had flushed (rebuild this replica from its peers: taskctl shard rebuild)", applied, held)
+	}
+	return nil
+}
+
+// FullSnapshot is a snapshot of the whole state, as Snapshot takes one
+// without Options.MarkerSnapshots: what a follower installs.
+func (m *Machine) FullSnapshot() (raft.FSMSnapshot, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if d, ok := m.st.store.(*diskStore); ok {
+		return d.snapshot(m.st)
+	}
+	return m.st.snapshot(), nil
+}
