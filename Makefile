@@ -42,7 +42,7 @@ staticcheck:
 # fixture, slot moves) are skipped the second time.
 race: build
 	TASKSTORE_BIN=$(CURDIR)/$(BIN) $(GO) test -race -count=1 -p 1 -timeout 30m $(PKGS)
-	$(GO) test -race -count=1 ./fsm/ -fsm.ondisk -skip 'TestProperty|TestTranscript|TestSnapshotFixture|TestOnDisk|TestSlotMove|TestSlotSteps|TestSlotStates|TestGetServed'
+	$(GO) test -race -count=1 ./fsm/ -fsm.ondisk -skip 'TestProperty|TestTranscript|TestSnapshotFixture|TestOnDisk|TestMarkerSnapshots|TestSlotMove|TestSlotSteps|TestSlotStates|TestGetServed'
 
 # Each fuzz target (decoders, validators, snapshot and gossip readers, the
 # Raft stream, the HTTP/JSON gateway) runs

@@ -60,6 +60,11 @@ func (c Config) Validate() error {
 		}
 		hostPort("initial cluster: address of "+p.ID, p.Address)
 	}
+	switch c.StateStore {
+	case "", StateOnDisk, StateInMemory:
+	default:
+		bad("state store %q: want %q or %q", c.StateStore, StateOnDisk, StateInMemory)
+	}
 	if c.Shards < 0 || c.Shards > MaxShards {
 		bad("shards %d: must be between 1 and %d (0: the default)", c.Shards, MaxShards)
 	}

@@ -149,7 +149,7 @@ func checkpointsOf(m *fsm.Machine) []*taskstorepb.Checkpoint {
 	cps := m.Checkpoints()
 	out := make([]*taskstorepb.Checkpoint, len(cps))
 	for i, cp := range cps {
-		out[i] = &taskstorepb.Checkpoint{Index: cp.Index, Digest: cp.Digest[:]}
+		out[i] = &taskstorepb.Checkpoint{Index: cp.Index, Digest: cp.Digest[:], OnDisk: cp.OnDisk}
 	}
 	return out
 }
@@ -203,7 +203,8 @@ func (n *Node) CheckReplicas(ctx context.Context) {
 			continue // a non-voter catching up judges nothing
 		}
 		var ids []string
-		seen := map[string][]*peerpb.Checkpoint{n.cfg.ID: peerCheckpoints(s.machine)}
+		own, onDisk := peerCheckpoints(s.machine)
+		seen := map[string][]*peerpb.Checkpoint{n.cfg.ID: own}
 		for _, srv := range voters {
 			id := string(srv.ID)
 			ids = append(ids, id)
@@ -211,7 +212,13 @@ func (n *Node) CheckReplicas(ctx context.Context) {
 				continue
 			}
 			if rep := replicaOf(reports[id], s.id); rep != nil && reports[id].Node == id && !rep.Diverged {
+				// Digests of the same kind as this replica's only: a
+				// replica in memory and one on disk digest the same
+				// state differently.
 				seen[id] = rep.Checkpoints
+				if onDisk {
+					seen[id] = rep.DiskCheckpoints
+				}
 			}
 		}
 		v := judge(n.cfg.ID, ids, seen)
@@ -527,6 +534,14 @@ func (n *Node) WipeReplica(shard uint32) error {
 		return fmt.Errorf("%w: this node's replica of shard %d is not diverged", ErrRefused, shard)
 	}
 	dir := groupDir(n.cfg.DataDir, shard)
+	// The state first: without the group's files, a crash before the
+	// drop would have the next start drop it anyway (newMachine).
+	if err := n.dropState(shard); err != nil {
+		n.mu.Lock()
+		n.diverged[shard] = rec
+		n.mu.Unlock()
+		return fmt.Errorf("delete the diverged replica's state of shard %d: %w", shard, err)
+	}
 	if err := os.RemoveAll(dir); err != nil {
 		n.mu.Lock()
 		n.diverged[shard] = rec // still stopped: the marker may be left

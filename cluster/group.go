@@ -13,6 +13,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/e1158ecb/taskstore/cluster/nodelog"
+	fsmpkg "github.com/e1158ecb/taskstore/fsm"
 )
 
 // group is one Raft instance with its stores: its entries in the node's
@@ -62,7 +63,9 @@ const noSync = false
 
 // openGroup starts a group. shared is the group's part of the node log, or
 // nil to keep its entries in its own raft-boltdb file (the meta group).
-func openGroup(id uint32, dataDir, localID string, fsm raft.FSM, mux *Mux, t Tuning, shared *nodelog.Group, log *slog.Logger) (*group, error) {
+// markers, when set, is the machine on disk whose snapshots are markers
+// (markerStore).
+func openGroup(id uint32, dataDir, localID string, fsm raft.FSM, mux *Mux, t Tuning, shared *nodelog.Group, markers *fsmpkg.Machine, log *slog.Logger) (*group, error) {
 	if shared != nil {
 		// The node log opened for the other groups; this one's entries
 		// have a hole, and a replica missing an entry it acknowledged
@@ -91,10 +94,22 @@ func openGroup(id uint32, dataDir, localID string, fsm raft.FSM, mux *Mux, t Tun
 		logStore = shared
 	}
 	hlog := newHCLog(log, slog.LevelWarn)
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, 2, hlog)
+	files, err := raft.NewFileSnapshotStoreWithLogger(dir, 2, hlog)
 	if err != nil {
 		store.Close()
 		return nil, fmt.Errorf("group %d: open snapshot store: %w", id, err)
+	}
+	var snaps raft.SnapshotStore = files
+	var marked *markerStore
+	if markers != nil {
+		// Streams made for followers that a crash left behind.
+		if tmp, _ := filepath.Glob(filepath.Join(dir, "expanded-*.tmp")); len(tmp) > 0 {
+			for _, f := range tmp {
+				os.Remove(f)
+			}
+		}
+		marked = &markerStore{FileSnapshotStore: files, dir: dir, machine: markers}
+		snaps = marked
 	}
 	if err := checkVoteKept(store, logStore, snaps); err != nil {
 		store.Close()
@@ -133,6 +148,9 @@ func openGroup(id uint32, dataDir, localID string, fsm raft.FSM, mux *Mux, t Tun
 		trans.Close()
 		store.Close()
 		return nil, fmt.Errorf("group %d: start raft: %w", id, err)
+	}
+	if marked != nil {
+		marked.started.Store(true) // NewRaft restored the latest snapshot
 	}
 	return &group{id: id, dir: dir, raft: r, store: store, logs: logStore, trans: trans, stream: stream, log: log, existing: existing}, nil
 }

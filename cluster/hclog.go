@@ -114,8 +114,12 @@ var raftLevels = map[string]slog.Level{
 	"peer has newer term, stopping replication":    slog.LevelInfo,
 	// A started node waits, with no configuration, to be added (node add):
 	// its meta group times out and finds nobody to ask, as it should.
-	"no known peers, aborting election":       slog.LevelInfo,
-	"failed to decode incoming command":       slog.LevelWarn,
+	"no known peers, aborting election": slog.LevelInfo,
+	"failed to decode incoming command": slog.LevelWarn,
+	// The peer that asked closed the connection before the answer went
+	// out: it stopped, restarted or was cut off (TestClusterStopLogsNoAlarm
+	// caught one in a whole-cluster stop).
+	"failed to flush response":                slog.LevelWarn,
 	"failed to appendEntries to":              slog.LevelWarn,
 	"failed to heartbeat to":                  slog.LevelWarn,
 	"failed to pipeline appendEntries":        slog.LevelWarn,

@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -30,6 +31,7 @@ import (
 	"github.com/e1158ecb/taskstore/api/taskstorepb"
 	"github.com/e1158ecb/taskstore/cluster/metapb"
 	"github.com/e1158ecb/taskstore/cluster/nodelog"
+	"github.com/e1158ecb/taskstore/fsm"
 )
 
 // Config describes one node.
@@ -81,6 +83,9 @@ type Config struct {
 	ClusterName string
 	// Registry receives the node's metrics; nil records none.
 	Registry *prometheus.Registry
+	// StateStore is where data shards keep their state: StateOnDisk or
+	// StateInMemory; empty means DefaultStateStore.
+	StateStore string
 }
 
 // Node is one taskstored process: the meta group, the shards it replicates,
@@ -101,12 +106,19 @@ type Node struct {
 	meta      *metaFSM
 	metaGroup *group
 	// raftLog holds the entries of every data shard hosted here (nodelog).
-	raftLog   *nodelog.Log
-	clock     clockState
-	disk      diskState
-	metaReady atomic.Bool
-	gossip    *gossip
-	peers     *connPool
+	raftLog *nodelog.Log
+	// state holds the state of every data shard hosted here (nil: in
+	// memory); see state.go.
+	state *pebble.DB
+	// oldState is the engine a node in memory reads a marker's state from
+	// (streamFromEngine), opened when first needed.
+	oldStateMu sync.Mutex
+	oldState   *pebble.DB
+	clock      clockState
+	disk       diskState
+	metaReady  atomic.Bool
+	gossip     *gossip
+	peers      *connPool
 
 	mu     sync.RWMutex // guards shards, unplacedSince, diverged, disagree and closed
 	shards map[uint32]*Shard
@@ -302,7 +314,10 @@ func (n *Node) startGroups() error {
 	}); err != nil {
 		return fmt.Errorf("open the node's Raft log: %w", err)
 	}
-	if n.metaGroup, err = openGroup(MetaGroupID, n.cfg.DataDir, n.cfg.ID, n.meta, n.mux, n.cfg.Tuning, nil, n.quiet(n.log.With("group", "meta"))); err != nil {
+	if n.state, err = openState(n.cfg, n.cfg.Logger.With("node", n.cfg.ID, "component", "state")); err != nil {
+		return err
+	}
+	if n.metaGroup, err = openGroup(MetaGroupID, n.cfg.DataDir, n.cfg.ID, n.meta, n.mux, n.cfg.Tuning, nil, nil, n.quiet(n.log.With("group", "meta"))); err != nil {
 		return err
 	}
 	n.wg.Add(1)
@@ -384,7 +399,15 @@ func (n *Node) openShard(id uint32) (*Shard, error) {
 			"marker", filepath.Join(groupDir(n.cfg.DataDir, id), divergedMarker))
 		return nil, fmt.Errorf("shard %d: %w", id, ErrDiverged)
 	}
-	s := newShard(id, n.cfg.Clock, n.cfg.Tuning, n.log)
+	s, err := newShard(id, n.cfg.Clock, n.cfg.Tuning, n.log, func(opts fsm.Options) (*fsm.Machine, error) {
+		return n.newMachine(id, opts)
+	})
+	if err != nil {
+		n.diverged[id] = &divergenceRecord{Shard: id, Damaged: err.Error(), Detected: time.Now()}
+		n.log.Error("not starting a replica whose state will not open: it serves and votes nothing until rebuilt with `taskctl shard rebuild`",
+			"shard", id, "err", err, "dir", stateDir(n.cfg.DataDir))
+		return nil, fmt.Errorf("shard %d: %w: %w", id, ErrDiverged, err)
+	}
 	s.leaderHint = n.leaderHint
 	s.mayNotLead = n.mayNotLead
 	label := shardLabel(id)
@@ -393,7 +416,11 @@ func (n *Node) openShard(id uint32) (*Shard, error) {
 	s.scheduleTicks = n.metrics.scheduleTicks
 	snapshotSeconds := n.metrics.snapshotSeconds.WithLabelValues(label)
 	timed := timedFSM{Machine: s.machine, observe: func(d time.Duration) { snapshotSeconds.Observe(d.Seconds()) }}
-	g, err := openGroup(id, n.cfg.DataDir, n.cfg.ID, timed, n.mux, n.cfg.Tuning, n.raftLog.Group(id), n.quiet(n.log.With("shard", id)))
+	var markers *fsm.Machine
+	if n.state != nil {
+		markers = s.machine
+	}
+	g, err := openGroup(id, n.cfg.DataDir, n.cfg.ID, timed, n.mux, n.cfg.Tuning, n.raftLog.Group(id), markers, n.quiet(n.log.With("shard", id)))
 	if err != nil {
 		// One replica whose files will not open must not keep the node's
 		// other replicas down: it stays stopped, shown like a diverged
@@ -401,6 +428,7 @@ func (n *Node) openShard(id uint32) (*Shard, error) {
 		n.diverged[id] = &divergenceRecord{Shard: id, Damaged: err.Error(), Detected: time.Now()}
 		n.log.Error("not starting a replica whose files are damaged: it serves and votes nothing until rebuilt with `taskctl shard rebuild`",
 			"shard", id, "err", err, "dir", groupDir(n.cfg.DataDir, id))
+		s.machine.Close()
 		return nil, fmt.Errorf("shard %d: %w: %w", id, ErrDiverged, err)
 	}
 	s.start(g)
@@ -423,6 +451,7 @@ func (n *Node) abort() {
 	if n.raftLog != nil {
 		n.raftLog.Close()
 	}
+	n.closeState()
 	if n.gossip != nil {
 		n.gossip.leave(false)
 	}
@@ -565,6 +594,7 @@ func (n *Node) Close(ctx context.Context) error {
 	}
 	errs = append(errs, n.metaGroup.shutdown())
 	errs = append(errs, n.raftLog.Close())
+	errs = append(errs, n.closeState())
 	n.mux.Close()
 	n.wg.Wait()
 	n.peers.close()

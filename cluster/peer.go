@@ -95,16 +95,26 @@ func (n *Node) report() *peerpb.NodeReport {
 // replicaReport reads one local replica's Raft state and checkpoints.
 func replicaReport(id uint32, r *raft.Raft, self string, m *fsm.Machine) *peerpb.Replica {
 	_, leader := r.LeaderWithID()
-	return &peerpb.Replica{Shard: id, Leader: string(leader), Role: replicaRole(r, self), AppliedIndex: r.AppliedIndex(), Checkpoints: peerCheckpoints(m)}
+	rep := &peerpb.Replica{Shard: id, Leader: string(leader), Role: replicaRole(r, self), AppliedIndex: r.AppliedIndex()}
+	cps, onDisk := peerCheckpoints(m)
+	if onDisk {
+		rep.DiskCheckpoints = cps
+	} else {
+		rep.Checkpoints = cps
+	}
+	return rep
 }
 
-// peerCheckpoints lists a replica's checkpoints for a peer.
-func peerCheckpoints(m *fsm.Machine) []*peerpb.Checkpoint {
+// peerCheckpoints lists a replica's checkpoints for a peer, and whether
+// they are of a state on disk (fsm.Checkpoint.OnDisk: a replica's are all
+// of one kind, since a Restore clears them).
+func peerCheckpoints(m *fsm.Machine) (_ []*peerpb.Checkpoint, onDisk bool) {
 	var out []*peerpb.Checkpoint
 	for _, cp := range m.Checkpoints() {
 		out = append(out, &peerpb.Checkpoint{Index: cp.Index, Digest: cp.Digest[:]})
+		onDisk = cp.OnDisk
 	}
-	return out
+	return out, onDisk
 }
 
 // replicaRole names this replica's part in its Raft group, as Status shows
@@ -248,7 +258,11 @@ func reportFromStatus(st *taskstorepb.StatusResponse) *peerpb.NodeReport {
 			}
 			rep := &peerpb.Replica{Shard: ss.Id, Leader: ss.Leader, Role: rs.Role, AppliedIndex: rs.AppliedIndex, Diverged: rs.Divergence != nil}
 			for _, cp := range rs.Checkpoints {
-				rep.Checkpoints = append(rep.Checkpoints, &peerpb.Checkpoint{Index: cp.Index, Digest: cp.Digest})
+				if cp.OnDisk {
+					rep.DiskCheckpoints = append(rep.DiskCheckpoints, &peerpb.Checkpoint{Index: cp.Index, Digest: cp.Digest})
+				} else {
+					rep.Checkpoints = append(rep.Checkpoints, &peerpb.Checkpoint{Index: cp.Index, Digest: cp.Digest})
+				}
 			}
 			r.Replicas = append(r.Replicas, rep)
 		}

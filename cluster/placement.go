@@ -494,6 +494,9 @@ func (n *Node) retireReplicas(cm *metapb.ClusterMap) {
 		if err := n.raftLog.Group(s.id).Reset(); err != nil {
 			n.log.Warn("drop retired replica's Raft log entries", "shard", s.id, "err", err)
 		}
+		if err := n.dropState(s.id); err != nil {
+			n.log.Warn("drop retired replica's state", "shard", s.id, "err", err)
+		}
 	}
 }
 

@@ -62,9 +62,15 @@ type Shard struct {
 	wg        sync.WaitGroup
 }
 
-func newShard(id uint32, clock func() time.Time, t Tuning, log *slog.Logger) *Shard {
+// newShard makes a shard whose machine newMachine makes (fsm.New, or on
+// the node's engine).
+func newShard(id uint32, clock func() time.Time, t Tuning, log *slog.Logger, newMachine func(fsm.Options) (*fsm.Machine, error)) (*Shard, error) {
 	s := &Shard{id: id, clock: clock, tuning: t, log: log.With("shard", id), stop: make(chan struct{})}
-	s.machine = fsm.New(fsm.Options{OnAvailable: s.waiters.notify, OnSlotChange: s.waiters.wakeAll})
+	m, err := newMachine(fsm.Options{OnAvailable: s.waiters.notify, OnSlotChange: s.waiters.wakeAll})
+	if err != nil {
+		return nil, err
+	}
+	s.machine = m
 	s.waiters = waiters{
 		byQueue:   make(map[string][]*waiter),
 		now:       s.Now,
@@ -72,7 +78,7 @@ func newShard(id uint32, clock func() time.Time, t Tuning, log *slog.Logger) *Sh
 		nextAt:    s.machine.NextAt,
 		leading:   s.IsLeader,
 	}
-	return s
+	return s, nil
 }
 
 // ID is the shard id.
@@ -102,11 +108,14 @@ func (s *Shard) start(g *group) {
 	go s.watchLeadership()
 }
 
+// close stops the replica; its machine lets go of the node's engine, which
+// may be closed or have the shard dropped from it afterwards.
 func (s *Shard) close() error {
 	close(s.stop)
 	s.waiters.close()
 	err := s.g.shutdown()
 	s.wg.Wait()
+	s.machine.Close()
 	return err
 }
 

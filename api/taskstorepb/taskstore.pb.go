@@ -3001,7 +3001,11 @@ type Checkpoint struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Index uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
 	// SHA-256 of the canonical state.
-	Digest        []byte `protobuf:"bytes,2,opt,name=digest,proto3" json:"digest,omitempty"`
+	Digest []byte `protobuf:"bytes,2,opt,name=digest,proto3" json:"digest,omitempty"`
+	// The replica keeps its state on disk (--state disk): the digest is
+	// another hash of the same state, comparable only with other replicas'
+	// on disk.
+	OnDisk        bool `protobuf:"varint,3,opt,name=on_disk,json=onDisk,proto3" json:"on_disk,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3048,6 +3052,13 @@ func (x *Checkpoint) GetDigest() []byte {
 		return x.Digest
 	}
 	return nil
+}
+
+func (x *Checkpoint) GetOnDisk() bool {
+	if x != nil {
+		return x.OnDisk
+	}
+	return false
 }
 
 // Divergence is what a replica found when it stopped.
@@ -4690,11 +4701,12 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"divergence\x12\"\n" +
 	"\fdisagreement\x18\t \x01(\tR\fdisagreement\x12\x1b\n" +
 	"\tlog_bytes\x18\n" +
-	" \x01(\x04R\blogBytes\":\n" +
+	" \x01(\x04R\blogBytes\"S\n" +
 	"\n" +
 	"Checkpoint\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x16\n" +
-	"\x06digest\x18\x02 \x01(\fR\x06digest\"\xd1\x01\n" +
+	"\x06digest\x18\x02 \x01(\fR\x06digest\x12\x17\n" +
+	"\aon_disk\x18\x03 \x01(\bR\x06onDisk\"\xd1\x01\n" +
 	"\n" +
 	"Divergence\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x16\n" +

@@ -593,10 +593,15 @@ type Replica struct {
 	AppliedIndex uint64 `protobuf:"varint,4,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
 	// Stopped because its state differed from the majority's.
 	Diverged bool `protobuf:"varint,5,opt,name=diverged,proto3" json:"diverged,omitempty"`
-	// The state digests at recent log indexes (none when diverged).
-	Checkpoints   []*Checkpoint `protobuf:"bytes,6,rep,name=checkpoints,proto3" json:"checkpoints,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// The state digests at recent log indexes (none when diverged), of a
+	// replica whose state is in memory.
+	Checkpoints []*Checkpoint `protobuf:"bytes,6,rep,name=checkpoints,proto3" json:"checkpoints,omitempty"`
+	// The same of a replica whose state is on disk: another digest of the
+	// same state (fsm/ondisk/digest.go), so compared only with these. A
+	// node of an older version reads none, and judges nothing from them.
+	DiskCheckpoints []*Checkpoint `protobuf:"bytes,7,rep,name=disk_checkpoints,json=diskCheckpoints,proto3" json:"disk_checkpoints,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Replica) Reset() {
@@ -667,6 +672,13 @@ func (x *Replica) GetDiverged() bool {
 func (x *Replica) GetCheckpoints() []*Checkpoint {
 	if x != nil {
 		return x.Checkpoints
+	}
+	return nil
+}
+
+func (x *Replica) GetDiskCheckpoints() []*Checkpoint {
+	if x != nil {
+		return x.DiskCheckpoints
 	}
 	return nil
 }
@@ -998,14 +1010,15 @@ const file_peer_proto_rawDesc = "" +
 	"\bdisk_low\x18\x03 \x01(\bR\adiskLow\x126\n" +
 	"\breplicas\x18\x04 \x03(\v2\x1a.taskstore.peer.v1.ReplicaR\breplicas\x123\n" +
 	"\amembers\x18\x05 \x03(\v2\x19.taskstore.peer.v1.MemberR\amembers\x12(\n" +
-	"\x10max_state_format\x18\x06 \x01(\rR\x0emaxStateFormat\"\xcd\x01\n" +
+	"\x10max_state_format\x18\x06 \x01(\rR\x0emaxStateFormat\"\x97\x02\n" +
 	"\aReplica\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\rR\x05shard\x12\x16\n" +
 	"\x06leader\x18\x02 \x01(\tR\x06leader\x12\x12\n" +
 	"\x04role\x18\x03 \x01(\tR\x04role\x12#\n" +
 	"\rapplied_index\x18\x04 \x01(\x04R\fappliedIndex\x12\x1a\n" +
 	"\bdiverged\x18\x05 \x01(\bR\bdiverged\x12?\n" +
-	"\vcheckpoints\x18\x06 \x03(\v2\x1d.taskstore.peer.v1.CheckpointR\vcheckpoints\":\n" +
+	"\vcheckpoints\x18\x06 \x03(\v2\x1d.taskstore.peer.v1.CheckpointR\vcheckpoints\x12H\n" +
+	"\x10disk_checkpoints\x18\a \x03(\v2\x1d.taskstore.peer.v1.CheckpointR\x0fdiskCheckpoints\":\n" +
 	"\n" +
 	"Checkpoint\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x16\n" +
@@ -1066,24 +1079,25 @@ var file_peer_proto_depIdxs = []int32{
 	8,  // 1: taskstore.peer.v1.NodeReport.replicas:type_name -> taskstore.peer.v1.Replica
 	10, // 2: taskstore.peer.v1.NodeReport.members:type_name -> taskstore.peer.v1.Member
 	9,  // 3: taskstore.peer.v1.Replica.checkpoints:type_name -> taskstore.peer.v1.Checkpoint
-	16, // 4: taskstore.peer.v1.Member.state:type_name -> taskstore.meta.v1.NodeState
-	6,  // 5: taskstore.peer.v1.Peer.Report:input_type -> taskstore.peer.v1.ReportRequest
-	11, // 6: taskstore.peer.v1.Peer.Clock:input_type -> taskstore.peer.v1.ClockRequest
-	13, // 7: taskstore.peer.v1.Peer.WipeReplica:input_type -> taskstore.peer.v1.WipeReplicaRequest
-	2,  // 8: taskstore.peer.v1.Peer.SlotStep:input_type -> taskstore.peer.v1.SlotStepRequest
-	4,  // 9: taskstore.peer.v1.Peer.ExportSlot:input_type -> taskstore.peer.v1.ExportSlotRequest
-	0,  // 10: taskstore.peer.v1.Peer.SlotLoad:input_type -> taskstore.peer.v1.SlotLoadRequest
-	7,  // 11: taskstore.peer.v1.Peer.Report:output_type -> taskstore.peer.v1.NodeReport
-	12, // 12: taskstore.peer.v1.Peer.Clock:output_type -> taskstore.peer.v1.ClockResponse
-	14, // 13: taskstore.peer.v1.Peer.WipeReplica:output_type -> taskstore.peer.v1.WipeReplicaResponse
-	3,  // 14: taskstore.peer.v1.Peer.SlotStep:output_type -> taskstore.peer.v1.SlotStepResponse
-	5,  // 15: taskstore.peer.v1.Peer.ExportSlot:output_type -> taskstore.peer.v1.ExportSlotResponse
-	1,  // 16: taskstore.peer.v1.Peer.SlotLoad:output_type -> taskstore.peer.v1.SlotLoadResponse
-	11, // [11:17] is the sub-list for method output_type
-	5,  // [5:11] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	9,  // 4: taskstore.peer.v1.Replica.disk_checkpoints:type_name -> taskstore.peer.v1.Checkpoint
+	16, // 5: taskstore.peer.v1.Member.state:type_name -> taskstore.meta.v1.NodeState
+	6,  // 6: taskstore.peer.v1.Peer.Report:input_type -> taskstore.peer.v1.ReportRequest
+	11, // 7: taskstore.peer.v1.Peer.Clock:input_type -> taskstore.peer.v1.ClockRequest
+	13, // 8: taskstore.peer.v1.Peer.WipeReplica:input_type -> taskstore.peer.v1.WipeReplicaRequest
+	2,  // 9: taskstore.peer.v1.Peer.SlotStep:input_type -> taskstore.peer.v1.SlotStepRequest
+	4,  // 10: taskstore.peer.v1.Peer.ExportSlot:input_type -> taskstore.peer.v1.ExportSlotRequest
+	0,  // 11: taskstore.peer.v1.Peer.SlotLoad:input_type -> taskstore.peer.v1.SlotLoadRequest
+	7,  // 12: taskstore.peer.v1.Peer.Report:output_type -> taskstore.peer.v1.NodeReport
+	12, // 13: taskstore.peer.v1.Peer.Clock:output_type -> taskstore.peer.v1.ClockResponse
+	14, // 14: taskstore.peer.v1.Peer.WipeReplica:output_type -> taskstore.peer.v1.WipeReplicaResponse
+	3,  // 15: taskstore.peer.v1.Peer.SlotStep:output_type -> taskstore.peer.v1.SlotStepResponse
+	5,  // 16: taskstore.peer.v1.Peer.ExportSlot:output_type -> taskstore.peer.v1.ExportSlotResponse
+	1,  // 17: taskstore.peer.v1.Peer.SlotLoad:output_type -> taskstore.peer.v1.SlotLoadResponse
+	12, // [12:18] is the sub-list for method output_type
+	6,  // [6:12] is the sub-list for method input_type
+	6,  // [6:6] is the sub-list for extension type_name
+	6,  // [6:6] is the sub-list for extension extendee
+	0,  // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_peer_proto_init() }

@@ -26,7 +26,7 @@ import (
 const devRestartAfter = 10 * time.Second
 
 func devCmd() *cobra.Command {
-	var dataDir, logLevel string
+	var dataDir, logLevel, state string
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run a local 3-node cluster and a proxy (what `make run` runs)",
@@ -75,7 +75,7 @@ start afresh.`,
 					"--id", p.ID, "--data-dir", filepath.Join(dataDir, p.ID), "--listen", p.Address, "--gossip", gossip, "--http", http,
 					"--initial-cluster", strings.Join(initial, ","), "--replicas", "3",
 					// Three nodes share this machine's cores: relax timeouts.
-					"--raft-timeout-scale", "2", "--log-level", logLevel,
+					"--raft-timeout-scale", "2", "--log-level", logLevel, "--state", state,
 				}})
 			}
 			if err := checkPorts(ports); err != nil {
@@ -129,6 +129,7 @@ start afresh.`,
 	}
 	cmd.Flags().StringVar(&dataDir, "data-dir", "data/dev", "where the three nodes keep their data")
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	cmd.Flags().StringVar(&state, "state", cluster.DefaultStateStore, "where the nodes keep their tasks: memory, or disk (for queues larger than memory; see taskstored --help)")
 	return cmd
 }
 

@@ -35,6 +35,7 @@ type flags struct {
 	id, dataDir, listen, gossip, http string
 	advertise                         string
 	initialCluster                    string
+	stateStore                        string
 	join                              []string
 	shards, replicas                  int
 	timeoutScale                      float64
@@ -110,6 +111,7 @@ in 'taskctl status', until an operator adds it.`,
 	fl.Float64Var(&f.timeoutScale, "raft-timeout-scale", 1, "multiply Raft timeouts (raise on overloaded machines to avoid spurious elections)")
 	fl.DurationVar(&f.maxClockOffset, "max-clock-offset", cluster.DefaultTuning().MaxClockOffset, "how far this node's clock may be from most of its peers' before it refuses to lead (log time is the leader's clock and never goes back); 0 turns the check off")
 	fl.StringVar(&f.minFreeDisk, "min-free-disk", "256MiB", "free space of the --data-dir file system below which this node refuses to lead and hands its leaderships away (it keeps following); bytes, or with KiB, MiB, GiB; 0 turns the check off")
+	fl.StringVar(&f.stateStore, "state", cluster.DefaultStateStore, "where shards keep their tasks: disk (one engine per node under --data-dir/state; memory holds a record per queue) or memory (every task in memory, rebuilt from the latest snapshot and the log at start); a node may switch between them across a restart")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fl.StringVar(&f.logFormat, "log-format", "text", "text or json")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long a graceful stop may take")
@@ -135,6 +137,9 @@ func (f *flags) config(log *slog.Logger) (cluster.Config, error) {
 	if f.replicas < 1 {
 		return cluster.Config{}, fmt.Errorf("--replicas %d: must be at least 1", f.replicas)
 	}
+	if f.stateStore != cluster.StateOnDisk && f.stateStore != cluster.StateInMemory {
+		return cluster.Config{}, fmt.Errorf("--state %q: want %s or %s", f.stateStore, cluster.StateOnDisk, cluster.StateInMemory)
+	}
 	if f.timeoutScale <= 0 {
 		return cluster.Config{}, fmt.Errorf("--raft-timeout-scale must be positive")
 	}
@@ -153,7 +158,7 @@ func (f *flags) config(log *slog.Logger) (cluster.Config, error) {
 	return cluster.Config{
 		ID: f.id, DataDir: f.dataDir, ListenAddr: f.listen, AdvertiseAddr: f.advertise, GossipAddr: f.gossip, HTTPAddr: f.http,
 		InitialCluster: peers, Join: f.join, Shards: f.shards, Replicas: f.replicas,
-		Tuning: tuning, Logger: log,
+		Tuning: tuning, Logger: log, StateStore: f.stateStore,
 	}, nil
 }
 

@@ -57,6 +57,12 @@ type Options struct {
 	// Logs, when set, also receives every node's log lines (slog text). It
 	// must be safe for concurrent writes.
 	Logs io.Writer
+	// StateStore is every node's cluster.Config.StateStore; empty means
+	// on disk, not the product's default, so that the tests of every
+	// package that starts a cluster run the on-disk state (the in-memory
+	// one runs in the process suites and fsm's). SetStateStore changes
+	// one node's for its next start.
+	StateStore string
 }
 
 // Cluster is a set of in-process nodes.
@@ -109,6 +115,9 @@ func Start(t testing.TB, n int, opts ...Options) *Cluster {
 	if o.LogLevel == 0 {
 		o.LogLevel = slog.LevelWarn
 	}
+	if o.StateStore == "" {
+		o.StateStore = cluster.StateOnDisk
+	}
 	c := &Cluster{t: t, opts: o, net: NewNetwork(), conns: map[string]*grpc.ClientConn{}}
 	var peers []cluster.Peer
 	listeners := make([]net.Listener, n)
@@ -138,7 +147,7 @@ func Start(t testing.TB, n int, opts ...Options) *Cluster {
 			ID: node.ID, DataDir: node.Dir, ListenAddr: node.Addr, GossipAddr: node.Gossip,
 			InitialCluster: peers, Shards: o.Shards, Replicas: o.Replicas,
 			Tuning: tuned(testTuning(o.Scale), o.Tune), Logger: c.logger(),
-			Dialer: c.net.Dialer(node.ID, c.idOf),
+			Dialer: c.net.Dialer(node.ID, c.idOf), StateStore: o.StateStore,
 		}
 		node.cfg.DiskFree = node.measureDisk
 		c.secure(&node.cfg)
@@ -303,6 +312,17 @@ func (c *Cluster) Restart(i int) {
 		time.Sleep(100 * time.Millisecond) // the port may linger briefly
 	}
 	c.t.Fatalf("restart %s: %v", n.ID, err)
+}
+
+// SetStateStore sets where stopped node i keeps its shards' state from
+// its next start (cluster.StateOnDisk or cluster.StateInMemory).
+func (c *Cluster) SetStateStore(i int, store string) {
+	c.t.Helper()
+	n := c.Nodes[i]
+	if n.srv != nil {
+		c.t.Fatalf("%s is running", n.ID)
+	}
+	n.cfg.StateStore = store
 }
 
 // Conn returns a client connection to node i.
