@@ -58,10 +58,8 @@ type Options struct {
 	// must be safe for concurrent writes.
 	Logs io.Writer
 	// StateStore is every node's cluster.Config.StateStore; empty means
-	// on disk, not the product's default, so that the tests of every
-	// package that starts a cluster run the on-disk state (the in-memory
-	// one runs in the process suites and fsm's). SetStateStore changes
-	// one node's for its next start.
+	// on disk (the default). SetStateStore changes one node's for its
+	// next start.
 	StateStore string
 }
 
