@@ -137,7 +137,9 @@ func (f *flags) config(log *slog.Logger) (cluster.Config, error) {
 	if f.replicas < 1 {
 		return cluster.Config{}, fmt.Errorf("--replicas %d: must be at least 1", f.replicas)
 	}
-	if f.stateStore != cluster.StateOnDisk && f.stateStore != cluster.StateInMemory {
+	switch f.stateStore {
+	case "", cluster.StateOnDisk, cluster.StateInMemory: // "": the default
+	default:
 		return cluster.Config{}, fmt.Errorf("--state %q: want %s or %s", f.stateStore, cluster.StateOnDisk, cluster.StateInMemory)
 	}
 	if f.timeoutScale <= 0 {

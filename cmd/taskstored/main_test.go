@@ -64,3 +64,26 @@ func TestConfigMinFreeDisk(t *testing.T) {
 		}
 	}
 }
+
+func TestConfigState(t *testing.T) {
+	for _, tc := range []struct {
+		state, want, wantErr string
+	}{
+		{"", "", ""},
+		{"disk", "disk", ""},
+		{"memory", "memory", ""},
+		{"ram", "", `--state "ram": want disk or memory`},
+	} {
+		f := &flags{id: "n1", dataDir: t.TempDir(), replicas: 3, timeoutScale: 1, stateStore: tc.state}
+		cfg, err := f.config(slog.Default())
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("--state %q: err %v, want %q", tc.state, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil || cfg.StateStore != tc.want {
+			t.Fatalf("--state %q: %v, reached the node as %q", tc.state, err, cfg.StateStore)
+		}
+	}
+}
