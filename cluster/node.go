@@ -370,6 +370,14 @@ func (n *Node) startGroups() error {
 		if err != nil || !e.IsDir() {
 			continue
 		}
+		if _, err := os.Stat(retiredMark(n.cfg.DataDir, uint32(id))); err == nil {
+			// Retired here once: a stop that cut the retirement short
+			// left its directory (the shard may be gone from the map),
+			// or the map placed it here again, and then reconcileShards
+			// opens it once the meta group has the map.
+			n.log.Info("not starting a replica retired here before until the map places it here", "shard", id)
+			continue
+		}
 		if _, err := n.openShard(uint32(id)); err != nil && !errors.Is(err, ErrDiverged) {
 			return err
 		}

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/e1158ecb/taskstore/api/taskstorepb"
 	"github.com/e1158ecb/taskstore/cluster"
@@ -106,4 +107,37 @@ func atoi(s string) int {
 	var n int
 	fmt.Sscan(s, &n)
 	return n
+}
+
+// TestRestartSkipsAReplicaRetiredBefore: a stop that cuts a retirement
+// short leaves the replica's directory beside its retired mark. The
+// restarted node does not start that replica from its directory (shard 7,
+// gone from the map), and one the map places here again (shard 1, marked
+// retired once) starts from the map.
+func TestRestartSkipsAReplicaRetiredBefore(t *testing.T) {
+	c := harness.Start(t, 3, harness.Options{Shards: 2, Scale: raceScale})
+	c.WaitReady()
+	c.Stop(0)
+	dir := c.Nodes[0].Dir
+	if err := os.MkdirAll(filepath.Join(dir, "shards", "7"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"7", "1"} {
+		if err := os.WriteFile(filepath.Join(dir, "shards", id+".retired"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Restart(0)
+	node := c.Nodes[0].Server().Node
+	if node.Shard(7) != nil {
+		t.Fatal("the restarted node started a replica of shard 7 from the directory a retirement left")
+	}
+	c.WaitReady()
+	deadline := time.Now().Add(30 * time.Second)
+	for node.Shard(1) == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("the map places shard 1 on the restarted node, which did not start it")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
