@@ -58,8 +58,10 @@ type Options struct {
 	// must be safe for concurrent writes.
 	Logs io.Writer
 	// StateStore is every node's cluster.Config.StateStore; empty means
-	// on disk (the default). SetStateStore changes one node's for its
-	// next start.
+	// on disk, not the product's default, so that every package that
+	// starts a cluster in process (chaos included) runs the state on disk;
+	// the process suites run the binaries' default. SetStateStore changes
+	// one node's for its next start.
 	StateStore string
 }
 
