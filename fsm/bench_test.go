@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/hashicorp/raft"
 
 	"github.com/e1158ecb/taskstore/fsm/fsmpb"
 	"github.com/e1158ecb/taskstore/fsm/ondisk"
@@ -227,5 +229,142 @@ func BenchmarkOnDiskBytesPerTask(b *testing.B) {
 		b.ReportMetric(float64(time.Since(start).Microseconds())/claims, "us/claim")
 		runtime.KeepAlive(m)
 		db.Close()
+	}
+}
+
+// BenchmarkInsertBatch applies raft batches of Modify commands of 500
+// inserts each (taskbench's insert-batch: one queue of one group per
+// command, 64-byte values) to a machine in memory and to one on disk
+// (Pebble in a temporary directory, ondisk.EngineOptions), and reports
+// tasks per second. The disk side is what a batched load of a big queue
+// costs the state on disk; compare the two with benchstat:
+//
+//	go test -run '^$' -bench InsertBatch -benchtime 200x -count 6 ./fsm/
+func BenchmarkInsertBatch(b *testing.B) {
+	const perCommand, perBatch = 500, 4
+	value := bytes.Repeat([]byte("v"), 64)
+	for _, store := range []string{"memory", "disk"} {
+		b.Run(store, func(b *testing.B) {
+			m := New(Options{})
+			if store == "disk" {
+				db, err := pebble.Open(b.TempDir(), ondisk.EngineOptions(128<<20))
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer db.Close()
+				if m, err = NewOnDisk(Options{}, db, 1); err != nil {
+					b.Fatal(err)
+				}
+			}
+			m.ApplyCommand(1, SetFormatCommand(MaxFormat)) // as a cluster runs
+			logs := make([]*raft.Log, perBatch)
+			runtime.GC()
+			b.ReportAllocs()
+			b.ResetTimer()
+			index := uint64(1)
+			for i := range b.N {
+				b.StopTimer() // building the entries is the proposer's cost
+				for j := range logs {
+					n := i*perBatch + j
+					mod := &fsmpb.Modify{Group: fmt.Sprintf("g%d", n%100)}
+					queue := fmt.Sprintf("g%d/q%d", n%100, n%1000)
+					for k := range perCommand {
+						mod.Inserts = append(mod.Inserts, &fsmpb.Insert{Id: fmt.Sprintf("t%d-%d", n, k), Queue: queue, Value: value})
+					}
+					data, err := EncodeCommand(&fsmpb.Command{Op: fsmpb.Op_OP_MODIFY, Now: int64(n + 1), Modify: mod})
+					if err != nil {
+						b.Fatal(err)
+					}
+					index++
+					logs[j] = &raft.Log{Index: index, Term: 1, Type: raft.LogCommand, Data: data}
+				}
+				b.StartTimer()
+				for j, res := range m.ApplyBatch(logs) {
+					if r := res.(*fsmpb.Result); r.Failure != nil {
+						b.Fatalf("modify %d: %v", i*perBatch+j, r.Failure)
+					}
+				}
+			}
+			b.ReportMetric(float64(b.N*perBatch*perCommand)/b.Elapsed().Seconds(), "tasks/s")
+		})
+	}
+}
+
+// BenchmarkClaimDelete is taskbench's claim-delete at the state machine:
+// raft batches of eight entries, four claims of one task each and four
+// Modifies deleting what the previous batch's claims returned, over 100
+// queues of 1,000 tasks (64-byte values), in memory and on disk.
+//
+//	go test -run '^$' -bench ClaimDelete -benchtime 20000x -count 6 ./fsm/
+func BenchmarkClaimDelete(b *testing.B) {
+	const queues, perQueue, claims = 100, 1000, 4
+	value := bytes.Repeat([]byte("v"), 64)
+	for _, store := range []string{"memory", "disk"} {
+		b.Run(store, func(b *testing.B) {
+			m := New(Options{})
+			if store == "disk" {
+				db, err := pebble.Open(b.TempDir(), ondisk.EngineOptions(128<<20))
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer db.Close()
+				if m, err = NewOnDisk(Options{}, db, 1); err != nil {
+					b.Fatal(err)
+				}
+			}
+			index := uint64(1)
+			m.ApplyCommand(index, SetFormatCommand(MaxFormat))
+			apply := func(cmds []*fsmpb.Command) []interface{} {
+				logs := make([]*raft.Log, len(cmds))
+				for i, cmd := range cmds {
+					data, err := EncodeCommand(cmd)
+					if err != nil {
+						b.Fatal(err)
+					}
+					index++
+					logs[i] = &raft.Log{Index: index, Term: 1, Type: raft.LogCommand, Data: data}
+				}
+				return m.ApplyBatch(logs)
+			}
+			now := int64(1)
+			for q := range queues {
+				mod := &fsmpb.Modify{Group: fmt.Sprintf("g%d", q)}
+				for k := range perQueue {
+					mod.Inserts = append(mod.Inserts, &fsmpb.Insert{Id: fmt.Sprintf("t%d-%d", q, k), Queue: fmt.Sprintf("g%d/q", q), Value: value})
+				}
+				apply([]*fsmpb.Command{{Op: fsmpb.Op_OP_MODIFY, Now: now, Modify: mod}})
+			}
+			var claimed []*fsmpb.Task
+			runtime.GC()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				now++
+				cmds := make([]*fsmpb.Command, 0, 2*claims)
+				for j := range claims {
+					q := (i*claims + j) % queues
+					cmds = append(cmds, &fsmpb.Command{Op: fsmpb.Op_OP_CLAIM, Now: now,
+						Claim: &fsmpb.Claim{Claimant: "w", Queues: []string{fmt.Sprintf("g%d/q", q)}, Lease: 1 << 40, Limit: 1}})
+				}
+				for _, t := range claimed {
+					cmds = append(cmds, &fsmpb.Command{Op: fsmpb.Op_OP_MODIFY, Now: now,
+						Modify: &fsmpb.Modify{Group: strings.Split(t.Queue, "/")[0], Claimant: "w", Deletes: []*fsmpb.Ref{{Id: t.Id, Version: t.Version}}}})
+				}
+				claimed = claimed[:0]
+				for k, res := range apply(cmds) {
+					r := res.(*fsmpb.Result)
+					if r.Failure != nil {
+						b.Fatalf("command %d of batch %d: %v", k, i, r.Failure)
+					}
+					if k < claims {
+						if len(r.GetClaim().GetTasks()) != 1 {
+							b.Fatalf("claim %d of batch %d: %v", k, i, r)
+						}
+						claimed = append(claimed, r.GetClaim().GetTasks()[0])
+					}
+				}
+			}
+			b.ReportMetric(float64(b.N*claims)/b.Elapsed().Seconds(), "tasks/s")
+		})
 	}
 }

@@ -251,6 +251,12 @@ func (d *diskStore) sync(tx *ondisk.Txn, clock int64) {
 	}
 }
 
+func (d *diskStore) prefetch(group string, ids []string) {
+	tx, done := d.txn()
+	defer done()
+	must(tx.Prefetch(group, ids))
+}
+
 func (d *diskStore) find(group, id string) *task {
 	tx, done := d.txn()
 	defer done()

@@ -40,6 +40,8 @@ func newMemStore(tasks int) *memStore {
 	}
 }
 
+func (s *memStore) prefetch(string, []string) {}
+
 func (s *memStore) find(group, id string) *task {
 	for sl := s.tasks[id]; sl != nil; sl = sl.next {
 		if sl.t.q.group == group {

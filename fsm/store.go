@@ -16,6 +16,9 @@ package fsm
 type store interface {
 	// find returns group's task with id, or nil.
 	find(group, id string) *task
+	// prefetch says find will be asked for group's tasks with ids (a
+	// command's references): a store on disk reads them together.
+	prefetch(group string, ids []string)
 	// withID calls fn with every group's task with id, while fn returns
 	// true (reads by id alone).
 	withID(id string, fn func(*task) bool)

@@ -504,3 +504,86 @@ func TestDigestIgnoresStorageIDAndQueueNumbers(t *testing.T) {
 		t.Fatal("another value, the same digest")
 	}
 }
+
+// TestPrefetchReadsAsGetDoes: after Prefetch, the transaction's Gets answer
+// as a transaction's Gets without it do: tasks committed and flushed (in
+// the table files), written or deleted earlier in the same transaction,
+// absent, of another group, of another shard, and ids that are prefixes
+// of each other.
+func TestPrefetchReadsAsGetDoes(t *testing.T) {
+	db := openMem(t)
+	s, err := Open(db, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := Open(db, 6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range []*State{s, other} {
+		tx := st.Begin()
+		for i := range 50 {
+			id := fmt.Sprintf("t%d", i)
+			if err := tx.Put(id, "g/q", &Task{Version: 1, Value: []byte(fmt.Sprintf("%d-%s", st.shard, id))}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := tx.Put("x", "h/q", &Task{Version: 1, Value: []byte("h")}); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	ids := []string{"t7", "t1", "t10", "t100", "x", "t49", "t3", "t60", "new", "t", ""}
+	// stage does the same to both transactions: the reads Prefetch must
+	// see come from the transaction's own batch.
+	stage := func(tx *Txn) {
+		if err := tx.Put("new", "g/q", &Task{Version: 1, Value: []byte("new")}); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Put("t60", "g/q", &Task{Version: 1, Value: []byte("t60")}); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Delete("g", "t3"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	with, without := s.Begin(), s.Begin()
+	defer with.Discard()
+	defer without.Discard()
+	stage(with)
+	stage(without)
+	// Drop what stage remembered, so that Prefetch reads the batch.
+	with.tasks = nil
+	if err := with.Prefetch("g", ids); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(with.tasks); got != len(ids) {
+		t.Fatalf("Prefetch remembered %d tasks, want %d", got, len(ids))
+	}
+	want := map[string]string{"t7": "5-t7", "t1": "5-t1", "t10": "5-t10", "t49": "5-t49", "t60": "t60", "new": "new"}
+	for _, id := range ids {
+		a, err := with.Get("g", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := without.Get("g", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var av, bv string
+		if a != nil {
+			av = string(a.Value)
+		}
+		if b != nil {
+			bv = string(b.Value)
+		}
+		if av != bv || av != want[id] {
+			t.Errorf("Get(g, %q): %q after Prefetch, %q without, want %q", id, av, bv, want[id])
+		}
+	}
+}
