@@ -65,36 +65,11 @@ func (t *Txn) Sessions() (count, size uint64) { return t.meta.sessions, t.meta.s
 
 // Session returns client's record, or nil.
 func (t *Txn) Session(client string) (*Session, error) {
-	k := SessionKey(t.s.shard, client)
-	if s, ok := t.sessions[string(k)]; ok {
-		return s, nil
-	}
-	v, c, err := t.r.Get(k)
-	var s *Session
-	switch {
-	case errors.Is(err, pebble.ErrNotFound):
-	case err != nil:
-		return nil, err
-	default:
-		s, err = decodeSession(v)
-		c.Close()
-		if err != nil {
-			return nil, err
-		}
-	}
-	if !t.view {
-		t.rememberSession(k, s)
-	}
-	return s, nil
+	return readRecord(t, &t.sessions, &t.s.recentSessions, SessionKey(t.s.shard, client), true, decodeSession)
 }
 
 // rememberSession records what the session at k is now (nil: none).
-func (t *Txn) rememberSession(k []byte, s *Session) {
-	if t.sessions == nil {
-		t.sessions = make(map[string]*Session)
-	}
-	t.sessions[string(k)] = s
-}
+func (t *Txn) rememberSession(k []byte, s *Session) { rememberIn(&t.sessions, k, s) }
 
 // PutSession stores client's record, replacing its earlier one.
 func (t *Txn) PutSession(client string, s *Session) error {

@@ -34,7 +34,20 @@ type State struct {
 	// nothing.
 	dueAt    int64
 	dueKnown bool
+	// recent, recentSessions: the task and session records the last
+	// commits read or wrote, as committed (absent ones left out), up to
+	// recentMax: a claim's commit, and every command's session, read what
+	// the previous batch wrote, and a point read in the engine builds an
+	// iterator over every level to find it in the memtable. A view does
+	// not use them: its snapshot may be older.
+	recent         map[string]*Task
+	recentSessions map[string]*Session
 }
+
+// recentMax bounds State.recent and State.recentSessions: reaching it
+// starts them over (a record is a few hundred bytes; a node holds one pair
+// per shard).
+const recentMax = 4096
 
 // meta is the shard's own record, written with every commit.
 type meta struct {
@@ -191,6 +204,7 @@ func (s *State) Clear() error {
 	}
 	s.queues, s.byNum = map[string]*queueInfo{}, map[uint32]*queueInfo{}
 	s.meta, s.dueHead, s.sessionHead, s.sessionExact, s.dueKnown = meta{}, nil, nil, false, false
+	s.recent, s.recentSessions = nil, nil
 	return nil
 }
 
@@ -330,7 +344,32 @@ func (t *Txn) Commit(applied uint64) error {
 	}
 	s.meta, s.dueHead, s.sessionHead, s.sessionExact = t.meta, t.dueHead, t.sessionHead, t.sessionExact
 	s.dueAt, s.dueKnown = t.dueAt, t.dueKnown
+	s.recent = keepRecent(s.recent, t.tasks)
+	s.recentSessions = keepRecent(s.recentSessions, t.sessions)
 	return nil
+}
+
+// keepRecent brings recent up to date with the records a transaction
+// read or wrote (nil: none there now), starting over when it would hold
+// more than recentMax.
+func keepRecent[V any](recent, seen map[string]*V) map[string]*V {
+	if len(seen) == 0 {
+		return recent
+	}
+	if recent == nil || len(recent)+len(seen) > recentMax {
+		if len(seen) > recentMax {
+			return nil
+		}
+		recent = make(map[string]*V, len(seen))
+	}
+	for k, v := range seen {
+		if v == nil {
+			delete(recent, k)
+		} else {
+			recent[k] = v
+		}
+	}
+	return recent
 }
 
 // queue returns the transaction's copy of a queue, creating the queue if
@@ -379,43 +418,72 @@ func (t *Txn) Get(group, id string) (*Task, error) { return t.get(group, id, tru
 // to be replaced or deleted next), which scans do not: they would hold a
 // whole queue in memory.
 func (t *Txn) get(group, id string, keep bool) (*Task, error) {
-	k := TaskKey(t.s.shard, group, id)
-	if tk, ok := t.tasks[string(k)]; ok {
-		return tk, nil
+	return readRecord(t, &t.tasks, &t.s.recent, TaskKey(t.s.shard, group, id), keep, DecodeTask)
+}
+
+// readRecord reads the record at k as the transaction sees it: what it
+// read or wrote itself (mine), what recent commits left (recent; not in a
+// view, whose snapshot may be older and which may run beside a commit:
+// it does not touch them), else the engine; with keep, it remembers what
+// it found in mine.
+func readRecord[V any](t *Txn, mine *map[string]*V, recent *map[string]*V, k []byte, keep bool, decode func([]byte) (*V, error)) (*V, error) {
+	if v, ok := (*mine)[string(k)]; ok {
+		return v, nil
 	}
-	v, c, err := t.r.Get(k)
-	var tk *Task
+	if !t.view {
+		if v, ok := (*recent)[string(k)]; ok {
+			rememberIn(mine, k, v)
+			return v, nil
+		}
+	}
+	raw, c, err := t.r.Get(k)
+	var v *V
 	switch {
 	case errors.Is(err, pebble.ErrNotFound):
 	case err != nil:
 		return nil, err
 	default:
-		tk, err = DecodeTask(v)
+		v, err = decode(raw)
 		c.Close()
 		if err != nil {
 			return nil, err
 		}
 	}
 	if keep && !t.view {
-		t.remember(k, tk)
+		rememberIn(mine, k, v)
 	}
-	return tk, nil
+	return v, nil
+}
+
+// rememberIn records in m what the record at k is now (nil: none).
+func rememberIn[V any](m *map[string]*V, k []byte, v *V) {
+	if *m == nil {
+		*m = make(map[string]*V)
+	}
+	(*m)[string(k)] = v
 }
 
 // Prefetch reads group's tasks with ids into the transaction (as Get
 // would, one at a time) in key order through one iterator: the not-found
 // reads of a batch of inserts (the duplicate-id check) cost one iterator
 // and a forward seek each, instead of a Get each, which builds an iterator
-// over every level. Ids already read are skipped.
+// over every level. Ids already read (here, or by a recent commit) are
+// skipped.
 func (t *Txn) Prefetch(group string, ids []string) error {
 	if t.view || len(ids) < 2 {
 		return nil
 	}
 	keys := make([][]byte, 0, len(ids))
 	for _, id := range ids {
-		if k := TaskKey(t.s.shard, group, id); !t.known(k) {
-			keys = append(keys, k)
+		k := TaskKey(t.s.shard, group, id)
+		if t.known(k) {
+			continue
 		}
+		if tk, ok := t.s.recent[string(k)]; ok {
+			t.remember(k, tk)
+			continue
+		}
+		keys = append(keys, k)
 	}
 	if len(keys) < 2 {
 		return nil
@@ -445,12 +513,7 @@ func (t *Txn) known(k []byte) bool {
 }
 
 // remember records what the task at k is now (nil: none).
-func (t *Txn) remember(k []byte, tk *Task) {
-	if t.tasks == nil {
-		t.tasks = make(map[string]*Task)
-	}
-	t.tasks[string(k)] = tk
-}
+func (t *Txn) remember(k []byte, tk *Task) { rememberIn(&t.tasks, k, tk) }
 
 // QueueName is the name of the queue a task read from this transaction is
 // in.

@@ -557,8 +557,9 @@ func TestPrefetchReadsAsGetDoes(t *testing.T) {
 	defer without.Discard()
 	stage(with)
 	stage(without)
-	// Drop what stage remembered, so that Prefetch reads the batch.
-	with.tasks = nil
+	// Drop what stage remembered and what the commits left, so that
+	// Prefetch reads the batch and the engine.
+	with.tasks, s.recent = nil, nil
 	if err := with.Prefetch("g", ids); err != nil {
 		t.Fatal(err)
 	}
@@ -586,4 +587,76 @@ func TestPrefetchReadsAsGetDoes(t *testing.T) {
 			t.Errorf("Get(g, %q): %q after Prefetch, %q without, want %q", id, av, bv, want[id])
 		}
 	}
+}
+
+// TestRecentRecordsFollowCommits: the records a State keeps from recent
+// commits (State.recent) answer as the engine would: a later commit
+// replaces or removes them, a discarded transaction leaves them alone, and
+// a view reads its own snapshot, not a commit made after it.
+func TestRecentRecordsFollowCommits(t *testing.T) {
+	s, err := Open(openMem(t), 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(applied uint64, commit bool, fn func(tx *Txn) error) {
+		t.Helper()
+		tx := s.Begin()
+		if err := fn(tx); err != nil {
+			t.Fatal(err)
+		}
+		if !commit {
+			tx.Discard()
+			return
+		}
+		if err := tx.Commit(applied); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put := func(v string) func(tx *Txn) error {
+		return func(tx *Txn) error {
+			if err := tx.PutSession("c", &Session{LastSeen: int64(len(v))}); err != nil {
+				return err
+			}
+			return tx.Put("x", "g/q", &Task{Version: 1, Value: []byte(v)})
+		}
+	}
+	read := func(tx *Txn) (value string, seen int64) {
+		t.Helper()
+		tk, err := tx.Get("g", "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ss, err := tx.Session("c")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tk != nil {
+			value = string(tk.Value)
+		}
+		if ss != nil {
+			seen = ss.LastSeen
+		}
+		return value, seen
+	}
+	check := func(tx *Txn, what, value string, seen int64) {
+		t.Helper()
+		defer tx.Discard()
+		if v, l := read(tx); v != value || l != seen {
+			t.Errorf("%s: task %q, session seen %d; want %q, %d", what, v, l, value, seen)
+		}
+	}
+	write(1, true, put("a"))
+	view := s.View()
+	write(2, true, put("bb"))
+	check(view, "a view from before the second commit", "a", 1)
+	check(s.Begin(), "after the second commit", "bb", 2)
+	write(3, false, put("ccc"))
+	check(s.Begin(), "after a discarded transaction", "bb", 2)
+	write(4, true, func(tx *Txn) error {
+		if err := tx.DeleteSession("c"); err != nil {
+			return err
+		}
+		return tx.Delete("g", "x")
+	})
+	check(s.Begin(), "after the deletes", "", 0)
 }
