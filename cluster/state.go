@@ -51,7 +51,11 @@ func openState(cfg Config, log *slog.Logger) (*pebble.DB, error) {
 	if cfg.StateStore == StateInMemory {
 		return nil, nil
 	}
-	dir := stateDir(cfg.DataDir)
+	return openEngine(stateDir(cfg.DataDir), log)
+}
+
+// openEngine opens the state engine in dir (logging to log).
+func openEngine(dir string, log *slog.Logger) (*pebble.DB, error) {
 	o := ondisk.EngineOptions(stateCacheBytes)
 	o.Logger = pebbleLogger{log}
 	db, err := pebble.Open(dir, o)
@@ -91,11 +95,9 @@ func (n *Node) streamFromEngine(id uint32) (io.ReadCloser, error) {
 		if _, err := os.Stat(dir); err != nil {
 			return nil, fmt.Errorf("the state engine %s this node kept with --state disk: %w", dir, err)
 		}
-		o := ondisk.EngineOptions(stateCacheBytes)
-		o.Logger = pebbleLogger{n.cfg.Logger.With("node", n.cfg.ID, "component", "state")}
-		db, err := pebble.Open(dir, o)
+		db, err := openEngine(dir, n.cfg.Logger.With("node", n.cfg.ID, "component", "state"))
 		if err != nil {
-			return nil, fmt.Errorf("open the state engine in %s: %w", dir, err)
+			return nil, err
 		}
 		n.oldState = db
 	}

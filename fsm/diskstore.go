@@ -85,8 +85,8 @@ func genKey(shard uint32) []byte { return ondisk.MetaKey(engineID, fmt.Sprintf("
 // openDiskStore opens the live range of shard, clearing the other (what an
 // interrupted install left).
 func openDiskStore(db *pebble.DB, shard uint32) (*diskStore, error) {
-	if shard > maxShard {
-		return nil, fmt.Errorf("fsm: shard %d: an engine holds shards up to %d", shard, maxShard)
+	if err := checkShard(shard); err != nil {
+		return nil, err
 	}
 	gen := uint32(0)
 	v, c, err := db.Get(genKey(shard))
@@ -105,14 +105,26 @@ func openDiskStore(db *pebble.DB, shard uint32) (*diskStore, error) {
 			return nil, err
 		}
 	}
-	other, err := ondisk.Open(db, storageID(shard, 1-gen))
-	if err != nil {
-		return nil, err
-	}
-	if err := other.Clear(); err != nil {
+	if err := clearRange(db, shard, 1-gen); err != nil {
 		return nil, err
 	}
 	return newDiskStore(db, shard, gen)
+}
+
+func checkShard(shard uint32) error {
+	if shard > maxShard {
+		return fmt.Errorf("fsm: shard %d: an engine holds shards up to %d", shard, maxShard)
+	}
+	return nil
+}
+
+// clearRange empties one of shard's two ranges (gen).
+func clearRange(db *pebble.DB, shard, gen uint32) error {
+	st, err := ondisk.Open(db, storageID(shard, gen))
+	if err != nil {
+		return err
+	}
+	return st.Clear()
 }
 
 func newDiskStore(db *pebble.DB, shard, gen uint32) (*diskStore, error) {

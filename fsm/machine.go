@@ -10,7 +10,6 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/e1158ecb/taskstore/fsm/fsmpb"
-	"github.com/e1158ecb/taskstore/fsm/ondisk"
 )
 
 // CONTRACT (used by cluster/): the exported names and signatures in this file
@@ -184,15 +183,11 @@ func (m *Machine) Close() {
 // replica started there afresh (one retired earlier, or rebuilt) starts
 // empty. No machine may be open on the shard.
 func DropOnDisk(db *pebble.DB, shard uint32) error {
-	if shard > maxShard {
-		return fmt.Errorf("fsm: shard %d: an engine holds shards up to %d", shard, maxShard)
+	if err := checkShard(shard); err != nil {
+		return err
 	}
 	for gen := range uint32(2) {
-		st, err := ondisk.Open(db, storageID(shard, gen))
-		if err != nil {
-			return fmt.Errorf("fsm: drop shard %d: %w", shard, err)
-		}
-		if err := st.Clear(); err != nil {
+		if err := clearRange(db, shard, gen); err != nil {
 			return fmt.Errorf("fsm: drop shard %d: %w", shard, err)
 		}
 	}
