@@ -263,10 +263,27 @@ func (d *diskStore) sync(tx *ondisk.Txn, clock int64) {
 	}
 }
 
-func (d *diskStore) prefetch(group string, ids []string) {
+func (d *diskStore) prefetch(m *fsmpb.Modify) {
+	n := len(m.Depends) + len(m.Deletes) + len(m.Changes) + len(m.Inserts)
+	if n < 2 {
+		return
+	}
+	ids := make([]string, 0, n)
+	for _, r := range m.Depends {
+		ids = append(ids, r.Id)
+	}
+	for _, r := range m.Deletes {
+		ids = append(ids, r.Id)
+	}
+	for _, c := range m.Changes {
+		ids = append(ids, c.Id)
+	}
+	for _, in := range m.Inserts {
+		ids = append(ids, in.Id)
+	}
 	tx, done := d.txn()
 	defer done()
-	must(tx.Prefetch(group, ids))
+	must(tx.Prefetch(m.Group, ids))
 }
 
 func (d *diskStore) find(group, id string) *task {

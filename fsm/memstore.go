@@ -2,6 +2,8 @@ package fsm
 
 import (
 	"github.com/google/btree"
+
+	"github.com/e1158ecb/taskstore/fsm/fsmpb"
 )
 
 // memStore is the store in memory: every task once in the id map and in
@@ -40,7 +42,7 @@ func newMemStore(tasks int) *memStore {
 	}
 }
 
-func (s *memStore) prefetch(string, []string) {}
+func (s *memStore) prefetch(*fsmpb.Modify) {}
 
 func (s *memStore) find(group, id string) *task {
 	for sl := s.tasks[id]; sl != nil; sl = sl.next {

@@ -131,22 +131,7 @@ func (a *applier) modify(m *fsmpb.Modify) *fsmpb.Result {
 		}
 	}()
 
-	if n := len(m.Depends) + len(m.Deletes) + len(m.Changes) + len(m.Inserts); n > 1 {
-		ids := make([]string, 0, n)
-		for _, r := range m.Depends {
-			ids = append(ids, r.Id)
-		}
-		for _, r := range m.Deletes {
-			ids = append(ids, r.Id)
-		}
-		for _, c := range m.Changes {
-			ids = append(ids, c.Id)
-		}
-		for _, in := range m.Inserts {
-			ids = append(ids, in.Id)
-		}
-		st.store.prefetch(m.Group, ids)
-	}
+	st.store.prefetch(m)
 	for _, r := range m.Depends {
 		md.check(r.Id, r.Version, fsmpb.RefError_DEPEND_MISSING, fsmpb.RefError_DEPEND_STALE)
 	}

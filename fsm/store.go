@@ -1,5 +1,7 @@
 package fsm
 
+import "github.com/e1158ecb/taskstore/fsm/fsmpb"
+
 // store holds what grows with the tasks and the clients: the tasks with
 // their indexes, the exactly-once sessions and the key reservations. The
 // rest of the state (clock, format, pauses, limits, schedules, slot states)
@@ -16,9 +18,9 @@ package fsm
 type store interface {
 	// find returns group's task with id, or nil.
 	find(group, id string) *task
-	// prefetch says find will be asked for group's tasks with ids (a
-	// command's references): a store on disk reads them together.
-	prefetch(group string, ids []string)
+	// prefetch says find will be asked for the tasks a Modify names: a
+	// store on disk reads them together.
+	prefetch(m *fsmpb.Modify)
 	// withID calls fn with every group's task with id, while fn returns
 	// true (reads by id alone).
 	withID(id string, fn func(*task) bool)

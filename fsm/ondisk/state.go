@@ -35,19 +35,63 @@ type State struct {
 	dueAt    int64
 	dueKnown bool
 	// recent, recentSessions: the task and session records the last
-	// commits read or wrote, as committed (absent ones left out), up to
-	// recentMax: a claim's commit, and every command's session, read what
-	// the previous batch wrote, and a point read in the engine builds an
-	// iterator over every level to find it in the memtable. A view does
-	// not use them: its snapshot may be older.
-	recent         map[string]*Task
-	recentSessions map[string]*Session
+	// commits read or wrote, as committed (absent ones left out): a
+	// claim's commit, and every command's session, read what the previous
+	// batch wrote, and a point read in the engine builds an iterator over
+	// every level to find it in the memtable. A view does not use them:
+	// its snapshot may be older.
+	recent         recentSet[Task]
+	recentSessions recentSet[Session]
 }
 
-// recentMax bounds State.recent and State.recentSessions: reaching it
-// starts them over (a record is a few hundred bytes; a node holds one pair
-// per shard).
-const recentMax = 4096
+// recentMax and recentBytes bound each recentSet: reaching either starts
+// it over; a record over a sixteenth of recentBytes is not kept.
+const (
+	recentMax   = 4096
+	recentBytes = 4 << 20
+)
+
+// recentSet holds committed records by key, within recentMax and
+// recentBytes.
+type recentSet[V any] struct {
+	m     map[string]*V
+	bytes int
+}
+
+// update brings the set up to date with the records a transaction read or
+// wrote (nil: none there now). Dropping a record is always safe; keeping
+// one that changed is not, so an old entry goes before anything else.
+func (r *recentSet[V]) update(seen map[string]*V, size func(*V) int) {
+	for k, v := range seen {
+		if old, ok := r.m[k]; ok {
+			r.bytes -= len(k) + size(old)
+			delete(r.m, k)
+		}
+		if v == nil {
+			continue
+		}
+		n := len(k) + size(v)
+		if n > recentBytes/16 {
+			continue
+		}
+		if len(r.m) >= recentMax || r.bytes+n > recentBytes {
+			clear(r.m)
+			r.bytes = 0
+		}
+		if r.m == nil {
+			r.m = make(map[string]*V)
+		}
+		r.m[k] = v
+		r.bytes += n
+	}
+}
+
+// taskSize and sessionSize are what a record holds in memory, roughly.
+func taskSize(tk *Task) int {
+	return len(tk.Value) + len(tk.Key) + len(tk.Claimant) + len(tk.Err) + 128
+}
+
+func sessionSize(s *Session) int { return len(s.Result) + len(s.Group) + 64 }
 
 // meta is the shard's own record, written with every commit.
 type meta struct {
@@ -204,7 +248,7 @@ func (s *State) Clear() error {
 	}
 	s.queues, s.byNum = map[string]*queueInfo{}, map[uint32]*queueInfo{}
 	s.meta, s.dueHead, s.sessionHead, s.sessionExact, s.dueKnown = meta{}, nil, nil, false, false
-	s.recent, s.recentSessions = nil, nil
+	s.recent, s.recentSessions = recentSet[Task]{}, recentSet[Session]{}
 	return nil
 }
 
@@ -344,32 +388,9 @@ func (t *Txn) Commit(applied uint64) error {
 	}
 	s.meta, s.dueHead, s.sessionHead, s.sessionExact = t.meta, t.dueHead, t.sessionHead, t.sessionExact
 	s.dueAt, s.dueKnown = t.dueAt, t.dueKnown
-	s.recent = keepRecent(s.recent, t.tasks)
-	s.recentSessions = keepRecent(s.recentSessions, t.sessions)
+	s.recent.update(t.tasks, taskSize)
+	s.recentSessions.update(t.sessions, sessionSize)
 	return nil
-}
-
-// keepRecent brings recent up to date with the records a transaction
-// read or wrote (nil: none there now), starting over when it would hold
-// more than recentMax.
-func keepRecent[V any](recent, seen map[string]*V) map[string]*V {
-	if len(seen) == 0 {
-		return recent
-	}
-	if recent == nil || len(recent)+len(seen) > recentMax {
-		if len(seen) > recentMax {
-			return nil
-		}
-		recent = make(map[string]*V, len(seen))
-	}
-	for k, v := range seen {
-		if v == nil {
-			delete(recent, k)
-		} else {
-			recent[k] = v
-		}
-	}
-	return recent
 }
 
 // queue returns the transaction's copy of a queue, creating the queue if
@@ -426,12 +447,12 @@ func (t *Txn) get(group, id string, keep bool) (*Task, error) {
 // view, whose snapshot may be older and which may run beside a commit:
 // it does not touch them), else the engine; with keep, it remembers what
 // it found in mine.
-func readRecord[V any](t *Txn, mine *map[string]*V, recent *map[string]*V, k []byte, keep bool, decode func([]byte) (*V, error)) (*V, error) {
+func readRecord[V any](t *Txn, mine *map[string]*V, recent *recentSet[V], k []byte, keep bool, decode func([]byte) (*V, error)) (*V, error) {
 	if v, ok := (*mine)[string(k)]; ok {
 		return v, nil
 	}
 	if !t.view {
-		if v, ok := (*recent)[string(k)]; ok {
+		if v, ok := recent.m[string(k)]; ok {
 			rememberIn(mine, k, v)
 			return v, nil
 		}
@@ -479,7 +500,7 @@ func (t *Txn) Prefetch(group string, ids []string) error {
 		if t.known(k) {
 			continue
 		}
-		if tk, ok := t.s.recent[string(k)]; ok {
+		if tk, ok := t.s.recent.m[string(k)]; ok {
 			t.remember(k, tk)
 			continue
 		}
@@ -493,17 +514,35 @@ func (t *Txn) Prefetch(group string, ids []string) error {
 	if err != nil {
 		return err
 	}
-	defer it.Close()
+	err = t.prefetch(it, keys)
+	if cerr := it.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// prefetch reads keys (sorted) through it. Each seek clears the
+// iterator's error, so it is checked after every one: a read that failed
+// must not pass for a task that is not there.
+func (t *Txn) prefetch(it *pebble.Iterator, keys [][]byte) error {
 	for _, k := range keys {
 		var tk *Task
-		if it.SeekPrefixGE(k) && bytes.Equal(it.Key(), k) {
-			if tk, err = DecodeTask(it.Value()); err != nil {
+		found := it.SeekPrefixGE(k) && bytes.Equal(it.Key(), k)
+		if err := it.Error(); err != nil {
+			return err
+		}
+		if found {
+			v, err := it.ValueAndErr()
+			if err == nil {
+				tk, err = DecodeTask(v)
+			}
+			if err != nil {
 				return err
 			}
 		}
 		t.remember(k, tk)
 	}
-	return it.Error()
+	return nil
 }
 
 // known reports whether the transaction has read or written the task at k.

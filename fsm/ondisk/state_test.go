@@ -559,7 +559,7 @@ func TestPrefetchReadsAsGetDoes(t *testing.T) {
 	stage(without)
 	// Drop what stage remembered and what the commits left, so that
 	// Prefetch reads the batch and the engine.
-	with.tasks, s.recent = nil, nil
+	with.tasks, s.recent = nil, recentSet[Task]{}
 	if err := with.Prefetch("g", ids); err != nil {
 		t.Fatal(err)
 	}
@@ -659,4 +659,46 @@ func TestRecentRecordsFollowCommits(t *testing.T) {
 		return tx.Delete("g", "x")
 	})
 	check(s.Begin(), "after the deletes", "", 0)
+	write(5, true, put("dddd"))
+	if err := s.Clear(); err != nil {
+		t.Fatal(err)
+	}
+	check(s.Begin(), "after Clear", "", 0)
+}
+
+// TestRecentSetStaysBounded: a recentSet starts over at recentMax records
+// or recentBytes, keeps no record over a sixteenth of recentBytes (and
+// drops the version it held of one), and counts its bytes exactly.
+func TestRecentSetStaysBounded(t *testing.T) {
+	var r recentSet[Task]
+	size := func(tk *Task) int { return len(tk.Value) }
+	count := func() int {
+		n := 0
+		for k, tk := range r.m {
+			n += len(k) + size(tk)
+		}
+		return n
+	}
+	for i := range recentMax + 10 {
+		r.update(map[string]*Task{fmt.Sprintf("k%05d", i): {Value: []byte("v")}}, size)
+		if len(r.m) > recentMax || r.bytes != count() {
+			t.Fatalf("after %d records: %d held, %d bytes counted, %d held", i+1, len(r.m), r.bytes, count())
+		}
+	}
+	if len(r.m) != 10 {
+		t.Fatalf("%d records held after starting over once; want 10", len(r.m))
+	}
+	r.update(map[string]*Task{"k00000": {Value: make([]byte, recentBytes/8)}, "k04100": nil}, size)
+	if _, ok := r.m["k00000"]; ok {
+		t.Fatal("a record over recentBytes/16 was kept")
+	}
+	if _, ok := r.m["k04100"]; ok {
+		t.Fatal("a record deleted by a commit was kept")
+	}
+	for i := range 40 {
+		r.update(map[string]*Task{fmt.Sprintf("b%d", i): {Value: make([]byte, recentBytes/20)}}, size)
+		if r.bytes > recentBytes || r.bytes != count() {
+			t.Fatalf("after %d big records: %d bytes counted, %d held, bound %d", i+1, r.bytes, count(), recentBytes)
+		}
+	}
 }

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# capacity.sh: issue 21's capacity run. It loads TASKS tasks (64-byte
+# values, 500 per request, over 100,000 queues in 1,000 groups) into a
+# `taskstored dev` cluster (three nodes on this machine, the state where
+# STATE says), then reports:
+#
+#   - the load: seconds and tasks per second;
+#   - per node: RSS after the load and after a restart, and bytes on disk
+#     (the state engine, the node log, the shard directories);
+#   - the restart: seconds from starting the stopped cluster to a write
+#     accepted in each of 16 groups (every shard has a leader that applied
+#     its log);
+#   - claim-move on a fresh queue of 1,000 tasks beside the loaded ones,
+#     against the same on a cluster holding nothing else, interleaved
+#     ROUNDS times (each round restarts the loaded cluster: one more
+#     restart time).
+#
+# Usage (from the repository, after make build):
+#
+#   TASKS=10000000 scripts/capacity.sh            # ~10 min on 2 cores
+#   TASKS=100000000 DIR=/data/cap scripts/capacity.sh
+#
+# DIR (default /tmp/taskstore-capacity) holds both clusters and the logs;
+# it is removed first. Needs ~300 bytes of disk per task per node with
+# STATE=disk. The dev cluster uses ports 7000-7303.
+set -euo pipefail
+
+TASKS=${TASKS:-10000000}
+DIR=${DIR:-/tmp/taskstore-capacity}
+STATE=${STATE:-disk}
+ROUNDS=${ROUNDS:-3}
+BIN=${TASKSTORE_BIN:-$(cd "$(dirname "$0")/.." && pwd)/bin}
+EP=127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103
+DEV=
+
+log() { echo "capacity: $*" >&2; }
+since() { awk -v now="$(date +%s.%N)" -v t0="$1" 'BEGIN { print now - t0 }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { print (b > 0 ? a / b : 0) }'; }
+
+stop_dev() {
+	if [ -n "$DEV" ]; then
+		kill -INT "$DEV" 2>/dev/null || true
+		wait "$DEV" 2>/dev/null || true
+		DEV=
+	fi
+}
+trap stop_dev EXIT
+
+# start_dev DATA: starts a dev cluster on DATA; STARTED is the seconds until
+# a write was accepted in each of 16 groups.
+start_dev() {
+	local t0 g
+	t0=$(date +%s.%N)
+	"$BIN/taskstored" dev --data-dir "$1" --state "$STATE" >>"$1.log" 2>&1 &
+	DEV=$!
+	for g in $(seq 0 15); do
+		until "$BIN/taskctl" --endpoints "$EP" --timeout 5s task insert "probe-g$g/q" --value x >/dev/null 2>&1; do
+			kill -0 "$DEV" 2>/dev/null || { log "the dev cluster exited; see $1.log"; exit 1; }
+			sleep 0.2
+		done
+	done
+	STARTED=$(since "$t0")
+}
+
+# nodes DATA WHAT: RSS (MB) and disk (MB) of each node.
+nodes() {
+	local n pid rss
+	for n in n1 n2 n3; do
+		pid=$(cat "$1/$n.pid")
+		rss=$(awk '/VmRSS/ {printf "%.0f", $2/1024}' "/proc/$pid/status")
+		printf '%s %s: RSS %s MB, disk %s MB (state %s, node log %s, shards %s)\n' "$2" "$n" "$rss" \
+			"$(du -sm "$1/$n" | cut -f1)" "$(du -sm "$1/$n/state" 2>/dev/null | cut -f1)" \
+			"$(du -sm "$1/$n/raftlog" 2>/dev/null | cut -f1)" "$(du -sm "$1/$n/shards" 2>/dev/null | cut -f1)"
+	done
+}
+
+# claims: claim-move on a fresh queue of 1,000 tasks; prints tasks/s.
+claims() {
+	"$BIN/taskbench" --endpoints "$EP" --workload claim-move --prefill 1000 --clients 16 --queues 1 --groups 1 \
+		--duration 10s -o json | awk -F': ' '/"tasks_per_sec"/ {gsub(",", "", $2); print $2}'
+}
+
+rm -rf "$DIR"
+mkdir -p "$DIR"
+BIG=$DIR/loaded FRESH=$DIR/fresh
+
+log "starting the cluster in $BIG (state: $STATE)"
+start_dev "$BIG"
+log "loading $TASKS tasks"
+t0=$(date +%s.%N)
+"$BIN/taskbench" --endpoints "$EP" --workload insert-batch --batch 500 --clients 6 --queues 100000 --groups 1000 \
+	--prefill "$TASKS" --duration 1s -o json >"$DIR/load.json"
+secs=$(since "$t0")
+printf 'load: %s tasks in %.0f s (%.0f tasks/s)\n' "$TASKS" "$secs" "$(ratio "$TASKS" "$secs")"
+nodes "$BIG" "after the load"
+
+for r in $(seq "$ROUNDS"); do
+	stop_dev
+	start_dev "$BIG"
+	printf 'round %s: restart of the loaded cluster to writes in 16 groups: %.1f s\n' "$r" "$STARTED"
+	[ "$r" = 1 ] && nodes "$BIG" "after a restart"
+	big=$(claims)
+	stop_dev
+	start_dev "$FRESH"
+	fresh=$(claims)
+	printf 'round %s: claim-move beside %s tasks %s tasks/s, alone %s tasks/s: %.2fx\n' "$r" "$TASKS" "$big" "$fresh" \
+		"$(ratio "$big" "$fresh")"
+done
