@@ -3,13 +3,17 @@ package ondisk
 import (
 	"bytes"
 	"cmp"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 )
 
 func openMem(t *testing.T) *pebble.DB {
@@ -700,5 +704,55 @@ func TestRecentSetStaysBounded(t *testing.T) {
 		if r.bytes > recentBytes || r.bytes != count() {
 			t.Fatalf("after %d big records: %d bytes counted, %d held, bound %d", i+1, r.bytes, count(), recentBytes)
 		}
+	}
+}
+
+// TestPrefetchFailsOnAFailedRead: a read of the table files that fails
+// while Prefetch seeks makes Prefetch fail, even when every later seek
+// succeeds (a seek clears the iterator's error), rather than pass the
+// task off as absent.
+func TestPrefetchFailsOnAFailedRead(t *testing.T) {
+	var failures atomic.Int32 // reads of table files still to fail
+	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if (op.Kind == errorfs.OpFileReadAt || op.Kind == errorfs.OpFileRead) && strings.HasSuffix(op.Path, ".sst") && failures.Add(-1) >= 0 {
+			return errorfs.ErrInjected
+		}
+		return nil
+	})
+	cache := pebble.NewCache(0) // every block read reaches the files
+	defer cache.Unref()
+	db, err := pebble.Open("", &pebble.Options{FS: errorfs.Wrap(vfs.NewMem(), inj), DisableWAL: true, Cache: cache})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	s, err := Open(db, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx := s.Begin()
+	var ids []string
+	for i := range 200 {
+		id := fmt.Sprintf("t%03d", i)
+		ids = append(ids, id)
+		if err := tx.Put(id, "g/q", &Task{Version: 1, Value: bytes.Repeat([]byte{'v'}, 100)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	s.recent = recentSet[Task]{}
+	tx = s.Begin()
+	defer tx.Discard()
+	failures.Store(1)
+	if err := tx.Prefetch("g", ids); !errors.Is(err, errorfs.ErrInjected) {
+		t.Fatalf("Prefetch with a failed read: %v, want the injected error", err)
+	}
+	if failures.Load() == 1 {
+		t.Fatal("no read of a table file was failed: the test did not test anything")
 	}
 }
