@@ -17,7 +17,7 @@
 #
 # Usage (from the repository, after make build):
 #
-#   TASKS=10000000 scripts/capacity.sh            # ~10 min on 2 cores
+#   make capacity                                 # TASKS=10000000: ~15 min on 2 cores
 #   TASKS=100000000 DIR=/data/cap scripts/capacity.sh
 #
 # DIR (default /tmp/taskstore-capacity) holds both clusters and the logs;
@@ -29,7 +29,7 @@ TASKS=${TASKS:-10000000}
 DIR=${DIR:-/tmp/taskstore-capacity}
 STATE=${STATE:-disk}
 ROUNDS=${ROUNDS:-3}
-BIN=${TASKSTORE_BIN:-$(cd "$(dirname "$0")/.." && pwd)/bin}
+BIN=$(cd "${TASKSTORE_BIN:-$(dirname "$0")/../bin}" && pwd)
 EP=127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103
 DEV=
 
