@@ -232,6 +232,26 @@ func BenchmarkOnDiskBytesPerTask(b *testing.B) {
 	}
 }
 
+// storeMachine is an empty machine in memory, or on disk (Pebble in a
+// temporary directory, ondisk.EngineOptions, closed when b ends).
+func storeMachine(b *testing.B, store string) *Machine {
+	if store == "memory" {
+		return New(Options{})
+	}
+	o := ondisk.EngineOptions(128 << 20)
+	o.Logger = quietLogger{}
+	db, err := pebble.Open(b.TempDir(), o)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { db.Close() })
+	m, err := NewOnDisk(Options{}, db, 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return m
+}
+
 // BenchmarkInsertBatch applies raft batches of Modify commands of 500
 // inserts each (taskbench's insert-batch: one queue of one group per
 // command, 64-byte values) to a machine in memory and to one on disk
@@ -245,17 +265,7 @@ func BenchmarkInsertBatch(b *testing.B) {
 	value := bytes.Repeat([]byte("v"), 64)
 	for _, store := range []string{"memory", "disk"} {
 		b.Run(store, func(b *testing.B) {
-			m := New(Options{})
-			if store == "disk" {
-				db, err := pebble.Open(b.TempDir(), ondisk.EngineOptions(128<<20))
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer db.Close()
-				if m, err = NewOnDisk(Options{}, db, 1); err != nil {
-					b.Fatal(err)
-				}
-			}
+			m := storeMachine(b, store)
 			m.ApplyCommand(1, SetFormatCommand(MaxFormat)) // as a cluster runs
 			logs := make([]*raft.Log, perBatch)
 			runtime.GC()
@@ -301,17 +311,7 @@ func BenchmarkClaimDelete(b *testing.B) {
 	value := bytes.Repeat([]byte("v"), 64)
 	for _, store := range []string{"memory", "disk"} {
 		b.Run(store, func(b *testing.B) {
-			m := New(Options{})
-			if store == "disk" {
-				db, err := pebble.Open(b.TempDir(), ondisk.EngineOptions(128<<20))
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer db.Close()
-				if m, err = NewOnDisk(Options{}, db, 1); err != nil {
-					b.Fatal(err)
-				}
-			}
+			m := storeMachine(b, store)
 			index := uint64(1)
 			m.ApplyCommand(index, SetFormatCommand(MaxFormat))
 			apply := func(cmds []*fsmpb.Command) []interface{} {
