@@ -29,10 +29,11 @@ const (
 )
 
 // DefaultStateStore is Config.StateStore when empty. Memory, for now: on
-// disk a 3-node cluster moves about half the claims+commits it moves in
-// memory (0.53x via a proxy, 0.36x batched inserts; docs/performance.md,
-// 2026-11-26 "state on disk"). --state disk is for queues larger than
-// memory until that cost comes down (issue 21).
+// disk a 3-node cluster moves 0.59-0.78x the claims+commits it moves in
+// memory via a proxy, and 0.41-0.51x its batched inserts
+// (docs/performance.md, "the state on disk at 10 and 20 million tasks").
+// --state disk is for queues larger than memory until that cost comes
+// down (issue 21).
 const DefaultStateStore = StateInMemory
 
 // stateCacheBytes is the engine's block cache: what a claim reads most

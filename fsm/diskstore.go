@@ -111,6 +111,7 @@ func openDiskStore(db *pebble.DB, shard uint32) (*diskStore, error) {
 	return newDiskStore(db, shard, gen)
 }
 
+// checkShard refuses a shard number the engine's storage ids cannot hold.
 func checkShard(shard uint32) error {
 	if shard > maxShard {
 		return fmt.Errorf("fsm: shard %d: an engine holds shards up to %d", shard, maxShard)
