@@ -20,6 +20,13 @@
 #   make capacity                                 # TASKS=10000000: ~15 min on 2 cores
 #   TASKS=100000000 DIR=/data/cap scripts/capacity.sh
 #
+# CHUNK (default TASKS) loads that many at a time and prints the time and
+# the nodes' RSS and disk after each chunk; LOAD_UNTIL (a Unix time) stops
+# loading before a chunk that would end after it (judged by the last one)
+# and measures what was loaded (the 100M run is longer than some sessions).
+# A chunk spreads over all 100,000 queues, and its requests carry at most
+# CHUNK/100,000 tasks (at most 500): keep CHUNK at 20 million or more.
+#
 # DIR (default /tmp/taskstore-capacity) holds both clusters and the logs;
 # it is removed first. Needs ~300 bytes of disk per task per node with
 # STATE=disk. The dev cluster uses ports 7000-7303.
@@ -29,6 +36,8 @@ TASKS=${TASKS:-10000000}
 DIR=${DIR:-/tmp/taskstore-capacity}
 STATE=${STATE:-disk}
 ROUNDS=${ROUNDS:-3}
+CHUNK=${CHUNK:-$TASKS}
+LOAD_UNTIL=${LOAD_UNTIL:-}
 BIN=$(cd "${TASKSTORE_BIN:-$(dirname "$0")/../bin}" && pwd)
 EP=127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103
 DEV=
@@ -86,10 +95,26 @@ BIG=$DIR/loaded FRESH=$DIR/fresh
 
 log "starting the cluster in $BIG (state: $STATE)"
 start_dev "$BIG"
-log "loading $TASKS tasks"
+log "loading $TASKS tasks, $CHUNK at a time"
 t0=$(date +%s.%N)
-"$BIN/taskbench" --endpoints "$EP" --workload insert-batch --batch 500 --clients 6 --queues 100000 --groups 1000 \
-	--prefill "$TASKS" --duration 1s -o json >"$DIR/load.json"
+loaded=0
+while [ "$loaded" -lt "$TASKS" ]; do
+	# The next chunk would end past LOAD_UNTIL if it took 1.2x the last.
+	if [ -n "$LOAD_UNTIL" ] && [ "$(date +%s)" -ge "$((LOAD_UNTIL - ${last:-0} * 12 / 10))" ]; then
+		log "the next chunk would end after LOAD_UNTIL: measuring at $loaded tasks"
+		break
+	fi
+	n=$((TASKS - loaded < CHUNK ? TASKS - loaded : CHUNK))
+	c0=$(date +%s.%N)
+	"$BIN/taskbench" --endpoints "$EP" --workload insert-batch --batch 500 --clients 6 --queues 100000 --groups 1000 \
+		--prefill "$n" --duration 1s -o json >>"$DIR/load.json"
+	loaded=$((loaded + n))
+	last=$(since "$c0" | cut -d. -f1)
+	printf 'loaded %s tasks in %.0f s (this chunk %.0f tasks/s)\n' "$loaded" "$(since "$t0")" \
+		"$(ratio "$n" "$(since "$c0")")"
+	[ "$loaded" -lt "$TASKS" ] && nodes "$BIG" "at $loaded"
+done
+TASKS=$loaded
 secs=$(since "$t0")
 printf 'load: %s tasks in %.0f s (%.0f tasks/s)\n' "$TASKS" "$secs" "$(ratio "$TASKS" "$secs")"
 nodes "$BIG" "after the load"
