@@ -280,7 +280,9 @@ func (d *diskStore) prefetch(m *fsmpb.Modify) {
 		ids = append(ids, c.Id)
 	}
 	for _, in := range m.Inserts {
-		ids = append(ids, in.Id)
+		if !in.IdChosenByLeader { // in no task: nothing to read
+			ids = append(ids, in.Id)
+		}
 	}
 	tx, done := d.txn()
 	defer done()
@@ -439,7 +441,7 @@ func (d *diskStore) writeTxn(clock int64) *ondisk.Txn {
 
 func (d *diskStore) add(t *task, clock int64) {
 	tx := d.writeTxn(clock)
-	must(tx.Put(t.id, t.q.name, fromTask(t)))
+	must(tx.Add(t.id, t.q.name, fromTask(t)))
 	d.refresh(tx, t.q)
 }
 

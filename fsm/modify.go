@@ -24,9 +24,13 @@ type modifier struct {
 	now      int64
 	staged   map[string]*task // id → staged version; nil: deleted
 	order    []string         // ids in the order first staged
-	keys     map[queueKey]string
-	touched  []string // queues created or touched, pruned afterwards
-	errs     []*fsmpb.RefError
+	// fresh: inserted ids the leader chose, in no task before this Modify
+	// (Insert.id_chosen_by_leader): the commit does not look for an old
+	// version of them.
+	fresh   map[string]bool
+	keys    map[queueKey]string
+	touched []string // queues created or touched, pruned afterwards
+	errs    []*fsmpb.RefError
 }
 
 // lookup returns the task as the request sees it so far.
@@ -222,8 +226,9 @@ func (a *applier) modify(m *fsmpb.Modify) *fsmpb.Result {
 			}
 		}
 		// Ids are unique in the group, or across the shard before
-		// FormatGroupIDs.
-		if _, ok := md.staged[in.Id]; ok || st.idTaken(m.Group, in.Id) {
+		// FormatGroupIDs. One the leader chose (128 random bits) is in no
+		// task: looking costs a read per insert of a state on disk.
+		if _, ok := md.staged[in.Id]; ok || (!in.IdChosenByLeader && st.idTaken(m.Group, in.Id)) {
 			md.fail(&fsmpb.RefError{Category: fsmpb.RefError_INSERT_DUPLICATE_ID, Id: in.Id,
 				Queue: in.Queue, Key: in.Key, ExistingId: in.Id})
 			continue
@@ -245,6 +250,12 @@ func (a *applier) modify(m *fsmpb.Modify) *fsmpb.Result {
 			md.keys[queueKey{in.Queue, in.Key}] = in.Id
 		}
 		md.stage(in.Id, nt)
+		if in.IdChosenByLeader {
+			if md.fresh == nil {
+				md.fresh = make(map[string]bool, len(m.Inserts))
+			}
+			md.fresh[in.Id] = true
+		}
 		inserted[i] = nt
 	}
 	if len(md.errs) > 0 {
@@ -271,6 +282,9 @@ func (a *applier) modify(m *fsmpb.Modify) *fsmpb.Result {
 	// in, so that keys moving between tasks never collide midway.
 	var deleted []*task
 	for _, id := range md.order {
+		if md.fresh[id] {
+			continue
+		}
 		if old := st.find(m.Group, id); old != nil {
 			if md.staged[id] == nil {
 				deleted = append(deleted, old)

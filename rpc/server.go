@@ -219,13 +219,13 @@ func (srv *Server) modify(ctx context.Context, req *taskstorepb.ModifyRequest) (
 		if err != nil {
 			return nil, err
 		}
-		id := in.Id
-		if id == "" {
+		id, chosen := in.Id, in.Id == ""
+		if chosen {
 			id = newID()
 		}
 		m.Inserts = append(m.Inserts, &fsmpb.Insert{Id: id, Queue: in.Queue, At: at, Priority: in.Priority, Key: in.Key,
 			Value: in.Value, Attempt: in.Attempt, Err: in.Err, IfAbsent: in.IfAbsent, Held: in.Held,
-			DedupWindow: in.DedupWindow.AsDuration().Nanoseconds()})
+			DedupWindow: in.DedupWindow.AsDuration().Nanoseconds(), IdChosenByLeader: chosen})
 		if in.DedupWindow != nil && in.DedupWindow.CheckValid() != nil {
 			return nil, invalid(field("inserts", i, "dedup_window"), "not a valid duration")
 		}

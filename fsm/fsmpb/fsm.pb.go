@@ -1079,9 +1079,14 @@ type Insert struct {
 	// From state format 2: with a key, the key stays reserved in the queue for
 	// this long (nanoseconds) after the task is deleted or purged, so a
 	// producer retrying after the work is done does not create it again.
-	DedupWindow   int64 `protobuf:"varint,11,opt,name=dedup_window,json=dedupWindow,proto3" json:"dedup_window,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	DedupWindow int64 `protobuf:"varint,11,opt,name=dedup_window,json=dedupWindow,proto3" json:"dedup_window,omitempty"`
+	// The leader chose id (128 random bits, rpc's newID): no task has it, so
+	// the state machine neither looks for one nor reads the old version, and
+	// a batch of such inserts reads nothing from the state. Unset for ids a
+	// client chose and in entries of older leaders: those are looked up.
+	IdChosenByLeader bool `protobuf:"varint,12,opt,name=id_chosen_by_leader,json=idChosenByLeader,proto3" json:"id_chosen_by_leader,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Insert) Reset() {
@@ -1189,6 +1194,13 @@ func (x *Insert) GetDedupWindow() int64 {
 		return x.DedupWindow
 	}
 	return 0
+}
+
+func (x *Insert) GetIdChosenByLeader() bool {
+	if x != nil {
+		return x.IdChosenByLeader
+	}
+	return false
 }
 
 type Change struct {
@@ -2852,7 +2864,7 @@ const file_fsm_proto_rawDesc = "" +
 	"\adepends\x18\x06 \x03(\v2\x15.taskstore.fsm.v1.RefR\adepends\x12-\n" +
 	"\x05claim\x18\a \x01(\v2\x17.taskstore.fsm.v1.ClaimR\x05claim\x12(\n" +
 	"\x10max_answer_bytes\x18\b \x01(\x04R\x0emaxAnswerBytes\x12\x14\n" +
-	"\x05scope\x18\t \x03(\tR\x05scope\"\x82\x02\n" +
+	"\x05scope\x18\t \x03(\tR\x05scope\"\xb1\x02\n" +
 	"\x06Insert\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x0e\n" +
@@ -2865,7 +2877,8 @@ const file_fsm_proto_rawDesc = "" +
 	"\tif_absent\x18\t \x01(\bR\bifAbsent\x12\x12\n" +
 	"\x04held\x18\n" +
 	" \x01(\bR\x04held\x12!\n" +
-	"\fdedup_window\x18\v \x01(\x03R\vdedupWindow\"\x94\x02\n" +
+	"\fdedup_window\x18\v \x01(\x03R\vdedupWindow\x12-\n" +
+	"\x13id_chosen_by_leader\x18\f \x01(\bR\x10idChosenByLeader\"\x94\x02\n" +
 	"\x06Change\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x14\n" +

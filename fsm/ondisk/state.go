@@ -578,6 +578,18 @@ func (t *Txn) Put(id, queue string, tk *Task) error {
 			return err
 		}
 	}
+	return t.write(id, queue, tk)
+}
+
+// Add stores tk as the task id in queue (tk.Queue is set here) when the
+// caller knows there is no task id in queue's group (fsm's add: the id was
+// checked, the old version removed, or the leader chose it): unlike Put, it
+// reads nothing.
+func (t *Txn) Add(id, queue string, tk *Task) error { return t.write(id, queue, tk) }
+
+// write stores tk and its index entries, over no previous version.
+func (t *Txn) write(id, queue string, tk *Task) error {
+	group := GroupOf(queue)
 	q := t.queue(queue, true)
 	tk.Queue = q.num
 	rec := AppendTask(nil, tk)

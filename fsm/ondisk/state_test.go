@@ -756,3 +756,75 @@ func TestPrefetchFailsOnAFailedRead(t *testing.T) {
 		t.Fatal("no read of a table file was failed: the test did not test anything")
 	}
 }
+
+// TestAddReadsNothing: Add (a task the caller knows is new) writes without
+// reading the state, so a batch of new tasks costs no reads of a large
+// store; Put, which replaces the previous version, reads it. Every read of
+// a table file fails here.
+func TestAddReadsNothing(t *testing.T) {
+	var failing atomic.Bool
+	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if failing.Load() && (op.Kind == errorfs.OpFileReadAt || op.Kind == errorfs.OpFileRead) && strings.HasSuffix(op.Path, ".sst") {
+			return errorfs.ErrInjected
+		}
+		return nil
+	})
+	cache := pebble.NewCache(0) // every block read reaches the files
+	defer cache.Unref()
+	db, err := pebble.Open("", &pebble.Options{FS: errorfs.Wrap(vfs.NewMem(), inj), DisableWAL: true, Cache: cache})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	s, err := Open(db, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx := s.Begin()
+	for i := range 200 {
+		if err := tx.Put(fmt.Sprintf("t%03d", i), "g/q", &Task{Version: 1, Value: []byte("old")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	s.recent = recentSet[Task]{}
+
+	failing.Store(true)
+	tx = s.Begin()
+	for i := range 100 {
+		if err := tx.Add(fmt.Sprintf("n%03d", i), "g/q", &Task{Version: 1, Value: []byte("new")}); err != nil {
+			t.Fatalf("Add with every table read failing: %v", err)
+		}
+	}
+	if err := tx.Put("n100", "g/q", &Task{Version: 1}); !errors.Is(err, errorfs.ErrInjected) {
+		t.Fatalf("Put with every table read failing: %v, want the injected error (it reads the previous version)", err)
+	}
+	tx.Discard()
+
+	tx = s.Begin()
+	for i := range 100 {
+		if err := tx.Add(fmt.Sprintf("n%03d", i), "g/q", &Task{Version: 1, Value: []byte("new")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	failing.Store(false)
+	if err := tx.Commit(2); err != nil {
+		t.Fatal(err)
+	}
+	tx = s.Begin()
+	defer tx.Discard()
+	for _, id := range []string{"t000", "n000", "n099"} {
+		tk, err := tx.Get("g", id)
+		if err != nil || tk == nil {
+			t.Fatalf("Get %s after the adds: %v, %v", id, tk, err)
+		}
+	}
+	if total, _, _, _ := tx.QueueCounts("g/q"); total != 300 {
+		t.Fatalf("queue holds %d tasks, want 300", total)
+	}
+}
