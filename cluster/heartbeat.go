@@ -1,6 +1,10 @@
 package cluster
 
-import "github.com/hashicorp/raft"
+import (
+	"time"
+
+	"github.com/hashicorp/raft"
+)
 
 // serialTransport is the transport every group's raft runs on: raft's
 // NetworkTransport with its heartbeat fast path declined.
@@ -24,6 +28,7 @@ import "github.com/hashicorp/raft"
 // (1.5 s and up) is three orders of magnitude above an fdatasync.
 type serialTransport struct {
 	*raft.NetworkTransport
+	stall time.Duration // pipelineStall when zero (pipeline.go)
 }
 
 // SetHeartbeatHandler declines the fast path: raft's main loop handles
