@@ -143,7 +143,7 @@ func openGroup(id uint32, dataDir, localID string, fsm raft.FSM, mux *Mux, t Tun
 	}
 	conf := t.raftConfig(localID)
 	conf.Logger = hlog
-	r, err := raft.NewRaft(conf, fsm, logs, store, snaps, serialTransport{NetworkTransport: trans})
+	r, err := raft.NewRaft(conf, fsm, logs, store, snaps, serialTransport{NetworkTransport: trans, log: hlog})
 	if err != nil {
 		trans.Close()
 		store.Close()

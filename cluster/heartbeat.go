@@ -3,6 +3,7 @@ package cluster
 import (
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 )
 
@@ -29,6 +30,7 @@ import (
 type serialTransport struct {
 	*raft.NetworkTransport
 	stall time.Duration // pipelineStall when zero (pipeline.go)
+	log   hclog.Logger  // where a closed pipeline is reported; nil: nowhere
 }
 
 // SetHeartbeatHandler declines the fast path: raft's main loop handles

@@ -36,18 +36,28 @@ func (t serialTransport) AppendEntriesPipeline(id raft.ServerID, target raft.Ser
 	if stall == 0 {
 		stall = pipelineStall
 	}
-	return &watchedPipeline{AppendPipeline: p, stall: stall}, nil
+	onStall := func() {
+		if t.log != nil {
+			t.log.Warn("closed a replication pipeline whose send waited too long; replication to the follower starts again (a hashicorp/raft race: cluster/DESIGN.md)",
+				"peer", id, "waited", stall)
+		}
+	}
+	return &watchedPipeline{AppendPipeline: p, stall: stall, onStall: onStall}, nil
 }
 
 // watchedPipeline closes its pipeline when a send does not return within
 // stall. Closing is always safe: raft treats it as any pipeline error.
 type watchedPipeline struct {
 	raft.AppendPipeline
-	stall time.Duration
+	stall   time.Duration
+	onStall func()
 }
 
 func (p *watchedPipeline) AppendEntries(args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) (raft.AppendFuture, error) {
-	t := time.AfterFunc(p.stall, func() { p.AppendPipeline.Close() })
+	t := time.AfterFunc(p.stall, func() {
+		p.onStall()
+		p.AppendPipeline.Close()
+	})
 	defer t.Stop()
 	return p.AppendPipeline.AppendEntries(args, resp)
 }
