@@ -713,40 +713,8 @@ func TestRecentSetStaysBounded(t *testing.T) {
 // task off as absent.
 func TestPrefetchFailsOnAFailedRead(t *testing.T) {
 	var failures atomic.Int32 // reads of table files still to fail
-	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
-		if (op.Kind == errorfs.OpFileReadAt || op.Kind == errorfs.OpFileRead) && strings.HasSuffix(op.Path, ".sst") && failures.Add(-1) >= 0 {
-			return errorfs.ErrInjected
-		}
-		return nil
-	})
-	cache := pebble.NewCache(0) // every block read reaches the files
-	defer cache.Unref()
-	db, err := pebble.Open("", &pebble.Options{FS: errorfs.Wrap(vfs.NewMem(), inj), DisableWAL: true, Cache: cache})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	s, err := Open(db, 5)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, ids := readFailingState(t, func() bool { return failures.Add(-1) >= 0 })
 	tx := s.Begin()
-	var ids []string
-	for i := range 200 {
-		id := fmt.Sprintf("t%03d", i)
-		ids = append(ids, id)
-		if err := tx.Put(id, "g/q", &Task{Version: 1, Value: bytes.Repeat([]byte{'v'}, 100)}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tx.Commit(1); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	s.recent = recentSet[Task]{}
-	tx = s.Begin()
 	defer tx.Discard()
 	failures.Store(1)
 	if err := tx.Prefetch("g", ids); !errors.Is(err, errorfs.ErrInjected) {
@@ -763,39 +731,10 @@ func TestPrefetchFailsOnAFailedRead(t *testing.T) {
 // a table file fails here.
 func TestAddReadsNothing(t *testing.T) {
 	var failing atomic.Bool
-	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
-		if failing.Load() && (op.Kind == errorfs.OpFileReadAt || op.Kind == errorfs.OpFileRead) && strings.HasSuffix(op.Path, ".sst") {
-			return errorfs.ErrInjected
-		}
-		return nil
-	})
-	cache := pebble.NewCache(0) // every block read reaches the files
-	defer cache.Unref()
-	db, err := pebble.Open("", &pebble.Options{FS: errorfs.Wrap(vfs.NewMem(), inj), DisableWAL: true, Cache: cache})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	s, err := Open(db, 5)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tx := s.Begin()
-	for i := range 200 {
-		if err := tx.Put(fmt.Sprintf("t%03d", i), "g/q", &Task{Version: 1, Value: []byte("old")}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tx.Commit(1); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	s.recent = recentSet[Task]{}
+	s, _ := readFailingState(t, failing.Load)
 
 	failing.Store(true)
-	tx = s.Begin()
+	tx := s.Begin()
 	for i := range 100 {
 		if err := tx.Add(fmt.Sprintf("n%03d", i), "g/q", &Task{Version: 1, Value: []byte("new")}); err != nil {
 			t.Fatalf("Add with every table read failing: %v", err)
@@ -827,4 +766,46 @@ func TestAddReadsNothing(t *testing.T) {
 	if total, _, _, _ := tx.QueueCounts("g/q"); total != 300 {
 		t.Fatalf("queue holds %d tasks, want 300", total)
 	}
+}
+
+// readFailingState is a state on an in-memory engine, without a block
+// cache so that every block read reaches the files, whose reads of table
+// files fail while fail() says so. It holds 200 tasks of group g (their
+// ids are returned) in a table file, and no recent records.
+func readFailingState(t *testing.T, fail func() bool) (*State, []string) {
+	t.Helper()
+	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if (op.Kind == errorfs.OpFileReadAt || op.Kind == errorfs.OpFileRead) && strings.HasSuffix(op.Path, ".sst") && fail() {
+			return errorfs.ErrInjected
+		}
+		return nil
+	})
+	cache := pebble.NewCache(0)
+	t.Cleanup(cache.Unref)
+	db, err := pebble.Open("", &pebble.Options{FS: errorfs.Wrap(vfs.NewMem(), inj), DisableWAL: true, Cache: cache})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	s, err := Open(db, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx := s.Begin()
+	var ids []string
+	for i := range 200 {
+		id := fmt.Sprintf("t%03d", i)
+		ids = append(ids, id)
+		if err := tx.Put(id, "g/q", &Task{Version: 1, Value: bytes.Repeat([]byte{'v'}, 100)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	s.recent = recentSet[Task]{}
+	return s, ids
 }
