@@ -27,6 +27,9 @@
 # A chunk spreads over all 100,000 queues, and its requests carry at most
 # CHUNK/100,000 tasks (at most 500): keep CHUNK at 20 million or more.
 #
+# PPROF=1 serves /debug/pprof on the nodes' http addresses (7301-7303), to
+# profile a node while it loads.
+#
 # DIR (default /tmp/taskstore-capacity) holds both clusters and the logs;
 # it is removed first. Needs ~300 bytes of disk per task per node with
 # STATE=disk. The dev cluster uses ports 7000-7303.
@@ -60,7 +63,7 @@ trap stop_dev EXIT
 start_dev() {
 	local t0 g
 	t0=$(date +%s.%N)
-	"$BIN/taskstored" dev --data-dir "$1" --state "$STATE" >>"$1.log" 2>&1 &
+	"$BIN/taskstored" dev --data-dir "$1" --state "$STATE" ${PPROF:+--pprof} >>"$1.log" 2>&1 &
 	DEV=$!
 	for g in $(seq 0 15); do
 		until "$BIN/taskctl" --endpoints "$EP" --timeout 5s task insert "probe-g$g/q" --value x >/dev/null 2>&1; do

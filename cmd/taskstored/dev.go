@@ -27,6 +27,7 @@ const devRestartAfter = 10 * time.Second
 
 func devCmd() *cobra.Command {
 	var dataDir, logLevel, state string
+	var pprof bool
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run a local 3-node cluster and a proxy (what `make run` runs)",
@@ -77,6 +78,9 @@ start afresh.`,
 					// Three nodes share this machine's cores: relax timeouts.
 					"--raft-timeout-scale", "2", "--log-level", logLevel, "--state", state,
 				}})
+				if pprof {
+					nodes[i].args = append(nodes[i].args, "--pprof")
+				}
 			}
 			if err := checkPorts(ports); err != nil {
 				return err
@@ -128,6 +132,7 @@ start afresh.`,
 		},
 	}
 	cmd.Flags().StringVar(&dataDir, "data-dir", "data/dev", "where the three nodes keep their data")
+	cmd.Flags().BoolVar(&pprof, "pprof", false, "serve /debug/pprof on each node's http address (go tool pprof http://127.0.0.1:7301/debug/pprof/profile)")
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	cmd.Flags().StringVar(&state, "state", cluster.DefaultStateStore, "where the nodes keep their tasks: memory, or disk (for queues larger than memory; see taskstored --help)")
 	return cmd
