@@ -113,3 +113,81 @@ func BenchmarkStateClaimCommit(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkLoadIDOrder loads -ondisk.tasks tasks over -ondisk.queues queues
+// through State, 500 per transaction with Txn.Add (as batched inserts of ids
+// the leader chose apply), once with random ids and once with ids that
+// start with the time, as rpc's newID makes them. It reports what the
+// engine wrote per task (flushes and compactions, after the compactions the
+// load started have finished) and the load rate: the task table is ordered
+// by id, so random ids land among the old ones and every compaction
+// rewrites the table, while ids in time order land past them. For
+// DESIGN.md:
+//
+//	go test -run '^$' -bench LoadIDOrder -benchtime 1x -timeout 1h ./fsm/ondisk/ -ondisk.tasks 5000000 -ondisk.queues 100000
+func BenchmarkLoadIDOrder(b *testing.B) {
+	for _, order := range []string{"random", "time"} {
+		b.Run("ids="+order, func(b *testing.B) {
+			for range b.N {
+				dir := b.TempDir()
+				if *benchDir != "" {
+					dir = filepath.Join(*benchDir, "ids-"+order)
+					os.RemoveAll(dir)
+					defer os.RemoveAll(dir)
+				}
+				opts := EngineOptions(128 << 20)
+				db, err := pebble.Open(dir, opts)
+				if err != nil {
+					b.Fatal(err)
+				}
+				s, err := Open(db, 1)
+				if err != nil {
+					b.Fatal(err)
+				}
+				r := rand.New(rand.NewPCG(1, 2))
+				value := make([]byte, 64)
+				var id [16]byte
+				n, queues := *benchTasks, *benchQueues
+				start := time.Now()
+				tx := s.Begin()
+				for i := range n {
+					for j := 0; j < len(value); j += 8 {
+						binary.LittleEndian.PutUint64(value[j:], r.Uint64())
+					}
+					binary.BigEndian.PutUint64(id[:8], r.Uint64())
+					binary.BigEndian.PutUint64(id[8:], r.Uint64())
+					if order == "time" {
+						// A thousand tasks a millisecond, as a fast load.
+						binary.BigEndian.PutUint64(id[:8], uint64(i/1000)<<16|uint64(id[6])<<8|uint64(id[7]))
+					}
+					at := int64(i)
+					if err := tx.Add(fmt.Sprintf("%x", id), fmt.Sprintf("q%d", i%queues), &Task{Version: uint64(i + 1), At: at, Value: value, Created: at, Modified: at}); err != nil {
+						b.Fatal(err)
+					}
+					if (i+1)%500 == 0 || i == n-1 {
+						if err := tx.Commit(uint64(i + 1)); err != nil {
+							b.Fatal(err)
+						}
+						tx = s.Begin()
+					}
+				}
+				tx.Discard()
+				if err := db.Flush(); err != nil {
+					b.Fatal(err)
+				}
+				for db.Metrics().Compact.NumInProgress > 0 {
+					time.Sleep(10 * time.Millisecond)
+				}
+				took := time.Since(start)
+				total := db.Metrics().Total()
+				b.ReportMetric(float64(n)/took.Seconds(), "tasks/s")
+				b.ReportMetric(float64(total.TableBytesFlushed+total.TableBytesCompacted)/float64(n), "written-bytes/task")
+				b.ReportMetric(float64(db.Metrics().DiskSpaceUsage())/float64(n), "disk-bytes/task")
+				if err := db.Close(); err != nil {
+					b.Fatal(err)
+				}
+				opts.Cache.Unref()
+			}
+		})
+	}
+}
