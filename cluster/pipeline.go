@@ -42,22 +42,32 @@ func (t serialTransport) AppendEntriesPipeline(id raft.ServerID, target raft.Ser
 				"peer", id, "waited", stall)
 		}
 	}
-	return &watchedPipeline{AppendPipeline: p, stall: stall, onStall: onStall}, nil
+	w := &watchedPipeline{AppendPipeline: p, stall: stall}
+	w.timer = time.AfterFunc(time.Hour, func() {
+		onStall()
+		p.Close()
+	})
+	w.timer.Stop()
+	return w, nil
 }
 
 // watchedPipeline closes its pipeline when a send does not return within
-// stall. Closing is always safe: raft treats it as any pipeline error.
+// stall. Closing is always safe: raft treats it as any pipeline error. Raft
+// sends on a pipeline from one goroutine, one send at a time, so one timer,
+// armed while a send waits, watches them all.
 type watchedPipeline struct {
 	raft.AppendPipeline
-	stall   time.Duration
-	onStall func()
+	stall time.Duration
+	timer *time.Timer
 }
 
 func (p *watchedPipeline) AppendEntries(args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) (raft.AppendFuture, error) {
-	t := time.AfterFunc(p.stall, func() {
-		p.onStall()
-		p.AppendPipeline.Close()
-	})
-	defer t.Stop()
+	p.timer.Reset(p.stall)
+	defer p.timer.Stop()
 	return p.AppendPipeline.AppendEntries(args, resp)
+}
+
+func (p *watchedPipeline) Close() error {
+	p.timer.Stop()
+	return p.AppendPipeline.Close()
 }
