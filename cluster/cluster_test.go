@@ -15,6 +15,7 @@ import (
 
 	"github.com/e1158ecb/taskstore/api/taskstorepb"
 	"github.com/e1158ecb/taskstore/client"
+	"github.com/e1158ecb/taskstore/cluster"
 	"github.com/e1158ecb/taskstore/testing/harness"
 )
 
@@ -762,4 +763,40 @@ func TestRollingRestartKeepsShardsAvailable(t *testing.T) {
 		t.Fatalf("only %d inserts during the restart: the load did not run", n)
 	}
 	t.Logf("%d inserts, none failed, through a rolling restart", n)
+}
+
+// TestMetricsFoldQueuesWithoutReadingThem: past MaxQueueSeries queues a
+// node's series sum the rest as "<group>/*", with counts and no age; the
+// oldest available task is read for the queues with their own series only
+// (a scrape of 100,000 queues on disk read all of them: 6-8 s of CPU).
+func TestMetricsFoldQueuesWithoutReadingThem(t *testing.T) {
+	c := harness.Start(t, 3, harness.Options{Shards: 1, Scale: raceScale})
+	c.WaitReady()
+	n := cluster.MaxQueueSeries + 20
+	req := &taskstorepb.ModifyRequest{}
+	for i := range n {
+		req.Inserts = append(req.Inserts, &taskstorepb.TaskInsert{Queue: fmt.Sprintf("fold/q%04d", i), Value: []byte("x")})
+	}
+	if _, err := c.TaskStore("fold/q0000").Modify(ctxT(t, 10*time.Second), req); err != nil {
+		t.Fatal(err)
+	}
+	values := gatherMetrics(t, c)
+	ages, own := 0, 0
+	for key := range values {
+		if strings.HasPrefix(key, "taskstore_queue_oldest_available_seconds,") {
+			ages++
+		}
+		if strings.HasPrefix(key, "taskstore_queue_tasks,queue=fold/q") && strings.HasSuffix(key, "state=available") {
+			own++
+		}
+	}
+	if ages == 0 || ages > cluster.MaxQueueSeries || ages != own {
+		t.Errorf("%d age series and %d queues with their own series; want as many, at most %d", ages, own, cluster.MaxQueueSeries)
+	}
+	if got := values["taskstore_queue_tasks,queue=fold/*,state=available"]; got < 20 {
+		t.Errorf("fold/* available = %v, want the %d queues past the cap", got, n-own)
+	}
+	if _, ok := values["taskstore_queue_oldest_available_seconds,queue=fold/*"]; ok {
+		t.Error("fold/* has an age: the scrape read the queues it folds")
+	}
 }

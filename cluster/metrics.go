@@ -108,7 +108,7 @@ var (
 	descLogBytes    = prometheus.NewDesc("taskstore_shard_log_bytes", "Bytes of the shard's live Raft log entries in the node log.", []string{"shard"}, nil)
 	descTasks       = prometheus.NewDesc("taskstore_shard_tasks", "Tasks held by the shard's replica on this node.", []string{"shard"}, nil)
 	descQueue       = prometheus.NewDesc("taskstore_queue_tasks", "Tasks per queue and state, on shards this node leads.", []string{"queue", "state"}, nil)
-	descQueueAge    = prometheus.NewDesc("taskstore_queue_oldest_available_seconds", "Age of the oldest available task per queue, on shards this node leads.", []string{"queue"}, nil)
+	descQueueAge    = prometheus.NewDesc("taskstore_queue_oldest_available_seconds", "Age of the oldest available task per queue, on shards this node leads; only for queues with their own series (not <group>/*).", []string{"queue"}, nil)
 	descQueuePaused = prometheus.NewDesc("taskstore_queue_paused", "1 while the queue is paused (it hands out no claims; taskctl queue resume), on shards this node leads.", []string{"queue"}, nil)
 	descGossip      = prometheus.NewDesc("taskstore_gossip_members", "Nodes gossip sees, by health.", []string{"health"}, nil)
 	descDiverged    = prometheus.NewDesc("taskstore_shard_diverged", "1 while this node's replica of the shard is stopped because its state diverged from the majority's (rebuild it with taskctl shard rebuild), else 0.", []string{"shard"}, nil)
@@ -156,6 +156,7 @@ func (c *shardCollector) Collect(ch chan<- prometheus.Metric) {
 		available, claimed, delayed uint64
 		oldest                      int64
 		paused                      bool
+		folded                      bool // "<group>/*": no age
 	}
 	queues := map[string]*queueAgg{}
 	// One look under the lock: a shard is either local or diverged, and a
@@ -211,14 +212,28 @@ func (c *shardCollector) Collect(ch chan<- prometheus.Metric) {
 			gauge(descPlaced, float64(len(sh.Replicas)), label)
 			gauge(descHealthy, float64(c.healthyVoters(s, members)), label)
 		}
-		for _, q := range s.machine.Queues("", 0) {
+		// A queue gets its own series while there is room; the oldest
+		// available task (a read of the state per queue, where the counts
+		// are in memory) is looked up for those only, so a scrape costs
+		// MaxQueueSeries reads however many queues there are. A "<group>/*"
+		// series sums counts and reports no age.
+		own := func(name string) bool {
+			if _, ok := queues[name]; ok || len(queues) < MaxQueueSeries {
+				if !ok {
+					queues[name] = &queueAgg{}
+				}
+				return true
+			}
+			return false
+		}
+		s.machine.QueueCounts(own, func(q fsm.QueueStats) {
 			name := q.Name
-			if _, ok := queues[name]; !ok && len(queues) >= MaxQueueSeries {
+			if !own(name) { // a queue with settings and no tasks is not asked about its oldest
 				name = fsm.GroupOf(q.Name) + "/*"
 			}
 			a := queues[name]
 			if a == nil {
-				a = &queueAgg{}
+				a = &queueAgg{folded: true}
 				queues[name] = a
 			}
 			a.paused = a.paused || q.Paused
@@ -228,18 +243,20 @@ func (c *shardCollector) Collect(ch chan<- prometheus.Metric) {
 			if q.OldestAvailableAt != 0 && (a.oldest == 0 || q.OldestAvailableAt < a.oldest) {
 				a.oldest = q.OldestAvailableAt
 			}
-		}
+		})
 	}
 	now := c.n.cfg.Clock().UnixNano()
 	for name, a := range queues {
 		gauge(descQueue, float64(a.available), name, "available")
 		gauge(descQueue, float64(a.claimed), name, "claimed")
 		gauge(descQueue, float64(a.delayed), name, "delayed")
-		age := 0.0
-		if a.oldest != 0 {
-			age = max(time.Duration(now-a.oldest).Seconds(), 0)
+		if !a.folded {
+			age := 0.0
+			if a.oldest != 0 {
+				age = max(time.Duration(now-a.oldest).Seconds(), 0)
+			}
+			gauge(descQueueAge, age, name)
 		}
-		gauge(descQueueAge, age, name)
 		paused := 0.0
 		if a.paused {
 			paused = 1

@@ -356,9 +356,13 @@ func (d *diskStore) ascendQueues(from string, fn func(*queue) bool) {
 }
 
 func (d *diskStore) queueLen(q *queue) int {
-	tx, done := d.txn()
-	defer done()
-	total, _, _, _ := tx.QueueCounts(q.name)
+	if d.tx == nil {
+		// Outside an apply the committed counts are the state's: no
+		// transaction (an indexed batch) per queue for a walk of them all.
+		st, _ := d.st.Stats(q.name)
+		return int(st.Total)
+	}
+	total, _, _, _ := d.tx.QueueCounts(q.name)
 	return int(total)
 }
 

@@ -180,6 +180,30 @@ func decodePageToken(s string) (*task, error) {
 // name, at most limit (0: all): the queues that hold tasks, and paused ones
 // that hold none.
 func (m *Machine) Queues(prefix string, limit int) []QueueStats {
+	var out []QueueStats
+	m.queues(prefix, func(string) bool { return true }, func(st QueueStats) bool {
+		out = append(out, st)
+		return limit <= 0 || len(out) < limit
+	})
+	return out
+}
+
+// QueueCounts calls fn with the stats of every queue the shard serves, in
+// name order, as Queues lists them, but with OldestAvailableAt only for
+// the queues where oldest(name) is true (called once per queue, in
+// order). The counts are in memory; the oldest available task is a read
+// of the state per priority run of its queue, on disk a seek and a record
+// each: for a metrics scrape of 100,000 queues that was seconds of CPU.
+func (m *Machine) QueueCounts(oldest func(name string) bool, fn func(QueueStats)) {
+	m.queues("", oldest, func(st QueueStats) bool {
+		fn(st)
+		return true
+	})
+}
+
+// queues walks the queues whose names start with prefix while fn returns
+// true, under the machine's read lock (fn must not call the machine).
+func (m *Machine) queues(prefix string, oldest func(name string) bool, fn func(QueueStats) bool) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	// Queues with settings (paused, limited) are few: merge the empty ones
@@ -202,27 +226,27 @@ func (m *Machine) Queues(prefix string, limit int) []QueueStats {
 		st.Paused, st.MaxClaimed = m.st.isPaused(st.Name), m.st.limits[st.Name]
 		return st
 	}
-	var out []QueueStats
-	full := func() bool { return limit > 0 && len(out) == limit }
+	more := true
+	emit := func(st QueueStats) { more = fn(settings(st)) }
 	m.st.store.ascendQueues(prefix, func(q *queue) bool {
 		if !strings.HasPrefix(q.name, prefix) {
 			return false
 		}
-		for ; len(idle) > 0 && idle[0] < q.name && !full(); idle = idle[1:] {
-			out = append(out, settings(QueueStats{Name: idle[0]}))
+		for ; len(idle) > 0 && idle[0] < q.name && more; idle = idle[1:] {
+			emit(QueueStats{Name: idle[0]})
 		}
-		if full() {
-			return false
+		if more && !hidden(q.name) {
+			if oldest(q.name) {
+				emit(m.st.stats(q))
+			} else {
+				emit(m.st.counts(q))
+			}
 		}
-		if !hidden(q.name) {
-			out = append(out, settings(m.st.stats(q)))
-		}
-		return true
+		return more
 	})
-	for ; len(idle) > 0 && !full(); idle = idle[1:] {
-		out = append(out, settings(QueueStats{Name: idle[0]}))
+	for ; len(idle) > 0 && more; idle = idle[1:] {
+		emit(QueueStats{Name: idle[0]})
 	}
-	return out
 }
 
 // NextAt returns the earliest at of any task in the queues (claimed tasks

@@ -297,8 +297,23 @@ func (s *state) advance(now int64, became func(queue string)) {
 // isClaimed reports whether t is held under an unexpired lease.
 func isClaimed(t *task, clock int64) bool { return t.claimant != "" && t.at > clock }
 
-// stats returns q's counts at the clock.
+// stats returns q's counts at the clock, and the oldest available task's
+// at.
 func (s *state) stats(q *queue) QueueStats {
+	st := s.counts(q)
+	s.store.runs(q, func(first *task) bool {
+		if first.at <= s.clock && (st.OldestAvailableAt == 0 || first.at < st.OldestAvailableAt) {
+			st.OldestAvailableAt = first.at
+		}
+		return true
+	})
+	return st
+}
+
+// counts returns q's counts at the clock, without OldestAvailableAt: the
+// counts are in memory, the oldest available task is a read of the state
+// per priority run (on disk, a seek and a record each).
+func (s *state) counts(q *queue) QueueStats {
 	total := uint64(s.store.queueLen(q))
 	st := QueueStats{
 		Name:      q.name,
@@ -307,12 +322,6 @@ func (s *state) stats(q *queue) QueueStats {
 		Delayed:   q.futureDelayed,
 		Available: total - q.futureClaimed - q.futureDelayed,
 	}
-	s.store.runs(q, func(first *task) bool {
-		if first.at <= s.clock && (st.OldestAvailableAt == 0 || first.at < st.OldestAvailableAt) {
-			st.OldestAvailableAt = first.at
-		}
-		return true
-	})
 	return st
 }
 
