@@ -303,14 +303,16 @@ func BenchmarkInsertBatch(b *testing.B) {
 // BenchmarkClaimDelete is taskbench's claim-delete at the state machine:
 // raft batches of eight entries, four claims of one task each and four
 // Modifies deleting what the previous batch's claims returned, over 100
-// queues of 1,000 tasks (64-byte values), in memory and on disk.
+// queues of 1,000 tasks (64-byte values; more when b.N would claim them
+// all), in memory and on disk.
 //
 //	go test -run '^$' -bench ClaimDelete -benchtime 20000x -count 6 ./fsm/
 func BenchmarkClaimDelete(b *testing.B) {
-	const queues, perQueue, claims = 100, 1000, 4
+	const queues, claims = 100, 4
 	value := bytes.Repeat([]byte("v"), 64)
 	for _, store := range []string{"memory", "disk"} {
 		b.Run(store, func(b *testing.B) {
+			perQueue := max(1000, b.N*claims/queues+1)
 			m := storeMachine(b, store)
 			index := uint64(1)
 			m.ApplyCommand(index, SetFormatCommand(MaxFormat))
