@@ -97,6 +97,7 @@ func startFloorGroup(b *testing.B, logs []*nodelog.Log, id uint32, lead int, hlo
 		if err != nil {
 			b.Fatal(err)
 		}
+		b.Cleanup(func() { t.Close() }) // after raft's Shutdown, registered later
 		trans[i] = t
 		servers = append(servers, raft.Server{ID: raft.ServerID(fmt.Sprint("n", i)), Address: t.LocalAddr()})
 	}
@@ -116,7 +117,7 @@ func startFloorGroup(b *testing.B, logs []*nodelog.Log, id uint32, lead int, hlo
 			b.Fatal(err)
 		}
 		rafts[i] = r
-		b.Cleanup(func() { r.Shutdown().Error(); trans[i].Close(); store.Close() })
+		b.Cleanup(func() { r.Shutdown().Error(); store.Close() })
 	}
 	if err := rafts[lead].BootstrapCluster(raft.Configuration{Servers: servers}).Error(); err != nil {
 		b.Fatal(err)
