@@ -47,7 +47,7 @@ race: build
 # Each fuzz target (decoders, validators, snapshot and gossip readers, the
 # Raft stream, the HTTP/JSON gateway) runs
 # briefly; `make fuzz FUZZTIME=5m` runs longer.
-FUZZPKGS := ./fsm/ ./fsm/ondisk/ ./cluster/ ./cluster/nodelog/ ./rpc/ ./auth/ ./proxy/
+FUZZPKGS := ./backup/ ./fsm/ ./fsm/ondisk/ ./cluster/ ./cluster/nodelog/ ./rpc/ ./auth/ ./proxy/
 fuzz-short:
 	GO=$(GO) scripts/fuzz-short.sh $(FUZZTIME) $(FUZZPKGS)
 
