@@ -330,13 +330,19 @@ func (pol *Policy) check(ctx context.Context, method string, req any) (Principal
 // with another role, 403. h finds the caller with FromContext. A disabled
 // policy returns h unchanged (no principal in the context).
 func (pol *Policy) RequireAdminHTTP(h http.Handler) http.Handler {
+	return pol.RequireAdminHTTPFor("the status page shows every queue's tasks", h)
+}
+
+// RequireAdminHTTPFor is RequireAdminHTTP for another page; why says what
+// the page exposes, in the 403's message.
+func (pol *Policy) RequireAdminHTTPFor(why string, h http.Handler) http.Handler {
 	if !pol.Enabled() {
 		return h
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p, code, err := pol.AuthenticateHTTP(r)
 		if err == nil && p.Role != RoleAdmin && p.Role != RoleNode {
-			code, err = http.StatusForbidden, fmt.Errorf("the status page shows every queue's tasks: it needs the admin role; %s has role %s", p.Name, p.Role)
+			code, err = http.StatusForbidden, fmt.Errorf("%s: it needs the admin role; %s has role %s", why, p.Name, p.Role)
 		}
 		if err != nil {
 			pol.RefuseHTTP(w, r, p, code, err)

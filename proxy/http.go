@@ -29,8 +29,8 @@ import (
 )
 
 // httpHandler serves /metrics, /healthz, /readyz, /debug/pprof when asked
-// for (as the nodes do: the proxy's own cost shows in a profile) and the
-// HTTP/JSON API.
+// for (as the nodes do: the proxy's own cost shows in a profile; to admins
+// when the proxy checks callers) and the HTTP/JSON API.
 func (s *Server) httpHandler() (http.Handler, error) {
 	gw, err := s.Gateway()
 	if err != nil {
@@ -41,7 +41,7 @@ func (s *Server) httpHandler() (http.Handler, error) {
 	mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	serving.HealthHandlers(mux, s.Ready)
 	if s.pprof {
-		pprofhttp.Register(mux)
+		pprofhttp.Register(mux, s.policy)
 	}
 	return mux, nil
 }

@@ -125,7 +125,8 @@ func StartNodeWith(cfg cluster.Config, no NodeOptions) (*NodeServer, error) {
 }
 
 // httpHandler serves /metrics, /healthz and /readyz to anyone (Prometheus
-// and load balancers probe them), /debug/pprof only with no.Pprof, and the
+// and load balancers probe them), /debug/pprof only with no.Pprof (to admins
+// when the policy is on), and the
 // status page (task values included) to admins when the policy is on; its
 // actions are offered to authenticated admins only, so a node without a
 // policy serves it read-only.
@@ -134,7 +135,7 @@ func (ns *NodeServer) httpHandler(no NodeOptions) http.Handler {
 	mux.Handle("/metrics", promhttp.HandlerFor(ns.Registry, promhttp.HandlerOpts{Registry: ns.Registry}))
 	serving.HealthHandlers(mux, ns.Ready)
 	if no.Pprof {
-		pprofhttp.Register(mux)
+		pprofhttp.Register(mux, no.Policy)
 	}
 	mux.Handle("/", no.Policy.RequireAdminHTTP(statuspage.New(ns.Node, ns.RPC, statuspage.Options{Logger: ns.log, Actions: PageActions(ns.RPC)})))
 	return mux

@@ -32,11 +32,11 @@ type secured struct {
 	sec *harness.Security
 }
 
-func startSecured(t *testing.T) *secured {
+func startSecured(t *testing.T, extra ...string) *secured {
 	t.Helper()
 	sec := harness.NewSecurity(t, "n1", "n2", "n3")
 	pc := harness.StartProcessesEach(t, 3, func(id string) []string {
-		return append(sec.NodeFlags(id), "--shards", "2", "--raft-timeout-scale", "2")
+		return append(append(sec.NodeFlags(id), "--shards", "2", "--raft-timeout-scale", "2"), extra...)
 	})
 	pc.WaitReady(60 * time.Second)
 	return &secured{pc: pc, sec: sec}
@@ -206,6 +206,53 @@ func TestHTTPPortGivesNothingAway(t *testing.T) {
 	}
 	if strings.Contains(string(cmdline), s.sec.GossipKeyBase64()) || strings.Contains(string(cmdline), s.sec.AdminToken) {
 		t.Error("a secret is on the node's command line")
+	}
+}
+
+// TestPprofNeedsAdmin: with --pprof on a cluster with a policy, a node's
+// and a proxy's /debug/pprof answer admins only, as the status page does:
+// cmdline names the key and token files, a heap profile holds values.
+func TestPprofNeedsAdmin(t *testing.T) {
+	s := startSecured(t, "--pprof")
+	p := s.startProxy(t, "--auth-tokens", s.sec.Dir+"/tokens", "--pprof")
+	ctx := ctxT(t, 60*time.Second)
+	basicAdmin := "Basic " + base64.StdEncoding.EncodeToString([]byte("ops:"+s.sec.AdminToken))
+	for _, proc := range []*harness.Process{s.pc.Nodes[0], p} {
+		for _, cert := range []string{"", "client", "admin"} {
+			hc := &http.Client{Transport: &http.Transport{TLSClientConfig: s.sec.ClientTLS(t, cert)}, Timeout: 10 * time.Second}
+			for _, path := range []string{"/debug/pprof/", "/debug/pprof/cmdline", "/debug/pprof/heap", "/debug/pprof/goroutine?debug=2", "/debug/pprof/symbol"} {
+				for auth, want := range map[string]int{
+					"":                              http.StatusUnauthorized,
+					"Bearer guessed-0123456789abcd": http.StatusUnauthorized,
+					"Bearer " + s.sec.ClientToken:   http.StatusForbidden,
+					"Bearer " + s.sec.AdminToken:    http.StatusOK,
+					basicAdmin:                      http.StatusOK,
+				} {
+					if auth == "" {
+						// The certificate is the credential.
+						want = map[string]int{"": http.StatusUnauthorized, "client": http.StatusForbidden, "admin": http.StatusOK}[cert]
+					} else if cert != "" {
+						continue
+					}
+					req, _ := http.NewRequestWithContext(ctx, http.MethodGet, proc.HTTPURL()+path, nil)
+					if auth != "" {
+						req.Header.Set("Authorization", auth)
+					}
+					res, err := hc.Do(req)
+					if err != nil {
+						t.Fatalf("%s %s: %v", proc.ID, path, err)
+					}
+					body, _ := io.ReadAll(res.Body)
+					res.Body.Close()
+					if res.StatusCode != want {
+						t.Errorf("%s %s with cert %q and %.12q: %d, want %d (%.80s)", proc.ID, path, cert, auth, res.StatusCode, want, body)
+					}
+					if res.StatusCode != http.StatusOK && strings.Contains(string(body), "--tls-key") {
+						t.Errorf("%s %s refused, but the body shows the command line", proc.ID, path)
+					}
+				}
+			}
+		}
 	}
 }
 
