@@ -30,6 +30,14 @@ func TestDamagedReplicaStaysDownAloneAndIsRebuilt(t *testing.T) {
 		// A node that forgot its term and vote could vote twice in a term.
 		{"raft.db emptied", func(_ *testing.T, dir string, shard uint32) error { return os.Truncate(raftDB(dir, shard), 0) }, "no term or vote recorded"},
 		{"raft.db cut short", func(_ *testing.T, dir string, shard uint32) error { return os.Truncate(raftDB(dir, shard), 6000) }, "raft.db"},
+		// bbolt read past the end of its mapping: SIGBUS.
+		{"raft.db cut to half", func(_ *testing.T, dir string, shard uint32) error {
+			info, err := os.Stat(raftDB(dir, shard))
+			if err != nil {
+				return err
+			}
+			return os.Truncate(raftDB(dir, shard), info.Size()/2)
+		}, "is cut short"},
 		// A flipped byte in one of the shard's entries in the node's
 		// shared Raft log: that replica stays down, not the node.
 		{"an entry in the node log flipped", flipNodeLogEntry, "fails its checksum"},

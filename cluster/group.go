@@ -155,13 +155,16 @@ func openGroup(id uint32, dataDir, localID string, fsm raft.FSM, mux *Mux, t Tun
 	return &group{id: id, dir: dir, raft: r, store: store, logs: logStore, trans: trans, stream: stream, log: log, existing: existing}, nil
 }
 
-// openBolt opens a raft-boltdb file, turning a panic of bbolt's on a
-// damaged file into an error: one group's damage must not take the node
-// down.
+// openBolt opens a raft-boltdb file, refusing one cut short before bbolt
+// maps it (checkBoltFile) and turning a panic of bbolt's on a damaged file
+// into an error: one group's damage must not take the node down.
 func openBolt(path string) (s *raftboltdb.BoltStore, err error) {
+	if err := checkBoltFile(path); err != nil {
+		return nil, err
+	}
 	defer func() {
 		if r := recover(); r != nil {
-			s, err = nil, fmt.Errorf("damaged file: %v", r)
+			s, err = nil, fmt.Errorf("%w: %s: %v", ErrBoltDamaged, path, r)
 		}
 	}()
 	return raftboltdb.New(raftboltdb.Options{Path: path, NoSync: noSync, BoltOptions: &bbolt.Options{Timeout: 10 * time.Second}})

@@ -44,6 +44,15 @@ func TestDamagedReplicaFilesProcesses(t *testing.T) {
 		{"raft.db cut short", func(dir string, shard uint32) (string, error) {
 			return "raft.db cut to 6000 bytes", os.Truncate(raftDB(dir, shard), 6000)
 		}, "raft.db"},
+		// Half its size: bbolt read past the end of its mapping and the
+		// node died of SIGBUS (issue 36, item 1).
+		{"raft.db cut to half", func(dir string, shard uint32) (string, error) {
+			info, err := os.Stat(raftDB(dir, shard))
+			if err != nil {
+				return "", err
+			}
+			return fmt.Sprintf("raft.db cut from %d to %d bytes", info.Size(), info.Size()/2), os.Truncate(raftDB(dir, shard), info.Size()/2)
+		}, "is cut short"},
 		{"raft.db emptied", func(dir string, shard uint32) (string, error) {
 			return "raft.db emptied", os.Truncate(raftDB(dir, shard), 0)
 		}, "no term or vote recorded"},
