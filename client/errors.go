@@ -250,6 +250,10 @@ func (e *NotLeaderError) Error() string {
 	if e.LeaderAddress == "" {
 		return fmt.Sprintf("shard %d: %s is not the leader, leader unknown", e.Shard, e.Addr)
 	}
+	if e.LeaderID == "" {
+		// The node pointed at a replica that knows the leader.
+		return fmt.Sprintf("shard %d: %s is not the leader; ask %s, which knows the leader", e.Shard, e.Addr, e.LeaderAddress)
+	}
 	return fmt.Sprintf("shard %d: %s is not the leader, leader is %s at %s", e.Shard, e.Addr, e.LeaderID, e.LeaderAddress)
 }
 

@@ -136,7 +136,8 @@ func (n *Node) divergedError(id uint32) error {
 	if sh := findShard(cm, id); sh != nil {
 		for _, r := range sh.Replicas {
 			if node := findNode(cm, r); node != nil && r != n.cfg.ID {
-				e.LeaderAddress = node.Address
+				e.LeaderID, e.LeaderAddress, e.Replica = node.Id, node.Address, true
+				e.Why = "this node's replica diverged and is stopped (taskctl shard rebuild)"
 				break
 			}
 		}

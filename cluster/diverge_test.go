@@ -3,6 +3,7 @@ package cluster_test
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -74,6 +75,10 @@ func refuses(t *testing.T, c *harness.Cluster, i int, shard uint32, queue string
 		_, err := ts.Tasks(ctxT(t, 10*time.Second), &taskstorepb.TasksRequest{Shard: shard, Queue: queue, Stale: stale})
 		if status.Code(err) != codes.Unavailable {
 			t.Fatalf("%s answered a read (stale=%v) of diverged shard %d: %v", c.Nodes[i].ID, stale, shard, err)
+		}
+		// It names the replica it points at (not "leader is <blank> at").
+		if m := status.Convert(err).Message(); !strings.Contains(m, "diverged") || strings.Contains(m, "  ") {
+			t.Fatalf("%s refuses diverged shard %d with %q", c.Nodes[i].ID, shard, m)
 		}
 		for _, d := range status.Convert(err).Details() {
 			if nl, ok := d.(*taskstorepb.NotLeader); ok && nl.LeaderAddress == c.Nodes[i].Addr {

@@ -31,16 +31,27 @@ type NotLeaderError struct {
 	LeaderID      string
 	LeaderAddress string
 	Replica       bool
+	// Why says why this node does not serve the shard when Replica is
+	// set; empty means it hosts no replica.
+	Why string
 }
 
 func (e *NotLeaderError) Error() string {
 	if e.LeaderAddress == "" {
 		return fmt.Sprintf("shard %d: not the leader, leader unknown", e.Shard)
 	}
-	if e.Replica {
-		return fmt.Sprintf("shard %d: no replica on this node; %s at %s has one and knows the leader", e.Shard, e.LeaderID, e.LeaderAddress)
+	who := e.LeaderAddress
+	if e.LeaderID != "" {
+		who = e.LeaderID + " at " + e.LeaderAddress
 	}
-	return fmt.Sprintf("shard %d: not the leader, leader is %s at %s", e.Shard, e.LeaderID, e.LeaderAddress)
+	if e.Replica {
+		why := e.Why
+		if why == "" {
+			why = "no replica on this node"
+		}
+		return fmt.Sprintf("shard %d: %s; %s has one and knows the leader", e.Shard, why, who)
+	}
+	return fmt.Sprintf("shard %d: not the leader, leader is %s", e.Shard, who)
 }
 
 func (e *NotLeaderError) Unwrap() error { return ErrNotLeader }
