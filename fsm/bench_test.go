@@ -2,10 +2,14 @@ package fsm
 
 import (
 	"bytes"
+	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -256,48 +260,96 @@ func storeMachine(b *testing.B, store string) *Machine {
 // inserts each (taskbench's insert-batch: one queue of one group per
 // command, 64-byte values) to a machine in memory and to one on disk
 // (Pebble in a temporary directory, ondisk.EngineOptions), and reports
-// tasks per second. The disk side is what a batched load of a big queue
-// costs the state on disk; compare the two with benchstat:
+// tasks per second and the process's CPU per task (the engine's flushes
+// and compactions included; steadier than wall time on a shared
+// machine). Ids are the client's ("client": each is looked up, the
+// duplicate-id check) or the leader's ("leader": rpc's, the shard's clock
+// then random bits, which the state machine does not look up), as
+// taskbench's are. Compare with benchstat:
 //
 //	go test -run '^$' -bench InsertBatch -benchtime 200x -count 6 ./fsm/
 func BenchmarkInsertBatch(b *testing.B) {
 	const perCommand, perBatch = 500, 4
 	value := bytes.Repeat([]byte("v"), 64)
-	for _, store := range []string{"memory", "disk"} {
-		b.Run(store, func(b *testing.B) {
-			m := storeMachine(b, store)
-			m.ApplyCommand(1, SetFormatCommand(MaxFormat)) // as a cluster runs
-			logs := make([]*raft.Log, perBatch)
-			runtime.GC()
-			b.ReportAllocs()
-			b.ResetTimer()
-			index := uint64(1)
-			for i := range b.N {
-				b.StopTimer() // building the entries is the proposer's cost
-				for j := range logs {
-					n := i*perBatch + j
-					mod := &fsmpb.Modify{Group: fmt.Sprintf("g%d", n%100)}
-					queue := fmt.Sprintf("g%d/q%d", n%100, n%1000)
-					for k := range perCommand {
-						mod.Inserts = append(mod.Inserts, &fsmpb.Insert{Id: fmt.Sprintf("t%d-%d", n, k), Queue: queue, Value: value})
+	for _, ids := range []string{"client", "leader"} {
+		for _, store := range []string{"memory", "disk"} {
+			b.Run(ids+"/"+store, func(b *testing.B) {
+				m := storeMachine(b, store)
+				m.ApplyCommand(1, SetFormatCommand(MaxFormat)) // as a cluster runs
+				logs := make([]*raft.Log, perBatch)
+				rnd := rand.New(rand.NewPCG(1, 2))
+				runtime.GC()
+				b.ReportAllocs()
+				cpu := startCPU()
+				b.ResetTimer()
+				index := uint64(1)
+				for i := range b.N {
+					b.StopTimer() // building the entries is the proposer's cost
+					cpu.pause()
+					for j := range logs {
+						n := i*perBatch + j
+						mod := &fsmpb.Modify{Group: fmt.Sprintf("g%d", n%100)}
+						queue := fmt.Sprintf("g%d/q%d", n%100, n%1000)
+						for k := range perCommand {
+							in := &fsmpb.Insert{Id: fmt.Sprintf("t%d-%d", n, k), Queue: queue, Value: value}
+							if ids == "leader" {
+								in.Id, in.IdChosenByLeader = leaderID(int64(n+1), rnd), true
+							}
+							mod.Inserts = append(mod.Inserts, in)
+						}
+						data, err := EncodeCommand(&fsmpb.Command{Op: fsmpb.Op_OP_MODIFY, Now: int64(n + 1), Modify: mod})
+						if err != nil {
+							b.Fatal(err)
+						}
+						index++
+						logs[j] = &raft.Log{Index: index, Term: 1, Type: raft.LogCommand, Data: data}
 					}
-					data, err := EncodeCommand(&fsmpb.Command{Op: fsmpb.Op_OP_MODIFY, Now: int64(n + 1), Modify: mod})
-					if err != nil {
-						b.Fatal(err)
+					cpu.resume()
+					b.StartTimer()
+					for j, res := range m.ApplyBatch(logs) {
+						if r := res.(*fsmpb.Result); r.Failure != nil {
+							b.Fatalf("modify %d: %v", i*perBatch+j, r.Failure)
+						}
 					}
-					index++
-					logs[j] = &raft.Log{Index: index, Term: 1, Type: raft.LogCommand, Data: data}
 				}
-				b.StartTimer()
-				for j, res := range m.ApplyBatch(logs) {
-					if r := res.(*fsmpb.Result); r.Failure != nil {
-						b.Fatalf("modify %d: %v", i*perBatch+j, r.Failure)
-					}
-				}
-			}
-			b.ReportMetric(float64(b.N*perBatch*perCommand)/b.Elapsed().Seconds(), "tasks/s")
-		})
+				b.StopTimer()
+				tasks := float64(b.N * perBatch * perCommand)
+				b.ReportMetric(tasks/b.Elapsed().Seconds(), "tasks/s")
+				b.ReportMetric(cpu.since()/tasks, "cpu-ns/task")
+			})
+		}
 	}
+}
+
+// leaderID is an id as rpc's leader chooses one: the clock in
+// milliseconds (here the command's clock), then 80 random bits, in hex.
+func leaderID(clockMs int64, rnd *rand.Rand) string {
+	var b [16]byte
+	binary.BigEndian.PutUint64(b[:8], uint64(clockMs)<<16)
+	binary.BigEndian.PutUint16(b[6:], uint16(rnd.Uint32()))
+	binary.BigEndian.PutUint64(b[8:], rnd.Uint64())
+	return hex.EncodeToString(b[:])
+}
+
+// cpuClock measures the process's CPU time (user and system, every
+// thread: the engine's flushes and compactions too) outside its pauses.
+type cpuClock struct{ start, paused, excluded time.Duration }
+
+func startCPU() *cpuClock { return &cpuClock{start: processCPU()} }
+
+func (c *cpuClock) pause()  { c.paused = processCPU() }
+func (c *cpuClock) resume() { c.excluded += processCPU() - c.paused }
+
+// since is the CPU time used since the clock started, pauses excluded, in
+// nanoseconds.
+func (c *cpuClock) since() float64 { return float64(processCPU() - c.start - c.excluded) }
+
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkClaimDelete is taskbench's claim-delete at the state machine:
@@ -339,6 +391,7 @@ func BenchmarkClaimDelete(b *testing.B) {
 			var claimed []*fsmpb.Task
 			runtime.GC()
 			b.ReportAllocs()
+			cpu := startCPU()
 			b.ResetTimer()
 			for i := range b.N {
 				now++
@@ -366,7 +419,9 @@ func BenchmarkClaimDelete(b *testing.B) {
 					}
 				}
 			}
+			b.StopTimer()
 			b.ReportMetric(float64(b.N*claims)/b.Elapsed().Seconds(), "tasks/s")
+			b.ReportMetric(cpu.since()/float64(b.N*claims), "cpu-ns/task")
 		})
 	}
 }

@@ -2,6 +2,7 @@ package ondisk
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -42,6 +43,8 @@ type State struct {
 	// its snapshot may be older.
 	recent         recentSet[Task]
 	recentSessions recentSet[Session]
+	// ops is commitSorted's buffer, kept between commits.
+	ops []batchOp
 }
 
 // recentMax and recentBytes bound each recentSet: reaching either starts
@@ -370,7 +373,7 @@ func (t *Txn) Commit(applied uint64) error {
 	if err := t.b.Set(MetaKey(t.s.shard, "shard"), t.meta.encode(), nil); err != nil {
 		return err
 	}
-	if err := t.b.Commit(pebble.NoSync); err != nil {
+	if err := t.s.commitSorted(t.b); err != nil {
 		return err
 	}
 	t.b.Close()
@@ -391,6 +394,60 @@ func (t *Txn) Commit(applied uint64) error {
 	s.recent.update(t.tasks, taskSize)
 	s.recentSessions.update(t.sessions, sessionSize)
 	return nil
+}
+
+// commitSorted commits b's writes in key order, the last write of each
+// key only, without a sync. Pebble inserts a batch into its memtable (a
+// skiplist of everything not yet flushed) in the batch's order, and an
+// insert next to the previous one starts from where that one ended
+// instead of from the top of the list: a transaction's writes jump
+// between tables (a task's record, then its claim key, then the next
+// record), so in their own order each insert searches the whole
+// skiplist, and in key order most find their place in a step or two.
+// Only Set and Delete are written in a transaction's batch, and for
+// those the last write of a key is what the key reads afterwards.
+func (s *State) commitSorted(b *pebble.Batch) error {
+	ops := s.ops[:0]
+	for r := b.Reader(); ; {
+		kind, k, v, ok, err := r.Next()
+		if err != nil {
+			return err
+		}
+		if !ok {
+			break
+		}
+		if kind != pebble.InternalKeyKindSet && kind != pebble.InternalKeyKindDelete {
+			return fmt.Errorf("ondisk: shard %d: a write of kind %v in a transaction", s.shard, kind)
+		}
+		ops = append(ops, batchOp{kind: kind, key: k, value: v, seq: len(ops)})
+	}
+	slices.SortFunc(ops, func(a, b batchOp) int { return cmp.Or(bytes.Compare(a.key, b.key), cmp.Compare(a.seq, b.seq)) })
+	sorted := s.db.NewBatchWithSize(len(b.Repr()))
+	defer sorted.Close()
+	for i, op := range ops {
+		if i+1 < len(ops) && bytes.Equal(op.key, ops[i+1].key) {
+			continue // a later write of the key replaces this one
+		}
+		var err error
+		if op.kind == pebble.InternalKeyKindSet {
+			err = sorted.Set(op.key, op.value, nil)
+		} else {
+			err = sorted.Delete(op.key, nil)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	clear(ops) // let the batch's memory go
+	s.ops = ops[:0]
+	return sorted.Commit(pebble.NoSync)
+}
+
+// batchOp is one write of a batch, in commitSorted.
+type batchOp struct {
+	kind       pebble.InternalKeyKind
+	key, value []byte
+	seq        int // the write's place in the batch
 }
 
 // queue returns the transaction's copy of a queue, creating the queue if
