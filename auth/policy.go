@@ -191,6 +191,8 @@ var methodPerms = map[string]int{
 	"/taskstore.v1.Admin/AddShards":          permAdmin,
 	"/taskstore.v1.Admin/RemoveShard":        permAdmin,
 	"/taskstore.v1.Admin/RebalanceSlots":     permAdmin,
+	// A backup holds every task value of the cluster.
+	"/taskstore.v1.Admin/Backup": permAdmin,
 	// The nodes' internal service (cluster/peerpb): nodes, and admins
 	// debugging them.
 	"/taskstore.peer.v1.Peer/Report": permAdmin,

@@ -179,6 +179,9 @@ func Start(cfg Config) (*Node, error) {
 	// Each part of a node logs with node=ID and its own component=.
 	base := cfg.Logger.With("node", cfg.ID)
 	log := base.With("component", "node")
+	if _, err := os.Stat(filepath.Join(cfg.DataDir, restoringMark)); err == nil {
+		return nil, fmt.Errorf("data directory %s: a restore into it did not finish (%s is there): empty the directory and run taskstored restore again", cfg.DataDir, restoringMark)
+	}
 	if err := claimDataDir(cfg.DataDir, cfg.ID); err != nil {
 		return nil, err
 	}

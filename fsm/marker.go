@@ -9,6 +9,9 @@ import (
 	"io"
 
 	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/e1158ecb/taskstore/fsm/fsmpb"
 )
 
 // A marker is what a machine on disk writes as raft's snapshot when
@@ -111,4 +114,42 @@ func (m *Machine) FullSnapshot() (raft.FSMSnapshot, error) {
 		return d.snapshot(m.st)
 	}
 	return m.st.snapshot(), nil
+}
+
+// SnapshotInfo reports the applied index and the task count of a snapshot
+// that Snapshot or FullSnapshot took; ok is false for a marker, which
+// holds no state.
+func SnapshotInfo(s raft.FSMSnapshot) (applied, tasks uint64, ok bool) {
+	snap, isFull := s.(*snapshot)
+	if !isFull {
+		return 0, 0, false
+	}
+	tasks, _, _ = snap.counts()
+	return snap.applied, tasks, true
+}
+
+// PeekSnapshot reads the applied index and task count from the header of
+// the snapshot stream br begins with, without consuming it: restore names
+// a Raft snapshot by the index before it writes the stream.
+func PeekSnapshot(br *bufio.Reader) (applied, tasks uint64, err error) {
+	head, err := br.Peek(len(snapshotMagic) + binary.MaxVarintLen64)
+	if len(head) < len(snapshotMagic) {
+		return 0, 0, fmt.Errorf("%w: %d bytes: %v", ErrCorruptSnapshot, len(head), err)
+	}
+	if string(head[:len(snapshotMagic)]) != snapshotMagic {
+		return 0, 0, fmt.Errorf("%w: not a snapshot stream", ErrCorruptSnapshot)
+	}
+	n, k := binary.Uvarint(head[len(snapshotMagic):])
+	if k <= 0 || n > 1<<20 {
+		return 0, 0, fmt.Errorf("%w: the header's length", ErrCorruptSnapshot)
+	}
+	all, err := br.Peek(len(snapshotMagic) + k + int(n))
+	if err != nil {
+		return 0, 0, fmt.Errorf("%w: the header: %v", ErrCorruptSnapshot, err)
+	}
+	var rec fsmpb.SnapshotRecord
+	if err := proto.Unmarshal(all[len(snapshotMagic)+k:], &rec); err != nil || rec.Header == nil {
+		return 0, 0, fmt.Errorf("%w: the header: %v", ErrCorruptSnapshot, err)
+	}
+	return rec.Header.AppliedIndex, rec.Header.Tasks, nil
 }

@@ -3830,6 +3830,186 @@ func (x *SlotMove) GetError() string {
 	return ""
 }
 
+type BackupRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The shard to copy; 0 for the cluster map.
+	Shard         uint32 `protobuf:"varint,1,opt,name=shard,proto3" json:"shard,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackupRequest) Reset() {
+	*x = BackupRequest{}
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupRequest) ProtoMessage() {}
+
+func (x *BackupRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupRequest.ProtoReflect.Descriptor instead.
+func (*BackupRequest) Descriptor() ([]byte, []int) {
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *BackupRequest) GetShard() uint32 {
+	if x != nil {
+		return x.Shard
+	}
+	return 0
+}
+
+type BackupChunk struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Set in the first message only.
+	Info *BackupInfo `protobuf:"bytes,1,opt,name=info,proto3" json:"info,omitempty"`
+	// The next bytes of the copy: a shard's state machine snapshot stream,
+	// or the cluster map (an opaque encoding restore reads).
+	Data          []byte `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackupChunk) Reset() {
+	*x = BackupChunk{}
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupChunk) ProtoMessage() {}
+
+func (x *BackupChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupChunk.ProtoReflect.Descriptor instead.
+func (*BackupChunk) Descriptor() ([]byte, []int) {
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *BackupChunk) GetInfo() *BackupInfo {
+	if x != nil {
+		return x.Info
+	}
+	return nil
+}
+
+func (x *BackupChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+// BackupInfo describes one copy in a backup.
+type BackupInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Shard uint32                 `protobuf:"varint,1,opt,name=shard,proto3" json:"shard,omitempty"`
+	// The Raft index of the shard's log the copy is of (for the map, the
+	// map's epoch).
+	Index uint64 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	Tasks uint64 `protobuf:"varint,3,opt,name=tasks,proto3" json:"tasks,omitempty"`
+	// The node that made the copy.
+	Node          string `protobuf:"bytes,4,opt,name=node,proto3" json:"node,omitempty"`
+	ClusterId     string `protobuf:"bytes,5,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackupInfo) Reset() {
+	*x = BackupInfo{}
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupInfo) ProtoMessage() {}
+
+func (x *BackupInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupInfo.ProtoReflect.Descriptor instead.
+func (*BackupInfo) Descriptor() ([]byte, []int) {
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *BackupInfo) GetShard() uint32 {
+	if x != nil {
+		return x.Shard
+	}
+	return 0
+}
+
+func (x *BackupInfo) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *BackupInfo) GetTasks() uint64 {
+	if x != nil {
+		return x.Tasks
+	}
+	return 0
+}
+
+func (x *BackupInfo) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *BackupInfo) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
 type RoutingRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -3838,7 +4018,7 @@ type RoutingRequest struct {
 
 func (x *RoutingRequest) Reset() {
 	*x = RoutingRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[49]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3850,7 +4030,7 @@ func (x *RoutingRequest) String() string {
 func (*RoutingRequest) ProtoMessage() {}
 
 func (x *RoutingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[49]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3863,7 +4043,7 @@ func (x *RoutingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoutingRequest.ProtoReflect.Descriptor instead.
 func (*RoutingRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{49}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{52}
 }
 
 type Replica struct {
@@ -3876,7 +4056,7 @@ type Replica struct {
 
 func (x *Replica) Reset() {
 	*x = Replica{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[50]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3888,7 +4068,7 @@ func (x *Replica) String() string {
 func (*Replica) ProtoMessage() {}
 
 func (x *Replica) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[50]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3901,7 +4081,7 @@ func (x *Replica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Replica.ProtoReflect.Descriptor instead.
 func (*Replica) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{50}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *Replica) GetId() string {
@@ -3931,7 +4111,7 @@ type ShardRoute struct {
 
 func (x *ShardRoute) Reset() {
 	*x = ShardRoute{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[51]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3943,7 +4123,7 @@ func (x *ShardRoute) String() string {
 func (*ShardRoute) ProtoMessage() {}
 
 func (x *ShardRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[51]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3956,7 +4136,7 @@ func (x *ShardRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardRoute.ProtoReflect.Descriptor instead.
 func (*ShardRoute) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{51}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ShardRoute) GetId() uint32 {
@@ -4001,7 +4181,7 @@ type RoutingResponse struct {
 
 func (x *RoutingResponse) Reset() {
 	*x = RoutingResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[52]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4013,7 +4193,7 @@ func (x *RoutingResponse) String() string {
 func (*RoutingResponse) ProtoMessage() {}
 
 func (x *RoutingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[52]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4026,7 +4206,7 @@ func (x *RoutingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoutingResponse.ProtoReflect.Descriptor instead.
 func (*RoutingResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{52}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *RoutingResponse) GetSlots() []uint32 {
@@ -4061,7 +4241,7 @@ type TransferLeaderRequest struct {
 
 func (x *TransferLeaderRequest) Reset() {
 	*x = TransferLeaderRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[53]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4073,7 +4253,7 @@ func (x *TransferLeaderRequest) String() string {
 func (*TransferLeaderRequest) ProtoMessage() {}
 
 func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[53]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4086,7 +4266,7 @@ func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{53}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *TransferLeaderRequest) GetShard() uint32 {
@@ -4112,7 +4292,7 @@ type TransferLeaderResponse struct {
 
 func (x *TransferLeaderResponse) Reset() {
 	*x = TransferLeaderResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[54]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4124,7 +4304,7 @@ func (x *TransferLeaderResponse) String() string {
 func (*TransferLeaderResponse) ProtoMessage() {}
 
 func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[54]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4137,7 +4317,7 @@ func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{54}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *TransferLeaderResponse) GetLeader() string {
@@ -4158,7 +4338,7 @@ type AddNodeRequest struct {
 
 func (x *AddNodeRequest) Reset() {
 	*x = AddNodeRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[55]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4170,7 +4350,7 @@ func (x *AddNodeRequest) String() string {
 func (*AddNodeRequest) ProtoMessage() {}
 
 func (x *AddNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[55]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4183,7 +4363,7 @@ func (x *AddNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodeRequest.ProtoReflect.Descriptor instead.
 func (*AddNodeRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{55}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *AddNodeRequest) GetId() string {
@@ -4209,7 +4389,7 @@ type AddNodeResponse struct {
 
 func (x *AddNodeResponse) Reset() {
 	*x = AddNodeResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[56]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4221,7 +4401,7 @@ func (x *AddNodeResponse) String() string {
 func (*AddNodeResponse) ProtoMessage() {}
 
 func (x *AddNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[56]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4234,7 +4414,7 @@ func (x *AddNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodeResponse.ProtoReflect.Descriptor instead.
 func (*AddNodeResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{56}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *AddNodeResponse) GetNode() *NodeStatus {
@@ -4256,7 +4436,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[57]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4268,7 +4448,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[57]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4281,7 +4461,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{57}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *RemoveNodeRequest) GetId() string {
@@ -4307,7 +4487,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[58]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4319,7 +4499,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[58]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4332,7 +4512,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{58}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *RemoveNodeResponse) GetNode() *NodeStatus {
@@ -4360,7 +4540,7 @@ type RebuildReplicaRequest struct {
 
 func (x *RebuildReplicaRequest) Reset() {
 	*x = RebuildReplicaRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[59]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4372,7 +4552,7 @@ func (x *RebuildReplicaRequest) String() string {
 func (*RebuildReplicaRequest) ProtoMessage() {}
 
 func (x *RebuildReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[59]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4385,7 +4565,7 @@ func (x *RebuildReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebuildReplicaRequest.ProtoReflect.Descriptor instead.
 func (*RebuildReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{59}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *RebuildReplicaRequest) GetShard() uint32 {
@@ -4417,7 +4597,7 @@ type RebuildReplicaResponse struct {
 
 func (x *RebuildReplicaResponse) Reset() {
 	*x = RebuildReplicaResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[60]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4429,7 +4609,7 @@ func (x *RebuildReplicaResponse) String() string {
 func (*RebuildReplicaResponse) ProtoMessage() {}
 
 func (x *RebuildReplicaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[60]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4442,7 +4622,7 @@ func (x *RebuildReplicaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebuildReplicaResponse.ProtoReflect.Descriptor instead.
 func (*RebuildReplicaResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{60}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{63}
 }
 
 var File_taskstore_v1_taskstore_proto protoreflect.FileDescriptor
@@ -4757,7 +4937,20 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\x04from\x18\x03 \x01(\rR\x04from\x12\x0e\n" +
 	"\x02to\x18\x04 \x01(\rR\x02to\x12\x14\n" +
 	"\x05phase\x18\x05 \x01(\tR\x05phase\x12\x14\n" +
-	"\x05error\x18\x06 \x01(\tR\x05error\"\x10\n" +
+	"\x05error\x18\x06 \x01(\tR\x05error\"%\n" +
+	"\rBackupRequest\x12\x14\n" +
+	"\x05shard\x18\x01 \x01(\rR\x05shard\"O\n" +
+	"\vBackupChunk\x12,\n" +
+	"\x04info\x18\x01 \x01(\v2\x18.taskstore.v1.BackupInfoR\x04info\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"\x81\x01\n" +
+	"\n" +
+	"BackupInfo\x12\x14\n" +
+	"\x05shard\x18\x01 \x01(\rR\x05shard\x12\x14\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index\x12\x14\n" +
+	"\x05tasks\x18\x03 \x01(\x04R\x05tasks\x12\x12\n" +
+	"\x04node\x18\x04 \x01(\tR\x04node\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x05 \x01(\tR\tclusterId\"\x10\n" +
 	"\x0eRoutingRequest\"3\n" +
 	"\aReplica\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
@@ -4813,7 +5006,7 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\rSetQueueLimit\x12\x1f.taskstore.v1.QueueLimitRequest\x1a .taskstore.v1.QueueLimitResponse\x12R\n" +
 	"\vPutSchedule\x12 .taskstore.v1.PutScheduleRequest\x1a!.taskstore.v1.PutScheduleResponse\x12[\n" +
 	"\x0eDeleteSchedule\x12#.taskstore.v1.DeleteScheduleRequest\x1a$.taskstore.v1.DeleteScheduleResponse\x12L\n" +
-	"\tSchedules\x12\x1e.taskstore.v1.SchedulesRequest\x1a\x1f.taskstore.v1.SchedulesResponse2\xb4\x06\n" +
+	"\tSchedules\x12\x1e.taskstore.v1.SchedulesRequest\x1a\x1f.taskstore.v1.SchedulesResponse2\xf8\x06\n" +
 	"\x05Admin\x12C\n" +
 	"\x06Status\x12\x1b.taskstore.v1.StatusRequest\x1a\x1c.taskstore.v1.StatusResponse\x12F\n" +
 	"\aRouting\x12\x1c.taskstore.v1.RoutingRequest\x1a\x1d.taskstore.v1.RoutingResponse\x12[\n" +
@@ -4825,7 +5018,8 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\tMoveSlots\x12\x1e.taskstore.v1.MoveSlotsRequest\x1a\x1f.taskstore.v1.MoveSlotsResponse\x12L\n" +
 	"\tAddShards\x12\x1e.taskstore.v1.AddShardsRequest\x1a\x1f.taskstore.v1.AddShardsResponse\x12R\n" +
 	"\vRemoveShard\x12 .taskstore.v1.RemoveShardRequest\x1a!.taskstore.v1.RemoveShardResponse\x12[\n" +
-	"\x0eRebalanceSlots\x12#.taskstore.v1.RebalanceSlotsRequest\x1a$.taskstore.v1.RebalanceSlotsResponseB;Z9github.com/e1158ecb/taskstore/api/taskstorepb;taskstorepbb\x06proto3"
+	"\x0eRebalanceSlots\x12#.taskstore.v1.RebalanceSlotsRequest\x1a$.taskstore.v1.RebalanceSlotsResponse\x12B\n" +
+	"\x06Backup\x12\x1b.taskstore.v1.BackupRequest\x1a\x19.taskstore.v1.BackupChunk0\x01B;Z9github.com/e1158ecb/taskstore/api/taskstorepb;taskstorepbb\x06proto3"
 
 var (
 	file_taskstore_v1_taskstore_proto_rawDescOnce sync.Once
@@ -4840,7 +5034,7 @@ func file_taskstore_v1_taskstore_proto_rawDescGZIP() []byte {
 }
 
 var file_taskstore_v1_taskstore_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_taskstore_v1_taskstore_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
+var file_taskstore_v1_taskstore_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
 var file_taskstore_v1_taskstore_proto_goTypes = []any{
 	(TaskState)(0),                 // 0: taskstore.v1.TaskState
 	(MissedTicks)(0),               // 1: taskstore.v1.MissedTicks
@@ -4894,134 +5088,140 @@ var file_taskstore_v1_taskstore_proto_goTypes = []any{
 	(*RebalanceSlotsResponse)(nil), // 49: taskstore.v1.RebalanceSlotsResponse
 	(*MoveSlotsResponse)(nil),      // 50: taskstore.v1.MoveSlotsResponse
 	(*SlotMove)(nil),               // 51: taskstore.v1.SlotMove
-	(*RoutingRequest)(nil),         // 52: taskstore.v1.RoutingRequest
-	(*Replica)(nil),                // 53: taskstore.v1.Replica
-	(*ShardRoute)(nil),             // 54: taskstore.v1.ShardRoute
-	(*RoutingResponse)(nil),        // 55: taskstore.v1.RoutingResponse
-	(*TransferLeaderRequest)(nil),  // 56: taskstore.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil), // 57: taskstore.v1.TransferLeaderResponse
-	(*AddNodeRequest)(nil),         // 58: taskstore.v1.AddNodeRequest
-	(*AddNodeResponse)(nil),        // 59: taskstore.v1.AddNodeResponse
-	(*RemoveNodeRequest)(nil),      // 60: taskstore.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),     // 61: taskstore.v1.RemoveNodeResponse
-	(*RebuildReplicaRequest)(nil),  // 62: taskstore.v1.RebuildReplicaRequest
-	(*RebuildReplicaResponse)(nil), // 63: taskstore.v1.RebuildReplicaResponse
-	(*timestamppb.Timestamp)(nil),  // 64: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 65: google.protobuf.Duration
+	(*BackupRequest)(nil),          // 52: taskstore.v1.BackupRequest
+	(*BackupChunk)(nil),            // 53: taskstore.v1.BackupChunk
+	(*BackupInfo)(nil),             // 54: taskstore.v1.BackupInfo
+	(*RoutingRequest)(nil),         // 55: taskstore.v1.RoutingRequest
+	(*Replica)(nil),                // 56: taskstore.v1.Replica
+	(*ShardRoute)(nil),             // 57: taskstore.v1.ShardRoute
+	(*RoutingResponse)(nil),        // 58: taskstore.v1.RoutingResponse
+	(*TransferLeaderRequest)(nil),  // 59: taskstore.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil), // 60: taskstore.v1.TransferLeaderResponse
+	(*AddNodeRequest)(nil),         // 61: taskstore.v1.AddNodeRequest
+	(*AddNodeResponse)(nil),        // 62: taskstore.v1.AddNodeResponse
+	(*RemoveNodeRequest)(nil),      // 63: taskstore.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),     // 64: taskstore.v1.RemoveNodeResponse
+	(*RebuildReplicaRequest)(nil),  // 65: taskstore.v1.RebuildReplicaRequest
+	(*RebuildReplicaResponse)(nil), // 66: taskstore.v1.RebuildReplicaResponse
+	(*timestamppb.Timestamp)(nil),  // 67: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 68: google.protobuf.Duration
 }
 var file_taskstore_v1_taskstore_proto_depIdxs = []int32{
-	64, // 0: taskstore.v1.Task.at:type_name -> google.protobuf.Timestamp
-	64, // 1: taskstore.v1.Task.created:type_name -> google.protobuf.Timestamp
-	64, // 2: taskstore.v1.Task.modified:type_name -> google.protobuf.Timestamp
-	65, // 3: taskstore.v1.Task.dedup_window:type_name -> google.protobuf.Duration
-	64, // 4: taskstore.v1.TaskInsert.at:type_name -> google.protobuf.Timestamp
-	65, // 5: taskstore.v1.TaskInsert.delay:type_name -> google.protobuf.Duration
-	65, // 6: taskstore.v1.TaskInsert.dedup_window:type_name -> google.protobuf.Duration
-	64, // 7: taskstore.v1.TaskChange.at:type_name -> google.protobuf.Timestamp
-	65, // 8: taskstore.v1.TaskChange.delay:type_name -> google.protobuf.Duration
+	67, // 0: taskstore.v1.Task.at:type_name -> google.protobuf.Timestamp
+	67, // 1: taskstore.v1.Task.created:type_name -> google.protobuf.Timestamp
+	67, // 2: taskstore.v1.Task.modified:type_name -> google.protobuf.Timestamp
+	68, // 3: taskstore.v1.Task.dedup_window:type_name -> google.protobuf.Duration
+	67, // 4: taskstore.v1.TaskInsert.at:type_name -> google.protobuf.Timestamp
+	68, // 5: taskstore.v1.TaskInsert.delay:type_name -> google.protobuf.Duration
+	68, // 6: taskstore.v1.TaskInsert.dedup_window:type_name -> google.protobuf.Duration
+	67, // 7: taskstore.v1.TaskChange.at:type_name -> google.protobuf.Timestamp
+	68, // 8: taskstore.v1.TaskChange.delay:type_name -> google.protobuf.Duration
 	6,  // 9: taskstore.v1.ModifyRequest.inserts:type_name -> taskstore.v1.TaskInsert
 	7,  // 10: taskstore.v1.ModifyRequest.changes:type_name -> taskstore.v1.TaskChange
 	4,  // 11: taskstore.v1.ModifyRequest.deletes:type_name -> taskstore.v1.TaskRef
 	4,  // 12: taskstore.v1.ModifyRequest.depends:type_name -> taskstore.v1.TaskRef
 	5,  // 13: taskstore.v1.ModifyRequest.request:type_name -> taskstore.v1.RequestID
 	9,  // 14: taskstore.v1.ModifyRequest.claim:type_name -> taskstore.v1.ModifyClaim
-	65, // 15: taskstore.v1.ModifyClaim.lease:type_name -> google.protobuf.Duration
+	68, // 15: taskstore.v1.ModifyClaim.lease:type_name -> google.protobuf.Duration
 	3,  // 16: taskstore.v1.ModifyResponse.inserted:type_name -> taskstore.v1.Task
 	3,  // 17: taskstore.v1.ModifyResponse.changed:type_name -> taskstore.v1.Task
 	3,  // 18: taskstore.v1.ModifyResponse.claimed:type_name -> taskstore.v1.Task
 	12, // 19: taskstore.v1.ModifyError.errors:type_name -> taskstore.v1.RefError
 	2,  // 20: taskstore.v1.RefError.category:type_name -> taskstore.v1.RefError.Category
-	64, // 21: taskstore.v1.RefError.lease_until:type_name -> google.protobuf.Timestamp
-	65, // 22: taskstore.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
-	65, // 23: taskstore.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	67, // 21: taskstore.v1.RefError.lease_until:type_name -> google.protobuf.Timestamp
+	68, // 22: taskstore.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
+	68, // 23: taskstore.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
 	5,  // 24: taskstore.v1.ClaimRequest.request:type_name -> taskstore.v1.RequestID
 	3,  // 25: taskstore.v1.ClaimResponse.tasks:type_name -> taskstore.v1.Task
 	0,  // 26: taskstore.v1.TasksRequest.state:type_name -> taskstore.v1.TaskState
 	3,  // 27: taskstore.v1.TasksResponse.tasks:type_name -> taskstore.v1.Task
-	65, // 28: taskstore.v1.QueueStats.oldest_available_age:type_name -> google.protobuf.Duration
-	65, // 29: taskstore.v1.QueueStats.avg_claim_to_commit:type_name -> google.protobuf.Duration
-	65, // 30: taskstore.v1.QueueStats.rate_window:type_name -> google.protobuf.Duration
+	68, // 28: taskstore.v1.QueueStats.oldest_available_age:type_name -> google.protobuf.Duration
+	68, // 29: taskstore.v1.QueueStats.avg_claim_to_commit:type_name -> google.protobuf.Duration
+	68, // 30: taskstore.v1.QueueStats.rate_window:type_name -> google.protobuf.Duration
 	18, // 31: taskstore.v1.QueuesResponse.queues:type_name -> taskstore.v1.QueueStats
 	5,  // 32: taskstore.v1.PurgeRequest.request:type_name -> taskstore.v1.RequestID
 	5,  // 33: taskstore.v1.QueuePauseRequest.request:type_name -> taskstore.v1.RequestID
-	65, // 34: taskstore.v1.Schedule.every:type_name -> google.protobuf.Duration
+	68, // 34: taskstore.v1.Schedule.every:type_name -> google.protobuf.Duration
 	1,  // 35: taskstore.v1.Schedule.missed:type_name -> taskstore.v1.MissedTicks
-	64, // 36: taskstore.v1.Schedule.next:type_name -> google.protobuf.Timestamp
-	64, // 37: taskstore.v1.Schedule.last:type_name -> google.protobuf.Timestamp
+	67, // 36: taskstore.v1.Schedule.next:type_name -> google.protobuf.Timestamp
+	67, // 37: taskstore.v1.Schedule.last:type_name -> google.protobuf.Timestamp
 	23, // 38: taskstore.v1.PutScheduleRequest.schedule:type_name -> taskstore.v1.Schedule
 	5,  // 39: taskstore.v1.PutScheduleRequest.request:type_name -> taskstore.v1.RequestID
 	23, // 40: taskstore.v1.PutScheduleResponse.schedule:type_name -> taskstore.v1.Schedule
 	5,  // 41: taskstore.v1.DeleteScheduleRequest.request:type_name -> taskstore.v1.RequestID
 	23, // 42: taskstore.v1.SchedulesResponse.schedules:type_name -> taskstore.v1.Schedule
 	5,  // 43: taskstore.v1.QueueLimitRequest.request:type_name -> taskstore.v1.RequestID
-	64, // 44: taskstore.v1.TimeResponse.now:type_name -> google.protobuf.Timestamp
+	67, // 44: taskstore.v1.TimeResponse.now:type_name -> google.protobuf.Timestamp
 	39, // 45: taskstore.v1.ReplicaStatus.checkpoints:type_name -> taskstore.v1.Checkpoint
 	40, // 46: taskstore.v1.ReplicaStatus.divergence:type_name -> taskstore.v1.Divergence
-	64, // 47: taskstore.v1.Divergence.detected:type_name -> google.protobuf.Timestamp
+	67, // 47: taskstore.v1.Divergence.detected:type_name -> google.protobuf.Timestamp
 	38, // 48: taskstore.v1.ShardStatus.replica_status:type_name -> taskstore.v1.ReplicaStatus
 	37, // 49: taskstore.v1.StatusResponse.nodes:type_name -> taskstore.v1.NodeStatus
 	41, // 50: taskstore.v1.StatusResponse.shards:type_name -> taskstore.v1.ShardStatus
 	41, // 51: taskstore.v1.StatusResponse.meta:type_name -> taskstore.v1.ShardStatus
-	64, // 52: taskstore.v1.StatusResponse.now:type_name -> google.protobuf.Timestamp
+	67, // 52: taskstore.v1.StatusResponse.now:type_name -> google.protobuf.Timestamp
 	51, // 53: taskstore.v1.StatusResponse.moves:type_name -> taskstore.v1.SlotMove
 	51, // 54: taskstore.v1.StatusResponse.finished_moves:type_name -> taskstore.v1.SlotMove
 	41, // 55: taskstore.v1.AddShardsResponse.shards:type_name -> taskstore.v1.ShardStatus
 	51, // 56: taskstore.v1.RemoveShardResponse.moves:type_name -> taskstore.v1.SlotMove
 	51, // 57: taskstore.v1.RebalanceSlotsResponse.moves:type_name -> taskstore.v1.SlotMove
 	51, // 58: taskstore.v1.MoveSlotsResponse.moves:type_name -> taskstore.v1.SlotMove
-	53, // 59: taskstore.v1.ShardRoute.replicas:type_name -> taskstore.v1.Replica
-	54, // 60: taskstore.v1.RoutingResponse.shards:type_name -> taskstore.v1.ShardRoute
-	37, // 61: taskstore.v1.AddNodeResponse.node:type_name -> taskstore.v1.NodeStatus
-	37, // 62: taskstore.v1.RemoveNodeResponse.node:type_name -> taskstore.v1.NodeStatus
-	8,  // 63: taskstore.v1.TaskStore.Modify:input_type -> taskstore.v1.ModifyRequest
-	13, // 64: taskstore.v1.TaskStore.Claim:input_type -> taskstore.v1.ClaimRequest
-	15, // 65: taskstore.v1.TaskStore.Tasks:input_type -> taskstore.v1.TasksRequest
-	17, // 66: taskstore.v1.TaskStore.Queues:input_type -> taskstore.v1.QueuesRequest
-	33, // 67: taskstore.v1.TaskStore.Time:input_type -> taskstore.v1.TimeRequest
-	20, // 68: taskstore.v1.TaskStore.Purge:input_type -> taskstore.v1.PurgeRequest
-	22, // 69: taskstore.v1.TaskStore.PauseQueue:input_type -> taskstore.v1.QueuePauseRequest
-	22, // 70: taskstore.v1.TaskStore.ResumeQueue:input_type -> taskstore.v1.QueuePauseRequest
-	30, // 71: taskstore.v1.TaskStore.SetQueueLimit:input_type -> taskstore.v1.QueueLimitRequest
-	24, // 72: taskstore.v1.TaskStore.PutSchedule:input_type -> taskstore.v1.PutScheduleRequest
-	26, // 73: taskstore.v1.TaskStore.DeleteSchedule:input_type -> taskstore.v1.DeleteScheduleRequest
-	28, // 74: taskstore.v1.TaskStore.Schedules:input_type -> taskstore.v1.SchedulesRequest
-	36, // 75: taskstore.v1.Admin.Status:input_type -> taskstore.v1.StatusRequest
-	52, // 76: taskstore.v1.Admin.Routing:input_type -> taskstore.v1.RoutingRequest
-	56, // 77: taskstore.v1.Admin.TransferLeader:input_type -> taskstore.v1.TransferLeaderRequest
-	58, // 78: taskstore.v1.Admin.AddNode:input_type -> taskstore.v1.AddNodeRequest
-	60, // 79: taskstore.v1.Admin.RemoveNode:input_type -> taskstore.v1.RemoveNodeRequest
-	62, // 80: taskstore.v1.Admin.RebuildReplica:input_type -> taskstore.v1.RebuildReplicaRequest
-	43, // 81: taskstore.v1.Admin.MoveSlots:input_type -> taskstore.v1.MoveSlotsRequest
-	44, // 82: taskstore.v1.Admin.AddShards:input_type -> taskstore.v1.AddShardsRequest
-	46, // 83: taskstore.v1.Admin.RemoveShard:input_type -> taskstore.v1.RemoveShardRequest
-	48, // 84: taskstore.v1.Admin.RebalanceSlots:input_type -> taskstore.v1.RebalanceSlotsRequest
-	10, // 85: taskstore.v1.TaskStore.Modify:output_type -> taskstore.v1.ModifyResponse
-	14, // 86: taskstore.v1.TaskStore.Claim:output_type -> taskstore.v1.ClaimResponse
-	16, // 87: taskstore.v1.TaskStore.Tasks:output_type -> taskstore.v1.TasksResponse
-	19, // 88: taskstore.v1.TaskStore.Queues:output_type -> taskstore.v1.QueuesResponse
-	34, // 89: taskstore.v1.TaskStore.Time:output_type -> taskstore.v1.TimeResponse
-	21, // 90: taskstore.v1.TaskStore.Purge:output_type -> taskstore.v1.PurgeResponse
-	32, // 91: taskstore.v1.TaskStore.PauseQueue:output_type -> taskstore.v1.QueuePauseResponse
-	32, // 92: taskstore.v1.TaskStore.ResumeQueue:output_type -> taskstore.v1.QueuePauseResponse
-	31, // 93: taskstore.v1.TaskStore.SetQueueLimit:output_type -> taskstore.v1.QueueLimitResponse
-	25, // 94: taskstore.v1.TaskStore.PutSchedule:output_type -> taskstore.v1.PutScheduleResponse
-	27, // 95: taskstore.v1.TaskStore.DeleteSchedule:output_type -> taskstore.v1.DeleteScheduleResponse
-	29, // 96: taskstore.v1.TaskStore.Schedules:output_type -> taskstore.v1.SchedulesResponse
-	42, // 97: taskstore.v1.Admin.Status:output_type -> taskstore.v1.StatusResponse
-	55, // 98: taskstore.v1.Admin.Routing:output_type -> taskstore.v1.RoutingResponse
-	57, // 99: taskstore.v1.Admin.TransferLeader:output_type -> taskstore.v1.TransferLeaderResponse
-	59, // 100: taskstore.v1.Admin.AddNode:output_type -> taskstore.v1.AddNodeResponse
-	61, // 101: taskstore.v1.Admin.RemoveNode:output_type -> taskstore.v1.RemoveNodeResponse
-	63, // 102: taskstore.v1.Admin.RebuildReplica:output_type -> taskstore.v1.RebuildReplicaResponse
-	50, // 103: taskstore.v1.Admin.MoveSlots:output_type -> taskstore.v1.MoveSlotsResponse
-	45, // 104: taskstore.v1.Admin.AddShards:output_type -> taskstore.v1.AddShardsResponse
-	47, // 105: taskstore.v1.Admin.RemoveShard:output_type -> taskstore.v1.RemoveShardResponse
-	49, // 106: taskstore.v1.Admin.RebalanceSlots:output_type -> taskstore.v1.RebalanceSlotsResponse
-	85, // [85:107] is the sub-list for method output_type
-	63, // [63:85] is the sub-list for method input_type
-	63, // [63:63] is the sub-list for extension type_name
-	63, // [63:63] is the sub-list for extension extendee
-	0,  // [0:63] is the sub-list for field type_name
+	54, // 59: taskstore.v1.BackupChunk.info:type_name -> taskstore.v1.BackupInfo
+	56, // 60: taskstore.v1.ShardRoute.replicas:type_name -> taskstore.v1.Replica
+	57, // 61: taskstore.v1.RoutingResponse.shards:type_name -> taskstore.v1.ShardRoute
+	37, // 62: taskstore.v1.AddNodeResponse.node:type_name -> taskstore.v1.NodeStatus
+	37, // 63: taskstore.v1.RemoveNodeResponse.node:type_name -> taskstore.v1.NodeStatus
+	8,  // 64: taskstore.v1.TaskStore.Modify:input_type -> taskstore.v1.ModifyRequest
+	13, // 65: taskstore.v1.TaskStore.Claim:input_type -> taskstore.v1.ClaimRequest
+	15, // 66: taskstore.v1.TaskStore.Tasks:input_type -> taskstore.v1.TasksRequest
+	17, // 67: taskstore.v1.TaskStore.Queues:input_type -> taskstore.v1.QueuesRequest
+	33, // 68: taskstore.v1.TaskStore.Time:input_type -> taskstore.v1.TimeRequest
+	20, // 69: taskstore.v1.TaskStore.Purge:input_type -> taskstore.v1.PurgeRequest
+	22, // 70: taskstore.v1.TaskStore.PauseQueue:input_type -> taskstore.v1.QueuePauseRequest
+	22, // 71: taskstore.v1.TaskStore.ResumeQueue:input_type -> taskstore.v1.QueuePauseRequest
+	30, // 72: taskstore.v1.TaskStore.SetQueueLimit:input_type -> taskstore.v1.QueueLimitRequest
+	24, // 73: taskstore.v1.TaskStore.PutSchedule:input_type -> taskstore.v1.PutScheduleRequest
+	26, // 74: taskstore.v1.TaskStore.DeleteSchedule:input_type -> taskstore.v1.DeleteScheduleRequest
+	28, // 75: taskstore.v1.TaskStore.Schedules:input_type -> taskstore.v1.SchedulesRequest
+	36, // 76: taskstore.v1.Admin.Status:input_type -> taskstore.v1.StatusRequest
+	55, // 77: taskstore.v1.Admin.Routing:input_type -> taskstore.v1.RoutingRequest
+	59, // 78: taskstore.v1.Admin.TransferLeader:input_type -> taskstore.v1.TransferLeaderRequest
+	61, // 79: taskstore.v1.Admin.AddNode:input_type -> taskstore.v1.AddNodeRequest
+	63, // 80: taskstore.v1.Admin.RemoveNode:input_type -> taskstore.v1.RemoveNodeRequest
+	65, // 81: taskstore.v1.Admin.RebuildReplica:input_type -> taskstore.v1.RebuildReplicaRequest
+	43, // 82: taskstore.v1.Admin.MoveSlots:input_type -> taskstore.v1.MoveSlotsRequest
+	44, // 83: taskstore.v1.Admin.AddShards:input_type -> taskstore.v1.AddShardsRequest
+	46, // 84: taskstore.v1.Admin.RemoveShard:input_type -> taskstore.v1.RemoveShardRequest
+	48, // 85: taskstore.v1.Admin.RebalanceSlots:input_type -> taskstore.v1.RebalanceSlotsRequest
+	52, // 86: taskstore.v1.Admin.Backup:input_type -> taskstore.v1.BackupRequest
+	10, // 87: taskstore.v1.TaskStore.Modify:output_type -> taskstore.v1.ModifyResponse
+	14, // 88: taskstore.v1.TaskStore.Claim:output_type -> taskstore.v1.ClaimResponse
+	16, // 89: taskstore.v1.TaskStore.Tasks:output_type -> taskstore.v1.TasksResponse
+	19, // 90: taskstore.v1.TaskStore.Queues:output_type -> taskstore.v1.QueuesResponse
+	34, // 91: taskstore.v1.TaskStore.Time:output_type -> taskstore.v1.TimeResponse
+	21, // 92: taskstore.v1.TaskStore.Purge:output_type -> taskstore.v1.PurgeResponse
+	32, // 93: taskstore.v1.TaskStore.PauseQueue:output_type -> taskstore.v1.QueuePauseResponse
+	32, // 94: taskstore.v1.TaskStore.ResumeQueue:output_type -> taskstore.v1.QueuePauseResponse
+	31, // 95: taskstore.v1.TaskStore.SetQueueLimit:output_type -> taskstore.v1.QueueLimitResponse
+	25, // 96: taskstore.v1.TaskStore.PutSchedule:output_type -> taskstore.v1.PutScheduleResponse
+	27, // 97: taskstore.v1.TaskStore.DeleteSchedule:output_type -> taskstore.v1.DeleteScheduleResponse
+	29, // 98: taskstore.v1.TaskStore.Schedules:output_type -> taskstore.v1.SchedulesResponse
+	42, // 99: taskstore.v1.Admin.Status:output_type -> taskstore.v1.StatusResponse
+	58, // 100: taskstore.v1.Admin.Routing:output_type -> taskstore.v1.RoutingResponse
+	60, // 101: taskstore.v1.Admin.TransferLeader:output_type -> taskstore.v1.TransferLeaderResponse
+	62, // 102: taskstore.v1.Admin.AddNode:output_type -> taskstore.v1.AddNodeResponse
+	64, // 103: taskstore.v1.Admin.RemoveNode:output_type -> taskstore.v1.RemoveNodeResponse
+	66, // 104: taskstore.v1.Admin.RebuildReplica:output_type -> taskstore.v1.RebuildReplicaResponse
+	50, // 105: taskstore.v1.Admin.MoveSlots:output_type -> taskstore.v1.MoveSlotsResponse
+	45, // 106: taskstore.v1.Admin.AddShards:output_type -> taskstore.v1.AddShardsResponse
+	47, // 107: taskstore.v1.Admin.RemoveShard:output_type -> taskstore.v1.RemoveShardResponse
+	49, // 108: taskstore.v1.Admin.RebalanceSlots:output_type -> taskstore.v1.RebalanceSlotsResponse
+	53, // 109: taskstore.v1.Admin.Backup:output_type -> taskstore.v1.BackupChunk
+	87, // [87:110] is the sub-list for method output_type
+	64, // [64:87] is the sub-list for method input_type
+	64, // [64:64] is the sub-list for extension type_name
+	64, // [64:64] is the sub-list for extension extendee
+	0,  // [0:64] is the sub-list for field type_name
 }
 
 func init() { file_taskstore_v1_taskstore_proto_init() }
@@ -5037,7 +5237,7 @@ func file_taskstore_v1_taskstore_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_taskstore_v1_taskstore_proto_rawDesc), len(file_taskstore_v1_taskstore_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   61,
+			NumMessages:   64,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

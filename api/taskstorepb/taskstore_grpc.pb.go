@@ -606,6 +606,7 @@ const (
 	Admin_AddShards_FullMethodName      = "/taskstore.v1.Admin/AddShards"
 	Admin_RemoveShard_FullMethodName    = "/taskstore.v1.Admin/RemoveShard"
 	Admin_RebalanceSlots_FullMethodName = "/taskstore.v1.Admin/RebalanceSlots"
+	Admin_Backup_FullMethodName         = "/taskstore.v1.Admin/Backup"
 )
 
 // AdminClient is the client API for Admin service.
@@ -653,6 +654,14 @@ type AdminClient interface {
 	// slot counts within one of each other, and among the slots moved the
 	// ones that even out the shards' task counts. Any node forwards it.
 	RebalanceSlots(ctx context.Context, in *RebalanceSlotsRequest, opts ...grpc.CallOption) (*RebalanceSlotsResponse, error)
+	// Backup streams a copy of one shard's state machine as of an index of
+	// its log that every write acknowledged before the call is within, taken
+	// without stopping writes (from the shard's leader: elsewhere it answers
+	// Unavailable with the leader); with shard 0, the cluster map (any node
+	// forwards it to the meta leader). The first message describes the copy,
+	// the data follows in chunks. `taskctl backup create` calls it for the
+	// map and every shard and writes the backup file (package backup).
+	Backup(ctx context.Context, in *BackupRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BackupChunk], error)
 }
 
 type adminClient struct {
@@ -763,6 +772,25 @@ func (c *adminClient) RebalanceSlots(ctx context.Context, in *RebalanceSlotsRequ
 	return out, nil
 }
 
+func (c *adminClient) Backup(ctx context.Context, in *BackupRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BackupChunk], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Admin_ServiceDesc.Streams[0], Admin_Backup_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[BackupRequest, BackupChunk]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Admin_BackupClient = grpc.ServerStreamingClient[BackupChunk]
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -808,6 +836,14 @@ type AdminServer interface {
 	// slot counts within one of each other, and among the slots moved the
 	// ones that even out the shards' task counts. Any node forwards it.
 	RebalanceSlots(context.Context, *RebalanceSlotsRequest) (*RebalanceSlotsResponse, error)
+	// Backup streams a copy of one shard's state machine as of an index of
+	// its log that every write acknowledged before the call is within, taken
+	// without stopping writes (from the shard's leader: elsewhere it answers
+	// Unavailable with the leader); with shard 0, the cluster map (any node
+	// forwards it to the meta leader). The first message describes the copy,
+	// the data follows in chunks. `taskctl backup create` calls it for the
+	// map and every shard and writes the backup file (package backup).
+	Backup(*BackupRequest, grpc.ServerStreamingServer[BackupChunk]) error
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -847,6 +883,9 @@ func (UnimplementedAdminServer) RemoveShard(context.Context, *RemoveShardRequest
 }
 func (UnimplementedAdminServer) RebalanceSlots(context.Context, *RebalanceSlotsRequest) (*RebalanceSlotsResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method RebalanceSlots not implemented")
+}
+func (UnimplementedAdminServer) Backup(*BackupRequest, grpc.ServerStreamingServer[BackupChunk]) error {
+	return status.Errorf(codes.Unimplemented, "method Backup not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -1049,6 +1088,17 @@ func _Admin_RebalanceSlots_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_Backup_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(BackupRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(AdminServer).Backup(m, &grpc.GenericServerStream[BackupRequest, BackupChunk]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Admin_BackupServer = grpc.ServerStreamingServer[BackupChunk]
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1097,6 +1147,12 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Admin_RebalanceSlots_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Backup",
+			Handler:       _Admin_Backup_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "taskstore/v1/taskstore.proto",
 }

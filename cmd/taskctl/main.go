@@ -104,7 +104,7 @@ every request as it is.`,
 		}
 		pf.Lookup(flag).Usage += " (env " + env + ")"
 	}
-	root.AddCommand(a.statusCmd(), a.nodeCmd(), a.shardCmd(), a.slotCmd(), a.queueCmd(), a.scheduleCmd(), a.taskCmd(), a.certCmd())
+	root.AddCommand(a.statusCmd(), a.nodeCmd(), a.shardCmd(), a.slotCmd(), a.queueCmd(), a.scheduleCmd(), a.taskCmd(), a.backupCmd(), a.certCmd())
 	return root
 }
 

@@ -116,7 +116,7 @@ in 'taskctl status', until an operator adds it.`,
 	fl.StringVar(&f.logFormat, "log-format", "text", "text or json")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long a graceful stop may take")
 	f.sec.Register(fl, true)
-	cmd.AddCommand(devCmd())
+	cmd.AddCommand(devCmd(), restoreCmd())
 	return cmd
 }
 

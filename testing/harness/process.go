@@ -100,6 +100,8 @@ type Process struct {
 type ProcessCluster struct {
 	t     testing.TB
 	Nodes []*Process
+	// InitialCluster is the nodes' --initial-cluster.
+	InitialCluster string
 }
 
 // StartProcesses starts n taskstored processes forming one cluster. extra
@@ -113,6 +115,16 @@ func StartProcesses(t testing.TB, n int, extra ...string) *ProcessCluster {
 // by its id (n1, n2, ...): Security.NodeFlags for a secured cluster.
 func StartProcessesEach(t testing.TB, n int, extra func(id string) []string) *ProcessCluster {
 	t.Helper()
+	pc := NewProcesses(t, n, extra)
+	pc.StartAll()
+	return pc
+}
+
+// NewProcesses is StartProcessesEach without starting the processes: their
+// data directories can be prepared first (taskstored restore with
+// InitialCluster), then StartAll starts them.
+func NewProcesses(t testing.TB, n int, extra func(id string) []string) *ProcessCluster {
+	t.Helper()
 	bin := filepath.Join(Binaries(t), "taskstored")
 	base := t.TempDir()
 	pc := &ProcessCluster{t: t}
@@ -123,12 +135,10 @@ func StartProcessesEach(t testing.TB, n int, extra func(id string) []string) *Pr
 		pc.Nodes = append(pc.Nodes, p)
 		initial = append(initial, id+"="+p.Addr)
 	}
+	pc.InitialCluster = strings.Join(initial, ",")
 	for _, p := range pc.Nodes {
 		p.Args = append([]string{"--id", p.ID, "--data-dir", filepath.Join(base, p.ID), "--listen", p.Addr,
-			"--gossip", freeAddr(t), "--http", p.HTTP, "--initial-cluster", strings.Join(initial, ",")}, extra(p.ID)...)
-		if err := p.Start(); err != nil {
-			t.Fatal(err)
-		}
+			"--gossip", freeAddr(t), "--http", p.HTTP, "--initial-cluster", pc.InitialCluster}, extra(p.ID)...)
 	}
 	t.Cleanup(func() {
 		for _, p := range pc.Nodes {
@@ -144,6 +154,16 @@ func StartProcessesEach(t testing.TB, n int, extra func(id string) []string) *Pr
 		}
 	})
 	return pc
+}
+
+// StartAll starts every process of the cluster.
+func (pc *ProcessCluster) StartAll() {
+	pc.t.Helper()
+	for _, p := range pc.Nodes {
+		if err := p.Start(); err != nil {
+			pc.t.Fatal(err)
+		}
+	}
 }
 
 // Endpoints is the comma-separated gRPC addresses.

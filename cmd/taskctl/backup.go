@@ -1,0 +1,320 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/e1158ecb/taskstore/backup"
+	"github.com/e1158ecb/taskstore/client"
+	"github.com/e1158ecb/taskstore/cluster/metapb"
+	"github.com/e1158ecb/taskstore/cmd/internal/buildinfo"
+)
+
+// backupWait bounds a whole backup (beyond --timeout).
+const backupWait = 24 * time.Hour
+
+// backupCmd is `taskctl backup`.
+func (a *app) backupCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "backup",
+		Short: "Back up the whole cluster online, and check a backup file",
+		Long: `backup create copies every shard's state and the cluster map into one file
+while the cluster serves traffic; backup verify checks a file offline.
+taskstored restore --from FILE builds a new cluster from it (docs/operations.md
+has the runbook). The file holds every task's value: keep it where only
+operators can read it.`,
+		Example: `  taskctl backup create backup-$(date +%Y%m%d-%H%M).tsb
+  taskctl backup verify backup-20260101-0300.tsb
+  taskstored restore --from backup-20260101-0300.tsb --id n1 --data-dir data/n1 --initial-cluster ...`,
+	}
+	cmd.AddCommand(a.backupCreateCmd(), a.backupVerifyCmd())
+	return cmd
+}
+
+func (a *app) backupCreateCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "create FILE|-",
+		Short: "Take an online backup of every shard and the cluster map",
+		Long: `backup create copies the cluster map (from the meta leader) and then each
+shard's state machine (from the shard's leader) into FILE, while the cluster
+serves traffic. Each shard's copy is its state as of one Raft index of its
+log, taken after a leadership check: every write acknowledged before the
+backup began is in it, and nothing after that index is. Transactions never
+span shards, so a copy per shard is a consistent backup. Writers of a shard
+wait only while its copy takes a view of the state (milliseconds; see
+docs/operations.md); the copy then streams while writes go on.
+
+The file has a manifest (cluster id, format, shards with their indexes, slot
+ranges and task counts, time) and a CRC-32C over every part and over the
+whole file; "taskctl backup verify" checks them. FILE is written as
+FILE.partial (mode 0600) and renamed once complete; an existing FILE is
+refused. With "-" the backup goes to stdout, for a pipe to object storage; a
+backup cut short there has no end and every reader refuses it.
+
+A slot move or a shard added or removed while the backup runs makes it fail
+(the routing table must be the same at its start and end): run it again.
+Needs the admin role. Progress goes to stderr when it is a terminal.`,
+		Example: `  taskctl backup create backup-$(date +%Y%m%d-%H%M).tsb
+  taskctl backup create - | gzip | aws s3 cp - s3://bucket/taskstore/$(date +%F).tsb.gz`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.backupCreate(args[0])
+		},
+	}
+}
+
+func (a *app) backupCreate(target string) error {
+	return a.withClient(backupWait, func(ctx context.Context, c *client.Client) error {
+		var out io.Writer = a.stdout
+		summary := a.stdout
+		var f *os.File
+		partial := target + ".partial"
+		if target == "-" {
+			summary = a.stderr
+		} else {
+			if _, err := os.Stat(target); err == nil {
+				return fmt.Errorf("%s exists: remove it or name another file", target)
+			}
+			var err error
+			if f, err = os.OpenFile(partial, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600); err != nil {
+				return fmt.Errorf("create the backup file: %w (a %s left by a backup that was cut short can go)", err, partial)
+			}
+			out = f
+		}
+		m, err := a.writeBackup(ctx, c, out)
+		if f != nil {
+			if err == nil {
+				err = f.Sync()
+			}
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+			if err == nil {
+				err = os.Rename(partial, target)
+			}
+			if err != nil {
+				os.Remove(partial)
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("backup: %w", err)
+		}
+		took := m.Finished.Sub(m.Started)
+		fmt.Fprintf(summary, "backup of cluster %s: %d shards, %d tasks, %s in %v (%s/s)\n", m.ClusterID, len(m.Shards), m.Tasks(),
+			humanBytes(m.Bytes()), took.Round(time.Millisecond), humanBytes(uint64(float64(m.Bytes())/max(took.Seconds(), 1e-3))))
+		return nil
+	})
+}
+
+// writeBackup writes a backup to out and returns its manifest.
+func (a *app) writeBackup(ctx context.Context, c *client.Client, out io.Writer) (*backup.Manifest, error) {
+	started := time.Now().UTC()
+	mapData, cm, err := backupMap(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	if len(cm.Moves) > 0 {
+		return nil, fmt.Errorf("%d slot move(s) in progress (taskctl status shows them): back up once they are done", len(cm.Moves))
+	}
+	w, err := backup.NewWriter(out)
+	if err != nil {
+		return nil, err
+	}
+	pw, err := w.Part(backup.KindMap, 0)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := pw.Write(mapData); err != nil {
+		return nil, err
+	}
+	if _, err := pw.Close(); err != nil {
+		return nil, err
+	}
+	m := &backup.Manifest{ClusterID: cm.ClusterId, Version: buildinfo.Version, Started: started, MapEpoch: cm.Epoch,
+		ReplicationFactor: cm.ReplicationFactor, Slots: len(cm.Slots)}
+	shards := slices.Clone(cm.Shards)
+	slices.SortFunc(shards, func(x, y *metapb.Shard) int { return int(x.Id) - int(y.Id) })
+	prog := newProgress(a.stderr, w)
+	for i, sh := range shards {
+		pw, err := w.Part(backup.KindShard, sh.Id)
+		if err != nil {
+			return nil, err
+		}
+		prog.begin(fmt.Sprintf("shard %d (%d of %d)", sh.Id, i+1, len(shards)))
+		info, err := c.Backup(ctx, sh.Id, prog.wrap(pw))
+		if err != nil {
+			return nil, fmt.Errorf("shard %d: %w", sh.Id, err)
+		}
+		if _, err := pw.Close(); err != nil {
+			return nil, err
+		}
+		if info.ClusterId != cm.ClusterId {
+			return nil, fmt.Errorf("shard %d came from cluster %s, the map is cluster %s", sh.Id, info.ClusterId, cm.ClusterId)
+		}
+		prog.end(fmt.Sprintf("index %d, %d tasks, from %s", info.Index, info.Tasks, info.Node))
+		m.Shards = append(m.Shards, backup.ShardInfo{ID: sh.Id, Index: info.Index, Tasks: info.Tasks,
+			Slots: backup.SlotRanges(cm.Slots, sh.Id), Node: info.Node})
+	}
+	// The map again: the shards' copies fit the map only if no slot
+	// moved and no shard came or went meanwhile.
+	_, after, err := backupMap(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	if !sameRouting(cm, after) {
+		return nil, errors.New("the routing table changed while the backup ran (a slot move, or a shard added or removed): run it again")
+	}
+	m.Finished = time.Now().UTC()
+	if err := w.Finish(m); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// backupMap copies the cluster map from the meta leader.
+func backupMap(ctx context.Context, c *client.Client) ([]byte, *metapb.ClusterMap, error) {
+	var buf bytes.Buffer
+	if _, err := c.Backup(ctx, 0, &buf); err != nil {
+		return nil, nil, fmt.Errorf("the cluster map: %w", err)
+	}
+	cm := &metapb.ClusterMap{}
+	if err := proto.Unmarshal(buf.Bytes(), cm); err != nil {
+		return nil, nil, fmt.Errorf("the cluster map: %w", err)
+	}
+	if cm.ClusterId == "" || len(cm.Slots) == 0 {
+		return nil, nil, errors.New("the cluster map is not initialised yet")
+	}
+	return buf.Bytes(), cm, nil
+}
+
+func sameRouting(a, b *metapb.ClusterMap) bool {
+	ids := func(cm *metapb.ClusterMap) []uint32 {
+		var s []uint32
+		for _, sh := range cm.Shards {
+			s = append(s, sh.Id)
+		}
+		slices.Sort(s)
+		return s
+	}
+	return a.ClusterId == b.ClusterId && slices.Equal(a.Slots, b.Slots) && slices.Equal(ids(a), ids(b)) && len(b.Moves) == 0
+}
+
+// progress reports a backup's progress on a terminal (stderr), and
+// nothing when stderr is not one.
+type progress struct {
+	out     io.Writer
+	tty     bool
+	w       *backup.Writer
+	start   time.Time
+	part    string
+	partAt  time.Time
+	shown   time.Time
+	written int64
+}
+
+func newProgress(stderr io.Writer, w *backup.Writer) *progress {
+	p := &progress{out: stderr, w: w, start: time.Now()}
+	if f, ok := stderr.(*os.File); ok {
+		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+			p.tty = true
+		}
+	}
+	return p
+}
+
+func (p *progress) begin(part string) { p.part, p.partAt, p.written = part, time.Now(), 0 }
+
+func (p *progress) end(what string) {
+	if p.tty {
+		fmt.Fprintf(p.out, "\r\033[K%s: %s, %s in %v\n", p.part, what, humanBytes(uint64(p.written)), time.Since(p.partAt).Round(time.Millisecond))
+	}
+}
+
+func (p *progress) wrap(w io.Writer) io.Writer {
+	return writerFunc(func(b []byte) (int, error) {
+		n, err := w.Write(b)
+		p.written += int64(n)
+		if p.tty && time.Since(p.shown) > 200*time.Millisecond {
+			p.shown = time.Now()
+			total := p.w.Written()
+			fmt.Fprintf(p.out, "\r\033[K%s: %s; backup %s, %s/s", p.part, humanBytes(uint64(p.written)), humanBytes(uint64(total)),
+				humanBytes(uint64(float64(total)/max(time.Since(p.start).Seconds(), 1e-3))))
+		}
+		return n, err
+	})
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
+
+func (a *app) backupVerifyCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "verify FILE",
+		Short: "Check a backup file's checksums and manifest, offline",
+		Long: `backup verify reads FILE whole, without a cluster: it checks the CRC-32C of
+every part and of the whole file, and that the manifest names exactly the
+parts the file holds, then prints what the backup holds (cluster, time,
+shards with their Raft indexes, slot ranges and task counts). A damaged or
+truncated file is refused with the part that is wrong, and the command exits
+1. With -o json it prints the manifest. "-" reads stdin.`,
+		Example: `  taskctl backup verify backup-20260101-0300.tsb
+  aws s3 cp s3://bucket/taskstore/2026-01-01.tsb.gz - | gunzip | taskctl backup verify -`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var in io.Reader = os.Stdin
+			if args[0] != "-" {
+				f, err := os.Open(args[0])
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				in = f
+			}
+			m, err := backup.Verify(in, nil)
+			if err != nil {
+				return err
+			}
+			if a.output == "json" {
+				return printJSONValue(a.stdout, m)
+			}
+			printManifest(a.stdout, m)
+			return nil
+		},
+	}
+}
+
+func printManifest(out io.Writer, m *backup.Manifest) {
+	fmt.Fprintf(out, "backup OK: cluster %s, format %d, taken %s to %s by %s\n", m.ClusterID, m.Format,
+		m.Started.Format(time.RFC3339), m.Finished.Format(time.RFC3339), cmpOr(m.Version, "?"))
+	fmt.Fprintf(out, "%d shards, %d tasks, %s of state, %d slots, replication factor %d, map epoch %d\n",
+		len(m.Shards), m.Tasks(), humanBytes(m.Bytes()), m.Slots, m.ReplicationFactor, m.MapEpoch)
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SHARD\tINDEX\tTASKS\tBYTES\tCRC32C\tFROM\tSLOTS")
+	for _, s := range m.Shards {
+		slots := s.Slots
+		if len(slots) > 40 {
+			slots = slots[:strings.LastIndexByte(slots[:40], ',')+1] + "..."
+		}
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%08x\t%s\t%s\n", s.ID, s.Index, s.Tasks, humanBytes(s.Bytes), s.CRC32C, s.Node, slots)
+	}
+	tw.Flush()
+}
+
+func cmpOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
