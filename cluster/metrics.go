@@ -117,7 +117,10 @@ var (
 	descPlaced      = prometheus.NewDesc("taskstore_shard_replicas_placed", "On the shard's leader: replicas the cluster map places for the shard.", []string{"shard"}, nil)
 	descShardSlots  = prometheus.NewDesc("taskstore_shard_slots", "On the shard's leader: hash slots the routing table gives the shard.", []string{"shard"}, nil)
 	descSlotMoves   = prometheus.NewDesc("taskstore_slot_moves", "On the meta leader: slot moves under way, by phase (copying: the slot's writers wait; flipped; aborting).", []string{"phase"}, nil)
-	shardDescList   = []*prometheus.Desc{descShardSlots, descSlotMoves, descHealthy, descPlaced, descLeader, descTerm, descCommit, descApplied, descLogBytes, descTasks, descQueue, descQueueAge, descQueuePaused, descGossip, descDiverged, descDisagree}
+	descMemUsed     = prometheus.NewDesc("taskstore_shard_memory_used_bytes", "What the shard's tasks take on this replica by the memory budget's count (their ids, keys, values and errors plus a fixed overhead per task); the same on every replica.", []string{"shard"}, nil)
+	descMemBudget   = prometheus.NewDesc("taskstore_shard_memory_budget_bytes", "The shard's share of this node's --memory-limit for its tasks in memory (half the limit, split between the replicas the node hosts), stamped into every write this node proposes as leader: past it, inserts are refused with RESOURCE_EXHAUSTED. Absent on disk or without a limit.", []string{"shard"}, nil)
+	descMemLimit    = prometheus.NewDesc("taskstore_memory_limit_bytes", "The memory this node may use (--memory-limit: by default the container's or cgroup's limit, else a share of the machine's memory); 0: no limit.", nil, nil)
+	shardDescList   = []*prometheus.Desc{descMemUsed, descMemBudget, descMemLimit, descShardSlots, descSlotMoves, descHealthy, descPlaced, descLeader, descTerm, descCommit, descApplied, descLogBytes, descTasks, descQueue, descQueueAge, descQueuePaused, descGossip, descDiverged, descDisagree}
 )
 
 // healthyVoters counts the voters of s's Raft configuration whose node
@@ -176,6 +179,8 @@ func (c *shardCollector) Collect(ch chan<- prometheus.Metric) {
 	c.n.mu.RUnlock()
 	cm := c.n.meta.Map()
 	members := c.n.gossip.snapshot()
+	gauge(descMemLimit, float64(max(c.n.cfg.MemoryLimit, 0)))
+	budget := c.n.shardBudgetBytes()
 	for _, s := range local {
 		label := shardLabel(s.id)
 		gauge(descDiverged, 0, label)
@@ -195,6 +200,10 @@ func (c *shardCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descCommit, num("commit_index"), label)
 		gauge(descApplied, num("applied_index"), label)
 		gauge(descTasks, float64(s.machine.TaskCount()), label)
+		gauge(descMemUsed, float64(s.machine.MemoryUse(TaskOverheadBytes)), label)
+		if budget > 0 {
+			gauge(descMemBudget, float64(budget), label)
+		}
 		if g, ok := s.g.logs.(interface{ Bytes() int64 }); ok {
 			gauge(descLogBytes, float64(g.Bytes()), label)
 		}

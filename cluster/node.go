@@ -86,6 +86,11 @@ type Config struct {
 	// StateStore is where data shards keep their state: StateOnDisk or
 	// StateInMemory; empty means DefaultStateStore.
 	StateStore string
+	// MemoryLimit is how many bytes of memory the node may use (0: no
+	// limit). In memory, it bounds the shards' tasks (inserts past a
+	// shard's share are refused); on disk, it sizes the state engine's
+	// caches (memory.go).
+	MemoryLimit int64
 }
 
 // Node is one taskstored process: the meta group, the shards it replicates,
@@ -421,6 +426,7 @@ func (n *Node) openShard(id uint32) (*Shard, error) {
 	}
 	s.leaderHint = n.leaderHint
 	s.mayNotLead = n.mayNotLead
+	s.budget = n.shardBudget
 	label := shardLabel(id)
 	s.applySeconds = n.metrics.applySeconds.WithLabelValues(label)
 	s.leaderChanges = n.metrics.leaderChanges.WithLabelValues(label)

@@ -46,6 +46,9 @@ type Shard struct {
 	logBase [2]uint64
 	// leaderHint resolves a leader id to its gRPC address through the map.
 	leaderHint func(shard uint32, id raft.ServerID, addr raft.ServerAddress) *NotLeaderError
+	// budget is the memory budget this replica stamps, as leader, into
+	// the Modifies it proposes (nil func or result: none; memory.go).
+	budget func() *fsmpb.MemoryBudget
 
 	// readyTerm is the term in which this replica, as leader, applied
 	// everything committed before that term (its Barrier returned), or 0.
@@ -212,6 +215,11 @@ func (s *Shard) Propose(ctx context.Context, cmd *fsmpb.Command) (*fsmpb.Result,
 		return nil, &NotLeaderError{Shard: s.id}
 	}
 	cmd.Now = s.Now()
+	if s.budget != nil && (cmd.Op == fsmpb.Op_OP_MODIFY || cmd.Op == fsmpb.Op_OP_MODIFY_CLAIM || cmd.Op == fsmpb.Op_OP_BATCH) {
+		// The machine decides by this stamp, so every replica refuses
+		// alike whatever its own limit (fsm/budget.go).
+		cmd.Budget = s.budget()
+	}
 	data, err := fsm.EncodeCommand(cmd)
 	if err != nil {
 		return nil, err

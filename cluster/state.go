@@ -36,9 +36,9 @@ const (
 // down (issue 21).
 const DefaultStateStore = StateInMemory
 
-// stateCacheBytes is the engine's block cache: what a claim reads most
-// (the heads of the claim indexes, the queue records) stays in it, and
-// memory does not grow with the tasks.
+// stateCacheBytes is the engine's block cache without a memory limit
+// (engineSizes): what a claim reads most (the heads of the claim indexes,
+// the queue records) stays in it, and memory does not grow with the tasks.
 const stateCacheBytes = 128 << 20
 
 // stateDir is where the node's state engine lives under its data directory.
@@ -52,12 +52,15 @@ func openState(cfg Config, log *slog.Logger) (*pebble.DB, error) {
 	if cfg.StateStore == StateInMemory {
 		return nil, nil
 	}
-	return openEngine(stateDir(cfg.DataDir), log)
+	return openEngine(stateDir(cfg.DataDir), cfg.MemoryLimit, log)
 }
 
-// openEngine opens the state engine in dir (logging to log).
-func openEngine(dir string, log *slog.Logger) (*pebble.DB, error) {
-	o := ondisk.EngineOptions(stateCacheBytes)
+// openEngine opens the state engine in dir (logging to log), its caches
+// sized by the node's memory limit (engineSizes).
+func openEngine(dir string, memoryLimit int64, log *slog.Logger) (*pebble.DB, error) {
+	cache, memtable := engineSizes(memoryLimit)
+	o := ondisk.EngineOptions(cache)
+	o.MemTableSize = uint64(memtable)
 	o.Logger = pebbleLogger{log}
 	db, err := pebble.Open(dir, o)
 	if err != nil {
@@ -96,7 +99,7 @@ func (n *Node) streamFromEngine(id uint32) (io.ReadCloser, error) {
 		if _, err := os.Stat(dir); err != nil {
 			return nil, fmt.Errorf("the state engine %s this node kept with --state disk: %w", dir, err)
 		}
-		db, err := openEngine(dir, n.cfg.Logger.With("node", n.cfg.ID, "component", "state"))
+		db, err := openEngine(dir, n.cfg.MemoryLimit, n.cfg.Logger.With("node", n.cfg.ID, "component", "state"))
 		if err != nil {
 			return nil, err
 		}

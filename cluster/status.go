@@ -224,6 +224,10 @@ func groupStatus(id uint32, r *raft.Raft, self string, s *Shard) *taskstorepb.Sh
 	if s != nil {
 		rs.Checkpoints = checkpointsOf(s.machine)
 		rs.LogBytes = uint64(s.LogBytes())
+		rs.MemoryUsed = s.machine.MemoryUse(TaskOverheadBytes)
+		if b := s.budget; b != nil {
+			rs.MemoryBudget = b().GetBytes()
+		}
 	}
 	ss.ReplicaStatus = append(ss.ReplicaStatus, rs)
 	return ss

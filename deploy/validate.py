@@ -45,6 +45,7 @@ KNOWN_METRICS = {
     "taskstore_shard_slots", "taskstore_slot_moves", "taskstore_slot_moves_finished_total",
     "taskstore_log_syncs_total", "taskstore_log_bytes_written_total", "taskstore_log_append_entries",
     "taskstore_clock_offset_seconds", "taskstore_disk_free_bytes", "taskstore_disk_low",
+    "taskstore_shard_memory_used_bytes", "taskstore_shard_memory_budget_bytes", "taskstore_memory_limit_bytes",
     "taskstore_build_info", "taskstore_proxy_requests_total", "taskstore_proxy_request_duration_seconds",
     "grpc_server_handled_total", "grpc_server_handling_seconds", "up",
 }

@@ -3,6 +3,7 @@ package fsm
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	"google.golang.org/protobuf/proto"
 
@@ -46,9 +47,10 @@ func (n *notifier) add(queue string) {
 // applier applies commands to a state. It holds no lock itself: the
 // Machine's write lock is held while it runs.
 type applier struct {
-	st   *state
-	opts *Options
-	n    *notifier
+	st     *state
+	opts   *Options
+	n      *notifier
+	budget *fsmpb.MemoryBudget // the entry's (an OP_BATCH's commands take it)
 }
 
 func failuref(format string, args ...any) *fsmpb.Result {
@@ -84,7 +86,7 @@ func (a *applier) command(cmd *fsmpb.Command) *fsmpb.Result {
 		return movedFailure(ss, group)
 	}
 	res := a.dispatch(cmd)
-	if cmd.ClientId != "" && !emptyClaim(res) {
+	if cmd.ClientId != "" && !emptyClaim(res) && !memoryFull(res) {
 		if a.st.format < FormatSlotMoves {
 			group = "" // older binaries' sessions have none: same state
 		}
@@ -98,6 +100,13 @@ func (a *applier) command(cmd *fsmpb.Command) *fsmpb.Result {
 // (what a waiting claim does) instead of replaying the empty answer.
 func emptyClaim(res *fsmpb.Result) bool {
 	return res.Claim != nil && len(res.Claim.Tasks) == 0
+}
+
+// memoryFull reports a Modify refused for the memory budget. It changed
+// nothing and is not remembered either: a retry with the same sequence
+// number applies once claims or deletes have made room.
+func memoryFull(res *fsmpb.Result) bool {
+	return res.Failure != nil && strings.HasPrefix(res.Failure.Message, MemoryFull)
 }
 
 func (a *applier) dispatch(cmd *fsmpb.Command) *fsmpb.Result {

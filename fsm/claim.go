@@ -126,7 +126,8 @@ func (a *applier) purge(p *fsmpb.Purge) *fsmpb.Result {
 	if q == nil {
 		return &fsmpb.Result{Purge: &fsmpb.PurgeResult{}}
 	}
-	n, keyed := st.store.purge(q, st.clock)
+	n, size, keyed := st.store.purge(q, st.clock)
+	st.taskBytes -= size
 	for _, t := range keyed {
 		st.reserve(t)
 	}

@@ -465,12 +465,14 @@ func (d *diskStore) replace(old, t *task, clock int64) {
 	d.refresh(tx, t.q)
 }
 
-func (d *diskStore) purge(q *queue, clock int64) (int, []*task) {
+func (d *diskStore) purge(q *queue, clock int64) (int, int64, []*task) {
 	tx := d.writeTxn(clock)
 	var all, keyed []*task
+	var size int64
 	must(tx.AscendQueue(q.name, nil, func(id string, tk *ondisk.Task) bool {
 		t := d.toTask(tx, id, tk, q)
 		all = append(all, t)
+		size += taskSize(t)
 		if t.key != "" && t.dedup > 0 {
 			keyed = append(keyed, t)
 		}
@@ -481,7 +483,7 @@ func (d *diskStore) purge(q *queue, clock int64) (int, []*task) {
 	}
 	delete(d.queues, q.name)
 	d.names.Delete(q)
-	return len(all), keyed
+	return len(all), size, keyed
 }
 
 func (d *diskStore) advance(clock, now int64, became []string) []string {

@@ -149,5 +149,17 @@ users; DESIGN.md §1 is the contract.
     it moves next to the command's next and, when asked, inserts one task
     NAME@TICK (ScheduleTaskID) into the schedule's queue. Schedules are in
     snapshots and in the Digest when there are any.
+
+ 20. Memory budget. From FormatMemoryBudget, a Modify whose command carries
+    a budget (Command.budget: bytes and a per-task overhead, stamped by the
+    leader) is refused with a Failure.message starting MemoryFull when it
+    would grow the shard's tasks past it: each task counts its id, key,
+    value and error (taskSize) plus the overhead. A Modify that does not
+    grow them (claims, commits, deletes, a delete with an insert as large)
+    and purges always apply. The count is derived from the tasks, kept
+    as they change, recounted when the format is raised, and is not in
+    snapshots or the Digest; the on-disk store keeps it in its small
+    record. A refusal is not remembered as a session's answer, like an
+    empty claim, so a retry applies once there is room (budget.go).
 */
 package fsm

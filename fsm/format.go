@@ -40,9 +40,14 @@ const (
 	// sessions of the slot's groups. Below it OP_SLOT is refused and
 	// sessions keep no group.
 	FormatSlotMoves uint32 = 3
+	// FormatMemoryBudget: a Modify that would take the shard's tasks past
+	// the memory budget its command carries (Command.budget, stamped by
+	// the leader) is refused (budget.go). Below it the stamp is ignored.
+	// Raising the format recounts what the tasks take.
+	FormatMemoryBudget uint32 = 4
 
 	// MaxFormat is the highest format this binary applies.
-	MaxFormat = FormatSlotMoves
+	MaxFormat = FormatMemoryBudget
 )
 
 // Format is the state format the log has raised the machine to.
@@ -62,6 +67,9 @@ func SetFormatCommand(f uint32) *fsmpb.Command {
 func (a *applier) setFormat(f uint32) *fsmpb.Result {
 	if f > MaxFormat {
 		panic(fmt.Sprintf("fsm: the log raises the state format to %d; this binary applies up to %d: upgrade it", f, MaxFormat))
+	}
+	if f >= FormatMemoryBudget && a.st.format < FormatMemoryBudget {
+		a.st.recountTaskBytes()
 	}
 	if f > a.st.format {
 		a.st.format = f

@@ -277,7 +277,7 @@ func (m *Machine) setAppliedLocked(index uint64) {
 func (m *Machine) applyLocked(index uint64, cmd *fsmpb.Command, n *notifier) *fsmpb.Result {
 	m.setAppliedLocked(index)
 	before := m.st.clock
-	a := applier{st: m.st, opts: &m.opts, n: n}
+	a := applier{st: m.st, opts: &m.opts, n: n, budget: cmd.GetBudget()}
 	res := a.command(cmd)
 	// Right here, even in the middle of a batch: the checkpoint must be the
 	// state after exactly this entry on every replica.

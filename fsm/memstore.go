@@ -254,10 +254,12 @@ func (s *memStore) replace(old, t *task, clock int64) {
 	s.index(t, clock)
 }
 
-func (s *memStore) purge(q *queue, clock int64) (int, []*task) {
+func (s *memStore) purge(q *queue, clock int64) (int, int64, []*task) {
 	n := q.byClaim.Len()
 	var keyed []*task
+	var size int64
 	q.byClaim.Ascend(func(t *task) bool {
+		size += taskSize(t)
 		s.unlink(t)
 		if t.key != "" && t.dedup > 0 {
 			keyed = append(keyed, t)
@@ -269,7 +271,7 @@ func (s *memStore) purge(q *queue, clock int64) (int, []*task) {
 	})
 	delete(s.queues, q.name)
 	s.names.Delete(q)
-	return n, keyed
+	return n, size, keyed
 }
 
 func (s *memStore) advance(clock, now int64, became []string) []string {

@@ -278,14 +278,33 @@ func (a *applier) modify(m *fsmpb.Modify) *fsmpb.Result {
 		}
 	}
 
+	// The versions the commit replaces (nil: an insert).
+	olds := make([]*task, len(md.order))
+	for i, id := range md.order {
+		if !md.fresh[id] {
+			olds[i] = st.find(m.Group, id)
+		}
+	}
+	if a.budget.GetBytes() > 0 {
+		var tasks, bytes int64
+		for i, id := range md.order {
+			if t := md.staged[id]; t != nil {
+				tasks, bytes = tasks+1, bytes+taskSize(t)
+			}
+			if old := olds[i]; old != nil {
+				tasks, bytes = tasks-1, bytes-taskSize(old)
+			}
+		}
+		if f := st.overBudget(a.budget, tasks, bytes); f != nil {
+			return f
+		}
+	}
+
 	// Commit: take every original version out, then put every final one
 	// in, so that keys moving between tasks never collide midway.
 	var deleted []*task
-	for _, id := range md.order {
-		if md.fresh[id] {
-			continue
-		}
-		if old := st.find(m.Group, id); old != nil {
+	for i, id := range md.order {
+		if old := olds[i]; old != nil {
 			if md.staged[id] == nil {
 				deleted = append(deleted, old)
 			}

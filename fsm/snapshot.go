@@ -59,6 +59,9 @@ type snapshot struct {
 	sched    []*fsmpb.Schedule   // by queue, then name
 	slots    []*fsmpb.SlotState  // by slot
 	table    uint32              // the slot table's size (with slots only)
+	// taskBytes: state.taskBytes, in the on-disk store's small record
+	// only (encodeSmall); 0 in a stream of the tasks.
+	taskBytes uint64
 	// stream, when set, has the tasks, sessions and reservations instead
 	// of the slices: a store that reads them from a consistent view as
 	// Persist writes them (diskStore), so a snapshot copies nothing.
@@ -271,6 +274,7 @@ func (s *snapshot) writeToSize(w io.Writer, size int) error {
 	h.PausedQueues, h.QueueLimits, h.Reservations = uint64(len(s.paused)), uint64(len(s.limits)), nreserved
 	h.Schedules = uint64(len(s.sched))
 	h.SlotStates, h.Slots = uint64(len(s.slots)), s.table
+	h.TaskBytes = s.taskBytes
 	err := sw.record(&fsmpb.SnapshotRecord{Header: h})
 	if err != nil {
 		return err
@@ -591,6 +595,12 @@ func readSnapshotInto(r io.Reader, newState func(*fsmpb.SnapshotHeader) (*state,
 		return nil, corrupt("%d slot states without a slot table", h.SlotStates)
 	}
 	st.slotTable = h.Slots
+	if h.TaskBytes > 0 && h.Tasks > 0 {
+		// Only a small record carries a count; a stream's tasks are
+		// counted as they are read.
+		return nil, corrupt("a task count of %d bytes beside %d task records", h.TaskBytes, h.Tasks)
+	}
+	st.taskBytes = int64(h.TaskBytes)
 	ts, _ := st.store.(txnStore)
 	if ts != nil {
 		ts.begin()
@@ -791,6 +801,7 @@ func (s *state) encodeSmall() []byte {
 	// and most commits store nothing more (diskStore.commit).
 	snap := s.smallSnapshot()
 	snap.clock, snap.applied = 0, 0
+	snap.taskBytes = uint64(max(s.taskBytes, 0))
 	if err := snap.writeToSize(&buf, 512); err != nil {
 		panic(fmt.Sprintf("fsm: encode the small state: %v", err)) // a bytes.Buffer does not fail
 	}
@@ -805,5 +816,6 @@ func (s *state) loadSmall(b []byte) error {
 	}
 	s.format, s.paused, s.limits, s.schedules = small.format, small.paused, small.limits, small.schedules
 	s.slotStates, s.slotTable = small.slotStates, small.slotTable
+	s.taskBytes = small.taskBytes
 	return nil
 }

@@ -147,6 +147,13 @@ type state struct {
 	// move).
 	slotStates map[uint32]*fsmpb.SlotState
 	slotTable  uint32
+	// taskBytes is the taskSize sum of the tasks (budget.go): derived
+	// from them, kept as they change, so that every replica holds the
+	// same. Not in snapshots (a restore counts the tasks it reads) but in
+	// the on-disk store's small record, which is all a reopened store
+	// reads. Signed: a store written by a binary that did not count it
+	// holds a wrong count until the format that uses it recounts.
+	taskBytes int64
 
 	due []string // advance's scratch space
 }
@@ -271,14 +278,23 @@ func (s *state) idTaken(group, id string) bool {
 
 // add inserts a task that is not in the state. t.q must be the live queue
 // record for its name.
-func (s *state) add(t *task) { s.store.add(t, s.clock) }
+func (s *state) add(t *task) {
+	s.store.add(t, s.clock)
+	s.taskBytes += taskSize(t)
+}
 
 // remove takes a task out of the state. It leaves the queue record in
 // place, even if empty: callers prune.
-func (s *state) remove(t *task) { s.store.remove(t, s.clock) }
+func (s *state) remove(t *task) {
+	s.store.remove(t, s.clock)
+	s.taskBytes -= taskSize(t)
+}
 
 // replace swaps a task for its next version (same id and group).
-func (s *state) replace(old, t *task) { s.store.replace(old, t, s.clock) }
+func (s *state) replace(old, t *task) {
+	s.store.replace(old, t, s.clock)
+	s.taskBytes += taskSize(t) - taskSize(old)
+}
 
 // advance moves the clock forward to now (never back). became is called
 // with the queue of each task whose at has come.

@@ -64,8 +64,9 @@ type store interface {
 	// replace swaps old for t, its next version (same id and group).
 	replace(old, t *task, clock int64)
 	// purge removes every task of q and its record, returning how many it
-	// held and those with a key and a dedup window (to reserve).
-	purge(q *queue, clock int64) (n int, keyed []*task)
+	// held, their taskSize sum, and those with a key and a dedup window
+	// (to reserve).
+	purge(q *queue, clock int64) (n int, size int64, keyed []*task)
 	// advance moves the store's due tasks from clock to now: tasks with
 	// clock < at <= now leave the future counts, and the queue of each is
 	// appended to became (a slice, not a callback: a callback through an

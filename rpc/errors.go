@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -82,6 +83,10 @@ func toStatus(err error) error {
 			st = d
 		}
 		return st.Err()
+	case errors.As(err, &refused) && strings.HasPrefix(refused.failure.Message, fsm.MemoryFull):
+		// The shard's tasks reached its memory budget: the producer
+		// backs off until consumers make room (fsm/budget.go).
+		return status.Error(codes.ResourceExhausted, err.Error())
 	case errors.As(err, &refused) && refused.failure.Moved != nil:
 		// The group's slot moved or is moving: the shard that serves it
 		// applies the retry (clients refresh their routing on Unavailable).

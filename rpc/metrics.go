@@ -1,11 +1,13 @@
 package rpc
 
 import (
+	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/e1158ecb/taskstore/api/taskstorepb"
+	"github.com/e1158ecb/taskstore/fsm"
 	"github.com/e1158ecb/taskstore/fsm/fsmpb"
 )
 
@@ -35,7 +37,7 @@ func newAPIMetrics(reg prometheus.Registerer) *apiMetrics {
 		deleted:   counter("taskstore_tasks_deleted_total", "Tasks deleted by transactions.", "group"),
 		leaseExpired: counter("taskstore_lease_expirations_total",
 			"Tasks claimed again after their previous holder's lease ran out without a commit or release.", "group"),
-		refused: counter("taskstore_modify_refused_total", "Offending references in refused transactions, by category.", "category"),
+		refused: counter("taskstore_modify_refused_total", "Offending references in refused transactions, by category; MEMORY_FULL counts transactions refused because their shard's tasks reached its memory budget (--memory-limit).", "category"),
 		groups:  labelCap{max: MaxGroupSeries, seen: map[string]bool{}},
 	}
 	if reg != nil {
@@ -58,6 +60,9 @@ func (m *apiMetrics) modified(group string, req *taskstorepb.ModifyRequest, res 
 }
 
 func (m *apiMetrics) refusal(f *fsmpb.Failure) {
+	if strings.HasPrefix(f.Message, fsm.MemoryFull) {
+		m.refused.WithLabelValues("MEMORY_FULL").Inc()
+	}
 	for _, e := range f.Errors {
 		m.refused.WithLabelValues(taskstorepb.RefError_Category(e.Category).String()).Inc()
 	}

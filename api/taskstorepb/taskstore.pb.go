@@ -2890,7 +2890,14 @@ type ReplicaStatus struct {
 	Disagreement string `protobuf:"bytes,9,opt,name=disagreement,proto3" json:"disagreement,omitempty"`
 	// Bytes of Raft log entries this replica retains (in its node's shared
 	// log; 0 for the meta group, whose log is in its own file).
-	LogBytes      uint64 `protobuf:"varint,10,opt,name=log_bytes,json=logBytes,proto3" json:"log_bytes,omitempty"`
+	LogBytes uint64 `protobuf:"varint,10,opt,name=log_bytes,json=logBytes,proto3" json:"log_bytes,omitempty"`
+	// What the shard's tasks take in this replica's memory budget, counted
+	// as the state machine counts them (tasks' bytes plus a fixed overhead
+	// per task), and the budget this replica's node stamps as leader
+	// (its --memory-limit's share for the tasks of one shard). Budget 0:
+	// none (the node keeps its state on disk, or has no limit).
+	MemoryUsed    uint64 `protobuf:"varint,11,opt,name=memory_used,json=memoryUsed,proto3" json:"memory_used,omitempty"`
+	MemoryBudget  uint64 `protobuf:"varint,12,opt,name=memory_budget,json=memoryBudget,proto3" json:"memory_budget,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2991,6 +2998,20 @@ func (x *ReplicaStatus) GetDisagreement() string {
 func (x *ReplicaStatus) GetLogBytes() uint64 {
 	if x != nil {
 		return x.LogBytes
+	}
+	return 0
+}
+
+func (x *ReplicaStatus) GetMemoryUsed() uint64 {
+	if x != nil {
+		return x.MemoryUsed
+	}
+	return 0
+}
+
+func (x *ReplicaStatus) GetMemoryBudget() uint64 {
+	if x != nil {
+		return x.MemoryBudget
 	}
 	return 0
 }
@@ -4866,7 +4887,7 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\x05leads\x18\b \x03(\rR\x05leads\x12\x19\n" +
 	"\bdisk_low\x18\t \x01(\bR\adiskLow\x12&\n" +
 	"\x0fdisk_free_bytes\x18\n" +
-	" \x01(\x04R\rdiskFreeBytes\"\xe7\x02\n" +
+	" \x01(\x04R\rdiskFreeBytes\"\xad\x03\n" +
 	"\rReplicaStatus\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12!\n" +
@@ -4881,7 +4902,10 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"divergence\x12\"\n" +
 	"\fdisagreement\x18\t \x01(\tR\fdisagreement\x12\x1b\n" +
 	"\tlog_bytes\x18\n" +
-	" \x01(\x04R\blogBytes\"S\n" +
+	" \x01(\x04R\blogBytes\x12\x1f\n" +
+	"\vmemory_used\x18\v \x01(\x04R\n" +
+	"memoryUsed\x12#\n" +
+	"\rmemory_budget\x18\f \x01(\x04R\fmemoryBudget\"S\n" +
 	"\n" +
 	"Checkpoint\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x16\n" +

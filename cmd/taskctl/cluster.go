@@ -34,7 +34,10 @@ waiting: gossiping, not yet added), health as gossip sees it (alive, suspect,
 dead), the shards it replicates and those it leads.
 
 SHARDS: each shard's leader, Raft term, replicas (node ids), hash slots owned,
-the tasks it holds (as its leader's replica has them),
+the tasks it holds (as its leader's replica has them), MEMORY, when the
+leader keeps them in memory under a --memory-limit: what they take against
+its budget, and the fill (at 100% inserts are refused with RESOURCE_EXHAUSTED
+until claims, deletes or purges make room),
 the leader's commit and applied index, the largest lag (entries applied
 on the leader but not yet on a replica) of any replica, and LOG, the most
 Raft log any replica retains (bounded by bytes: taskstored trims it near

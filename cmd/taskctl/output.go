@@ -233,7 +233,7 @@ func replicaList(s *taskstorepb.ShardStatus) string {
 // index, the largest lag of any replica, and the largest Raft log any
 // replica retains.
 func printShards(w io.Writer, shards []*taskstorepb.ShardStatus) error {
-	t := newTable(w, "SHARD", "LEADER", "TERM", "REPLICAS", "SLOTS", "TASKS", "COMMIT", "APPLIED", "LAG", "LOG", "STATE")
+	t := newTable(w, "SHARD", "LEADER", "TERM", "REPLICAS", "SLOTS", "TASKS", "MEMORY", "COMMIT", "APPLIED", "LAG", "LOG", "STATE")
 	for _, s := range shards {
 		if s == nil {
 			continue
@@ -242,11 +242,14 @@ func printShards(w io.Writer, shards []*taskstorepb.ShardStatus) error {
 		if s.Id == 0 {
 			id = "meta"
 		}
-		commit, applied, lag, logBytes := "-", "-", "-", "-"
+		commit, applied, lag, logBytes, memory := "-", "-", "-", "-", "-"
 		var maxLag, maxLog uint64
 		for _, r := range s.ReplicaStatus {
 			if r.Node == s.Leader || r.Role == "leader" {
 				commit, applied = u64(r.CommitIndex), u64(r.AppliedIndex)
+				if s.Id != 0 {
+					memory = memoryFill(r.MemoryUsed, r.MemoryBudget)
+				}
 			}
 			maxLag = max(maxLag, r.Lag)
 			maxLog = max(maxLog, r.LogBytes)
@@ -264,9 +267,19 @@ func printShards(w io.Writer, shards []*taskstorepb.ShardStatus) error {
 				tasks = u64(s.Tasks)
 			}
 		}
-		t.row(id, orDash(s.Leader), u64(s.Term), orDash(replicaList(s)), slots, tasks, commit, applied, lag, logBytes, shardState(s))
+		t.row(id, orDash(s.Leader), u64(s.Term), orDash(replicaList(s)), slots, tasks, memory, commit, applied, lag, logBytes, shardState(s))
 	}
 	return t.flush()
+}
+
+// memoryFill prints what a shard's tasks take in memory against the
+// budget its leader stamps, and how full it is ("40.0MiB/53.3MiB 75%"):
+// inserts are refused at 100%. "-": no budget (on disk, or no limit).
+func memoryFill(used, budget uint64) string {
+	if budget == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%s/%s %d%%", humanBytes(used), humanBytes(budget), used*100/budget)
 }
 
 // humanBytes prints n in B, KiB, MiB or GiB with one decimal.

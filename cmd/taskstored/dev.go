@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -26,7 +27,7 @@ import (
 const devRestartAfter = 10 * time.Second
 
 func devCmd() *cobra.Command {
-	var dataDir, logLevel, state string
+	var dataDir, logLevel, state, memoryLimit string
 	var pprof bool
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -61,6 +62,12 @@ start afresh.`,
 			if err != nil {
 				return fmt.Errorf("dev: find this program to start the nodes: %w", err)
 			}
+			// The three processes share this machine or container: each
+			// gets a third of the limit.
+			limit, _, err := resolveMemoryLimit(memoryLimit)
+			if err != nil {
+				return err
+			}
 			peers := []cluster.Peer{{ID: "n1", Address: "127.0.0.1:7101"}, {ID: "n2", Address: "127.0.0.1:7102"}, {ID: "n3", Address: "127.0.0.1:7103"}}
 			var initial []string
 			for _, p := range peers {
@@ -77,6 +84,7 @@ start afresh.`,
 					"--initial-cluster", strings.Join(initial, ","), "--replicas", "3",
 					// Three nodes share this machine's cores: relax timeouts.
 					"--raft-timeout-scale", "2", "--log-level", logLevel, "--state", state,
+					"--memory-limit", strconv.FormatInt(limit/int64(len(peers)), 10),
 				}})
 				if pprof {
 					nodes[i].args = append(nodes[i].args, "--pprof")
@@ -134,6 +142,7 @@ start afresh.`,
 	cmd.Flags().StringVar(&dataDir, "data-dir", "data/dev", "where the three nodes keep their data")
 	cmd.Flags().BoolVar(&pprof, "pprof", false, "serve /debug/pprof on each node's http address (go tool pprof http://127.0.0.1:7301/debug/pprof/profile)")
 	cmd.Flags().StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	cmd.Flags().StringVar(&memoryLimit, "memory-limit", "", "memory the three nodes may use together, each a third (0: no limit); default: this container's or cgroup's limit, else half the machine's memory (see taskstored --help)")
 	cmd.Flags().StringVar(&state, "state", cluster.DefaultStateStore, "where the nodes keep their tasks: memory, or disk (for queues larger than memory; see taskstored --help)")
 	return cmd
 }

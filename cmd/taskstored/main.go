@@ -41,7 +41,9 @@ type flags struct {
 	timeoutScale                      float64
 	maxClockOffset                    time.Duration
 	minFreeDisk                       string
+	memoryLimit                       string
 	pprof                             bool
+	memorySource                      string // where the memory limit came from (config)
 	logLevel, logFormat               string
 	shutdownTimeout                   time.Duration
 	sec                               secflags.Server
@@ -88,6 +90,8 @@ in 'taskctl status', until an operator adds it.`,
 			if err != nil {
 				return err
 			}
+			soft, fromEnv := setGoMemoryLimit(cfg.MemoryLimit)
+			log.Info("memory limit", "limit_bytes", cfg.MemoryLimit, "from", f.memorySource, "go_soft_limit_bytes", soft, "from_GOMEMLIMIT", fromEnv)
 			sec, err := f.sec.Load(log, true)
 			if err != nil {
 				return err
@@ -111,6 +115,9 @@ in 'taskctl status', until an operator adds it.`,
 	fl.Float64Var(&f.timeoutScale, "raft-timeout-scale", 1, "multiply Raft timeouts (raise on overloaded machines to avoid spurious elections)")
 	fl.DurationVar(&f.maxClockOffset, "max-clock-offset", cluster.DefaultTuning().MaxClockOffset, "how far this node's clock may be from most of its peers' before it refuses to lead (log time is the leader's clock and never goes back); 0 turns the check off")
 	fl.StringVar(&f.minFreeDisk, "min-free-disk", "256MiB", "free space of the --data-dir file system below which this node refuses to lead and hands its leaderships away (it keeps following); bytes, or with KiB, MiB, GiB; 0 turns the check off")
+	fl.StringVar(&f.memoryLimit, "memory-limit", "", "memory this node may use, e.g. 2GiB (0: no limit); default: its container's or cgroup's limit, else half the machine's memory. "+
+		"With --state memory half of it holds the tasks, split between the shards hosted here: past a shard's share its inserts are refused (RESOURCE_EXHAUSTED) until claims, deletes or purges make room; "+
+		"with --state disk it sizes the engine's caches. Go's garbage collector gets 90% of it as its soft limit (GOMEMLIMIT wins)")
 	fl.StringVar(&f.stateStore, "state", cluster.DefaultStateStore, "where shards keep their tasks: disk (one engine per node under --data-dir/state; memory holds a record per queue) or memory (every task in memory, rebuilt from the latest snapshot and the log at start); a node may switch between them across a restart")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fl.StringVar(&f.logFormat, "log-format", "text", "text or json")
@@ -157,10 +164,15 @@ func (f *flags) config(log *slog.Logger) (cluster.Config, error) {
 		}
 		tuning.MinFreeDisk = b
 	}
+	memoryLimit, source, err := resolveMemoryLimit(f.memoryLimit)
+	if err != nil {
+		return cluster.Config{}, err
+	}
+	f.memorySource = source
 	return cluster.Config{
 		ID: f.id, DataDir: f.dataDir, ListenAddr: f.listen, AdvertiseAddr: f.advertise, GossipAddr: f.gossip, HTTPAddr: f.http,
 		InitialCluster: peers, Join: f.join, Shards: f.shards, Replicas: f.replicas,
-		Tuning: tuning, Logger: log, StateStore: f.stateStore,
+		Tuning: tuning, Logger: log, StateStore: f.stateStore, MemoryLimit: memoryLimit,
 	}, nil
 }
 

@@ -185,7 +185,7 @@ func (x SlotCommand_Action) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SlotCommand_Action.Descriptor instead.
 func (SlotCommand_Action) EnumDescriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{1, 0}
+	return file_fsm_proto_rawDescGZIP(), []int{2, 0}
 }
 
 type SlotState_Phase int32
@@ -240,7 +240,7 @@ func (x SlotState_Phase) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SlotState_Phase.Descriptor instead.
 func (SlotState_Phase) EnumDescriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{2, 0}
+	return file_fsm_proto_rawDescGZIP(), []int{3, 0}
 }
 
 // Same numbering as taskstore.v1.RefError.Category.
@@ -311,7 +311,7 @@ func (x RefError_Category) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RefError_Category.Descriptor instead.
 func (RefError_Category) EnumDescriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{23, 0}
+	return file_fsm_proto_rawDescGZIP(), []int{24, 0}
 }
 
 // Command is one log entry's payload.
@@ -330,12 +330,17 @@ type Command struct {
 	Batch    []*Command `protobuf:"bytes,13,rep,name=batch,proto3" json:"batch,omitempty"`
 	// OP_SET_FORMAT: the state format to raise to (fsm.MaxFormat documents
 	// each format).
-	Format        uint32       `protobuf:"varint,14,opt,name=format,proto3" json:"format,omitempty"`
-	Pause         *Pause       `protobuf:"bytes,15,opt,name=pause,proto3" json:"pause,omitempty"`
-	Limit         *QueueLimit  `protobuf:"bytes,16,opt,name=limit,proto3" json:"limit,omitempty"`
-	Schedule      *Schedule    `protobuf:"bytes,17,opt,name=schedule,proto3" json:"schedule,omitempty"`
-	Fire          *Fire        `protobuf:"bytes,18,opt,name=fire,proto3" json:"fire,omitempty"`
-	Slot          *SlotCommand `protobuf:"bytes,19,opt,name=slot,proto3" json:"slot,omitempty"`
+	Format   uint32       `protobuf:"varint,14,opt,name=format,proto3" json:"format,omitempty"`
+	Pause    *Pause       `protobuf:"bytes,15,opt,name=pause,proto3" json:"pause,omitempty"`
+	Limit    *QueueLimit  `protobuf:"bytes,16,opt,name=limit,proto3" json:"limit,omitempty"`
+	Schedule *Schedule    `protobuf:"bytes,17,opt,name=schedule,proto3" json:"schedule,omitempty"`
+	Fire     *Fire        `protobuf:"bytes,18,opt,name=fire,proto3" json:"fire,omitempty"`
+	Slot     *SlotCommand `protobuf:"bytes,19,opt,name=slot,proto3" json:"slot,omitempty"`
+	// The memory the shard's tasks may take, stamped by the leader into
+	// every command it proposes (FormatMemoryBudget on; ignored below it).
+	// A Modify whose tasks would take the state past it is refused; the
+	// commands of an OP_BATCH take the batch's.
+	Budget        *MemoryBudget `protobuf:"bytes,20,opt,name=budget,proto3" json:"budget,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -468,6 +473,71 @@ func (x *Command) GetSlot() *SlotCommand {
 	return nil
 }
 
+func (x *Command) GetBudget() *MemoryBudget {
+	if x != nil {
+		return x.Budget
+	}
+	return nil
+}
+
+// MemoryBudget bounds a shard's tasks in memory. What the tasks take is
+// counted alike on every replica: the bytes of each task's id, key,
+// value, claimant and error, plus task_overhead per task (the indexes and
+// the record around them). Both numbers travel in the log, so a replica
+// decides by what the leader stamped, not by its own flags or binary.
+type MemoryBudget struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 0: no bound.
+	Bytes         uint64 `protobuf:"varint,1,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	TaskOverhead  uint64 `protobuf:"varint,2,opt,name=task_overhead,json=taskOverhead,proto3" json:"task_overhead,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MemoryBudget) Reset() {
+	*x = MemoryBudget{}
+	mi := &file_fsm_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MemoryBudget) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemoryBudget) ProtoMessage() {}
+
+func (x *MemoryBudget) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemoryBudget.ProtoReflect.Descriptor instead.
+func (*MemoryBudget) Descriptor() ([]byte, []int) {
+	return file_fsm_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *MemoryBudget) GetBytes() uint64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *MemoryBudget) GetTaskOverhead() uint64 {
+	if x != nil {
+		return x.TaskOverhead
+	}
+	return 0
+}
+
 // SlotCommand is one step of a slot move (OP_SLOT). Every step names the
 // move it belongs to, so a step of an abandoned move is refused.
 type SlotCommand struct {
@@ -496,7 +566,7 @@ type SlotCommand struct {
 
 func (x *SlotCommand) Reset() {
 	*x = SlotCommand{}
-	mi := &file_fsm_proto_msgTypes[1]
+	mi := &file_fsm_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -508,7 +578,7 @@ func (x *SlotCommand) String() string {
 func (*SlotCommand) ProtoMessage() {}
 
 func (x *SlotCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[1]
+	mi := &file_fsm_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -521,7 +591,7 @@ func (x *SlotCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotCommand.ProtoReflect.Descriptor instead.
 func (*SlotCommand) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{1}
+	return file_fsm_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *SlotCommand) GetAction() SlotCommand_Action {
@@ -597,7 +667,7 @@ type SlotState struct {
 
 func (x *SlotState) Reset() {
 	*x = SlotState{}
-	mi := &file_fsm_proto_msgTypes[2]
+	mi := &file_fsm_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -609,7 +679,7 @@ func (x *SlotState) String() string {
 func (*SlotState) ProtoMessage() {}
 
 func (x *SlotState) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[2]
+	mi := &file_fsm_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -622,7 +692,7 @@ func (x *SlotState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotState.ProtoReflect.Descriptor instead.
 func (*SlotState) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{2}
+	return file_fsm_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *SlotState) GetSlot() uint32 {
@@ -671,7 +741,7 @@ type SlotResult struct {
 
 func (x *SlotResult) Reset() {
 	*x = SlotResult{}
-	mi := &file_fsm_proto_msgTypes[3]
+	mi := &file_fsm_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -683,7 +753,7 @@ func (x *SlotResult) String() string {
 func (*SlotResult) ProtoMessage() {}
 
 func (x *SlotResult) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[3]
+	mi := &file_fsm_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -696,7 +766,7 @@ func (x *SlotResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotResult.ProtoReflect.Descriptor instead.
 func (*SlotResult) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{3}
+	return file_fsm_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *SlotResult) GetDropped() uint64 {
@@ -745,7 +815,7 @@ type Schedule struct {
 
 func (x *Schedule) Reset() {
 	*x = Schedule{}
-	mi := &file_fsm_proto_msgTypes[4]
+	mi := &file_fsm_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -757,7 +827,7 @@ func (x *Schedule) String() string {
 func (*Schedule) ProtoMessage() {}
 
 func (x *Schedule) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[4]
+	mi := &file_fsm_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -770,7 +840,7 @@ func (x *Schedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Schedule.ProtoReflect.Descriptor instead.
 func (*Schedule) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{4}
+	return file_fsm_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Schedule) GetName() string {
@@ -873,7 +943,7 @@ type Fire struct {
 
 func (x *Fire) Reset() {
 	*x = Fire{}
-	mi := &file_fsm_proto_msgTypes[5]
+	mi := &file_fsm_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -885,7 +955,7 @@ func (x *Fire) String() string {
 func (*Fire) ProtoMessage() {}
 
 func (x *Fire) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[5]
+	mi := &file_fsm_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -898,7 +968,7 @@ func (x *Fire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Fire.ProtoReflect.Descriptor instead.
 func (*Fire) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{5}
+	return file_fsm_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Fire) GetQueue() string {
@@ -967,7 +1037,7 @@ type Modify struct {
 
 func (x *Modify) Reset() {
 	*x = Modify{}
-	mi := &file_fsm_proto_msgTypes[6]
+	mi := &file_fsm_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -979,7 +1049,7 @@ func (x *Modify) String() string {
 func (*Modify) ProtoMessage() {}
 
 func (x *Modify) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[6]
+	mi := &file_fsm_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -992,7 +1062,7 @@ func (x *Modify) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Modify.ProtoReflect.Descriptor instead.
 func (*Modify) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{6}
+	return file_fsm_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Modify) GetGroup() string {
@@ -1091,7 +1161,7 @@ type Insert struct {
 
 func (x *Insert) Reset() {
 	*x = Insert{}
-	mi := &file_fsm_proto_msgTypes[7]
+	mi := &file_fsm_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1103,7 +1173,7 @@ func (x *Insert) String() string {
 func (*Insert) ProtoMessage() {}
 
 func (x *Insert) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[7]
+	mi := &file_fsm_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1116,7 +1186,7 @@ func (x *Insert) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Insert.ProtoReflect.Descriptor instead.
 func (*Insert) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{7}
+	return file_fsm_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Insert) GetId() string {
@@ -1223,7 +1293,7 @@ type Change struct {
 
 func (x *Change) Reset() {
 	*x = Change{}
-	mi := &file_fsm_proto_msgTypes[8]
+	mi := &file_fsm_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1235,7 +1305,7 @@ func (x *Change) String() string {
 func (*Change) ProtoMessage() {}
 
 func (x *Change) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[8]
+	mi := &file_fsm_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1248,7 +1318,7 @@ func (x *Change) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Change.ProtoReflect.Descriptor instead.
 func (*Change) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{8}
+	return file_fsm_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Change) GetId() string {
@@ -1324,7 +1394,7 @@ type Ref struct {
 
 func (x *Ref) Reset() {
 	*x = Ref{}
-	mi := &file_fsm_proto_msgTypes[9]
+	mi := &file_fsm_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1336,7 +1406,7 @@ func (x *Ref) String() string {
 func (*Ref) ProtoMessage() {}
 
 func (x *Ref) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[9]
+	mi := &file_fsm_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1349,7 +1419,7 @@ func (x *Ref) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ref.ProtoReflect.Descriptor instead.
 func (*Ref) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{9}
+	return file_fsm_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Ref) GetId() string {
@@ -1386,7 +1456,7 @@ type Claim struct {
 
 func (x *Claim) Reset() {
 	*x = Claim{}
-	mi := &file_fsm_proto_msgTypes[10]
+	mi := &file_fsm_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1398,7 +1468,7 @@ func (x *Claim) String() string {
 func (*Claim) ProtoMessage() {}
 
 func (x *Claim) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[10]
+	mi := &file_fsm_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1411,7 +1481,7 @@ func (x *Claim) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Claim.ProtoReflect.Descriptor instead.
 func (*Claim) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{10}
+	return file_fsm_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Claim) GetClaimant() string {
@@ -1458,7 +1528,7 @@ type Purge struct {
 
 func (x *Purge) Reset() {
 	*x = Purge{}
-	mi := &file_fsm_proto_msgTypes[11]
+	mi := &file_fsm_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1470,7 +1540,7 @@ func (x *Purge) String() string {
 func (*Purge) ProtoMessage() {}
 
 func (x *Purge) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[11]
+	mi := &file_fsm_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1483,7 +1553,7 @@ func (x *Purge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Purge.ProtoReflect.Descriptor instead.
 func (*Purge) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{11}
+	return file_fsm_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Purge) GetQueue() string {
@@ -1505,7 +1575,7 @@ type QueueLimit struct {
 
 func (x *QueueLimit) Reset() {
 	*x = QueueLimit{}
-	mi := &file_fsm_proto_msgTypes[12]
+	mi := &file_fsm_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1517,7 +1587,7 @@ func (x *QueueLimit) String() string {
 func (*QueueLimit) ProtoMessage() {}
 
 func (x *QueueLimit) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[12]
+	mi := &file_fsm_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1530,7 +1600,7 @@ func (x *QueueLimit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueLimit.ProtoReflect.Descriptor instead.
 func (*QueueLimit) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{12}
+	return file_fsm_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *QueueLimit) GetQueue() string {
@@ -1558,7 +1628,7 @@ type Pause struct {
 
 func (x *Pause) Reset() {
 	*x = Pause{}
-	mi := &file_fsm_proto_msgTypes[13]
+	mi := &file_fsm_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1570,7 +1640,7 @@ func (x *Pause) String() string {
 func (*Pause) ProtoMessage() {}
 
 func (x *Pause) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[13]
+	mi := &file_fsm_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1583,7 +1653,7 @@ func (x *Pause) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pause.ProtoReflect.Descriptor instead.
 func (*Pause) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{13}
+	return file_fsm_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Pause) GetQueue() string {
@@ -1623,7 +1693,7 @@ type Task struct {
 
 func (x *Task) Reset() {
 	*x = Task{}
-	mi := &file_fsm_proto_msgTypes[14]
+	mi := &file_fsm_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1635,7 +1705,7 @@ func (x *Task) String() string {
 func (*Task) ProtoMessage() {}
 
 func (x *Task) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[14]
+	mi := &file_fsm_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1648,7 +1718,7 @@ func (x *Task) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Task.ProtoReflect.Descriptor instead.
 func (*Task) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{14}
+	return file_fsm_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Task) GetId() string {
@@ -1771,7 +1841,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_fsm_proto_msgTypes[15]
+	mi := &file_fsm_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1783,7 +1853,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[15]
+	mi := &file_fsm_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1796,7 +1866,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{15}
+	return file_fsm_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Result) GetModify() *ModifyResult {
@@ -1879,7 +1949,7 @@ type ScheduleResult struct {
 
 func (x *ScheduleResult) Reset() {
 	*x = ScheduleResult{}
-	mi := &file_fsm_proto_msgTypes[16]
+	mi := &file_fsm_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1891,7 +1961,7 @@ func (x *ScheduleResult) String() string {
 func (*ScheduleResult) ProtoMessage() {}
 
 func (x *ScheduleResult) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[16]
+	mi := &file_fsm_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1904,7 +1974,7 @@ func (x *ScheduleResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleResult.ProtoReflect.Descriptor instead.
 func (*ScheduleResult) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{16}
+	return file_fsm_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ScheduleResult) GetExisted() bool {
@@ -1924,7 +1994,7 @@ type LimitResult struct {
 
 func (x *LimitResult) Reset() {
 	*x = LimitResult{}
-	mi := &file_fsm_proto_msgTypes[17]
+	mi := &file_fsm_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1936,7 +2006,7 @@ func (x *LimitResult) String() string {
 func (*LimitResult) ProtoMessage() {}
 
 func (x *LimitResult) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[17]
+	mi := &file_fsm_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1949,7 +2019,7 @@ func (x *LimitResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitResult.ProtoReflect.Descriptor instead.
 func (*LimitResult) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{17}
+	return file_fsm_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *LimitResult) GetPrevious() uint32 {
@@ -1972,7 +2042,7 @@ type ModifyResult struct {
 
 func (x *ModifyResult) Reset() {
 	*x = ModifyResult{}
-	mi := &file_fsm_proto_msgTypes[18]
+	mi := &file_fsm_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1984,7 +2054,7 @@ func (x *ModifyResult) String() string {
 func (*ModifyResult) ProtoMessage() {}
 
 func (x *ModifyResult) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[18]
+	mi := &file_fsm_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1997,7 +2067,7 @@ func (x *ModifyResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModifyResult.ProtoReflect.Descriptor instead.
 func (*ModifyResult) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{18}
+	return file_fsm_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ModifyResult) GetInserted() []*Task {
@@ -2040,7 +2110,7 @@ type ClaimResult struct {
 
 func (x *ClaimResult) Reset() {
 	*x = ClaimResult{}
-	mi := &file_fsm_proto_msgTypes[19]
+	mi := &file_fsm_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2052,7 +2122,7 @@ func (x *ClaimResult) String() string {
 func (*ClaimResult) ProtoMessage() {}
 
 func (x *ClaimResult) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[19]
+	mi := &file_fsm_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2065,7 +2135,7 @@ func (x *ClaimResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimResult.ProtoReflect.Descriptor instead.
 func (*ClaimResult) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{19}
+	return file_fsm_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ClaimResult) GetTasks() []*Task {
@@ -2091,7 +2161,7 @@ type PurgeResult struct {
 
 func (x *PurgeResult) Reset() {
 	*x = PurgeResult{}
-	mi := &file_fsm_proto_msgTypes[20]
+	mi := &file_fsm_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2103,7 +2173,7 @@ func (x *PurgeResult) String() string {
 func (*PurgeResult) ProtoMessage() {}
 
 func (x *PurgeResult) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[20]
+	mi := &file_fsm_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2116,7 +2186,7 @@ func (x *PurgeResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeResult.ProtoReflect.Descriptor instead.
 func (*PurgeResult) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{20}
+	return file_fsm_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PurgeResult) GetDeleted() uint64 {
@@ -2136,7 +2206,7 @@ type PauseResult struct {
 
 func (x *PauseResult) Reset() {
 	*x = PauseResult{}
-	mi := &file_fsm_proto_msgTypes[21]
+	mi := &file_fsm_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2148,7 +2218,7 @@ func (x *PauseResult) String() string {
 func (*PauseResult) ProtoMessage() {}
 
 func (x *PauseResult) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[21]
+	mi := &file_fsm_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2161,7 +2231,7 @@ func (x *PauseResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseResult.ProtoReflect.Descriptor instead.
 func (*PauseResult) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{21}
+	return file_fsm_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PauseResult) GetWasPaused() bool {
@@ -2187,7 +2257,7 @@ type Failure struct {
 
 func (x *Failure) Reset() {
 	*x = Failure{}
-	mi := &file_fsm_proto_msgTypes[22]
+	mi := &file_fsm_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2199,7 +2269,7 @@ func (x *Failure) String() string {
 func (*Failure) ProtoMessage() {}
 
 func (x *Failure) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[22]
+	mi := &file_fsm_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2212,7 +2282,7 @@ func (x *Failure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Failure.ProtoReflect.Descriptor instead.
 func (*Failure) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{22}
+	return file_fsm_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Failure) GetErrors() []*RefError {
@@ -2253,7 +2323,7 @@ type RefError struct {
 
 func (x *RefError) Reset() {
 	*x = RefError{}
-	mi := &file_fsm_proto_msgTypes[23]
+	mi := &file_fsm_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2265,7 +2335,7 @@ func (x *RefError) String() string {
 func (*RefError) ProtoMessage() {}
 
 func (x *RefError) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[23]
+	mi := &file_fsm_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2278,7 +2348,7 @@ func (x *RefError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefError.ProtoReflect.Descriptor instead.
 func (*RefError) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{23}
+	return file_fsm_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RefError) GetCategory() RefError_Category {
@@ -2372,7 +2442,7 @@ type SnapshotRecord struct {
 
 func (x *SnapshotRecord) Reset() {
 	*x = SnapshotRecord{}
-	mi := &file_fsm_proto_msgTypes[24]
+	mi := &file_fsm_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2384,7 +2454,7 @@ func (x *SnapshotRecord) String() string {
 func (*SnapshotRecord) ProtoMessage() {}
 
 func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[24]
+	mi := &file_fsm_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2397,7 +2467,7 @@ func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
 func (*SnapshotRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{24}
+	return file_fsm_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SnapshotRecord) GetHeader() *SnapshotHeader {
@@ -2475,7 +2545,7 @@ type KeyReservation struct {
 
 func (x *KeyReservation) Reset() {
 	*x = KeyReservation{}
-	mi := &file_fsm_proto_msgTypes[25]
+	mi := &file_fsm_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2487,7 +2557,7 @@ func (x *KeyReservation) String() string {
 func (*KeyReservation) ProtoMessage() {}
 
 func (x *KeyReservation) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[25]
+	mi := &file_fsm_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2500,7 +2570,7 @@ func (x *KeyReservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyReservation.ProtoReflect.Descriptor instead.
 func (*KeyReservation) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{25}
+	return file_fsm_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *KeyReservation) GetTask() *Task {
@@ -2537,15 +2607,19 @@ type SnapshotHeader struct {
 	Schedules uint64 `protobuf:"varint,10,opt,name=schedules,proto3" json:"schedules,omitempty"`
 	// How many slot_state records follow the schedules, and the slot table's
 	// size they were computed with (both absent before the first move).
-	SlotStates    uint64 `protobuf:"varint,11,opt,name=slot_states,json=slotStates,proto3" json:"slot_states,omitempty"`
-	Slots         uint32 `protobuf:"varint,12,opt,name=slots,proto3" json:"slots,omitempty"`
+	SlotStates uint64 `protobuf:"varint,11,opt,name=slot_states,json=slotStates,proto3" json:"slot_states,omitempty"`
+	Slots      uint32 `protobuf:"varint,12,opt,name=slots,proto3" json:"slots,omitempty"`
+	// What the tasks take by MemoryBudget's count, without the overhead:
+	// only in the record the on-disk store keeps beside its tables (a
+	// stream of the tasks is counted as it is read).
+	TaskBytes     uint64 `protobuf:"varint,13,opt,name=task_bytes,json=taskBytes,proto3" json:"task_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_fsm_proto_msgTypes[26]
+	mi := &file_fsm_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2557,7 +2631,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[26]
+	mi := &file_fsm_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2570,7 +2644,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{26}
+	return file_fsm_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SnapshotHeader) GetFormat() uint32 {
@@ -2657,6 +2731,13 @@ func (x *SnapshotHeader) GetSlots() uint32 {
 	return 0
 }
 
+func (x *SnapshotHeader) GetTaskBytes() uint64 {
+	if x != nil {
+		return x.TaskBytes
+	}
+	return 0
+}
+
 // Session is the exactly-once memory for one client.
 type Session struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -2673,7 +2754,7 @@ type Session struct {
 
 func (x *Session) Reset() {
 	*x = Session{}
-	mi := &file_fsm_proto_msgTypes[27]
+	mi := &file_fsm_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2685,7 +2766,7 @@ func (x *Session) String() string {
 func (*Session) ProtoMessage() {}
 
 func (x *Session) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[27]
+	mi := &file_fsm_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2698,7 +2779,7 @@ func (x *Session) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Session.ProtoReflect.Descriptor instead.
 func (*Session) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{27}
+	return file_fsm_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Session) GetClientId() string {
@@ -2745,7 +2826,7 @@ type SnapshotTrailer struct {
 
 func (x *SnapshotTrailer) Reset() {
 	*x = SnapshotTrailer{}
-	mi := &file_fsm_proto_msgTypes[28]
+	mi := &file_fsm_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2757,7 +2838,7 @@ func (x *SnapshotTrailer) String() string {
 func (*SnapshotTrailer) ProtoMessage() {}
 
 func (x *SnapshotTrailer) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[28]
+	mi := &file_fsm_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2770,7 +2851,7 @@ func (x *SnapshotTrailer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotTrailer.ProtoReflect.Descriptor instead.
 func (*SnapshotTrailer) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{28}
+	return file_fsm_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SnapshotTrailer) GetCrc32C() uint32 {
@@ -2784,7 +2865,7 @@ var File_fsm_proto protoreflect.FileDescriptor
 
 const file_fsm_proto_rawDesc = "" +
 	"\n" +
-	"\tfsm.proto\x12\x10taskstore.fsm.v1\"\xc3\x04\n" +
+	"\tfsm.proto\x12\x10taskstore.fsm.v1\"\xfb\x04\n" +
 	"\aCommand\x12$\n" +
 	"\x02op\x18\x01 \x01(\x0e2\x14.taskstore.fsm.v1.OpR\x02op\x12\x10\n" +
 	"\x03now\x18\x02 \x01(\x03R\x03now\x12\x1b\n" +
@@ -2800,7 +2881,11 @@ const file_fsm_proto_rawDesc = "" +
 	"\x05limit\x18\x10 \x01(\v2\x1c.taskstore.fsm.v1.QueueLimitR\x05limit\x126\n" +
 	"\bschedule\x18\x11 \x01(\v2\x1a.taskstore.fsm.v1.ScheduleR\bschedule\x12*\n" +
 	"\x04fire\x18\x12 \x01(\v2\x16.taskstore.fsm.v1.FireR\x04fire\x121\n" +
-	"\x04slot\x18\x13 \x01(\v2\x1d.taskstore.fsm.v1.SlotCommandR\x04slot\"\xe1\x02\n" +
+	"\x04slot\x18\x13 \x01(\v2\x1d.taskstore.fsm.v1.SlotCommandR\x04slot\x126\n" +
+	"\x06budget\x18\x14 \x01(\v2\x1e.taskstore.fsm.v1.MemoryBudgetR\x06budget\"I\n" +
+	"\fMemoryBudget\x12\x14\n" +
+	"\x05bytes\x18\x01 \x01(\x04R\x05bytes\x12#\n" +
+	"\rtask_overhead\x18\x02 \x01(\x04R\ftaskOverhead\"\xe1\x02\n" +
 	"\vSlotCommand\x12<\n" +
 	"\x06action\x18\x01 \x01(\x0e2$.taskstore.fsm.v1.SlotCommand.ActionR\x06action\x12\x12\n" +
 	"\x04slot\x18\x02 \x01(\rR\x04slot\x12\x14\n" +
@@ -3000,7 +3085,7 @@ const file_fsm_proto_rawDesc = "" +
 	"slot_state\x18\t \x01(\v2\x1b.taskstore.fsm.v1.SlotStateR\tslotState\"R\n" +
 	"\x0eKeyReservation\x12*\n" +
 	"\x04task\x18\x01 \x01(\v2\x16.taskstore.fsm.v1.TaskR\x04task\x12\x14\n" +
-	"\x05until\x18\x02 \x01(\x03R\x05until\"\xf9\x02\n" +
+	"\x05until\x18\x02 \x01(\x03R\x05until\"\x98\x03\n" +
 	"\x0eSnapshotHeader\x12\x16\n" +
 	"\x06format\x18\x01 \x01(\rR\x06format\x12\x14\n" +
 	"\x05clock\x18\x02 \x01(\x03R\x05clock\x12\x14\n" +
@@ -3015,7 +3100,9 @@ const file_fsm_proto_rawDesc = "" +
 	" \x01(\x04R\tschedules\x12\x1f\n" +
 	"\vslot_states\x18\v \x01(\x04R\n" +
 	"slotStates\x12\x14\n" +
-	"\x05slots\x18\f \x01(\rR\x05slots\"\x9d\x01\n" +
+	"\x05slots\x18\f \x01(\rR\x05slots\x12\x1d\n" +
+	"\n" +
+	"task_bytes\x18\r \x01(\x04R\ttaskBytes\"\x9d\x01\n" +
 	"\aSession\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x1b\n" +
@@ -3053,92 +3140,94 @@ func file_fsm_proto_rawDescGZIP() []byte {
 }
 
 var file_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_fsm_proto_goTypes = []any{
 	(Op)(0),                 // 0: taskstore.fsm.v1.Op
 	(SlotCommand_Action)(0), // 1: taskstore.fsm.v1.SlotCommand.Action
 	(SlotState_Phase)(0),    // 2: taskstore.fsm.v1.SlotState.Phase
 	(RefError_Category)(0),  // 3: taskstore.fsm.v1.RefError.Category
 	(*Command)(nil),         // 4: taskstore.fsm.v1.Command
-	(*SlotCommand)(nil),     // 5: taskstore.fsm.v1.SlotCommand
-	(*SlotState)(nil),       // 6: taskstore.fsm.v1.SlotState
-	(*SlotResult)(nil),      // 7: taskstore.fsm.v1.SlotResult
-	(*Schedule)(nil),        // 8: taskstore.fsm.v1.Schedule
-	(*Fire)(nil),            // 9: taskstore.fsm.v1.Fire
-	(*Modify)(nil),          // 10: taskstore.fsm.v1.Modify
-	(*Insert)(nil),          // 11: taskstore.fsm.v1.Insert
-	(*Change)(nil),          // 12: taskstore.fsm.v1.Change
-	(*Ref)(nil),             // 13: taskstore.fsm.v1.Ref
-	(*Claim)(nil),           // 14: taskstore.fsm.v1.Claim
-	(*Purge)(nil),           // 15: taskstore.fsm.v1.Purge
-	(*QueueLimit)(nil),      // 16: taskstore.fsm.v1.QueueLimit
-	(*Pause)(nil),           // 17: taskstore.fsm.v1.Pause
-	(*Task)(nil),            // 18: taskstore.fsm.v1.Task
-	(*Result)(nil),          // 19: taskstore.fsm.v1.Result
-	(*ScheduleResult)(nil),  // 20: taskstore.fsm.v1.ScheduleResult
-	(*LimitResult)(nil),     // 21: taskstore.fsm.v1.LimitResult
-	(*ModifyResult)(nil),    // 22: taskstore.fsm.v1.ModifyResult
-	(*ClaimResult)(nil),     // 23: taskstore.fsm.v1.ClaimResult
-	(*PurgeResult)(nil),     // 24: taskstore.fsm.v1.PurgeResult
-	(*PauseResult)(nil),     // 25: taskstore.fsm.v1.PauseResult
-	(*Failure)(nil),         // 26: taskstore.fsm.v1.Failure
-	(*RefError)(nil),        // 27: taskstore.fsm.v1.RefError
-	(*SnapshotRecord)(nil),  // 28: taskstore.fsm.v1.SnapshotRecord
-	(*KeyReservation)(nil),  // 29: taskstore.fsm.v1.KeyReservation
-	(*SnapshotHeader)(nil),  // 30: taskstore.fsm.v1.SnapshotHeader
-	(*Session)(nil),         // 31: taskstore.fsm.v1.Session
-	(*SnapshotTrailer)(nil), // 32: taskstore.fsm.v1.SnapshotTrailer
+	(*MemoryBudget)(nil),    // 5: taskstore.fsm.v1.MemoryBudget
+	(*SlotCommand)(nil),     // 6: taskstore.fsm.v1.SlotCommand
+	(*SlotState)(nil),       // 7: taskstore.fsm.v1.SlotState
+	(*SlotResult)(nil),      // 8: taskstore.fsm.v1.SlotResult
+	(*Schedule)(nil),        // 9: taskstore.fsm.v1.Schedule
+	(*Fire)(nil),            // 10: taskstore.fsm.v1.Fire
+	(*Modify)(nil),          // 11: taskstore.fsm.v1.Modify
+	(*Insert)(nil),          // 12: taskstore.fsm.v1.Insert
+	(*Change)(nil),          // 13: taskstore.fsm.v1.Change
+	(*Ref)(nil),             // 14: taskstore.fsm.v1.Ref
+	(*Claim)(nil),           // 15: taskstore.fsm.v1.Claim
+	(*Purge)(nil),           // 16: taskstore.fsm.v1.Purge
+	(*QueueLimit)(nil),      // 17: taskstore.fsm.v1.QueueLimit
+	(*Pause)(nil),           // 18: taskstore.fsm.v1.Pause
+	(*Task)(nil),            // 19: taskstore.fsm.v1.Task
+	(*Result)(nil),          // 20: taskstore.fsm.v1.Result
+	(*ScheduleResult)(nil),  // 21: taskstore.fsm.v1.ScheduleResult
+	(*LimitResult)(nil),     // 22: taskstore.fsm.v1.LimitResult
+	(*ModifyResult)(nil),    // 23: taskstore.fsm.v1.ModifyResult
+	(*ClaimResult)(nil),     // 24: taskstore.fsm.v1.ClaimResult
+	(*PurgeResult)(nil),     // 25: taskstore.fsm.v1.PurgeResult
+	(*PauseResult)(nil),     // 26: taskstore.fsm.v1.PauseResult
+	(*Failure)(nil),         // 27: taskstore.fsm.v1.Failure
+	(*RefError)(nil),        // 28: taskstore.fsm.v1.RefError
+	(*SnapshotRecord)(nil),  // 29: taskstore.fsm.v1.SnapshotRecord
+	(*KeyReservation)(nil),  // 30: taskstore.fsm.v1.KeyReservation
+	(*SnapshotHeader)(nil),  // 31: taskstore.fsm.v1.SnapshotHeader
+	(*Session)(nil),         // 32: taskstore.fsm.v1.Session
+	(*SnapshotTrailer)(nil), // 33: taskstore.fsm.v1.SnapshotTrailer
 }
 var file_fsm_proto_depIdxs = []int32{
 	0,  // 0: taskstore.fsm.v1.Command.op:type_name -> taskstore.fsm.v1.Op
-	10, // 1: taskstore.fsm.v1.Command.modify:type_name -> taskstore.fsm.v1.Modify
-	14, // 2: taskstore.fsm.v1.Command.claim:type_name -> taskstore.fsm.v1.Claim
-	15, // 3: taskstore.fsm.v1.Command.purge:type_name -> taskstore.fsm.v1.Purge
+	11, // 1: taskstore.fsm.v1.Command.modify:type_name -> taskstore.fsm.v1.Modify
+	15, // 2: taskstore.fsm.v1.Command.claim:type_name -> taskstore.fsm.v1.Claim
+	16, // 3: taskstore.fsm.v1.Command.purge:type_name -> taskstore.fsm.v1.Purge
 	4,  // 4: taskstore.fsm.v1.Command.batch:type_name -> taskstore.fsm.v1.Command
-	17, // 5: taskstore.fsm.v1.Command.pause:type_name -> taskstore.fsm.v1.Pause
-	16, // 6: taskstore.fsm.v1.Command.limit:type_name -> taskstore.fsm.v1.QueueLimit
-	8,  // 7: taskstore.fsm.v1.Command.schedule:type_name -> taskstore.fsm.v1.Schedule
-	9,  // 8: taskstore.fsm.v1.Command.fire:type_name -> taskstore.fsm.v1.Fire
-	5,  // 9: taskstore.fsm.v1.Command.slot:type_name -> taskstore.fsm.v1.SlotCommand
-	1,  // 10: taskstore.fsm.v1.SlotCommand.action:type_name -> taskstore.fsm.v1.SlotCommand.Action
-	28, // 11: taskstore.fsm.v1.SlotCommand.records:type_name -> taskstore.fsm.v1.SnapshotRecord
-	2,  // 12: taskstore.fsm.v1.SlotState.phase:type_name -> taskstore.fsm.v1.SlotState.Phase
-	11, // 13: taskstore.fsm.v1.Modify.inserts:type_name -> taskstore.fsm.v1.Insert
-	12, // 14: taskstore.fsm.v1.Modify.changes:type_name -> taskstore.fsm.v1.Change
-	13, // 15: taskstore.fsm.v1.Modify.deletes:type_name -> taskstore.fsm.v1.Ref
-	13, // 16: taskstore.fsm.v1.Modify.depends:type_name -> taskstore.fsm.v1.Ref
-	14, // 17: taskstore.fsm.v1.Modify.claim:type_name -> taskstore.fsm.v1.Claim
-	22, // 18: taskstore.fsm.v1.Result.modify:type_name -> taskstore.fsm.v1.ModifyResult
-	23, // 19: taskstore.fsm.v1.Result.claim:type_name -> taskstore.fsm.v1.ClaimResult
-	24, // 20: taskstore.fsm.v1.Result.purge:type_name -> taskstore.fsm.v1.PurgeResult
-	26, // 21: taskstore.fsm.v1.Result.failure:type_name -> taskstore.fsm.v1.Failure
-	19, // 22: taskstore.fsm.v1.Result.batch:type_name -> taskstore.fsm.v1.Result
-	25, // 23: taskstore.fsm.v1.Result.pause:type_name -> taskstore.fsm.v1.PauseResult
-	21, // 24: taskstore.fsm.v1.Result.limit:type_name -> taskstore.fsm.v1.LimitResult
-	20, // 25: taskstore.fsm.v1.Result.schedule:type_name -> taskstore.fsm.v1.ScheduleResult
-	7,  // 26: taskstore.fsm.v1.Result.slot:type_name -> taskstore.fsm.v1.SlotResult
-	18, // 27: taskstore.fsm.v1.ModifyResult.inserted:type_name -> taskstore.fsm.v1.Task
-	18, // 28: taskstore.fsm.v1.ModifyResult.changed:type_name -> taskstore.fsm.v1.Task
-	23, // 29: taskstore.fsm.v1.ModifyResult.claim:type_name -> taskstore.fsm.v1.ClaimResult
-	18, // 30: taskstore.fsm.v1.ClaimResult.tasks:type_name -> taskstore.fsm.v1.Task
-	27, // 31: taskstore.fsm.v1.Failure.errors:type_name -> taskstore.fsm.v1.RefError
-	6,  // 32: taskstore.fsm.v1.Failure.moved:type_name -> taskstore.fsm.v1.SlotState
-	3,  // 33: taskstore.fsm.v1.RefError.category:type_name -> taskstore.fsm.v1.RefError.Category
-	30, // 34: taskstore.fsm.v1.SnapshotRecord.header:type_name -> taskstore.fsm.v1.SnapshotHeader
-	18, // 35: taskstore.fsm.v1.SnapshotRecord.task:type_name -> taskstore.fsm.v1.Task
-	31, // 36: taskstore.fsm.v1.SnapshotRecord.session:type_name -> taskstore.fsm.v1.Session
-	32, // 37: taskstore.fsm.v1.SnapshotRecord.trailer:type_name -> taskstore.fsm.v1.SnapshotTrailer
-	16, // 38: taskstore.fsm.v1.SnapshotRecord.queue_limit:type_name -> taskstore.fsm.v1.QueueLimit
-	29, // 39: taskstore.fsm.v1.SnapshotRecord.reservation:type_name -> taskstore.fsm.v1.KeyReservation
-	8,  // 40: taskstore.fsm.v1.SnapshotRecord.schedule:type_name -> taskstore.fsm.v1.Schedule
-	6,  // 41: taskstore.fsm.v1.SnapshotRecord.slot_state:type_name -> taskstore.fsm.v1.SlotState
-	18, // 42: taskstore.fsm.v1.KeyReservation.task:type_name -> taskstore.fsm.v1.Task
-	19, // 43: taskstore.fsm.v1.Session.result:type_name -> taskstore.fsm.v1.Result
-	44, // [44:44] is the sub-list for method output_type
-	44, // [44:44] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	18, // 5: taskstore.fsm.v1.Command.pause:type_name -> taskstore.fsm.v1.Pause
+	17, // 6: taskstore.fsm.v1.Command.limit:type_name -> taskstore.fsm.v1.QueueLimit
+	9,  // 7: taskstore.fsm.v1.Command.schedule:type_name -> taskstore.fsm.v1.Schedule
+	10, // 8: taskstore.fsm.v1.Command.fire:type_name -> taskstore.fsm.v1.Fire
+	6,  // 9: taskstore.fsm.v1.Command.slot:type_name -> taskstore.fsm.v1.SlotCommand
+	5,  // 10: taskstore.fsm.v1.Command.budget:type_name -> taskstore.fsm.v1.MemoryBudget
+	1,  // 11: taskstore.fsm.v1.SlotCommand.action:type_name -> taskstore.fsm.v1.SlotCommand.Action
+	29, // 12: taskstore.fsm.v1.SlotCommand.records:type_name -> taskstore.fsm.v1.SnapshotRecord
+	2,  // 13: taskstore.fsm.v1.SlotState.phase:type_name -> taskstore.fsm.v1.SlotState.Phase
+	12, // 14: taskstore.fsm.v1.Modify.inserts:type_name -> taskstore.fsm.v1.Insert
+	13, // 15: taskstore.fsm.v1.Modify.changes:type_name -> taskstore.fsm.v1.Change
+	14, // 16: taskstore.fsm.v1.Modify.deletes:type_name -> taskstore.fsm.v1.Ref
+	14, // 17: taskstore.fsm.v1.Modify.depends:type_name -> taskstore.fsm.v1.Ref
+	15, // 18: taskstore.fsm.v1.Modify.claim:type_name -> taskstore.fsm.v1.Claim
+	23, // 19: taskstore.fsm.v1.Result.modify:type_name -> taskstore.fsm.v1.ModifyResult
+	24, // 20: taskstore.fsm.v1.Result.claim:type_name -> taskstore.fsm.v1.ClaimResult
+	25, // 21: taskstore.fsm.v1.Result.purge:type_name -> taskstore.fsm.v1.PurgeResult
+	27, // 22: taskstore.fsm.v1.Result.failure:type_name -> taskstore.fsm.v1.Failure
+	20, // 23: taskstore.fsm.v1.Result.batch:type_name -> taskstore.fsm.v1.Result
+	26, // 24: taskstore.fsm.v1.Result.pause:type_name -> taskstore.fsm.v1.PauseResult
+	22, // 25: taskstore.fsm.v1.Result.limit:type_name -> taskstore.fsm.v1.LimitResult
+	21, // 26: taskstore.fsm.v1.Result.schedule:type_name -> taskstore.fsm.v1.ScheduleResult
+	8,  // 27: taskstore.fsm.v1.Result.slot:type_name -> taskstore.fsm.v1.SlotResult
+	19, // 28: taskstore.fsm.v1.ModifyResult.inserted:type_name -> taskstore.fsm.v1.Task
+	19, // 29: taskstore.fsm.v1.ModifyResult.changed:type_name -> taskstore.fsm.v1.Task
+	24, // 30: taskstore.fsm.v1.ModifyResult.claim:type_name -> taskstore.fsm.v1.ClaimResult
+	19, // 31: taskstore.fsm.v1.ClaimResult.tasks:type_name -> taskstore.fsm.v1.Task
+	28, // 32: taskstore.fsm.v1.Failure.errors:type_name -> taskstore.fsm.v1.RefError
+	7,  // 33: taskstore.fsm.v1.Failure.moved:type_name -> taskstore.fsm.v1.SlotState
+	3,  // 34: taskstore.fsm.v1.RefError.category:type_name -> taskstore.fsm.v1.RefError.Category
+	31, // 35: taskstore.fsm.v1.SnapshotRecord.header:type_name -> taskstore.fsm.v1.SnapshotHeader
+	19, // 36: taskstore.fsm.v1.SnapshotRecord.task:type_name -> taskstore.fsm.v1.Task
+	32, // 37: taskstore.fsm.v1.SnapshotRecord.session:type_name -> taskstore.fsm.v1.Session
+	33, // 38: taskstore.fsm.v1.SnapshotRecord.trailer:type_name -> taskstore.fsm.v1.SnapshotTrailer
+	17, // 39: taskstore.fsm.v1.SnapshotRecord.queue_limit:type_name -> taskstore.fsm.v1.QueueLimit
+	30, // 40: taskstore.fsm.v1.SnapshotRecord.reservation:type_name -> taskstore.fsm.v1.KeyReservation
+	9,  // 41: taskstore.fsm.v1.SnapshotRecord.schedule:type_name -> taskstore.fsm.v1.Schedule
+	7,  // 42: taskstore.fsm.v1.SnapshotRecord.slot_state:type_name -> taskstore.fsm.v1.SlotState
+	19, // 43: taskstore.fsm.v1.KeyReservation.task:type_name -> taskstore.fsm.v1.Task
+	20, // 44: taskstore.fsm.v1.Session.result:type_name -> taskstore.fsm.v1.Result
+	45, // [45:45] is the sub-list for method output_type
+	45, // [45:45] is the sub-list for method input_type
+	45, // [45:45] is the sub-list for extension type_name
+	45, // [45:45] is the sub-list for extension extendee
+	0,  // [0:45] is the sub-list for field type_name
 }
 
 func init() { file_fsm_proto_init() }
@@ -3146,14 +3235,14 @@ func file_fsm_proto_init() {
 	if File_fsm_proto != nil {
 		return
 	}
-	file_fsm_proto_msgTypes[8].OneofWrappers = []any{}
+	file_fsm_proto_msgTypes[9].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fsm_proto_rawDesc), len(file_fsm_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   29,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

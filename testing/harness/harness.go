@@ -63,6 +63,8 @@ type Options struct {
 	// the process suites run the binaries' default. SetStateStore changes
 	// one node's for its next start.
 	StateStore string
+	// MemoryLimit is every node's cluster.Config.MemoryLimit (0: none).
+	MemoryLimit int64
 }
 
 // Cluster is a set of in-process nodes.
@@ -147,7 +149,7 @@ func Start(t testing.TB, n int, opts ...Options) *Cluster {
 			ID: node.ID, DataDir: node.Dir, ListenAddr: node.Addr, GossipAddr: node.Gossip,
 			InitialCluster: peers, Shards: o.Shards, Replicas: o.Replicas,
 			Tuning: tuned(testTuning(o.Scale), o.Tune), Logger: c.logger(),
-			Dialer: c.net.Dialer(node.ID, c.idOf), StateStore: o.StateStore,
+			Dialer: c.net.Dialer(node.ID, c.idOf), StateStore: o.StateStore, MemoryLimit: o.MemoryLimit,
 		}
 		node.cfg.DiskFree = node.measureDisk
 		c.secure(&node.cfg)
