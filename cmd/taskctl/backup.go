@@ -59,13 +59,15 @@ The file has a manifest (cluster id, format, shards with their indexes, slot
 ranges and task counts, time) and a CRC-32C over every part and over the
 whole file; "taskctl backup verify" checks them. FILE is written as
 FILE.partial (mode 0600) and renamed once complete; an existing FILE is
-refused. With "-" the backup goes to stdout, for a pipe to object storage; a
+refused; {time} in FILE becomes the UTC time (20260101T030000Z), for
+scheduled jobs. With "-" the backup goes to stdout, for a pipe to object storage; a
 backup cut short there has no end and every reader refuses it.
 
 A slot move or a shard added or removed while the backup runs makes it fail
 (the routing table must be the same at its start and end): run it again.
 Needs the admin role. Progress goes to stderr when it is a terminal.`,
 		Example: `  taskctl backup create backup-$(date +%Y%m%d-%H%M).tsb
+  taskctl backup create /backups/taskstore-{time}.tsb
   taskctl backup create - | gzip | aws s3 cp - s3://bucket/taskstore/$(date +%F).tsb.gz`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -75,6 +77,9 @@ Needs the admin role. Progress goes to stderr when it is a terminal.`,
 }
 
 func (a *app) backupCreate(target string) error {
+	// {time} in the name: a scheduled job without a shell (the image has
+	// none) still names each backup apart.
+	target = strings.ReplaceAll(target, "{time}", time.Now().UTC().Format("20060102T150405Z"))
 	return a.withClient(backupWait, func(ctx context.Context, c *client.Client) error {
 		var out io.Writer = a.stdout
 		summary := a.stdout

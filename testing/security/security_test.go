@@ -91,6 +91,16 @@ func calls(queue string) []call {
 			_, err := ad(cc).RemoveNode(ctx, &taskstorepb.RemoveNodeRequest{Id: "n3"})
 			return err
 		}},
+		// A backup holds every task's value: a refused caller gets no
+		// byte of it (the refusal is the stream's first answer).
+		{"Backup", true, func(ctx context.Context, cc *grpc.ClientConn) error {
+			stream, err := ad(cc).Backup(ctx, &taskstorepb.BackupRequest{Shard: 1})
+			if err != nil {
+				return err
+			}
+			_, err = stream.Recv()
+			return err
+		}},
 	}
 }
 

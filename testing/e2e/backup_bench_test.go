@@ -1,0 +1,166 @@
+package e2e
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/e1158ecb/taskstore/api/taskstorepb"
+	"github.com/e1158ecb/taskstore/testing/harness"
+)
+
+var (
+	backupTasks = flag.Int("backup.tasks", 1_000_000, "BenchmarkBackupRestore: tasks loaded before the backup")
+	backupState = flag.String("backup.state", "disk", "BenchmarkBackupRestore: the nodes' --state")
+)
+
+// BenchmarkBackupRestore loads -backup.tasks tasks of 64 bytes into a
+// 3-node cluster of real processes, then measures: backup create's rate
+// (MB/s of file per second), restore's rate (one node's taskstored
+// restore), how long the restored cluster takes to be ready, and the p99
+// of single inserts by 4 writers in the 5 s before the backup and while it
+// runs.
+func BenchmarkBackupRestore(b *testing.B) {
+	bin := harness.Binaries(b)
+	pc := harness.StartProcesses(b, 3, "--shards", "3", "--raft-timeout-scale", "2", "--state", *backupState)
+	pc.WaitReady(60 * time.Second)
+	ctx := context.Background()
+	cl := pc.Dial(ctx)
+	value := make([]byte, 64)
+	// Load in transactions of 1000 tasks, spread over 30 groups.
+	const batch = 1000
+	loadStart := time.Now()
+	var lwg sync.WaitGroup
+	work := make(chan int)
+	for w := 0; w < 4; w++ {
+		lwg.Add(1)
+		go func() {
+			defer lwg.Done()
+			for n := range work {
+				req := &taskstorepb.ModifyRequest{}
+				for i := 0; i < batch; i++ {
+					req.Inserts = append(req.Inserts, &taskstorepb.TaskInsert{Queue: fmt.Sprintf("load%d/q", n%30), Value: value})
+				}
+				if _, err := cl.Modify(ctx, req); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	for n := 0; n < *backupTasks/batch; n++ {
+		work <- n
+	}
+	close(work)
+	lwg.Wait()
+	b.Logf("loaded %d tasks in %v", *backupTasks, time.Since(loadStart).Round(time.Millisecond))
+
+	type sample struct {
+		at  time.Time
+		lat time.Duration
+	}
+	var (
+		mu      sync.Mutex
+		samples []sample
+		stop    = make(chan struct{})
+		wg      sync.WaitGroup
+	)
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				start := time.Now()
+				_, err := cl.Modify(ctx, &taskstorepb.ModifyRequest{Inserts: []*taskstorepb.TaskInsert{{Queue: fmt.Sprintf("write%d/q", i%8), Value: value}}})
+				if err == nil {
+					mu.Lock()
+					samples = append(samples, sample{start, time.Since(start)})
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	time.Sleep(5 * time.Second)
+	file := filepath.Join(b.TempDir(), "bench.tsb")
+	b.ResetTimer()
+	began := time.Now()
+	out, err := exec.Command(filepath.Join(bin, "taskctl"), "--endpoints", pc.Endpoints(), "backup", "create", file).CombinedOutput()
+	ended := time.Now()
+	close(stop)
+	wg.Wait()
+	b.StopTimer()
+	if err != nil {
+		b.Fatalf("backup create: %v\n%s", err, out)
+	}
+	b.Logf("%s", out)
+	fi, err := os.Stat(file)
+	if err != nil {
+		b.Fatal(err)
+	}
+	mb := float64(fi.Size()) / 1e6
+	p99 := func(from, to time.Time) (time.Duration, int) {
+		var lats []time.Duration
+		for _, s := range samples {
+			if !s.at.Before(from) && s.at.Before(to) {
+				lats = append(lats, s.lat)
+			}
+		}
+		if len(lats) == 0 {
+			return 0, 0
+		}
+		slices.Sort(lats)
+		return lats[len(lats)*99/100], len(lats)
+	}
+	before, nb := p99(began.Add(-5*time.Second), began)
+	during, nd := p99(began, ended)
+	b.ReportMetric(mb/ended.Sub(began).Seconds(), "backup-MB/s")
+	b.ReportMetric(float64(before.Microseconds())/1000, "p99-before-ms")
+	b.ReportMetric(float64(during.Microseconds())/1000, "p99-during-ms")
+	b.Logf("file %.1f MB; backup %v (%.1f MB/s); writers' p99 %v before (%d inserts in 5 s), %v during (%d inserts)",
+		mb, ended.Sub(began).Round(time.Millisecond), mb/ended.Sub(began).Seconds(), before, nb, during, nd)
+
+	for _, p := range pc.Nodes {
+		p.Kill()
+	}
+	rc := harness.NewProcesses(b, 3, func(string) []string { return []string{"--raft-timeout-scale", "2", "--state", *backupState} })
+	var restoreTook time.Duration
+	for i, p := range rc.Nodes {
+		start := time.Now()
+		out, err := exec.Command(filepath.Join(bin, "taskstored"), "restore", "--from", file, "--id", p.ID,
+			"--data-dir", p.DataDir(), "--initial-cluster", rc.InitialCluster).CombinedOutput()
+		if err != nil {
+			b.Fatalf("restore %s: %v\n%s", p.ID, err, out)
+		}
+		if i == 0 {
+			restoreTook = time.Since(start)
+		}
+	}
+	start := time.Now()
+	rc.StartAll()
+	rc.WaitReady(5 * time.Minute)
+	ready := time.Since(start)
+	nc := rc.Dial(ctx)
+	var total uint64
+	qs, err := nc.Queues(ctx, &taskstorepb.QueuesRequest{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, q := range qs.Queues {
+		total += q.Available + q.Claimed + q.Delayed
+	}
+	b.ReportMetric(mb/restoreTook.Seconds(), "restore-MB/s")
+	b.Logf("restore of one node %v (%.1f MB/s); restored cluster ready in %v; %d tasks in it", restoreTook.Round(time.Millisecond),
+		mb/restoreTook.Seconds(), ready.Round(time.Millisecond), total)
+}
