@@ -193,7 +193,9 @@ soak: build
 
 ## ---- containers: the chaos scenarios across containers (testing/containers, docs/testing.md) ----
 ## test-containers: 3 nodes + proxy, then 5 nodes + proxy, each on a private Docker network, with
-##                  `docker network disconnect` and `docker kill`; one SUMMARY line per scenario.
+##                  `docker network disconnect` and `docker kill`; a full disk; 3 nodes capped at
+##                  320 MiB taking inserts past their memory (TestContainersMemoryBudget, memory then
+##                  disk: ~3.5 minutes); one SUMMARY line per scenario.
 ## Without -race: the nodes are the static binaries of the image, built without it; the test
 ## process only runs the workload and the checkers, next to 4-6 containers on 2 cores.
 CONTAINERS_TIMEOUT ?= 15m

@@ -14,6 +14,10 @@
 // ports for /readyz and for the replica check (stale reads of each
 // replica's tasks, see docs/testing.md).
 //
+// TestContainersFullDisk fills one node's data volume, and
+// TestContainersMemoryBudget caps every node's memory (docker --memory) and
+// inserts past it: refused in memory, held on disk, never OOM-killed.
+//
 // Skipped unless TASKSTORE_DOCKER=1; with it set, a missing docker or image
 // is a failure:
 //
