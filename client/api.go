@@ -37,7 +37,10 @@ type (
 // transaction was refused. A worker that commits a task and wants the next
 // one pays one round trip and one log entry instead of two.
 func (c *Client) Modify(ctx context.Context, req *taskstorepb.ModifyRequest) (*taskstorepb.ModifyResponse, error) {
-	group := modifyGroup(req)
+	group, err := modifyGroup(req)
+	if err != nil {
+		return nil, fmt.Errorf("modify: %w: %w", err, ErrInvalid)
+	}
 	if group == "" && !c.opts.proxyOnly {
 		return nil, fmt.Errorf("modify: no queue named: give the queue of at least one task so the request can be routed: %w", ErrInvalid)
 	}
@@ -49,7 +52,7 @@ func (c *Client) Modify(ctx context.Context, req *taskstorepb.ModifyRequest) (*t
 		defer release()
 	}
 	var resp *taskstorepb.ModifyResponse
-	err := c.call(ctx, "Modify", target{group: group}, 0, func(ctx context.Context, cc *grpc.ClientConn) (err error) {
+	err = c.call(ctx, "Modify", target{group: group}, 0, func(ctx context.Context, cc *grpc.ClientConn) (err error) {
 		resp, err = taskstorepb.NewTaskStoreClient(cc).Modify(ctx, r)
 		return err
 	})
@@ -57,31 +60,38 @@ func (c *Client) Modify(ctx context.Context, req *taskstorepb.ModifyRequest) (*t
 }
 
 // modifyGroup is the consistency group of the first queue a transaction
-// names; the cluster checks that the others agree.
-func modifyGroup(req *taskstorepb.ModifyRequest) string {
+// names; the cluster checks that the others agree. A first queue whose
+// name breaks the name rule is refused with the nodes' words.
+func modifyGroup(req *taskstorepb.ModifyRequest) (string, error) {
+	group := func(q string) (string, error) {
+		if err := taskstorepb.CheckQueue(q); err != nil {
+			return "", err
+		}
+		return taskstorepb.GroupOf(q), nil
+	}
 	for _, in := range req.Inserts {
 		if in.Queue != "" {
-			return taskstorepb.GroupOf(in.Queue)
+			return group(in.Queue)
 		}
 	}
 	for _, ch := range req.Changes {
 		if q := cmp.Or(ch.Queue, ch.NewQueue); q != "" {
-			return taskstorepb.GroupOf(q)
+			return group(q)
 		}
 	}
 	for _, refs := range [][]*taskstorepb.TaskRef{req.Deletes, req.Depends} {
 		for _, r := range refs {
 			if r.Queue != "" {
-				return taskstorepb.GroupOf(r.Queue)
+				return group(r.Queue)
 			}
 		}
 	}
 	for _, q := range req.GetClaim().GetQueues() {
 		if q != "" {
-			return taskstorepb.GroupOf(q)
+			return group(q)
 		}
 	}
-	return ""
+	return "", nil
 }
 
 // Claim takes up to req.Limit (default 1) available tasks from req.Queues

@@ -7,6 +7,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/e1158ecb/taskstore/api/taskstorepb"
 	"github.com/e1158ecb/taskstore/fsm/fsmpb"
 )
 
@@ -108,11 +109,22 @@ func (v *validator) queue(field, s, group string) error {
 	if err := v.name(field, s, true); err != nil {
 		return err
 	}
-	if s[0] == '/' {
-		return invalidf(field, "%q: a queue name must not start with '/' (its group would be empty)", s)
+	if err := taskstorepb.CheckQueue(s); err != nil {
+		return invalidf(field, "%v", err)
 	}
 	if group != "" && groupOf(s) != group {
 		return invalidf(field, "queue %q is not in consistency group %q", s, group)
+	}
+	return nil
+}
+
+// newQueue checks a queue that the command puts tasks in.
+func (v *validator) newQueue(field, s, group string) error {
+	if err := v.queue(field, s, group); err != nil {
+		return err
+	}
+	if err := taskstorepb.CheckNewQueue(s); err != nil {
+		return invalidf(field, "%v", err)
 	}
 	return nil
 }
@@ -206,7 +218,11 @@ const MaxScheduleEvery = int64(10 * 365 * 24 * time.Hour)
 const MaxScheduleNameBytes = 64
 
 func (v *validator) schedule(s *fsmpb.Schedule, path string) error {
-	if err := v.queue(path+"queue", s.Queue, ""); err != nil {
+	check := v.newQueue
+	if s.Remove {
+		check = v.queue
+	}
+	if err := check(path+"queue", s.Queue, ""); err != nil {
 		return err
 	}
 	if err := v.name(path+"name", s.Name, true); err != nil {
@@ -297,7 +313,7 @@ func (v *validator) modify(m *fsmpb.Modify, path string) error {
 		if err := dup(f+"id", in.Id); err != nil {
 			return err
 		}
-		if err := v.queue(f+"queue", in.Queue, m.Group); err != nil {
+		if err := v.newQueue(f+"queue", in.Queue, m.Group); err != nil {
 			return err
 		}
 		if in.At < 0 {
@@ -331,7 +347,7 @@ func (v *validator) modify(m *fsmpb.Modify, path string) error {
 			return err
 		}
 		if c.Queue != "" {
-			if err := v.queue(f+"queue", c.Queue, m.Group); err != nil {
+			if err := v.newQueue(f+"queue", c.Queue, m.Group); err != nil {
 				return err
 			}
 		}

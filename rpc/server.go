@@ -108,6 +108,11 @@ func (g *groupOf) add(field, queue string) error {
 	if queue == "" {
 		return nil
 	}
+	// The name's own rule first: "/x" has an empty group, which must not
+	// read as "no queue named".
+	if err := taskstorepb.CheckQueue(queue); err != nil {
+		return invalid(field, "%v", err)
+	}
 	grp := taskstorepb.GroupOf(queue)
 	if g.group == "" {
 		g.group, g.field = grp, field
@@ -446,8 +451,8 @@ func (srv *Server) readShard(shardID uint32, queue string) (Shard, error) {
 	switch {
 	case shardID != 0:
 		return srv.shards.ShardByID(shardID)
-	case queue != "" && taskstorepb.GroupOf(queue) == "":
-		return nil, invalid("queue", "%q: a queue name must not start with '/' (its group would be empty)", queue)
+	case taskstorepb.CheckQueue(queue) != nil:
+		return nil, invalid("queue", "%v", taskstorepb.CheckQueue(queue))
 	case queue != "":
 		return srv.shards.ShardFor(taskstorepb.GroupOf(queue))
 	default:

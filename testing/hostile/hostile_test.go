@@ -3,6 +3,7 @@ package hostile_test
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -419,5 +420,73 @@ func TestHostileInputAtTheEdges(t *testing.T) {
 		if status.Code(err) != codes.InvalidArgument || time.Since(start) > 5*time.Second {
 			t.Errorf("%s through the proxy: %v after %v, want InvalidArgument at once", name, err, time.Since(start).Round(time.Millisecond))
 		}
+	}
+}
+
+// TestQueueNamesRefusedAlike: a name that breaks the queue name rules is
+// refused with the same words whatever the call and whatever the way in
+// (the Go client, a node, a proxy): "/x" (an empty group) must not read
+// "no queue named" for an insert while a read says "must not start with
+// '/'"; "x/" (nothing after its group) is refused where tasks would go in.
+func TestQueueNamesRefusedAlike(t *testing.T) {
+	s := startSecured(t)
+	p := s.startProxy(t, "--auth-tokens", s.sec.Dir+"/tokens")
+	ctx := ctxT(t, 90*time.Second)
+	admin := s.dial(t, s.pc.Endpoints(), false, "admin", "")
+	tk, err := admin.Insert(ctx, "names", []byte("v"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stub := func(addr string) taskstorepb.TaskStoreClient {
+		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(s.sec.ClientTLS(t, "admin"))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cc.Close() })
+		return taskstorepb.NewTaskStoreClient(cc)
+	}
+	type calls map[string]func(taskstorepb.TaskStoreClient) error
+	modify := func(req *taskstorepb.ModifyRequest) func(taskstorepb.TaskStoreClient) error {
+		return func(c taskstorepb.TaskStoreClient) error { _, err := c.Modify(ctx, req); return err }
+	}
+	rootless := calls{
+		"insert": modify(&taskstorepb.ModifyRequest{Inserts: []*taskstorepb.TaskInsert{{Queue: "/x"}}}),
+		"delete": modify(&taskstorepb.ModifyRequest{Deletes: []*taskstorepb.TaskRef{{Id: tk.Id, Queue: "/x"}}}),
+		"tasks": func(c taskstorepb.TaskStoreClient) error {
+			_, err := c.Tasks(ctx, &taskstorepb.TasksRequest{Queue: "/x"})
+			return err
+		},
+		"claim": func(c taskstorepb.TaskStoreClient) error {
+			_, err := c.Claim(ctx, &taskstorepb.ClaimRequest{Queues: []string{"/x"}, Claimant: "w"})
+			return err
+		},
+		"purge": func(c taskstorepb.TaskStoreClient) error {
+			_, err := c.Purge(ctx, &taskstorepb.PurgeRequest{Queue: "/x"})
+			return err
+		},
+	}
+	trailing := calls{
+		"insert": modify(&taskstorepb.ModifyRequest{Inserts: []*taskstorepb.TaskInsert{{Queue: "names/"}}}),
+		"move":   modify(&taskstorepb.ModifyRequest{Changes: []*taskstorepb.TaskChange{{Id: tk.Id, Version: tk.Version, Queue: "names", NewQueue: "names/"}}}),
+		"schedule": func(c taskstorepb.TaskStoreClient) error {
+			_, err := c.PutSchedule(ctx, &taskstorepb.PutScheduleRequest{Schedule: &taskstorepb.Schedule{Name: "s", Queue: "names/", Every: durationpb.New(time.Minute)}})
+			return err
+		},
+	}
+	for via, c := range map[string]taskstorepb.TaskStoreClient{"node": stub(s.pc.Nodes[0].Addr), "proxy": stub(p.Addr)} {
+		for rule, cs := range map[string]calls{"must not start with '/'": rootless, "must not end with '/'": trailing} {
+			for name, call := range cs {
+				if err := call(c); status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), rule) {
+					t.Errorf("%s via %s: %v, want InvalidArgument saying %q", name, via, err, rule)
+				}
+			}
+		}
+	}
+	if _, err := admin.Insert(ctx, "/x", nil); !errors.Is(err, client.ErrInvalid) || !strings.Contains(err.Error(), "must not start with '/'") {
+		t.Errorf("the Go client's insert into /x: %v", err)
+	}
+	got, err := admin.Tasks(ctx, &taskstorepb.TasksRequest{Queue: "names"})
+	if err != nil || len(got.Tasks) != 1 || got.Tasks[0].Version != tk.Version {
+		t.Fatalf("the task after the refused calls: %v %v", got, err)
 	}
 }
