@@ -19,8 +19,11 @@ import (
 const shardLen = 4
 
 // digestTask is a task's record as the digest sees it.
-func digestTask(queue string, tk *Task) []byte {
-	b := binary.AppendUvarint(nil, uint64(len(queue)))
+func digestTask(queue string, tk *Task) []byte { return appendDigestTask(nil, queue, tk) }
+
+// appendDigestTask appends digestTask(queue, tk) to b.
+func appendDigestTask(b []byte, queue string, tk *Task) []byte {
+	b = binary.AppendUvarint(b, uint64(len(queue)))
 	b = append(b, queue...)
 	c := *tk
 	c.Queue = 0
@@ -46,13 +49,13 @@ func (d *Digest) Add(k, v []byte) { d.apply(k, v, false) }
 func (d *Digest) Remove(k, v []byte) { d.apply(k, v, true) }
 
 func (d *Digest) apply(k, v []byte, remove bool) {
-	h := sha256.New()
-	var n [binary.MaxVarintLen64]byte
-	h.Write(n[:binary.PutUvarint(n[:], uint64(len(k)))])
-	h.Write(k)
-	h.Write(v)
-	var sum [32]byte
-	h.Sum(sum[:0])
+	// One buffer and Sum256, not a hash.Hash: no allocation for the
+	// records of most tasks (this runs for every record a command writes).
+	var stack [512]byte
+	b := binary.AppendUvarint(stack[:0], uint64(len(k)))
+	b = append(b, k...)
+	b = append(b, v...)
+	sum := sha256.Sum256(b)
 	for i := range d {
 		x := binary.BigEndian.Uint64(sum[8*i:])
 		if remove {

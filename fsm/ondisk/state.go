@@ -301,6 +301,7 @@ type Txn struct {
 	// replaces or deletes it (every claim and commit) reads it once.
 	tasks    map[string]*Task
 	sessions map[string]*Session
+	buf      []byte // for what is copied where it goes (a record into the batch)
 }
 
 // Begin starts a transaction.
@@ -649,12 +650,15 @@ func (t *Txn) write(id, queue string, tk *Task) error {
 	group := GroupOf(queue)
 	q := t.queue(queue, true)
 	tk.Queue = q.num
-	rec := AppendTask(nil, tk)
+	// The batch copies what it is given: the record and the digest's
+	// bytes are built in the transaction's buffer.
+	t.buf = AppendTask(t.buf[:0], tk)
 	k := TaskKey(t.s.shard, group, id)
-	t.meta.digest.Add(k[shardLen:], digestTask(q.name, tk))
-	if err := t.b.Set(k, rec, nil); err != nil {
+	if err := t.b.Set(k, t.buf, nil); err != nil {
 		return err
 	}
+	t.buf = appendDigestTask(t.buf[:0], q.name, tk)
+	t.meta.digest.Add(k[shardLen:], t.buf)
 	t.remember(k, tk)
 	return t.index(id, q, tk)
 }
@@ -747,7 +751,8 @@ func (t *Txn) unindex(group, id string, old *Task) error {
 		return err
 	}
 	k := TaskKey(t.s.shard, group, id)
-	t.meta.digest.Remove(k[shardLen:], digestTask(q.name, old))
+	t.buf = appendDigestTask(t.buf[:0], q.name, old)
+	t.meta.digest.Remove(k[shardLen:], t.buf)
 	if err := t.b.Delete(k, nil); err != nil {
 		return err
 	}
