@@ -28,7 +28,13 @@ func TestDamagedReplicaStaysDownAloneAndIsRebuilt(t *testing.T) {
 		want   string
 	}{
 		// A node that forgot its term and vote could vote twice in a term.
-		{"raft.db emptied", func(_ *testing.T, dir string, shard uint32) error { return os.Truncate(raftDB(dir, shard), 0) }, "no term or vote recorded"},
+		// Its vote record would restore them (TestEmptiedRaftDBRestoredFromVoteRecord).
+		{"raft.db emptied and its vote record gone", func(_ *testing.T, dir string, shard uint32) error {
+			if err := os.Remove(filepath.Join(filepath.Dir(raftDB(dir, shard)), "vote")); err != nil {
+				return err
+			}
+			return os.Truncate(raftDB(dir, shard), 0)
+		}, "no term or vote recorded"},
 		{"raft.db cut short", func(_ *testing.T, dir string, shard uint32) error { return os.Truncate(raftDB(dir, shard), 6000) }, "raft.db"},
 		// bbolt read past the end of its mapping: SIGBUS.
 		{"raft.db cut to half", func(_ *testing.T, dir string, shard uint32) error {
@@ -132,4 +138,29 @@ func flipNodeLogEntry(t *testing.T, dir string, shard uint32) error {
 	what, err := harness.FlipNodeLogEntry(dir, shard)
 	t.Logf("flipped a byte of %s", what)
 	return err
+}
+
+// A shard's raft.db emptied on a stopped node (issue 36, item 2): its vote
+// record proves the term and vote it had, so the replica restores them and
+// runs with its term intact instead of forgetting its vote.
+func TestEmptiedRaftDBRestoredFromVoteRecord(t *testing.T) {
+	c := harness.Start(t, 3, harness.Options{Shards: 1, Scale: raceScale})
+	c.WaitReady()
+	q := "vote/q"
+	sa := c.ShardOf(q)
+	insert(t, c, q, "v1", "x")
+	bad := (c.Leader(sa) + 1) % 3
+	c.Stop(bad)
+	if err := os.Truncate(filepath.Join(c.Nodes[bad].Dir, "shards", fmt.Sprint(sa), "raft.db"), 0); err != nil {
+		t.Fatal(err)
+	}
+	c.Restart(bad)
+	node := c.Nodes[bad].Server().Node
+	if d := node.Diverged(sa); d != nil {
+		t.Fatalf("replica with its vote record refused: %v", d)
+	}
+	if node.Shard(sa) == nil {
+		t.Fatal("replica not started")
+	}
+	insert(t, c, q, "v2", "x")
 }

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -32,6 +33,8 @@ type group struct {
 	// existing: the group had a term, log entries or a snapshot when it
 	// opened (it was bootstrapped or joined before).
 	existing bool
+	// hold, when set, keeps the replica from voting (vote.go).
+	hold *voteHold
 }
 
 // groupDir is where a group keeps its files under the node's data directory.
@@ -82,8 +85,36 @@ func openGroup(id uint32, dataDir, localID string, fsm raft.FSM, mux *Mux, t Tun
 	_, statErr := os.Stat(path)
 	fresh := errors.Is(statErr, os.ErrNotExist)
 	store, err := openBolt(path)
+	var hold *voteHold
+	if err != nil && shared == nil && errors.Is(err, ErrBoltDamaged) {
+		// The meta group: the node cannot run without its copy of the map,
+		// and its peers have the whole log. The damaged file is kept for
+		// diagnosis; the replica starts empty, refills from its leader and
+		// does not vote meanwhile (voteHold).
+		aside := fmt.Sprintf("%s.damaged-%d", path, time.Now().Unix())
+		if rerr := os.Rename(path, aside); rerr != nil {
+			return nil, fmt.Errorf("group %d: open %s: %w (and moving it aside: %v)", id, path, err, rerr)
+		}
+		log.Error("the meta group's raft.db is damaged: moved aside, this replica refills from its leader and does not vote until it has caught up",
+			"err", err, "moved_to", aside)
+		hold = newVoteHold(fmt.Sprintf("raft.db was damaged (%v) and moved to %s", err, aside), false, log)
+		fresh = true
+		store, err = openBolt(path)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("group %d: open %s: %w", id, path, err)
+	}
+	stable, lost, proven, err := keepTerms(store, dir, log)
+	if err != nil {
+		store.Close()
+		return nil, fmt.Errorf("group %d: %w", id, err)
+	}
+	if hold != nil {
+		hold.proven = proven
+	} else if lost && shared == nil {
+		// The meta group's log lives in the same file: what lost the
+		// term may have lost entries this replica acknowledged.
+		hold = newVoteHold("raft.db lost the term and vote this replica had persisted (restored from its vote record) and maybe Raft log entries", true, log)
 	}
 	var logStore raft.LogStore = store
 	if shared != nil {
@@ -111,15 +142,18 @@ func openGroup(id uint32, dataDir, localID string, fsm raft.FSM, mux *Mux, t Tun
 		marked = &markerStore{FileSnapshotStore: files, dir: dir, machine: markers}
 		snaps = marked
 	}
-	if err := checkVoteKept(store, logStore, snaps); err != nil {
+	if err := checkVoteKept(stable, logStore, snaps); err != nil {
 		store.Close()
 		return nil, fmt.Errorf("group %d: %s: %w", id, path, err)
 	}
-	existing, err := raft.HasExistingState(logStore, store, snaps)
+	existing, err := raft.HasExistingState(logStore, stable, snaps)
 	if err != nil {
 		store.Close()
 		return nil, fmt.Errorf("group %d: %w", id, err)
 	}
+	// A replica that lost its store was part of the group: bootstrapping
+	// it again from the flags would give it an old configuration.
+	existing = existing || hold != nil
 	stream, err := mux.streamLayer(id)
 	if err != nil {
 		store.Close()
@@ -143,16 +177,20 @@ func openGroup(id uint32, dataDir, localID string, fsm raft.FSM, mux *Mux, t Tun
 	}
 	conf := t.raftConfig(localID)
 	conf.Logger = hlog
-	r, err := raft.NewRaft(conf, fsm, logs, store, snaps, serialTransport{NetworkTransport: trans, log: hlog})
+	r, err := raft.NewRaft(conf, fsm, logs, stable, snaps, serialTransport{NetworkTransport: trans, log: hlog, hold: hold})
 	if err != nil {
+		hold.close()
 		trans.Close()
 		store.Close()
 		return nil, fmt.Errorf("group %d: start raft: %w", id, err)
 	}
+	if hold != nil {
+		hold.raft.Store(r)
+	}
 	if marked != nil {
 		marked.started.Store(true) // NewRaft restored the latest snapshot
 	}
-	return &group{id: id, dir: dir, raft: r, store: store, logs: logStore, trans: trans, stream: stream, log: log, existing: existing}, nil
+	return &group{id: id, dir: dir, raft: r, store: store, logs: logStore, trans: trans, stream: stream, log: log, existing: existing, hold: hold}, nil
 }
 
 // openBolt opens a raft-boltdb file, refusing one cut short before bbolt
@@ -168,6 +206,36 @@ func openBolt(path string) (s *raftboltdb.BoltStore, err error) {
 		}
 	}()
 	return raftboltdb.New(raftboltdb.Options{Path: path, NoSync: noSync, BoltOptions: &bbolt.Options{Timeout: 10 * time.Second}})
+}
+
+// keepTerms wraps a group's raft.db so that its term and vote are also
+// kept in the group's vote record (keptStable), and restores them from the
+// record when raft.db lost them (emptied, or an older copy). lost reports
+// such a restore; proven, that a record (or raft.db) proves the term.
+func keepTerms(store raft.StableStore, dir string, log *slog.Logger) (_ *keptStable, lost, proven bool, _ error) {
+	rec, ok, err := readVoteRecord(dir)
+	if err != nil {
+		log.Warn("the group's vote record is damaged: it is written again from raft.db", "err", err)
+	}
+	have := stableTerms(store)
+	if ok {
+		if lost, err = restoreTerms(store, rec); err != nil {
+			return nil, lost, false, fmt.Errorf("restore the term and vote from the vote record: %w", err)
+		}
+		if lost {
+			log.Warn("raft.db did not hold the term and vote this replica last persisted: restored them from its vote record",
+				"term", rec.Term, "vote_term", rec.VoteTerm, "raft_db_term", have.Term, "raft_db_vote_term", have.VoteTerm)
+		}
+		have = stableTerms(store)
+	}
+	if !ok || lost || have.Term != rec.Term || have.VoteTerm != rec.VoteTerm || !bytes.Equal(have.Cand, rec.Cand) {
+		if have.Term > 0 {
+			if err := writeVoteRecord(dir, have); err != nil {
+				return nil, lost, false, fmt.Errorf("write the vote record: %w", err)
+			}
+		}
+	}
+	return &keptStable{StableStore: store, dir: dir, rec: have}, lost, ok || have.Term > 0, nil
 }
 
 // errVoteLost: the stable store holds no term while the replica has state.
@@ -267,6 +335,7 @@ const drainTimeout = 5 * time.Second
 
 func (g *group) shutdown() error {
 	err := g.raft.Shutdown().Error()
+	g.hold.close()
 	g.trans.Close()
 	// Handlers of accepted connections may still be inside a heartbeat
 	// that writes the store (see streamLayer.drain).

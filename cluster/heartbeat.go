@@ -31,6 +31,7 @@ type serialTransport struct {
 	*raft.NetworkTransport
 	stall time.Duration // pipelineStall when zero (pipeline.go)
 	log   hclog.Logger  // where a closed pipeline is reported; nil: nowhere
+	hold  *voteHold     // keeps a replica that lost its log from voting (vote.go); nil: none
 }
 
 // SetHeartbeatHandler declines the fast path: raft's main loop handles

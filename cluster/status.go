@@ -139,6 +139,11 @@ func (n *Node) localStatus(cm *metapb.ClusterMap) *taskstorepb.StatusResponse {
 	slices.SortFunc(st.Nodes, func(a, b *taskstorepb.NodeStatus) int { return cmp.Compare(a.Id, b.Id) })
 
 	st.Meta = groupStatus(MetaGroupID, n.metaGroup.raft, n.cfg.ID, nil)
+	if why := n.metaGroup.hold.Held(); why != "" {
+		// It follows but does not vote: not a healthy voter yet.
+		rs := st.Meta.ReplicaStatus[0]
+		rs.Role, rs.Divergence = RoleHeld, &taskstorepb.Divergence{Damaged: why}
+	}
 	for _, s := range cm.Shards {
 		var ss *taskstorepb.ShardStatus
 		if local := n.Shard(s.Id); local != nil {
@@ -201,6 +206,10 @@ func (n *Node) localStatus(cm *metapb.ClusterMap) *taskstorepb.StatusResponse {
 	}
 	return st
 }
+
+// RoleHeld is the role Status reports for a replica that follows its group
+// but does not vote, having lost its Raft log or the proof of its vote.
+const RoleHeld = "held"
 
 // RoleDiverged is the role Status reports for a replica stopped because its
 // state diverged from its shard's majority.

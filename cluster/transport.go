@@ -326,3 +326,9 @@ func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (n
 	conn.SetWriteDeadline(time.Time{})
 	return conn, nil
 }
+
+// RaftPreamble is what a connection to one of a node's Raft groups opens
+// with, for tools and tests that speak Raft to a node (harness.RequestVote).
+func RaftPreamble(group uint32) []byte {
+	return binary.BigEndian.AppendUint32([]byte(raftMagic), group)
+}

@@ -186,7 +186,8 @@ func shardState(s *taskstorepb.ShardStatus) string {
 	var diverged, damaged, disagree []string
 	for _, r := range s.ReplicaStatus {
 		switch {
-		case r.Role == "diverged" && r.GetDivergence().GetDamaged() != "":
+		case r.GetDivergence().GetDamaged() != "":
+			// Stopped (diverged role) or following without a vote (held).
 			damaged = append(damaged, r.Node)
 		case r.Role == "diverged":
 			diverged = append(diverged, r.Node)

@@ -53,8 +53,13 @@ func TestDamagedReplicaFilesProcesses(t *testing.T) {
 			}
 			return fmt.Sprintf("raft.db cut from %d to %d bytes", info.Size(), info.Size()/2), os.Truncate(raftDB(dir, shard), info.Size()/2)
 		}, "is cut short"},
-		{"raft.db emptied", func(dir string, shard uint32) (string, error) {
-			return "raft.db emptied", os.Truncate(raftDB(dir, shard), 0)
+		// With its vote record (a copy of the term and vote beside it) the
+		// replica restores them; without, it cannot prove them.
+		{"raft.db emptied and its vote record gone", func(dir string, shard uint32) (string, error) {
+			if err := os.Remove(filepath.Join(filepath.Dir(raftDB(dir, shard)), "vote")); err != nil {
+				return "", err
+			}
+			return "raft.db emptied, vote record removed", os.Truncate(raftDB(dir, shard), 0)
 		}, "no term or vote recorded"},
 	} {
 		t.Run(tc.name, func(t *testing.T) { damagedReplicaProcesses(t, tc.damage, tc.want) })
