@@ -26,8 +26,8 @@
 //
 // Errors: a refused transaction is a *DependencyError listing every
 // offending reference; errors.Is matches the sentinels ErrRefused,
-// ErrInvalid, ErrTooLarge, ErrNotFound, ErrUnavailable, ErrUnsupported and
-// ErrClosed; status.Code still gives the gRPC code the cluster answered with.
+// ErrInvalid, ErrTooLarge, ErrFull (a shard's memory budget is full: retry
+// later), ErrNotFound, ErrUnavailable, ErrUnsupported and ErrClosed; status.Code still gives the gRPC code the cluster answered with.
 //
 // Reads that name no shard, Get by id and queue listings, are asked of every
 // shard's leader and merged.

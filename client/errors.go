@@ -28,6 +28,13 @@ var (
 	// ResourceExhausted); it was not applied. Never retried. (An answer
 	// over the receive limit is not this: see AnswerTooLargeError.)
 	ErrTooLarge = errors.New("taskstore: over a limit")
+	// ErrFull: the shard's tasks reached its memory budget (gRPC
+	// ResourceExhausted, "memory budget reached": nodes keeping their
+	// tasks in memory under a --memory-limit); nothing was applied.
+	// Claims, commits, deletes and purges still work. Not retried here:
+	// retry later, once consumers have made room (with the same request id
+	// if need be: a refusal is not remembered), or slow the producer down.
+	ErrFull = errors.New("taskstore: memory budget full")
 	// ErrNotFound: the task, shard or node does not exist (gRPC NotFound, or
 	// Get finding no task with the id).
 	ErrNotFound = errors.New("taskstore: not found")
@@ -91,8 +98,19 @@ func (e *Error) Code() codes.Code { return e.Status.Code() }
 // GRPCStatus lets status.FromError and status.Code see the original status.
 func (e *Error) GRPCStatus() *status.Status { return e.Status }
 
-// Is matches the sentinel error of the status code.
-func (e *Error) Is(target error) bool { return sentinelOf(e.Status.Code()) == target }
+// Is matches the sentinel error of the status code (ErrFull for a
+// ResourceExhausted refusal at the memory budget).
+func (e *Error) Is(target error) bool {
+	if e.Status.Code() == codes.ResourceExhausted && strings.HasPrefix(e.Status.Message(), memoryFull) {
+		return target == ErrFull
+	}
+	return sentinelOf(e.Status.Code()) == target
+}
+
+// memoryFull starts the message of a refusal at the memory budget (the
+// state machine's fsm.MemoryFull; the client does not import the state
+// machine).
+const memoryFull = "memory budget reached"
 
 func sentinelOf(c codes.Code) error {
 	switch c {

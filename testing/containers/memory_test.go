@@ -113,7 +113,7 @@ func memoryBudget(t *testing.T, store string) {
 					switch {
 					case err == nil:
 						acked.Add(batch)
-					case errors.Is(err, client.ErrTooLarge) && strings.Contains(err.Error(), "memory budget reached"):
+					case errors.Is(err, client.ErrFull):
 						// ResourceExhausted, naming the budget.
 						exhausted.Add(1)
 						firstExhausted.CompareAndSwap(nil, err.Error())
