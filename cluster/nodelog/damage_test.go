@@ -1,10 +1,13 @@
 package nodelog
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -80,7 +83,12 @@ func TestDamagedEntryStopsOnlyItsGroup(t *testing.T) {
 			off, n := recordAt(t, path, 1, victim)
 			flip(t, path, off+headerSize+int64(n)-3) // in the entry's data
 
+			var logged bytes.Buffer
+			opts.Logger = slog.New(slog.NewTextHandler(&logged, nil))
 			l = open(t, dir, opts)
+			if !strings.Contains(logged.String(), "a Raft log entry is damaged") {
+				t.Fatalf("opened with a damaged entry, logged: %s", logged.String())
+			}
 			err := l.Group(1).Damaged()
 			if !errors.Is(err, ErrDamaged) {
 				t.Fatalf("group 1 after a flipped byte in its entry %d: Damaged() = %v", victim, err)
@@ -104,8 +112,14 @@ func TestDamagedEntryStopsOnlyItsGroup(t *testing.T) {
 			}
 			store(t, l.Group(1), 100, 104, 2)
 			l.Close()
+			logged.Reset()
 			l = open(t, dir, opts)
 			defer l.Close()
+			// The record is still there, before the reset: the group
+			// starts, and the log must not say it will not (issue 36).
+			if strings.Contains(logged.String(), "damaged") {
+				t.Fatalf("reopened after the reset, logged: %s", logged.String())
+			}
 			if err := l.Group(1).Damaged(); err != nil {
 				t.Fatalf("reopened after the reset: %v", err)
 			}

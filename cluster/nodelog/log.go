@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -168,6 +169,12 @@ func Open(dir string, opts Options) (*Log, error) {
 			return nil, err
 		}
 	}
+	// Only now is it known which damage still counts: a reset recorded
+	// after a bad record (a rebuilt replica) clears it, and saying at every
+	// start that such a group will not start, when it then does, misleads.
+	for _, g := range slices.Sorted(maps.Keys(l.damaged)) {
+		l.opts.Logger.Error("a Raft log entry is damaged: its group will not start on this node", "group", g, "err", l.damaged[g])
+	}
 	if opts.ReadOnly {
 		close(l.stopped)
 		l.closed = true
@@ -238,7 +245,6 @@ func (l *Log) replay(seq uint32, newest bool) error {
 		if err != nil {
 			if g, ok := l.confined(f, body, off, off+int64(headerSize+n), size, newest); ok {
 				l.damaged[g] = fmt.Errorf("%w: %s at offset %d: an entry of group %d fails its checksum (%v)", ErrDamaged, path, off, g, err)
-				l.opts.Logger.Error("a Raft log entry is damaged: its group will not start on this node", "group", g, "segment", path, "offset", off, "err", err)
 				off += int64(headerSize + n)
 				continue
 			}
@@ -250,8 +256,7 @@ func (l *Log) replay(seq uint32, newest bool) error {
 			if !errors.As(err, &gap) {
 				return fmt.Errorf("%w: %s at offset %d: %v", ErrDamaged, path, off, err)
 			}
-			l.damaged[gap.group] = fmt.Errorf("%w: %s at offset %d: %v", ErrDamaged, path, off, err)
-			l.opts.Logger.Error("a group's Raft log entries are not consecutive: it will not start on this node", "group", gap.group, "segment", path, "offset", off, "err", err)
+			l.damaged[gap.group] = fmt.Errorf("%w: %s at offset %d: a group's Raft log entries are not consecutive: %v", ErrDamaged, path, off, err)
 		}
 		off += int64(headerSize + n)
 	}
@@ -440,6 +445,9 @@ func zeroFill(f *os.File, from, to int64) error {
 // Open, before anything else runs).
 func (l *Log) apply(s *segment, kind byte, group uint32, idx uint64, off, n uint32) error {
 	if kind == kindReset {
+		if l.damaged[group] != nil {
+			l.opts.Logger.Debug("a damaged Raft log record of a group reset after it is ignored", "group", group, "damage", l.damaged[group])
+		}
 		delete(l.damaged, group)
 	} else if kind != kindBatch && l.damaged[group] != nil {
 		return nil
