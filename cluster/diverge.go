@@ -339,6 +339,7 @@ func (n *Node) stopDiverged(s *Shard, rec *divergenceRecord) {
 		return // closed meanwhile (node stopping, replica retired)
 	}
 	delete(n.shards, s.id)
+	n.localShards.Store(int32(len(n.shards)))
 	n.diverged[s.id] = rec
 	delete(n.disagree, s.id)
 	n.mu.Unlock()

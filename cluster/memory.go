@@ -45,9 +45,9 @@ func (n *Node) shardBudgetBytes() uint64 {
 	if n.cfg.MemoryLimit <= 0 || n.state != nil {
 		return 0
 	}
-	n.mu.RLock()
-	shards := max(len(n.shards), 1)
-	n.mu.RUnlock()
+	// Not under n.mu: Propose stamps it, and a caller may hold n.mu's
+	// read lock (a second RLock behind a waiting writer deadlocks).
+	shards := max(int(n.localShards.Load()), 1)
 	return uint64(n.cfg.MemoryLimit) * tasksMemoryShare / 100 / uint64(shards)
 }
 

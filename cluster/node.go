@@ -127,6 +127,9 @@ type Node struct {
 
 	mu     sync.RWMutex // guards shards, unplacedSince, diverged, disagree and closed
 	shards map[uint32]*Shard
+	// localShards is len(shards), set under mu: read without it where a
+	// proposal stamps its memory budget (memory.go).
+	localShards atomic.Int32
 	// diverged: local replicas stopped because their state differs from
 	// their group's majority (diverge.go); they are not in shards.
 	diverged map[uint32]*divergenceRecord
@@ -450,6 +453,7 @@ func (n *Node) openShard(id uint32) (*Shard, error) {
 	}
 	s.start(g)
 	n.shards[id] = s
+	n.localShards.Store(int32(len(n.shards)))
 	return s, nil
 }
 

@@ -473,6 +473,7 @@ func (n *Node) retireReplicas(cm *metapb.ClusterMap) {
 		if n.cfg.Clock().Sub(since) > grace && (!s.IsLeader() || sh == nil) {
 			retire = append(retire, s)
 			delete(n.shards, id)
+			n.localShards.Store(int32(len(n.shards)))
 			delete(n.unplacedSince, id)
 		}
 	}
