@@ -46,7 +46,7 @@ func (n *Node) BackupShard(ctx context.Context, id uint32) (*ShardCopy, error) {
 		return nil, err
 	}
 	start := time.Now()
-	snap, err := s.machine.FullSnapshot()
+	snap, err := s.machine.BackupSnapshot()
 	took := time.Since(start)
 	if err != nil {
 		return nil, fmt.Errorf("shard %d: copy the state: %w", id, err)

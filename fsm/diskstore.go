@@ -707,6 +707,7 @@ func (d *diskStore) snapshot(st *state) (*snapshot, error) {
 			return nil
 		},
 		release: view.Discard,
+		view:    view,
 	}
 	return snap, nil
 }

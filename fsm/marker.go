@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/e1158ecb/taskstore/fsm/fsmpb"
+	"github.com/e1158ecb/taskstore/fsm/ondisk"
 )
 
 // A marker is what a machine on disk writes as raft's snapshot when
@@ -152,4 +153,48 @@ func PeekSnapshot(br *bufio.Reader) (applied, tasks uint64, err error) {
 		return 0, 0, fmt.Errorf("%w: the header: %v", ErrCorruptSnapshot, err)
 	}
 	return rec.Header.AppliedIndex, rec.Header.Tasks, nil
+}
+
+// BackupSnapshot is FullSnapshot for a backup: the same state in the same
+// stream format, but a store on disk streams its tasks in its task table's
+// order (one sequential read of the engine) instead of queue by queue in
+// claim order (a lookup per task, some 50 times slower at a million tasks;
+// BenchmarkBackupCopy). Restore takes tasks in any order.
+func (m *Machine) BackupSnapshot() (raft.FSMSnapshot, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	d, ok := m.st.store.(*diskStore)
+	if !ok {
+		return m.st.snapshot(), nil
+	}
+	snap, err := d.snapshot(m.st)
+	if err != nil {
+		return nil, err
+	}
+	view := snap.stream.view
+	snap.stream.eachTask = func(fn func(*task) error) error {
+		// Queue records of the stream's own (the store's are the apply
+		// goroutine's), one per queue.
+		queues := map[uint32]*queue{}
+		var ferr error
+		err := view.AscendTasks(func(id string, tk *ondisk.Task) bool {
+			q := queues[tk.Queue]
+			if q == nil {
+				name, err := view.QueueName(tk)
+				if err != nil {
+					ferr = err
+					return false
+				}
+				q = &queue{name: name, group: groupOf(name)}
+				queues[tk.Queue] = q
+			}
+			ferr = fn(d.toTask(view, id, tk, q))
+			return ferr == nil
+		})
+		if ferr != nil {
+			return ferr
+		}
+		return err
+	}
+	return snap, nil
 }

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/e1158ecb/taskstore/fsm/fsmpb"
+	"github.com/e1158ecb/taskstore/fsm/ondisk"
 )
 
 // Snapshot stream format (see fsm.proto): the magic, then uvarint
@@ -79,6 +80,7 @@ type snapshotStream struct {
 	eachReserved              func(func(*reservation) error) error
 	done                      func() error
 	release                   func()
+	view                      *ondisk.Txn // what the records are read from
 }
 
 // Snapshot captures the state cheaply; Persist streams it while Apply goes on.

@@ -80,6 +80,10 @@ func (a *app) backupCreate(target string) error {
 	// {time} in the name: a scheduled job without a shell (the image has
 	// none) still names each backup apart.
 	target = strings.ReplaceAll(target, "{time}", time.Now().UTC().Format("20060102T150405Z"))
+	if a.proxy {
+		// Proxies do not relay the copies' streams.
+		return errors.New("backup create copies each shard from its leader: give --endpoints of nodes, without --proxy")
+	}
 	return a.withClient(backupWait, func(ctx context.Context, c *client.Client) error {
 		var out io.Writer = a.stdout
 		summary := a.stdout

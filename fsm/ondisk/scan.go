@@ -2,6 +2,7 @@ package ondisk
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -198,6 +199,42 @@ func (s *State) QueueNames(from string, fn func(name string) bool) error {
 	defer it.Close()
 	for ok := it.SeekGE(QueueKey(s.shard, from)); ok; ok = it.Next() {
 		if !fn(string(bytes.Clone(it.Key()[len(prefix):]))) {
+			return nil
+		}
+	}
+	return it.Error()
+}
+
+// AscendTasks calls fn with every task of a view, in the task table's
+// order (by id), while fn returns true: one sequential read, where
+// AscendQueue looks each task up by its claim key. A backup's copy of a
+// shard reads its tasks so. Only a view may: it holds no writes of its own.
+func (t *Txn) AscendTasks(fn func(id string, tk *Task) bool) error {
+	if !t.view {
+		return errors.New("ondisk: AscendTasks reads a view only")
+	}
+	lo := tableKey(t.s.shard, TableTask, 0)
+	hi := tableKey(t.s.shard, TableTask+1, 0)
+	it, err := t.r.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	for ok := it.First(); ok; ok = it.Next() {
+		k := it.Key()[len(lo):]
+		n, w := binary.Uvarint(k)
+		if w <= 0 || uint64(len(k)-w) < n {
+			return fmt.Errorf("ondisk: shard %d: damaged task key %x", t.s.shard, it.Key())
+		}
+		raw, err := it.ValueAndErr()
+		if err != nil {
+			return err
+		}
+		tk, err := DecodeTask(raw)
+		if err != nil {
+			return err
+		}
+		if !fn(string(k[w:w+int(n)]), tk) {
 			return nil
 		}
 	}
