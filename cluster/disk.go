@@ -42,6 +42,14 @@ func diskFree(dir string) (uint64, error) {
 	return st.Bavail * uint64(st.Bsize), nil
 }
 
+// diskFreeFunc measures the data disk: Config.DiskFree, else statfs.
+func (n *Node) diskFreeFunc() func(string) (uint64, error) {
+	if n.cfg.DiskFree != nil {
+		return n.cfg.DiskFree
+	}
+	return diskFree
+}
+
 // DiskLow reports whether this node's data disk is below its reserve.
 func (n *Node) DiskLow() bool {
 	n.disk.mu.Lock()
@@ -59,10 +67,7 @@ func (n *Node) diskFreeBytes() (uint64, bool) {
 // CheckDisk measures the data disk once and acts on a change (watchDisk runs
 // it; tests call it).
 func (n *Node) CheckDisk() {
-	measure := n.cfg.DiskFree
-	if measure == nil {
-		measure = diskFree
-	}
+	measure := n.diskFreeFunc()
 	free, err := measure(n.cfg.DataDir)
 	if err != nil {
 		n.log.Warn("cannot measure the data disk's free space", "err", err)

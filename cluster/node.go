@@ -322,6 +322,8 @@ func (n *Node) startGroups() error {
 	if n.raftLog, err = nodelog.Open(filepath.Join(n.cfg.DataDir, "raftlog"), nodelog.Options{
 		Logger: n.cfg.Logger.With("node", n.cfg.ID, "component", "raftlog"),
 		OnSync: n.metrics.observeSync,
+		// A small data disk starts with segments filled only in part.
+		DiskFree: n.diskFreeFunc(),
 	}); err != nil {
 		return fmt.Errorf("open the node's Raft log: %w", err)
 	}

@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 
 	"github.com/hashicorp/raft"
 )
@@ -44,6 +46,11 @@ type Options struct {
 	ReadOnly bool
 	// Logger gets a warning when a torn tail is cut; default slog.Default().
 	Logger *slog.Logger
+	// DiskFree, when set, measures the bytes free on the log's file
+	// system: a segment is zero-filled only as far as a quarter of them
+	// (zeroed), so that a small disk can start a node. Nil: every segment
+	// is zero-filled to SegmentSize.
+	DiskFree func(dir string) (uint64, error)
 	// OnSync, when set, is called after every fsync or fdatasync the log
 	// makes, with the entries and bytes it made durable (0 and 0 for a
 	// directory sync). It runs on the writer goroutine: keep it cheap.
@@ -75,6 +82,9 @@ type Log struct {
 	werr    error // a failed fdatasync: no write succeeds after it
 	wbuf    []byte
 
+	// smallDisk: the disk was found too small for whole zero-filled
+	// segments (zeroed), said once.
+	smallDisk atomic.Bool
 	// The next segment, zero-filled in the background (rotate).
 	spare     chan spare
 	preparing bool
@@ -560,15 +570,35 @@ type spare struct {
 	err error
 }
 
-// zeroed creates a segment file of SegmentSize zeros, synced.
+// zeroed creates a segment file of SegmentSize zeros, synced; on a disk
+// with less than four times that free, as many zeros as a quarter of the
+// free space (appends past them grow the file, at the cost of a slower
+// fdatasync), so that a small volume can start a node and the segment
+// being prepared, the state and snapshots still have room.
 func (l *Log) zeroed(path string) (*os.File, error) {
+	fill := l.opts.SegmentSize
+	var free uint64
+	if l.opts.DiskFree != nil {
+		var err error
+		if free, err = l.opts.DiskFree(l.dir); err == nil && free/4 < uint64(fill) {
+			fill = int64(free/4) &^ (zeroFillChunk - 1)
+			if !l.smallDisk.Swap(true) {
+				l.opts.Logger.Warn("the data disk is small: Raft log segments are zero-filled only in part, which makes appends slower",
+					"free_bytes", free, "zero_filled_bytes", fill, "segment_bytes", l.opts.SegmentSize)
+			}
+		}
+	}
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		return nil, err
 	}
-	if err := zeroFill(f, 0, l.opts.SegmentSize); err != nil {
+	if err := zeroFill(f, 0, fill); err != nil {
 		f.Close()
 		os.Remove(path)
+		if errors.Is(err, syscall.ENOSPC) {
+			return nil, fmt.Errorf("nodelog: no space for a new Raft log segment in %s: it takes up to %d bytes and %d of them are written up front (measured free: %d): %w",
+				l.dir, l.opts.SegmentSize, fill, free, err)
+		}
 		return nil, err
 	}
 	if err := l.sync(f, 0, 0); err != nil {
