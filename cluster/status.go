@@ -130,7 +130,7 @@ func (n *Node) localStatus(cm *metapb.ClusterMap) *taskstorepb.StatusResponse {
 			}
 			node.DiskLow = n.DiskLow()
 			if measured {
-				node.DiskFreeBytes = free
+				node.DiskFreeBytes, node.DiskMeasured = free, true
 			}
 		} else if m, ok := health[node.Id]; ok {
 			node.DiskLow = m.Meta.DiskLow // until the node itself answers (Status)
@@ -251,7 +251,7 @@ func mergeStatus(st, peer *taskstorepb.StatusResponse) {
 		}
 		for _, node := range st.Nodes {
 			if node.Id == pn.Id {
-				node.DiskLow, node.DiskFreeBytes = pn.DiskLow, pn.DiskFreeBytes
+				node.DiskLow, node.DiskFreeBytes, node.DiskMeasured = pn.DiskLow, pn.DiskFreeBytes, pn.DiskMeasured
 			}
 		}
 	}

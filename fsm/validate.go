@@ -404,7 +404,7 @@ func (v *validator) claim(c *fsmpb.Claim, path string) error {
 		group = groupOf(q)
 	}
 	if c.Lease <= 0 || c.Lease > v.l.MaxLeaseNanos {
-		return invalidf(path+"lease", "%dns is outside (0, %dns]", c.Lease, v.l.MaxLeaseNanos)
+		return invalidf(path+"lease", "%v is outside (0s, %v]", time.Duration(c.Lease), time.Duration(v.l.MaxLeaseNanos))
 	}
 	if c.Limit < 1 || int(c.Limit) > v.l.MaxClaimLimit {
 		return invalidf(path+"limit", "%d is outside [1, %d]", c.Limit, v.l.MaxClaimLimit)

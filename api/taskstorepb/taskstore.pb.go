@@ -2763,8 +2763,12 @@ type NodeStatus struct {
 	// refuses to lead until space is freed.
 	DiskLow bool `protobuf:"varint,9,opt,name=disk_low,json=diskLow,proto3" json:"disk_low,omitempty"`
 	// Free bytes of the node's data disk, as it last measured (0 when the
-	// node did not answer).
+	// node did not answer; disk_measured tells that from a full disk).
 	DiskFreeBytes uint64 `protobuf:"varint,10,opt,name=disk_free_bytes,json=diskFreeBytes,proto3" json:"disk_free_bytes,omitempty"`
+	// disk_free_bytes is a measurement: the node answered and measured its
+	// disk (false from nodes of older versions, which only set a non-zero
+	// value).
+	DiskMeasured  bool `protobuf:"varint,11,opt,name=disk_measured,json=diskMeasured,proto3" json:"disk_measured,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2867,6 +2871,13 @@ func (x *NodeStatus) GetDiskFreeBytes() uint64 {
 		return x.DiskFreeBytes
 	}
 	return 0
+}
+
+func (x *NodeStatus) GetDiskMeasured() bool {
+	if x != nil {
+		return x.DiskMeasured
+	}
+	return false
 }
 
 type ReplicaStatus struct {
@@ -4874,7 +4885,7 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\n" +
 	"local_only\x18\x01 \x01(\bR\tlocalOnly\x12\x1d\n" +
 	"\n" +
-	"clock_only\x18\x02 \x01(\bR\tclockOnly\"\x9f\x02\n" +
+	"clock_only\x18\x02 \x01(\bR\tclockOnly\"\xc4\x02\n" +
 	"\n" +
 	"NodeStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
@@ -4887,7 +4898,8 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\x05leads\x18\b \x03(\rR\x05leads\x12\x19\n" +
 	"\bdisk_low\x18\t \x01(\bR\adiskLow\x12&\n" +
 	"\x0fdisk_free_bytes\x18\n" +
-	" \x01(\x04R\rdiskFreeBytes\"\xad\x03\n" +
+	" \x01(\x04R\rdiskFreeBytes\x12#\n" +
+	"\rdisk_measured\x18\v \x01(\bR\fdiskMeasured\"\xad\x03\n" +
 	"\rReplicaStatus\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12!\n" +

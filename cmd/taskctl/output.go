@@ -166,9 +166,9 @@ func printQueues(w io.Writer, queues []*taskstorepb.QueueStats) error {
 func printNodes(w io.Writer, nodes []*taskstorepb.NodeStatus) error {
 	t := newTable(w, "ID", "ADDRESS", "STATE", "HEALTH", "DISK FREE", "SHARDS", "LEADS")
 	for _, n := range nodes {
-		disk := "-"
-		if n.DiskFreeBytes > 0 {
-			disk = humanBytes(n.DiskFreeBytes)
+		disk := "-" // the node did not answer
+		if n.DiskMeasured || n.DiskFreeBytes > 0 {
+			disk = humanBytes(n.DiskFreeBytes) // 0 B: a full disk
 		}
 		if n.DiskLow {
 			// The node refuses to lead until space is freed.

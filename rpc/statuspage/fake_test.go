@@ -147,3 +147,20 @@ func TestFormat(t *testing.T) {
 		t.Errorf("fmtNum = %q", got)
 	}
 }
+
+// TestPeerLinksOverHTTPS: a page served over HTTPS links the other nodes'
+// pages over HTTPS (a node with TLS answers no plain HTTP).
+func TestPeerLinksOverHTTPS(t *testing.T) {
+	h := New(fake{}, fake{}, Options{Refresh: -1})
+	for path, want := range map[string]string{
+		"/":                  `<a href="https://10.0.0.2:8080/">`,
+		"/queues":            `<a href="https://10.0.0.2:8080/queues">`,
+		"/queues/far%2Faway": `<a href="https://10.0.0.2:8080/queues/far%2Faway">`,
+	} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "https://10.0.0.1:8080"+path, nil))
+		if body := rec.Body.String(); !strings.Contains(body, want) || strings.Contains(body, `href="http://`) {
+			t.Errorf("%s over HTTPS lacks %s or links over http://:\n%s", path, want, body)
+		}
+	}
+}

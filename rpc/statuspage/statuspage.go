@@ -194,6 +194,16 @@ func parseQueuePath(rest string) (name, id string, ok bool) {
 }
 
 // queueURL is the page of a queue; valueURL the download of a task's value.
+// peerURL links another node's page: over HTTPS when this page came over
+// HTTPS (a cluster's nodes share one TLS setup, and a node with TLS
+// answers no plain HTTP).
+func peerURL(r *http.Request, httpAddr, path string) string {
+	if r.TLS != nil {
+		return "https://" + httpAddr + path
+	}
+	return "http://" + httpAddr + path
+}
+
 func queueURL(name string) string { return "/queues/" + url.PathEscape(name) }
 
 func valueURL(queue, id string) string {
@@ -287,7 +297,7 @@ type overviewData struct {
 type nodeRow struct {
 	*taskstorepb.NodeStatus
 	Self     bool
-	HTTPLink string // http://addr/ when known
+	HTTPLink string // http(s)://addr/ when known
 }
 
 type shardRow struct {
@@ -314,7 +324,7 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 		}
 		row := nodeRow{NodeStatus: n, Self: n.GetId() == st.GetNode()}
 		if n.GetHttpAddress() != "" {
-			row.HTTPLink = "http://" + n.GetHttpAddress() + "/"
+			row.HTTPLink = peerURL(r, n.GetHttpAddress(), "/")
 		}
 		if st := n.GetState(); st == "member" || st == "draining" {
 			d.Members++
@@ -413,7 +423,7 @@ func (h *Handler) queueList(w http.ResponseWriter, r *http.Request) {
 	prefix := r.URL.Query().Get("prefix")
 	st := h.cluster.Status(r.Context(), true)
 	d := queuesData{Prefix: prefix, Max: h.opts.MaxQueues}
-	d.LocalShards, d.RemoteShards = hosting(st)
+	d.LocalShards, d.RemoteShards = hosting(r, st)
 	p := page{Title: "Queues", Nav: "queues", Node: st.GetNode(), Refresh: h.refresh(), Data: &d, Done: r.URL.Query().Get("done")}
 	res, err := h.queues.Queues(r.Context(), &taskstorepb.QueuesRequest{Prefix: prefix, Limit: uint32(h.opts.MaxQueues + 1), Stale: true})
 	if err != nil {
@@ -447,11 +457,11 @@ func hasRates(q *taskstorepb.QueueStats) bool {
 
 // hosting splits the shards into those with a replica on the answering node
 // and the others, each with a node that hosts it.
-func hosting(st *taskstorepb.StatusResponse) (local []uint32, remote []remoteShard) {
+func hosting(r *http.Request, st *taskstorepb.StatusResponse) (local []uint32, remote []remoteShard) {
 	links := map[string]string{}
 	for _, n := range st.GetNodes() {
 		if n.GetHttpAddress() != "" {
-			links[n.GetId()] = "http://" + n.GetHttpAddress() + "/queues"
+			links[n.GetId()] = peerURL(r, n.GetHttpAddress(), "/queues")
 		}
 	}
 	for _, s := range st.GetShards() {
@@ -507,7 +517,7 @@ func (h *Handler) queue(w http.ResponseWriter, r *http.Request, name string) {
 	p := page{Title: name, Nav: "queues", Node: st.GetNode()}
 	res, err := h.queues.Tasks(ctx, &taskstorepb.TasksRequest{Queue: name, Limit: uint32(h.opts.PageSize), PageToken: tok, Stale: true})
 	if err != nil {
-		h.readError(w, st, name, err)
+		h.readError(w, r, st, name, err)
 		return
 	}
 	stats := h.queueStats(ctx, name)
@@ -568,7 +578,7 @@ func taskState(t *taskstorepb.Task, now time.Time) string {
 
 // readError answers a failed task read: a queue on a shard hosted
 // elsewhere points at a node that hosts it.
-func (h *Handler) readError(w http.ResponseWriter, st *taskstorepb.StatusResponse, name string, err error) {
+func (h *Handler) readError(w http.ResponseWriter, r *http.Request, st *taskstorepb.StatusResponse, name string, err error) {
 	s, _ := status.FromError(err)
 	switch s.Code() {
 	case codes.InvalidArgument:
@@ -589,7 +599,7 @@ func (h *Handler) readError(w http.ResponseWriter, st *taskstorepb.StatusRespons
 			if n.GetAddress() != "" && (n.GetAddress() == nl.GetLeaderAddress() || n.GetId() == nl.GetLeaderId()) {
 				msg += " Node " + n.GetId() + " hosts it."
 				if n.GetHttpAddress() != "" {
-					link = "http://" + n.GetHttpAddress() + queueURL(name)
+					link = peerURL(r, n.GetHttpAddress(), queueURL(name))
 				}
 				break
 			}
@@ -610,7 +620,7 @@ func errText(err error) string {
 func (h *Handler) value(w http.ResponseWriter, r *http.Request, name, id string) {
 	res, err := h.queues.Tasks(r.Context(), &taskstorepb.TasksRequest{Queue: name, Ids: []string{id}, Stale: true})
 	if err != nil {
-		h.readError(w, h.cluster.Status(r.Context(), true), name, err)
+		h.readError(w, r, h.cluster.Status(r.Context(), true), name, err)
 		return
 	}
 	var task *taskstorepb.Task
