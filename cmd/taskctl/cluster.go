@@ -46,7 +46,10 @@ holds the cluster map, is the row "meta". STATE is "ok", or
 DIVERGED:NODES for replicas that stopped because their state differs from
 the majority's, DAMAGED:NODES for replicas whose files would not open (a
 truncated raft.db, a lost term and vote; the node's log says why): repair
-both with taskctl shard rebuild; or REPLICAS-DISAGREE when
+both with taskctl shard rebuild. On the meta row, DAMAGED:NODE is a meta
+replica whose raft.db was damaged or emptied: it refills from its leader
+and does not vote until caught up (role "held"), with nothing to do; or
+REPLICAS-DISAGREE when
 the replicas' state digests differ with no majority (nothing is stopped; find
 the wrong replica from the nodes' logs and rebuild it).
 RETIRING marks a shard being removed (taskctl shard remove): its slots move
