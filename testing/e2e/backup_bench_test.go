@@ -19,6 +19,7 @@ import (
 var (
 	backupTasks = flag.Int("backup.tasks", 1_000_000, "BenchmarkBackupRestore: tasks loaded before the backup")
 	backupState = flag.String("backup.state", "disk", "BenchmarkBackupRestore: the nodes' --state")
+	backupRate  = flag.String("backup.rate", "0", "BenchmarkBackupRestore: backup create's --rate (MB/s; 0: no limit)")
 )
 
 // BenchmarkBackupRestore loads -backup.tasks tasks of 64 bytes into a
@@ -96,7 +97,7 @@ func BenchmarkBackupRestore(b *testing.B) {
 	file := filepath.Join(b.TempDir(), "bench.tsb")
 	b.ResetTimer()
 	began := time.Now()
-	out, err := exec.Command(filepath.Join(bin, "taskctl"), "--endpoints", pc.Endpoints(), "backup", "create", file).CombinedOutput()
+	out, err := exec.Command(filepath.Join(bin, "taskctl"), "--endpoints", pc.Endpoints(), "backup", "create", "--rate", *backupRate, file).CombinedOutput()
 	ended := time.Now()
 	close(stop)
 	wg.Wait()
