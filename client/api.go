@@ -56,6 +56,9 @@ func (c *Client) Modify(ctx context.Context, req *taskstorepb.ModifyRequest) (*t
 		resp, err = taskstorepb.NewTaskStoreClient(cc).Modify(ctx, r)
 		return err
 	})
+	// The node sends a task that several inserts coalesced into once; every
+	// entry of Inserted gets its value back (the same bytes).
+	taskstorepb.ExpandInserted(resp)
 	return resp, err
 }
 

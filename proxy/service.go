@@ -133,6 +133,8 @@ func (s *Server) Modify(ctx context.Context, req *taskstorepb.ModifyRequest) (re
 		})
 	} else {
 		resp, err = s.c.Modify(bctx, req)
+		// The client filled in repeated tasks' values: send each once again.
+		taskstorepb.CompactInserted(resp)
 	}
 	return resp, s.toStatus(ctx, "Modify", err)
 }

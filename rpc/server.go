@@ -295,6 +295,8 @@ func (srv *Server) modify(ctx context.Context, req *taskstorepb.ModifyRequest) (
 		srv.rates.modified(req, mr)
 	}
 	resp := &taskstorepb.ModifyResponse{Inserted: tasksToAPI(mr.GetInserted()), Changed: tasksToAPI(mr.GetChanged()), Coalesced: mr.GetCoalesced()}
+	// A task named by many if_absent inserts goes out in full once.
+	taskstorepb.CompactInserted(resp)
 	if claim != nil {
 		resp.Claimed = srv.claimed(g.group, mr.GetClaim(), res.Replayed)
 	}

@@ -937,7 +937,14 @@ type ModifyResponse struct {
 	// For a request with a claim: the tasks claimed after the transaction,
 	// with their new versions (at is the lease deadline). Empty when none was
 	// available.
-	Claimed       []*Task `protobuf:"bytes,4,rep,name=claimed,proto3" json:"claimed,omitempty"`
+	Claimed []*Task `protobuf:"bytes,4,rep,name=claimed,proto3" json:"claimed,omitempty"`
+	// Inserted entries that repeat the task of an earlier entry (if_absent
+	// inserts coalesced into one task): key is the repeating entry's index,
+	// value the index of the entry that carries the task in full. A repeating
+	// entry comes without its value, so that a request naming one large task
+	// many times cannot ask for an answer many times its size. The Go client
+	// fills the values back in (taskstorepb.ExpandInserted).
+	SameAs        map[uint32]uint32 `protobuf:"bytes,5,rep,name=same_as,json=sameAs,proto3" json:"same_as,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -996,6 +1003,13 @@ func (x *ModifyResponse) GetCoalesced() []uint32 {
 func (x *ModifyResponse) GetClaimed() []*Task {
 	if x != nil {
 		return x.Claimed
+	}
+	return nil
+}
+
+func (x *ModifyResponse) GetSameAs() map[uint32]uint32 {
+	if x != nil {
+		return x.SameAs
 	}
 	return nil
 }
@@ -4731,12 +4745,16 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\vModifyClaim\x12\x16\n" +
 	"\x06queues\x18\x01 \x03(\tR\x06queues\x12/\n" +
 	"\x05lease\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x05lease\x12\x14\n" +
-	"\x05limit\x18\x03 \x01(\rR\x05limit\"\xba\x01\n" +
+	"\x05limit\x18\x03 \x01(\rR\x05limit\"\xb8\x02\n" +
 	"\x0eModifyResponse\x12.\n" +
 	"\binserted\x18\x01 \x03(\v2\x12.taskstore.v1.TaskR\binserted\x12,\n" +
 	"\achanged\x18\x02 \x03(\v2\x12.taskstore.v1.TaskR\achanged\x12\x1c\n" +
 	"\tcoalesced\x18\x03 \x03(\rR\tcoalesced\x12,\n" +
-	"\aclaimed\x18\x04 \x03(\v2\x12.taskstore.v1.TaskR\aclaimed\"=\n" +
+	"\aclaimed\x18\x04 \x03(\v2\x12.taskstore.v1.TaskR\aclaimed\x12A\n" +
+	"\asame_as\x18\x05 \x03(\v2(.taskstore.v1.ModifyResponse.SameAsEntryR\x06sameAs\x1a9\n" +
+	"\vSameAsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\rR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"=\n" +
 	"\vModifyError\x12.\n" +
 	"\x06errors\x18\x01 \x03(\v2\x16.taskstore.v1.RefErrorR\x06errors\"\x95\x04\n" +
 	"\bRefError\x12;\n" +
@@ -5070,7 +5088,7 @@ func file_taskstore_v1_taskstore_proto_rawDescGZIP() []byte {
 }
 
 var file_taskstore_v1_taskstore_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_taskstore_v1_taskstore_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
+var file_taskstore_v1_taskstore_proto_msgTypes = make([]protoimpl.MessageInfo, 65)
 var file_taskstore_v1_taskstore_proto_goTypes = []any{
 	(TaskState)(0),                 // 0: taskstore.v1.TaskState
 	(MissedTicks)(0),               // 1: taskstore.v1.MissedTicks
@@ -5139,125 +5157,127 @@ var file_taskstore_v1_taskstore_proto_goTypes = []any{
 	(*RemoveNodeResponse)(nil),     // 64: taskstore.v1.RemoveNodeResponse
 	(*RebuildReplicaRequest)(nil),  // 65: taskstore.v1.RebuildReplicaRequest
 	(*RebuildReplicaResponse)(nil), // 66: taskstore.v1.RebuildReplicaResponse
-	(*timestamppb.Timestamp)(nil),  // 67: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 68: google.protobuf.Duration
+	nil,                            // 67: taskstore.v1.ModifyResponse.SameAsEntry
+	(*timestamppb.Timestamp)(nil),  // 68: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 69: google.protobuf.Duration
 }
 var file_taskstore_v1_taskstore_proto_depIdxs = []int32{
-	67, // 0: taskstore.v1.Task.at:type_name -> google.protobuf.Timestamp
-	67, // 1: taskstore.v1.Task.created:type_name -> google.protobuf.Timestamp
-	67, // 2: taskstore.v1.Task.modified:type_name -> google.protobuf.Timestamp
-	68, // 3: taskstore.v1.Task.dedup_window:type_name -> google.protobuf.Duration
-	67, // 4: taskstore.v1.TaskInsert.at:type_name -> google.protobuf.Timestamp
-	68, // 5: taskstore.v1.TaskInsert.delay:type_name -> google.protobuf.Duration
-	68, // 6: taskstore.v1.TaskInsert.dedup_window:type_name -> google.protobuf.Duration
-	67, // 7: taskstore.v1.TaskChange.at:type_name -> google.protobuf.Timestamp
-	68, // 8: taskstore.v1.TaskChange.delay:type_name -> google.protobuf.Duration
+	68, // 0: taskstore.v1.Task.at:type_name -> google.protobuf.Timestamp
+	68, // 1: taskstore.v1.Task.created:type_name -> google.protobuf.Timestamp
+	68, // 2: taskstore.v1.Task.modified:type_name -> google.protobuf.Timestamp
+	69, // 3: taskstore.v1.Task.dedup_window:type_name -> google.protobuf.Duration
+	68, // 4: taskstore.v1.TaskInsert.at:type_name -> google.protobuf.Timestamp
+	69, // 5: taskstore.v1.TaskInsert.delay:type_name -> google.protobuf.Duration
+	69, // 6: taskstore.v1.TaskInsert.dedup_window:type_name -> google.protobuf.Duration
+	68, // 7: taskstore.v1.TaskChange.at:type_name -> google.protobuf.Timestamp
+	69, // 8: taskstore.v1.TaskChange.delay:type_name -> google.protobuf.Duration
 	6,  // 9: taskstore.v1.ModifyRequest.inserts:type_name -> taskstore.v1.TaskInsert
 	7,  // 10: taskstore.v1.ModifyRequest.changes:type_name -> taskstore.v1.TaskChange
 	4,  // 11: taskstore.v1.ModifyRequest.deletes:type_name -> taskstore.v1.TaskRef
 	4,  // 12: taskstore.v1.ModifyRequest.depends:type_name -> taskstore.v1.TaskRef
 	5,  // 13: taskstore.v1.ModifyRequest.request:type_name -> taskstore.v1.RequestID
 	9,  // 14: taskstore.v1.ModifyRequest.claim:type_name -> taskstore.v1.ModifyClaim
-	68, // 15: taskstore.v1.ModifyClaim.lease:type_name -> google.protobuf.Duration
+	69, // 15: taskstore.v1.ModifyClaim.lease:type_name -> google.protobuf.Duration
 	3,  // 16: taskstore.v1.ModifyResponse.inserted:type_name -> taskstore.v1.Task
 	3,  // 17: taskstore.v1.ModifyResponse.changed:type_name -> taskstore.v1.Task
 	3,  // 18: taskstore.v1.ModifyResponse.claimed:type_name -> taskstore.v1.Task
-	12, // 19: taskstore.v1.ModifyError.errors:type_name -> taskstore.v1.RefError
-	2,  // 20: taskstore.v1.RefError.category:type_name -> taskstore.v1.RefError.Category
-	67, // 21: taskstore.v1.RefError.lease_until:type_name -> google.protobuf.Timestamp
-	68, // 22: taskstore.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
-	68, // 23: taskstore.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
-	5,  // 24: taskstore.v1.ClaimRequest.request:type_name -> taskstore.v1.RequestID
-	3,  // 25: taskstore.v1.ClaimResponse.tasks:type_name -> taskstore.v1.Task
-	0,  // 26: taskstore.v1.TasksRequest.state:type_name -> taskstore.v1.TaskState
-	3,  // 27: taskstore.v1.TasksResponse.tasks:type_name -> taskstore.v1.Task
-	68, // 28: taskstore.v1.QueueStats.oldest_available_age:type_name -> google.protobuf.Duration
-	68, // 29: taskstore.v1.QueueStats.avg_claim_to_commit:type_name -> google.protobuf.Duration
-	68, // 30: taskstore.v1.QueueStats.rate_window:type_name -> google.protobuf.Duration
-	18, // 31: taskstore.v1.QueuesResponse.queues:type_name -> taskstore.v1.QueueStats
-	5,  // 32: taskstore.v1.PurgeRequest.request:type_name -> taskstore.v1.RequestID
-	5,  // 33: taskstore.v1.QueuePauseRequest.request:type_name -> taskstore.v1.RequestID
-	68, // 34: taskstore.v1.Schedule.every:type_name -> google.protobuf.Duration
-	1,  // 35: taskstore.v1.Schedule.missed:type_name -> taskstore.v1.MissedTicks
-	67, // 36: taskstore.v1.Schedule.next:type_name -> google.protobuf.Timestamp
-	67, // 37: taskstore.v1.Schedule.last:type_name -> google.protobuf.Timestamp
-	23, // 38: taskstore.v1.PutScheduleRequest.schedule:type_name -> taskstore.v1.Schedule
-	5,  // 39: taskstore.v1.PutScheduleRequest.request:type_name -> taskstore.v1.RequestID
-	23, // 40: taskstore.v1.PutScheduleResponse.schedule:type_name -> taskstore.v1.Schedule
-	5,  // 41: taskstore.v1.DeleteScheduleRequest.request:type_name -> taskstore.v1.RequestID
-	23, // 42: taskstore.v1.SchedulesResponse.schedules:type_name -> taskstore.v1.Schedule
-	5,  // 43: taskstore.v1.QueueLimitRequest.request:type_name -> taskstore.v1.RequestID
-	67, // 44: taskstore.v1.TimeResponse.now:type_name -> google.protobuf.Timestamp
-	39, // 45: taskstore.v1.ReplicaStatus.checkpoints:type_name -> taskstore.v1.Checkpoint
-	40, // 46: taskstore.v1.ReplicaStatus.divergence:type_name -> taskstore.v1.Divergence
-	67, // 47: taskstore.v1.Divergence.detected:type_name -> google.protobuf.Timestamp
-	38, // 48: taskstore.v1.ShardStatus.replica_status:type_name -> taskstore.v1.ReplicaStatus
-	37, // 49: taskstore.v1.StatusResponse.nodes:type_name -> taskstore.v1.NodeStatus
-	41, // 50: taskstore.v1.StatusResponse.shards:type_name -> taskstore.v1.ShardStatus
-	41, // 51: taskstore.v1.StatusResponse.meta:type_name -> taskstore.v1.ShardStatus
-	67, // 52: taskstore.v1.StatusResponse.now:type_name -> google.protobuf.Timestamp
-	51, // 53: taskstore.v1.StatusResponse.moves:type_name -> taskstore.v1.SlotMove
-	51, // 54: taskstore.v1.StatusResponse.finished_moves:type_name -> taskstore.v1.SlotMove
-	41, // 55: taskstore.v1.AddShardsResponse.shards:type_name -> taskstore.v1.ShardStatus
-	51, // 56: taskstore.v1.RemoveShardResponse.moves:type_name -> taskstore.v1.SlotMove
-	51, // 57: taskstore.v1.RebalanceSlotsResponse.moves:type_name -> taskstore.v1.SlotMove
-	51, // 58: taskstore.v1.MoveSlotsResponse.moves:type_name -> taskstore.v1.SlotMove
-	54, // 59: taskstore.v1.BackupChunk.info:type_name -> taskstore.v1.BackupInfo
-	56, // 60: taskstore.v1.ShardRoute.replicas:type_name -> taskstore.v1.Replica
-	57, // 61: taskstore.v1.RoutingResponse.shards:type_name -> taskstore.v1.ShardRoute
-	37, // 62: taskstore.v1.AddNodeResponse.node:type_name -> taskstore.v1.NodeStatus
-	37, // 63: taskstore.v1.RemoveNodeResponse.node:type_name -> taskstore.v1.NodeStatus
-	8,  // 64: taskstore.v1.TaskStore.Modify:input_type -> taskstore.v1.ModifyRequest
-	13, // 65: taskstore.v1.TaskStore.Claim:input_type -> taskstore.v1.ClaimRequest
-	15, // 66: taskstore.v1.TaskStore.Tasks:input_type -> taskstore.v1.TasksRequest
-	17, // 67: taskstore.v1.TaskStore.Queues:input_type -> taskstore.v1.QueuesRequest
-	33, // 68: taskstore.v1.TaskStore.Time:input_type -> taskstore.v1.TimeRequest
-	20, // 69: taskstore.v1.TaskStore.Purge:input_type -> taskstore.v1.PurgeRequest
-	22, // 70: taskstore.v1.TaskStore.PauseQueue:input_type -> taskstore.v1.QueuePauseRequest
-	22, // 71: taskstore.v1.TaskStore.ResumeQueue:input_type -> taskstore.v1.QueuePauseRequest
-	30, // 72: taskstore.v1.TaskStore.SetQueueLimit:input_type -> taskstore.v1.QueueLimitRequest
-	24, // 73: taskstore.v1.TaskStore.PutSchedule:input_type -> taskstore.v1.PutScheduleRequest
-	26, // 74: taskstore.v1.TaskStore.DeleteSchedule:input_type -> taskstore.v1.DeleteScheduleRequest
-	28, // 75: taskstore.v1.TaskStore.Schedules:input_type -> taskstore.v1.SchedulesRequest
-	36, // 76: taskstore.v1.Admin.Status:input_type -> taskstore.v1.StatusRequest
-	55, // 77: taskstore.v1.Admin.Routing:input_type -> taskstore.v1.RoutingRequest
-	59, // 78: taskstore.v1.Admin.TransferLeader:input_type -> taskstore.v1.TransferLeaderRequest
-	61, // 79: taskstore.v1.Admin.AddNode:input_type -> taskstore.v1.AddNodeRequest
-	63, // 80: taskstore.v1.Admin.RemoveNode:input_type -> taskstore.v1.RemoveNodeRequest
-	65, // 81: taskstore.v1.Admin.RebuildReplica:input_type -> taskstore.v1.RebuildReplicaRequest
-	43, // 82: taskstore.v1.Admin.MoveSlots:input_type -> taskstore.v1.MoveSlotsRequest
-	44, // 83: taskstore.v1.Admin.AddShards:input_type -> taskstore.v1.AddShardsRequest
-	46, // 84: taskstore.v1.Admin.RemoveShard:input_type -> taskstore.v1.RemoveShardRequest
-	48, // 85: taskstore.v1.Admin.RebalanceSlots:input_type -> taskstore.v1.RebalanceSlotsRequest
-	52, // 86: taskstore.v1.Admin.Backup:input_type -> taskstore.v1.BackupRequest
-	10, // 87: taskstore.v1.TaskStore.Modify:output_type -> taskstore.v1.ModifyResponse
-	14, // 88: taskstore.v1.TaskStore.Claim:output_type -> taskstore.v1.ClaimResponse
-	16, // 89: taskstore.v1.TaskStore.Tasks:output_type -> taskstore.v1.TasksResponse
-	19, // 90: taskstore.v1.TaskStore.Queues:output_type -> taskstore.v1.QueuesResponse
-	34, // 91: taskstore.v1.TaskStore.Time:output_type -> taskstore.v1.TimeResponse
-	21, // 92: taskstore.v1.TaskStore.Purge:output_type -> taskstore.v1.PurgeResponse
-	32, // 93: taskstore.v1.TaskStore.PauseQueue:output_type -> taskstore.v1.QueuePauseResponse
-	32, // 94: taskstore.v1.TaskStore.ResumeQueue:output_type -> taskstore.v1.QueuePauseResponse
-	31, // 95: taskstore.v1.TaskStore.SetQueueLimit:output_type -> taskstore.v1.QueueLimitResponse
-	25, // 96: taskstore.v1.TaskStore.PutSchedule:output_type -> taskstore.v1.PutScheduleResponse
-	27, // 97: taskstore.v1.TaskStore.DeleteSchedule:output_type -> taskstore.v1.DeleteScheduleResponse
-	29, // 98: taskstore.v1.TaskStore.Schedules:output_type -> taskstore.v1.SchedulesResponse
-	42, // 99: taskstore.v1.Admin.Status:output_type -> taskstore.v1.StatusResponse
-	58, // 100: taskstore.v1.Admin.Routing:output_type -> taskstore.v1.RoutingResponse
-	60, // 101: taskstore.v1.Admin.TransferLeader:output_type -> taskstore.v1.TransferLeaderResponse
-	62, // 102: taskstore.v1.Admin.AddNode:output_type -> taskstore.v1.AddNodeResponse
-	64, // 103: taskstore.v1.Admin.RemoveNode:output_type -> taskstore.v1.RemoveNodeResponse
-	66, // 104: taskstore.v1.Admin.RebuildReplica:output_type -> taskstore.v1.RebuildReplicaResponse
-	50, // 105: taskstore.v1.Admin.MoveSlots:output_type -> taskstore.v1.MoveSlotsResponse
-	45, // 106: taskstore.v1.Admin.AddShards:output_type -> taskstore.v1.AddShardsResponse
-	47, // 107: taskstore.v1.Admin.RemoveShard:output_type -> taskstore.v1.RemoveShardResponse
-	49, // 108: taskstore.v1.Admin.RebalanceSlots:output_type -> taskstore.v1.RebalanceSlotsResponse
-	53, // 109: taskstore.v1.Admin.Backup:output_type -> taskstore.v1.BackupChunk
-	87, // [87:110] is the sub-list for method output_type
-	64, // [64:87] is the sub-list for method input_type
-	64, // [64:64] is the sub-list for extension type_name
-	64, // [64:64] is the sub-list for extension extendee
-	0,  // [0:64] is the sub-list for field type_name
+	67, // 19: taskstore.v1.ModifyResponse.same_as:type_name -> taskstore.v1.ModifyResponse.SameAsEntry
+	12, // 20: taskstore.v1.ModifyError.errors:type_name -> taskstore.v1.RefError
+	2,  // 21: taskstore.v1.RefError.category:type_name -> taskstore.v1.RefError.Category
+	68, // 22: taskstore.v1.RefError.lease_until:type_name -> google.protobuf.Timestamp
+	69, // 23: taskstore.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
+	69, // 24: taskstore.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	5,  // 25: taskstore.v1.ClaimRequest.request:type_name -> taskstore.v1.RequestID
+	3,  // 26: taskstore.v1.ClaimResponse.tasks:type_name -> taskstore.v1.Task
+	0,  // 27: taskstore.v1.TasksRequest.state:type_name -> taskstore.v1.TaskState
+	3,  // 28: taskstore.v1.TasksResponse.tasks:type_name -> taskstore.v1.Task
+	69, // 29: taskstore.v1.QueueStats.oldest_available_age:type_name -> google.protobuf.Duration
+	69, // 30: taskstore.v1.QueueStats.avg_claim_to_commit:type_name -> google.protobuf.Duration
+	69, // 31: taskstore.v1.QueueStats.rate_window:type_name -> google.protobuf.Duration
+	18, // 32: taskstore.v1.QueuesResponse.queues:type_name -> taskstore.v1.QueueStats
+	5,  // 33: taskstore.v1.PurgeRequest.request:type_name -> taskstore.v1.RequestID
+	5,  // 34: taskstore.v1.QueuePauseRequest.request:type_name -> taskstore.v1.RequestID
+	69, // 35: taskstore.v1.Schedule.every:type_name -> google.protobuf.Duration
+	1,  // 36: taskstore.v1.Schedule.missed:type_name -> taskstore.v1.MissedTicks
+	68, // 37: taskstore.v1.Schedule.next:type_name -> google.protobuf.Timestamp
+	68, // 38: taskstore.v1.Schedule.last:type_name -> google.protobuf.Timestamp
+	23, // 39: taskstore.v1.PutScheduleRequest.schedule:type_name -> taskstore.v1.Schedule
+	5,  // 40: taskstore.v1.PutScheduleRequest.request:type_name -> taskstore.v1.RequestID
+	23, // 41: taskstore.v1.PutScheduleResponse.schedule:type_name -> taskstore.v1.Schedule
+	5,  // 42: taskstore.v1.DeleteScheduleRequest.request:type_name -> taskstore.v1.RequestID
+	23, // 43: taskstore.v1.SchedulesResponse.schedules:type_name -> taskstore.v1.Schedule
+	5,  // 44: taskstore.v1.QueueLimitRequest.request:type_name -> taskstore.v1.RequestID
+	68, // 45: taskstore.v1.TimeResponse.now:type_name -> google.protobuf.Timestamp
+	39, // 46: taskstore.v1.ReplicaStatus.checkpoints:type_name -> taskstore.v1.Checkpoint
+	40, // 47: taskstore.v1.ReplicaStatus.divergence:type_name -> taskstore.v1.Divergence
+	68, // 48: taskstore.v1.Divergence.detected:type_name -> google.protobuf.Timestamp
+	38, // 49: taskstore.v1.ShardStatus.replica_status:type_name -> taskstore.v1.ReplicaStatus
+	37, // 50: taskstore.v1.StatusResponse.nodes:type_name -> taskstore.v1.NodeStatus
+	41, // 51: taskstore.v1.StatusResponse.shards:type_name -> taskstore.v1.ShardStatus
+	41, // 52: taskstore.v1.StatusResponse.meta:type_name -> taskstore.v1.ShardStatus
+	68, // 53: taskstore.v1.StatusResponse.now:type_name -> google.protobuf.Timestamp
+	51, // 54: taskstore.v1.StatusResponse.moves:type_name -> taskstore.v1.SlotMove
+	51, // 55: taskstore.v1.StatusResponse.finished_moves:type_name -> taskstore.v1.SlotMove
+	41, // 56: taskstore.v1.AddShardsResponse.shards:type_name -> taskstore.v1.ShardStatus
+	51, // 57: taskstore.v1.RemoveShardResponse.moves:type_name -> taskstore.v1.SlotMove
+	51, // 58: taskstore.v1.RebalanceSlotsResponse.moves:type_name -> taskstore.v1.SlotMove
+	51, // 59: taskstore.v1.MoveSlotsResponse.moves:type_name -> taskstore.v1.SlotMove
+	54, // 60: taskstore.v1.BackupChunk.info:type_name -> taskstore.v1.BackupInfo
+	56, // 61: taskstore.v1.ShardRoute.replicas:type_name -> taskstore.v1.Replica
+	57, // 62: taskstore.v1.RoutingResponse.shards:type_name -> taskstore.v1.ShardRoute
+	37, // 63: taskstore.v1.AddNodeResponse.node:type_name -> taskstore.v1.NodeStatus
+	37, // 64: taskstore.v1.RemoveNodeResponse.node:type_name -> taskstore.v1.NodeStatus
+	8,  // 65: taskstore.v1.TaskStore.Modify:input_type -> taskstore.v1.ModifyRequest
+	13, // 66: taskstore.v1.TaskStore.Claim:input_type -> taskstore.v1.ClaimRequest
+	15, // 67: taskstore.v1.TaskStore.Tasks:input_type -> taskstore.v1.TasksRequest
+	17, // 68: taskstore.v1.TaskStore.Queues:input_type -> taskstore.v1.QueuesRequest
+	33, // 69: taskstore.v1.TaskStore.Time:input_type -> taskstore.v1.TimeRequest
+	20, // 70: taskstore.v1.TaskStore.Purge:input_type -> taskstore.v1.PurgeRequest
+	22, // 71: taskstore.v1.TaskStore.PauseQueue:input_type -> taskstore.v1.QueuePauseRequest
+	22, // 72: taskstore.v1.TaskStore.ResumeQueue:input_type -> taskstore.v1.QueuePauseRequest
+	30, // 73: taskstore.v1.TaskStore.SetQueueLimit:input_type -> taskstore.v1.QueueLimitRequest
+	24, // 74: taskstore.v1.TaskStore.PutSchedule:input_type -> taskstore.v1.PutScheduleRequest
+	26, // 75: taskstore.v1.TaskStore.DeleteSchedule:input_type -> taskstore.v1.DeleteScheduleRequest
+	28, // 76: taskstore.v1.TaskStore.Schedules:input_type -> taskstore.v1.SchedulesRequest
+	36, // 77: taskstore.v1.Admin.Status:input_type -> taskstore.v1.StatusRequest
+	55, // 78: taskstore.v1.Admin.Routing:input_type -> taskstore.v1.RoutingRequest
+	59, // 79: taskstore.v1.Admin.TransferLeader:input_type -> taskstore.v1.TransferLeaderRequest
+	61, // 80: taskstore.v1.Admin.AddNode:input_type -> taskstore.v1.AddNodeRequest
+	63, // 81: taskstore.v1.Admin.RemoveNode:input_type -> taskstore.v1.RemoveNodeRequest
+	65, // 82: taskstore.v1.Admin.RebuildReplica:input_type -> taskstore.v1.RebuildReplicaRequest
+	43, // 83: taskstore.v1.Admin.MoveSlots:input_type -> taskstore.v1.MoveSlotsRequest
+	44, // 84: taskstore.v1.Admin.AddShards:input_type -> taskstore.v1.AddShardsRequest
+	46, // 85: taskstore.v1.Admin.RemoveShard:input_type -> taskstore.v1.RemoveShardRequest
+	48, // 86: taskstore.v1.Admin.RebalanceSlots:input_type -> taskstore.v1.RebalanceSlotsRequest
+	52, // 87: taskstore.v1.Admin.Backup:input_type -> taskstore.v1.BackupRequest
+	10, // 88: taskstore.v1.TaskStore.Modify:output_type -> taskstore.v1.ModifyResponse
+	14, // 89: taskstore.v1.TaskStore.Claim:output_type -> taskstore.v1.ClaimResponse
+	16, // 90: taskstore.v1.TaskStore.Tasks:output_type -> taskstore.v1.TasksResponse
+	19, // 91: taskstore.v1.TaskStore.Queues:output_type -> taskstore.v1.QueuesResponse
+	34, // 92: taskstore.v1.TaskStore.Time:output_type -> taskstore.v1.TimeResponse
+	21, // 93: taskstore.v1.TaskStore.Purge:output_type -> taskstore.v1.PurgeResponse
+	32, // 94: taskstore.v1.TaskStore.PauseQueue:output_type -> taskstore.v1.QueuePauseResponse
+	32, // 95: taskstore.v1.TaskStore.ResumeQueue:output_type -> taskstore.v1.QueuePauseResponse
+	31, // 96: taskstore.v1.TaskStore.SetQueueLimit:output_type -> taskstore.v1.QueueLimitResponse
+	25, // 97: taskstore.v1.TaskStore.PutSchedule:output_type -> taskstore.v1.PutScheduleResponse
+	27, // 98: taskstore.v1.TaskStore.DeleteSchedule:output_type -> taskstore.v1.DeleteScheduleResponse
+	29, // 99: taskstore.v1.TaskStore.Schedules:output_type -> taskstore.v1.SchedulesResponse
+	42, // 100: taskstore.v1.Admin.Status:output_type -> taskstore.v1.StatusResponse
+	58, // 101: taskstore.v1.Admin.Routing:output_type -> taskstore.v1.RoutingResponse
+	60, // 102: taskstore.v1.Admin.TransferLeader:output_type -> taskstore.v1.TransferLeaderResponse
+	62, // 103: taskstore.v1.Admin.AddNode:output_type -> taskstore.v1.AddNodeResponse
+	64, // 104: taskstore.v1.Admin.RemoveNode:output_type -> taskstore.v1.RemoveNodeResponse
+	66, // 105: taskstore.v1.Admin.RebuildReplica:output_type -> taskstore.v1.RebuildReplicaResponse
+	50, // 106: taskstore.v1.Admin.MoveSlots:output_type -> taskstore.v1.MoveSlotsResponse
+	45, // 107: taskstore.v1.Admin.AddShards:output_type -> taskstore.v1.AddShardsResponse
+	47, // 108: taskstore.v1.Admin.RemoveShard:output_type -> taskstore.v1.RemoveShardResponse
+	49, // 109: taskstore.v1.Admin.RebalanceSlots:output_type -> taskstore.v1.RebalanceSlotsResponse
+	53, // 110: taskstore.v1.Admin.Backup:output_type -> taskstore.v1.BackupChunk
+	88, // [88:111] is the sub-list for method output_type
+	65, // [65:88] is the sub-list for method input_type
+	65, // [65:65] is the sub-list for extension type_name
+	65, // [65:65] is the sub-list for extension extendee
+	0,  // [0:65] is the sub-list for field type_name
 }
 
 func init() { file_taskstore_v1_taskstore_proto_init() }
@@ -5273,7 +5293,7 @@ func file_taskstore_v1_taskstore_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_taskstore_v1_taskstore_proto_rawDesc), len(file_taskstore_v1_taskstore_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   64,
+			NumMessages:   65,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

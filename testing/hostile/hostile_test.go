@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -20,6 +21,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/e1158ecb/taskstore/api/taskstorepb"
@@ -488,5 +490,134 @@ func TestQueueNamesRefusedAlike(t *testing.T) {
 	got, err := admin.Tasks(ctx, &taskstorepb.TasksRequest{Queue: "names"})
 	if err != nil || len(got.Tasks) != 1 || got.Tasks[0].Version != tk.Version {
 		t.Fatalf("the task after the refused calls: %v %v", got, err)
+	}
+}
+
+// TestIfAbsentRepeatsAnswerOnce: 60 if_absent inserts of a key held by a
+// 1 MiB task (a request of a few KB) once answered 60 MiB (84 MB as JSON),
+// again on every replay of its request id; six at once grew a proxy by
+// 1.2 GB and cost a shard leader its quorum. The task now goes out once
+// (ModifyResponse.same_as): the answer is about 1 MiB from a node and from
+// a proxy, on a replay too, the Go client still sees 60 full tasks, the
+// proxy's peak memory grows by at most 100 MiB under six such requests at
+// once, and no shard changes leader.
+func TestIfAbsentRepeatsAnswerOnce(t *testing.T) {
+	s := startSecured(t)
+	p := s.startProxy(t, "--auth-tokens", s.sec.Dir+"/tokens")
+	ctx := ctxT(t, 120*time.Second)
+	admin := s.dial(t, s.pc.Endpoints(), false, "admin", "")
+	value := make([]byte, 1<<20)
+	holder, err := admin.Insert(ctx, "amp/q", value, client.WithKey("k"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	terms := func() map[uint32]uint64 {
+		st, err := admin.Status(ctx, &taskstorepb.StatusRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[uint32]uint64{}
+		for _, sh := range st.GetShards() {
+			out[sh.GetId()] = sh.GetTerm()
+		}
+		return out
+	}
+	// Leadership settles after start (preferred leaders are handed back,
+	// which takes a term): measure from a quiet cluster.
+	termsBefore := terms()
+	for deadline := time.Now().Add(60 * time.Second); ; {
+		time.Sleep(3 * time.Second)
+		now := terms()
+		if maps.Equal(now, termsBefore) {
+			break
+		}
+		termsBefore = now
+		if time.Now().After(deadline) {
+			t.Fatalf("leadership never settled: %v", now)
+		}
+	}
+	req := func(seq uint64) *taskstorepb.ModifyRequest {
+		ins := make([]*taskstorepb.TaskInsert, 60)
+		for i := range ins {
+			ins[i] = &taskstorepb.TaskInsert{Queue: "amp/q", Key: "k", IfAbsent: true}
+		}
+		return &taskstorepb.ModifyRequest{Inserts: ins, Request: &taskstorepb.RequestID{ClientId: fmt.Sprintf("amp-%d", seq/100), Seq: seq}}
+	}
+	if n := proto.Size(req(1)); n > 8<<10 {
+		t.Fatalf("the request is %d bytes, meant to be a few KB", n)
+	}
+	stub := func(addr string) taskstorepb.TaskStoreClient {
+		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(s.sec.ClientTLS(t, "admin"))),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(taskstorepb.MaxResponseBytes)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cc.Close() })
+		return taskstorepb.NewTaskStoreClient(cc)
+	}
+	nodes := map[string]taskstorepb.TaskStoreClient{}
+	for _, n := range s.pc.Nodes {
+		nodes[n.ID] = stub(n.Addr)
+	}
+	var seq uint64 = 1
+	// One node leads amp's shard: find it by asking each.
+	var viaNode taskstorepb.TaskStoreClient
+	for _, c := range nodes {
+		if _, err := c.Modify(ctx, req(seq)); err == nil {
+			viaNode = c
+			break
+		}
+	}
+	if viaNode == nil {
+		t.Fatal("no node answered the request")
+	}
+	for name, call := range map[string]func() (*taskstorepb.ModifyResponse, error){
+		"node":        func() (*taskstorepb.ModifyResponse, error) { return viaNode.Modify(ctx, req(seq)) },
+		"node replay": func() (*taskstorepb.ModifyResponse, error) { return viaNode.Modify(ctx, req(seq)) },
+		"proxy":       func() (*taskstorepb.ModifyResponse, error) { seq++; return stub(p.Addr).Modify(ctx, req(seq)) },
+	} {
+		res, err := call()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if n := proto.Size(res); n > 2<<20 || len(res.Inserted) != 60 || len(res.Coalesced) != 60 {
+			t.Errorf("%s: %d bytes, %d inserted, %d coalesced; want at most 2 MiB for 60 entries", name, n, len(res.Inserted), len(res.Coalesced))
+		} else {
+			t.Logf("%s: %d bytes for 60 entries", name, n)
+		}
+	}
+	seq++
+	full, err := admin.Modify(ctx, req(seq))
+	if err != nil || len(full.Inserted) != 60 {
+		t.Fatalf("the Go client: %v %v", len(full.GetInserted()), err)
+	}
+	for i, tk := range full.Inserted {
+		if tk.Id != holder.Id || len(tk.Value) != len(value) {
+			t.Fatalf("the Go client's entry %d: %s with %d bytes, want %s with the 1 MiB value", i, tk.Id, len(tk.Value), holder.Id)
+		}
+	}
+
+	before := peakRSS(t, p.Pid())
+	errs := make(chan error, 6)
+	for i := range 6 {
+		go func() {
+			_, err := stub(p.Addr).Modify(ctx, req(100*uint64(i+1))) // a session each: they race
+			errs <- err
+		}()
+	}
+	for range 6 {
+		if err := <-errs; err != nil {
+			t.Errorf("one of six at once: %v", err)
+		}
+	}
+	grew := peakRSS(t, p.Pid()) - before
+	t.Logf("proxy peak RSS grew by %d MiB under six at once", grew>>20)
+	if grew > 100<<20 {
+		t.Errorf("the proxy's peak RSS grew by %d MiB under six requests of a few KB", grew>>20)
+	}
+	for id, term := range terms() {
+		if term != termsBefore[id] {
+			t.Errorf("shard %d's term went from %d to %d: a leader stepped down", id, termsBefore[id], term)
+		}
 	}
 }
