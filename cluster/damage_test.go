@@ -140,7 +140,7 @@ func flipNodeLogEntry(t *testing.T, dir string, shard uint32) error {
 	return err
 }
 
-// A shard's raft.db emptied on a stopped node (issue 36, item 2): its vote
+// A shard's raft.db emptied on a stopped node: its vote
 // record proves the term and vote it had, so the replica restores them and
 // runs with its term intact instead of forgetting its vote.
 func TestEmptiedRaftDBRestoredFromVoteRecord(t *testing.T) {

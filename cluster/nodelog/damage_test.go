@@ -116,7 +116,7 @@ func TestDamagedEntryStopsOnlyItsGroup(t *testing.T) {
 			l = open(t, dir, opts)
 			defer l.Close()
 			// The record is still there, before the reset: the group
-			// starts, and the log must not say it will not (issue 36).
+			// starts, and the log must not say it will not.
 			if strings.Contains(logged.String(), "damaged") {
 				t.Fatalf("reopened after the reset, logged: %s", logged.String())
 			}

@@ -16,9 +16,9 @@ func statfsFree(dir string) (uint64, error) {
 	return st.Bavail * uint64(st.Bsize), nil
 }
 
-// A disk with less free space than the segments take up front (issue 36,
-// item 6): a 64 MB volume could not start a node, each segment being
-// zero-filled to 64 MiB at once. Now a segment is zero-filled as far as a
+// A disk with less free space than the segments take up front: a 64 MB
+// volume could not start a node, each segment being zero-filled to 64 MiB
+// at once. Now a segment is zero-filled as far as a
 // quarter of the free space, appends go on past the zeros, and all of it
 // reads back after a reopen.
 func TestSmallDiskFillsSegmentsInPart(t *testing.T) {

@@ -45,7 +45,7 @@ func TestDamagedReplicaFilesProcesses(t *testing.T) {
 			return "raft.db cut to 6000 bytes", os.Truncate(raftDB(dir, shard), 6000)
 		}, "raft.db"},
 		// Half its size: bbolt read past the end of its mapping and the
-		// node died of SIGBUS (issue 36, item 1).
+		// node died of SIGBUS.
 		{"raft.db cut to half", func(dir string, shard uint32) (string, error) {
 			info, err := os.Stat(raftDB(dir, shard))
 			if err != nil {

@@ -66,7 +66,7 @@ func metaStatus(ctx context.Context, t *testing.T, addr string) *taskstorepb.Sha
 	return st.Meta
 }
 
-// TestEmptiedMetaRaftDBNeverVotesTwice (issue 36, item 2) with real
+// TestEmptiedMetaRaftDBNeverVotesTwice with real
 // processes: a node whose meta/raft.db was emptied while it was stopped
 // forgot the term and the vote it had given in it, silently, and would
 // give that vote again to another candidate: how Raft elects two leaders.
@@ -184,7 +184,7 @@ func TestEmptiedMetaRaftDBNeverVotesTwice(t *testing.T) {
 	}
 }
 
-// TestMetaRaftDBCutToHalfProcesses (issue 36, item 1): a node whose
+// TestMetaRaftDBCutToHalfProcesses: a node whose
 // meta/raft.db was cut to half died of SIGBUS at start. Now the file is
 // moved aside, the meta replica refills from its peers without voting
 // until it caught up, and the node runs its shards meanwhile.
