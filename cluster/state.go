@@ -33,7 +33,7 @@ const (
 // memory via a proxy, and 0.41-0.51x its batched inserts
 // (docs/performance.md, "the state on disk at 10 and 20 million tasks").
 // --state disk is for queues larger than memory until that cost comes
-// down (issue 21).
+// down; memory is bounded by the node's budget either way (memory.go).
 const DefaultStateStore = StateInMemory
 
 // stateCacheBytes is the engine's block cache without a memory limit
@@ -49,7 +49,11 @@ func stateDir(dataDir string) string { return filepath.Join(dataDir, "state") }
 // before and now runs in memory keeps the engine's directory (its next
 // start on disk installs the latest snapshot over it, or skips to it).
 func openState(cfg Config, log *slog.Logger) (*pebble.DB, error) {
-	if cfg.StateStore == StateInMemory {
+	store := cfg.StateStore
+	if store == "" {
+		store = DefaultStateStore
+	}
+	if store == StateInMemory {
 		return nil, nil
 	}
 	return openEngine(stateDir(cfg.DataDir), cfg.MemoryLimit, log)
