@@ -10,3 +10,6 @@ const MaxWait = maxWait
 func (s *Server) HTTPHandler() (http.Handler, error) {
 	return s.httpHandler()
 }
+
+// AnswerBytesHeld is the bytes of answers the proxy holds now.
+func (s *Server) AnswerBytesHeld() int64 { return s.answers.held.Load() }

@@ -78,3 +78,22 @@ func (m *metrics) unary() grpc.UnaryServerInterceptor {
 		return resp, err
 	}
 }
+
+// registerAnswers exports the answer budget: the bytes held now and the
+// answers refused for want of it.
+func (m *metrics) registerAnswers(b *answerBudget) {
+	m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "taskstore_proxy_answer_bytes_held",
+			Help: "Bytes of answers held now, from receipt until written to the caller (bounded by --answer-memory).",
+		}, func() float64 { return float64(b.held.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "taskstore_proxy_answer_memory_bytes",
+			Help: "The answer budget (--answer-memory).",
+		}, func() float64 { return float64(b.limit) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "taskstore_proxy_answers_refused_total",
+			Help: "Answers refused with ResourceExhausted because they did not fit in the answer budget.",
+		}, func() float64 { return float64(b.refused.Load()) }),
+	)
+}

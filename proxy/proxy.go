@@ -62,6 +62,11 @@ type Config struct {
 	// Pprof serves /debug/pprof on HTTPAddr. Off by default: a profile
 	// shows memory contents and /debug/pprof/cmdline the flags.
 	Pprof bool
+	// AnswerMemory bounds the bytes of the answers the proxy holds at once
+	// across all of its callers (from receipt until written to the
+	// caller); an answer beyond it is refused with ResourceExhausted.
+	// Default DefaultAnswerMemory.
+	AnswerMemory int64
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -77,6 +82,7 @@ type Server struct {
 	budget  time.Duration
 	log     *slog.Logger
 	metrics *metrics
+	answers *answerBudget
 
 	grpc     *grpc.Server
 	health   *health.Server
@@ -102,7 +108,7 @@ type Server struct {
 // started (one per call beyond them).
 const streamWorkers = 64
 
-func serverOptions(cfg Config, m *metrics) []grpc.ServerOption {
+func serverOptions(cfg Config, m *metrics, b *answerBudget) []grpc.ServerOption {
 	opts := []grpc.ServerOption{
 		serving.Keepalive(),
 		// The sizes clients and nodes agree on (taskstorepb/limits.go), so a
@@ -110,15 +116,17 @@ func serverOptions(cfg Config, m *metrics) []grpc.ServerOption {
 		// cmd/taskproxy adds rpc.Limits (streams, rate) through GRPCOptions.
 		grpc.MaxRecvMsgSize(taskstorepb.MaxMessageBytes),
 		grpc.MaxSendMsgSize(taskstorepb.MaxResponseBytes),
-		grpc.ChainUnaryInterceptor(m.grpcServer.UnaryServerInterceptor(), m.unary()),
+		grpc.ChainUnaryInterceptor(m.grpcServer.UnaryServerInterceptor(), m.unary(), b.unary()),
+		grpc.StatsHandler(b),
 		grpc.ChainStreamInterceptor(m.grpcServer.StreamServerInterceptor()),
 		// Calls run on reused goroutines whose stacks have grown to what
 		// forwarding needs: a new goroutine per call grew its stack on
 		// every call (runtime.newstack/copystack: 15% of the proxy's CPU).
 		grpc.NumStreamWorkers(streamWorkers),
 		// With taskstorepb.RegisterTaskStore: a request that does not
-		// decode is InvalidArgument, not Internal.
-		taskstorepb.ServerCodec(),
+		// decode is InvalidArgument, not Internal. Answers are encoded into
+		// buffers that return their bytes to the answer budget once sent.
+		grpc.ForceServerCodecV2(codec{taskstorepb.ServerCodecV2(), b}),
 	}
 	if cfg.Policy.Enabled() {
 		opts = append(opts, grpc.ChainUnaryInterceptor(cfg.Policy.UnaryServerInterceptor()),
@@ -168,6 +176,11 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		}
 	}
 	m := newMetrics(cfg.Version)
+	if cfg.AnswerMemory <= 0 {
+		cfg.AnswerMemory = DefaultAnswerMemory
+	}
+	answers := newAnswerBudget(cfg.AnswerMemory)
+	m.registerAnswers(answers)
 	copts := append([]client.Option{client.WithLogger(log),
 		client.WithDialOptions(grpc.WithChainUnaryInterceptor(m.grpcClient.UnaryClientInterceptor()))}, cfg.ClientOptions...)
 	c, err := client.DialPassthrough(ctx, cfg.Cluster, copts...)
@@ -183,7 +196,8 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		budget:   budget,
 		log:      log,
 		metrics:  m,
-		grpc:     grpc.NewServer(append(serverOptions(cfg, m), cfg.GRPCOptions...)...),
+		grpc:     grpc.NewServer(append(serverOptions(cfg, m, answers), cfg.GRPCOptions...)...),
+		answers:  answers,
 		policy:   cfg.Policy,
 		pprof:    cfg.Pprof,
 		health:   health.NewServer(),
@@ -230,7 +244,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 			}
 		}()
 	}
-	s.log.Info("proxy started", "grpc", s.Addr(), "http", s.httpAddr, "cluster", cfg.Cluster)
+	s.log.Info("proxy started", "grpc", s.Addr(), "http", s.httpAddr, "cluster", cfg.Cluster, "answer_memory_mib", cfg.AnswerMemory>>20)
 	return s, nil
 }
 

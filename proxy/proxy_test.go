@@ -54,17 +54,21 @@ func (w testWriter) Write(p []byte) (int, error) {
 
 // startProxy starts a proxy on loopback ports in front of c and waits until
 // it has read the routing table.
-func startProxy(t testing.TB, c *harness.Cluster) *proxy.Server {
+func startProxy(t testing.TB, c *harness.Cluster, opts ...func(*proxy.Config)) *proxy.Server {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s, err := proxy.Start(ctx, proxy.Config{
+	cfg := proxy.Config{
 		Cluster:       strings.Join(c.Endpoints(), ","),
 		ListenAddr:    "127.0.0.1:0",
 		HTTPAddr:      "127.0.0.1:0",
 		Logger:        slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		ClientOptions: []client.Option{client.WithBackoff(5*time.Millisecond, 500*time.Millisecond)},
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	s, err := proxy.Start(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,7 +27,13 @@ import (
 // ServerCodec is the server option that goes with RegisterTaskStore and
 // RegisterAdmin.
 func ServerCodec() grpc.ServerOption {
-	return grpc.ForceServerCodecV2(lenientCodec{encoding.GetCodecV2(protoenc.Name)})
+	return grpc.ForceServerCodecV2(ServerCodecV2())
+}
+
+// ServerCodecV2 is the codec of ServerCodec, for a server that wraps it in
+// a codec of its own (grpc.ForceServerCodecV2).
+func ServerCodecV2() encoding.CodecV2 {
+	return lenientCodec{encoding.GetCodecV2(protoenc.Name)}
 }
 
 // undecoded holds, per request message, why it did not decode, from the

@@ -21,6 +21,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/e1158ecb/taskstore/api/taskstorepb"
 	"github.com/e1158ecb/taskstore/client"
 	"github.com/e1158ecb/taskstore/cmd/internal/buildinfo"
 	"github.com/e1158ecb/taskstore/cmd/internal/logging"
@@ -31,6 +32,7 @@ import (
 type flags struct {
 	listen, cluster, http string
 	retryBudget           time.Duration
+	answerMemoryMiB       int
 	logLevel, logFormat   string
 	shutdownTimeout       time.Duration
 	sec                   secflags.Server
@@ -66,7 +68,10 @@ Claim requests under a request id, which make a retry return the first
 answer. Errors come back as the node gave them (codes and details).
 
 A proxy keeps no state. Run as many as you like behind a load balancer;
-stopping one loses nothing.
+stopping one loses nothing. It holds its callers' answers in memory until
+they are sent: --answer-memory bounds them all at once, and a large answer
+beyond it is refused with RESOURCE_EXHAUSTED (the caller retries later or
+reads fewer tasks per call) rather than growing the proxy without bound.
 
 --http serves:
   /v1/...    the API as JSON over HTTP (docs/http.md), e.g. POST /v1/modify
@@ -110,6 +115,7 @@ TOKEN" or present a client certificate).`,
 	fl.BoolVar(&f.pprof, "pprof", false, "serve /debug/pprof on --http (profiles show memory contents: keep --http private)")
 	fl.BoolVar(&f.allowAnonymous, "allow-anonymous", false, "with --tls-cert but neither --auth-tokens nor --tls-client-auth: serve callers that present no credential, with this proxy's rights on the cluster (refused without this flag)")
 	fl.DurationVar(&f.retryBudget, "retry-budget", proxy.DefaultRetryBudget, "how long to retry a request whose caller set no deadline (a claim's wait comes on top)")
+	fl.IntVar(&f.answerMemoryMiB, "answer-memory", int(proxy.DefaultAnswerMemory>>20), "MiB of answers held at once across all callers, from receipt until sent; a large answer beyond it is refused with RESOURCE_EXHAUSTED (at least 64, the largest single answer, so that every answer can be served)")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fl.StringVar(&f.logFormat, "log-format", "text", "text or json")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long requests in flight may take to finish on stop")
@@ -134,6 +140,9 @@ func checkAnonymous(tlsOn, policyOn, allow bool, log *slog.Logger) error {
 
 // run serves until ctx ends, then stops gracefully.
 func run(ctx context.Context, log *slog.Logger, f flags) error {
+	if least := taskstorepb.MaxResponseBytes >> 20; f.answerMemoryMiB < least {
+		return fmt.Errorf("--answer-memory %d: must be at least %d (MiB): the largest answer a node sends must fit, or it could never be served", f.answerMemoryMiB, least)
+	}
 	sec, err := f.sec.Load(log, false)
 	if err != nil {
 		return err
@@ -153,7 +162,7 @@ func run(ctx context.Context, log *slog.Logger, f flags) error {
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	srv, err := proxy.Start(sctx, proxy.Config{Version: buildinfo.Version,
 		Cluster: f.cluster, ListenAddr: f.listen, HTTPAddr: f.http, Pprof: f.pprof,
-		RetryBudget: f.retryBudget, Logger: log,
+		RetryBudget: f.retryBudget, Logger: log, AnswerMemory: int64(f.answerMemoryMiB) << 20,
 		TLS: sec.ServerTLS, Policy: sec.Policy, ClientOptions: copts,
 		GRPCOptions: f.sec.Limits().ServerOptions(),
 	})
