@@ -32,9 +32,29 @@ type backupModel struct {
 	mu       sync.Mutex
 	versions map[string][]ackedVersion
 	began    map[string]time.Time // insert of the id was first sent
+	queueOf  map[string]string
 	// busy is when the last operation on the task (a claim that returned
 	// it, its insert) began.
 	busy map[string]time.Time
+	// lostClaim is, per queue, when the first claim whose answer never
+	// came began: it may have claimed any task of the queue.
+	lostClaim map[string]time.Time
+}
+
+// untouched reports whether nothing could have changed task id after t:
+// its last operation began before t and was answered before t, and no
+// claim on its queue lost its answer before t.
+func (m *backupModel) untouched(id, queue string, t time.Time) bool {
+	if !m.busy[id].Before(t) {
+		return false
+	}
+	for _, v := range m.versions[id] {
+		if !v.acked.Before(t) {
+			return false
+		}
+	}
+	lost, ok := m.lostClaim[queue]
+	return !ok || !lost.Before(t)
 }
 
 func (m *backupModel) ack(t *taskstorepb.Task, began time.Time) {
@@ -88,7 +108,7 @@ func TestBackupRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	model := &backupModel{versions: map[string][]ackedVersion{}, began: map[string]time.Time{}, busy: map[string]time.Time{}}
+	model := &backupModel{versions: map[string][]ackedVersion{}, began: map[string]time.Time{}, busy: map[string]time.Time{}, lostClaim: map[string]time.Time{}, queueOf: map[string]string{}}
 	const groups = 6
 	queue := func(g int) string { return fmt.Sprintf("bk%d/work", g) }
 	stop := make(chan struct{})
@@ -106,7 +126,7 @@ func TestBackupRestore(t *testing.T) {
 				id := fmt.Sprintf("w%d-%05d", w, i)
 				began := time.Now()
 				model.mu.Lock()
-				model.began[id], model.busy[id] = began, began
+				model.began[id], model.busy[id], model.queueOf[id] = began, began, queue(i%groups)
 				model.mu.Unlock()
 				cctx, ccancel := context.WithTimeout(ctx, 20*time.Second)
 				task, err := cl.Insert(cctx, queue(i%groups), []byte(id), client.WithID(id))
@@ -123,6 +143,12 @@ func TestBackupRestore(t *testing.T) {
 						for _, task := range res.Tasks {
 							model.ack(task, began)
 						}
+					} else {
+						model.mu.Lock()
+						if _, ok := model.lostClaim[queue(i%groups)]; !ok {
+							model.lostClaim[queue(i%groups)] = began
+						}
+						model.mu.Unlock()
 					}
 				}
 			}
@@ -258,7 +284,7 @@ func TestBackupRestore(t *testing.T) {
 		if got.Version < last.version {
 			t.Errorf("task %s: restored version %d, version %d was acknowledged before the backup began", id, got.Version, last.version)
 		}
-		if model.busy[id].Before(backupBegan) {
+		if model.untouched(id, model.queueOf[id], backupBegan) {
 			// Nothing touched it while the backup ran: exactly as acknowledged.
 			exact++
 			if got.Version != last.version || got.Claimant != last.claimant || got.At.AsTime().UnixNano() != last.at {
