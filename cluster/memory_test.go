@@ -19,9 +19,9 @@ import (
 // replica applied the same refusals (their states agree), claims and
 // commits still work and make room, and status shows the fill.
 func TestMemoryBudgetRefusesInserts(t *testing.T) {
-	// 256 KiB: 128 KiB for the tasks of the one shard, about 90 tasks of
-	// 1 KiB.
-	c := harness.Start(t, 3, harness.Options{Shards: 1, Scale: raceScale, StateStore: cluster.StateInMemory, MemoryLimit: 256 << 10})
+	// 320 KiB: 40%, 128 KiB, for the tasks of the one shard, about 90
+	// tasks of 1 KiB.
+	c := harness.Start(t, 3, harness.Options{Shards: 1, Scale: raceScale, StateStore: cluster.StateInMemory, MemoryLimit: 320 << 10})
 	c.WaitReady()
 	c.WaitFormat()
 	queue := "budget/q"
