@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -51,8 +53,31 @@ func groupDir(dataDir string, id uint32) string {
 // replays its copy of the meta log, whose earlier maps still list a shard
 // removed since with this node among its initial replicas, and it must
 // not bring the shard's group back from them.
+//
+// The mark holds the epoch of the map under which the replica retired
+// (decimal). Only a later map may start the replica again (the map placed
+// it here again): an earlier one, restored from the meta group's snapshot
+// or replayed at a restart, would bring back a leaderless ghost of a
+// removed shard until the node caught up and retired it once more.
 func retiredMark(dataDir string, id uint32) string {
 	return filepath.Join(dataDir, "shards", fmt.Sprintf("%d.retired", id))
+}
+
+// writeRetiredMark records that this node retired its replica of shard id
+// under the map of the given epoch.
+func writeRetiredMark(dataDir string, id uint32, epoch uint64) error {
+	return os.WriteFile(retiredMark(dataDir, id), []byte(strconv.FormatUint(epoch, 10)), 0o644)
+}
+
+// retiredEpoch reports whether this node retired its replica of shard id,
+// and under which map epoch (0 for a mark written before marks held it).
+func retiredEpoch(dataDir string, id uint32) (epoch uint64, retired bool) {
+	b, err := os.ReadFile(retiredMark(dataDir, id))
+	if err != nil {
+		return 0, false
+	}
+	epoch, _ = strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	return epoch, true
 }
 
 // logCacheEntries is how many recent log entries a group keeps in memory.

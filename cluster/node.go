@@ -784,6 +784,12 @@ func (n *Node) reconcileShards() {
 			}
 			local := n.Shard(s.Id)
 			if local == nil {
+				if epoch, retired := retiredEpoch(n.cfg.DataDir, s.Id); retired && cm.Epoch <= epoch {
+					// A map from before this node retired the replica
+					// (restored or replayed at a restart): not a
+					// placement, or the removed shard would be back.
+					continue
+				}
 				var err error
 				if local, err = n.openShard(s.Id); err != nil {
 					if !errors.Is(err, ErrShutdown) && !errors.Is(err, ErrDiverged) {

@@ -483,7 +483,7 @@ func (n *Node) retireReplicas(cm *metapb.ClusterMap) {
 		if err := s.close(); err != nil {
 			n.log.Warn("close retired replica", "shard", s.id, "err", err)
 		}
-		if err := os.WriteFile(retiredMark(n.cfg.DataDir, s.id), nil, 0o644); err != nil {
+		if err := writeRetiredMark(n.cfg.DataDir, s.id, cm.Epoch); err != nil {
 			n.log.Warn("mark retired replica", "shard", s.id, "err", err)
 		}
 		if err := os.RemoveAll(s.g.dir); err != nil {

@@ -179,7 +179,7 @@ func printNodes(w io.Writer, nodes []*taskstorepb.NodeStatus) error {
 	return t.flush()
 }
 
-// shardState is "ok", or what is wrong with the shard's replicas: those
+// shardState is "ok", or what is wrong with the shard: no leader, replicas
 // stopped because their state diverged, and replicas that found the
 // voters disagreeing with no majority.
 func shardState(s *taskstorepb.ShardStatus) string {
@@ -197,6 +197,11 @@ func shardState(s *taskstorepb.ShardStatus) string {
 		}
 	}
 	var out []string
+	if s.Leader == "" {
+		// Nothing it holds can be written or read consistently until one
+		// is elected (or a node that just restarted has not heard of it).
+		out = append(out, "NO-LEADER")
+	}
 	if len(diverged) > 0 {
 		out = append(out, "DIVERGED:"+strings.Join(diverged, ","))
 	}

@@ -8,9 +8,9 @@ import (
 	"github.com/e1158ecb/taskstore/api/taskstorepb"
 )
 
-// status shows a diverged replica, replicas that disagree and a shard with
-// fewer healthy replicas than placed in the shard's STATE column; a healthy
-// shard says ok.
+// status shows a diverged replica, replicas that disagree, a shard with
+// fewer healthy replicas than placed and a shard without a leader in the
+// shard's STATE column; a healthy shard says ok.
 func TestShardTableShowsDivergence(t *testing.T) {
 	var out bytes.Buffer
 	err := printShards(&out, []*taskstorepb.ShardStatus{
@@ -26,6 +26,9 @@ func TestShardTableShowsDivergence(t *testing.T) {
 		// n2 is down: no report from it.
 		{Id: 4, Leader: "n3", Term: 3, Replicas: []string{"n1", "n2", "n3"}, ReplicaStatus: []*taskstorepb.ReplicaStatus{
 			{Node: "n3", Role: "leader"}, {Node: "n1", Role: "follower"}}},
+		// No leader (e.g. elections under way): never ok, even with every
+		// replica reporting in.
+		{Id: 5, Term: 4, Replicas: []string{"n1"}, ReplicaStatus: []*taskstorepb.ReplicaStatus{{Node: "n1", Role: "follower"}}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -33,6 +36,7 @@ func TestShardTableShowsDivergence(t *testing.T) {
 	lines := strings.Split(out.String(), "\n")
 	if !strings.Contains(lines[0], "STATE") || !strings.HasSuffix(strings.TrimSpace(lines[1]), "DIVERGED:n2 UNDER-REPLICATED(2/3)") ||
 		!strings.HasSuffix(strings.TrimSpace(lines[4]), "UNDER-REPLICATED(2/3)") ||
+		!strings.HasSuffix(strings.TrimSpace(lines[5]), " NO-LEADER") ||
 		!strings.HasSuffix(strings.TrimSpace(lines[2]), "REPLICAS-DISAGREE(seen by n2)") || !strings.HasSuffix(strings.TrimSpace(lines[3]), "ok") {
 		t.Fatalf("shard table:\n%s", out.String())
 	}
