@@ -215,7 +215,7 @@ func (d *diskStore) txn() (tx *ondisk.Txn, done func()) {
 	if d.tx != nil {
 		return d.tx, func() {}
 	}
-	tx = d.st.Begin()
+	tx = d.st.BeginRead()
 	return tx, tx.Discard
 }
 

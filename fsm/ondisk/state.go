@@ -45,6 +45,8 @@ type State struct {
 	recentSessions recentSet[Session]
 	// ops is commitSorted's buffer, kept between commits.
 	ops []batchOp
+	// cacheBytes: the queues' heads in memory together (heads.go).
+	cacheBytes int
 }
 
 // recentMax and recentBytes bound each recentSet: reaching either starts
@@ -144,6 +146,10 @@ type queueInfo struct {
 	total, claimed, delayed uint64
 	// head: every claim key of the queue below it is deleted.
 	head []byte
+	// cache: the queue's first claim keys and their records (heads.go);
+	// nil when unknown. cacheMine: this copy of the record may change it.
+	cache     *headCache
+	cacheMine bool
 }
 
 func (q *queueInfo) encode() []byte {
@@ -252,6 +258,7 @@ func (s *State) Clear() error {
 	s.queues, s.byNum = map[string]*queueInfo{}, map[uint32]*queueInfo{}
 	s.meta, s.dueHead, s.sessionHead, s.sessionExact, s.dueKnown = meta{}, nil, nil, false, false
 	s.recent, s.recentSessions = recentSet[Task]{}, recentSet[Session]{}
+	s.cacheBytes = 0
 	return nil
 }
 
@@ -302,6 +309,9 @@ type Txn struct {
 	tasks    map[string]*Task
 	sessions map[string]*Session
 	buf      []byte // for what is copied where it goes (a record into the batch)
+	// readOnly: a read that will be discarded (BeginRead), which uses the
+	// queues' heads in memory but does not fill them.
+	readOnly bool
 }
 
 // Begin starts a transaction.
@@ -309,6 +319,15 @@ func (s *State) Begin() *Txn {
 	b := s.db.NewIndexedBatch()
 	return &Txn{s: s, b: b, r: b, meta: s.meta, dueHead: s.dueHead, sessionHead: s.sessionHead, sessionExact: s.sessionExact,
 		dueAt: s.dueAt, dueKnown: s.dueKnown, dirty: map[string]*queueInfo{}, byNum: map[uint32]*queueInfo{}}
+}
+
+// BeginRead starts a transaction that only reads and is discarded: it
+// may run beside other reads (never beside a change), so it changes
+// nothing it shares with them.
+func (s *State) BeginRead() *Txn {
+	t := s.Begin()
+	t.readOnly = true
+	return t
 }
 
 // View is a read-only transaction over a consistent snapshot of the
@@ -322,6 +341,7 @@ func (s *State) View() *Txn {
 	t.r = t.snap
 	for name, q := range s.queues {
 		c := *q
+		c.cache, c.cacheMine = nil, false // a view reads the engine only
 		t.dirty[name], t.byNum[c.num] = &c, &c
 	}
 	return t
@@ -382,6 +402,9 @@ func (t *Txn) Commit(applied uint64) error {
 	for _, q := range t.dirty {
 		if old := s.queues[q.name]; old != nil {
 			delete(s.byNum, old.num)
+			if old.cache != nil {
+				s.cacheBytes -= old.cache.bytes
+			}
 		}
 		if q.total == 0 {
 			delete(s.queues, q.name)
@@ -389,6 +412,15 @@ func (t *Txn) Commit(applied uint64) error {
 		}
 		s.queues[q.name] = q
 		s.byNum[q.num] = q
+		if q.cache != nil {
+			s.cacheBytes += q.cache.bytes
+		}
+	}
+	if s.cacheBytes > headBytes {
+		for _, q := range s.queues {
+			q.cache = nil
+		}
+		s.cacheBytes = 0
 	}
 	s.meta, s.dueHead, s.sessionHead, s.sessionExact = t.meta, t.dueHead, t.sessionHead, t.sessionExact
 	s.dueAt, s.dueKnown = t.dueAt, t.dueKnown
@@ -459,13 +491,15 @@ func (t *Txn) queue(name string, create bool) *queueInfo {
 	}
 	if q := t.s.queues[name]; q != nil {
 		c := *q
+		c.cacheMine = false
 		t.dirty[name], t.byNum[c.num] = &c, &c
 		return &c
 	}
 	if !create {
 		return nil
 	}
-	q := &queueInfo{name: name, num: t.meta.nextQueue}
+	// A new number: no claim key has it, so its head is known (empty).
+	q := &queueInfo{name: name, num: t.meta.nextQueue, cache: &headCache{complete: true, mine: true}, cacheMine: true}
 	t.meta.nextQueue++
 	t.dirty[name], t.byNum[q.num] = q, q
 	return q
@@ -718,6 +752,7 @@ func (t *Txn) index(id string, q *queueInfo, tk *Task) error {
 	if err := t.b.Set(ck, nil, nil); err != nil {
 		return err
 	}
+	t.headIndexed(q, ck, id, tk)
 	if tk.Key != "" {
 		uk := UniqueKey(t.s.shard, q.num, tk.Key)
 		if err := t.b.Set(uk, []byte(id), nil); err != nil {
@@ -763,6 +798,7 @@ func (t *Txn) unindex(group, id string, old *Task) error {
 	if err := t.b.Delete(ck, nil); err != nil {
 		return err
 	}
+	t.headUnindexed(q, ck)
 	if old.Key != "" {
 		uk := UniqueKey(t.s.shard, q.num, old.Key)
 		v, c, err := t.r.Get(uk)
@@ -823,16 +859,26 @@ func (t *Txn) ClaimableAt(queue string, clock int64, fn func(id string, tk *Task
 	if q == nil {
 		return nil
 	}
+	if ok, err := t.claimableHead(q, clock, fn); ok {
+		return err
+	}
 	from := q.head
 	if from == nil {
 		from = ClaimPrefix(t.s.shard, q.num)
 	}
+	return t.claimableDisk(q, from, clock, fn)
+}
+
+// claimableDisk is ClaimableAt through the claim index, from the key from
+// on: the queue's head (every key below it deleted), or a key past the
+// head in memory.
+func (t *Txn) claimableDisk(q *queueInfo, from []byte, clock int64, fn func(id string, tk *Task) bool) error {
 	it, err := t.r.NewIter(&pebble.IterOptions{LowerBound: ClaimPrefix(t.s.shard, q.num), UpperBound: ClaimPrefix(t.s.shard, q.num+1)})
 	if err != nil {
 		return err
 	}
 	defer it.Close()
-	first := true
+	first := q.cache == nil || len(q.cache.entries) == 0
 	for ok := it.SeekGE(from); ok; {
 		k := it.Key()
 		if first {
@@ -857,7 +903,7 @@ func (t *Txn) ClaimableAt(queue string, clock int64, fn func(id string, tk *Task
 			return err
 		}
 		if tk == nil {
-			return fmt.Errorf("ondisk: shard %d: claim key of %q has no task", t.s.shard, id)
+			return errNoTask(t, id)
 		}
 		if !fn(id, tk) {
 			return nil

@@ -99,6 +99,59 @@ func TestStateAgreesWithModel(t *testing.T) {
 	}
 }
 
+// TestStateAgreesWithModelSmallHeads runs the model with queue heads in
+// memory much shorter than the queues, so that claims run off their end,
+// fill them and fall back to the index; compare checks after every commit
+// that each head is the first keys of its queue's claim index, with their
+// records.
+func TestStateAgreesWithModelSmallHeads(t *testing.T) {
+	defer func(m, f int) { headMax, headFill = m, f }(headMax, headFill)
+	headMax, headFill = 4, 2
+	for seed := range uint64(6) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { checkAgainstModel(t, seed+100) })
+	}
+}
+
+// checkHeads fails unless every queue's head in memory is the first keys
+// of its claim index (all of them when complete), with their records.
+func checkHeads(t *testing.T, step int, s *State) {
+	t.Helper()
+	for name, q := range s.queues {
+		if q.cache == nil {
+			continue
+		}
+		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: ClaimPrefix(s.shard, q.num), UpperBound: ClaimPrefix(s.shard, q.num+1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var keys [][]byte
+		for ok := it.First(); ok; ok = it.Next() {
+			keys = append(keys, bytes.Clone(it.Key()))
+		}
+		it.Close()
+		c := q.cache
+		if len(c.entries) > len(keys) || c.complete && len(c.entries) != len(keys) {
+			t.Fatalf("step %d: head of %s: %d entries (complete %v), index %d keys", step, name, len(c.entries), c.complete, len(keys))
+		}
+		for i, e := range c.entries {
+			if !bytes.Equal(e.key, keys[i]) {
+				t.Fatalf("step %d: head of %s: entry %d is %x, index %x", step, name, i, e.key, keys[i])
+			}
+			if e.tk == nil {
+				continue
+			}
+			raw, closer, err := s.db.Get(TaskKey(s.shard, GroupOf(name), e.id))
+			if err != nil {
+				t.Fatalf("step %d: head of %s: %s: %v", step, name, e.id, err)
+			}
+			if !bytes.Equal(raw, AppendTask(nil, e.tk)) {
+				t.Fatalf("step %d: head of %s: record of %s differs from the engine's", step, name, e.id)
+			}
+			closer.Close()
+		}
+	}
+}
+
 func checkAgainstModel(t *testing.T, seed uint64) {
 	db := openMem(t)
 	s, err := Open(db, 3)
@@ -273,6 +326,7 @@ func compare(t *testing.T, step int, s *State, m *model, queues []string) {
 	if s.Clock() != m.clock {
 		t.Fatalf("step %d: clock %d, model %d", step, s.Clock(), m.clock)
 	}
+	checkHeads(t, step, s)
 	tx := s.Begin()
 	defer tx.Discard()
 	for i := range 60 {
