@@ -134,12 +134,37 @@ func openGroup(id uint32, dataDir, localID string, fsm raft.FSM, mux *Mux, t Tun
 		store.Close()
 		return nil, fmt.Errorf("group %d: %w", id, err)
 	}
+	if shared == nil {
+		// The meta group: its raft.db and vote record both gone leave
+		// nothing in the group's directory to prove it ever voted; the
+		// data directory's mark does (metaVotedMark).
+		mark := filepath.Join(dataDir, metaVotedMark)
+		if _, err := os.Stat(mark); err == nil && !proven && hold == nil {
+			log.Error("the meta group's raft.db and its vote record are both gone, yet this node's meta replica had voted ("+metaVotedMark+"): it refills from its leader and does not vote until the node is rebuilt",
+				"raft_db", path)
+			hold = newVoteHold("raft.db and its vote record are both gone, and the node's "+metaVotedMark+" mark says this replica had voted", false, log)
+		}
+		stable.mark = mark
+		if proven {
+			if err := stable.markVoted(); err != nil {
+				store.Close()
+				return nil, fmt.Errorf("group %d: %w", id, err)
+			}
+		}
+	}
 	if hold != nil {
 		hold.proven = proven
 	} else if lost && shared == nil {
 		// The meta group's log lives in the same file: what lost the
 		// term may have lost entries this replica acknowledged.
 		hold = newVoteHold("raft.db lost the term and vote this replica had persisted (restored from its vote record) and maybe Raft log entries", true, log)
+	} else if lost {
+		// A shard's log is intact in the node log: it runs normally, its
+		// vote answers watched.
+		hold = newVoteWatch("raft.db lost the term and vote this replica had persisted (restored from its vote record)", log)
+	}
+	if hold != nil && proven {
+		hold.provenTerm.Store(stable.rec.VoteTerm)
 	}
 	var logStore raft.LogStore = store
 	if shared != nil {
@@ -167,9 +192,13 @@ func openGroup(id uint32, dataDir, localID string, fsm raft.FSM, mux *Mux, t Tun
 		marked = &markerStore{FileSnapshotStore: files, dir: dir, machine: markers}
 		snaps = marked
 	}
-	if err := checkVoteKept(stable, logStore, snaps); err != nil {
-		store.Close()
-		return nil, fmt.Errorf("group %d: %s: %w", id, path, err)
+	// A replica held without a proof of its term never votes: its lost
+	// term is what checkVoteKept refuses for.
+	if hold == nil || hold.proven {
+		if err := checkVoteKept(stable, logStore, snaps); err != nil {
+			store.Close()
+			return nil, fmt.Errorf("group %d: %s: %w", id, path, err)
+		}
 	}
 	existing, err := raft.HasExistingState(logStore, stable, snaps)
 	if err != nil {

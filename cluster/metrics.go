@@ -120,7 +120,8 @@ var (
 	descMemUsed     = prometheus.NewDesc("taskstore_shard_memory_used_bytes", "What the shard's tasks take on this replica by the memory budget's count (their ids, keys, values and errors plus a fixed overhead per task); the same on every replica.", []string{"shard"}, nil)
 	descMemBudget   = prometheus.NewDesc("taskstore_shard_memory_budget_bytes", "The shard's share of this node's --memory-limit for its tasks in memory (half the limit, split between the replicas the node hosts), stamped into every write this node proposes as leader: past it, inserts are refused with RESOURCE_EXHAUSTED. Absent on disk or without a limit.", []string{"shard"}, nil)
 	descMemLimit    = prometheus.NewDesc("taskstore_memory_limit_bytes", "The memory this node may use (--memory-limit: by default the container's or cgroup's limit, else a share of the machine's memory); 0: no limit.", nil, nil)
-	shardDescList   = []*prometheus.Desc{descMemUsed, descMemBudget, descMemLimit, descShardSlots, descSlotMoves, descHealthy, descPlaced, descLeader, descTerm, descCommit, descApplied, descLogBytes, descTasks, descQueue, descQueueAge, descQueuePaused, descGossip, descDiverged, descDisagree}
+	descVoteAnswers = prometheus.NewDesc("taskstore_raft_vote_answers_after_loss_total", "Only for a replica that started after its raft.db lost its term and vote (or was damaged): the vote requests it answered since, by answer: granted, refused (by raft), held (a vote or pre-vote request refused while it was held: it had not caught up, or nothing proves its term; taskctl status shows role held). group is meta or the shard's id.", []string{"group", "answer"}, nil)
+	shardDescList   = []*prometheus.Desc{descVoteAnswers, descMemUsed, descMemBudget, descMemLimit, descShardSlots, descSlotMoves, descHealthy, descPlaced, descLeader, descTerm, descCommit, descApplied, descLogBytes, descTasks, descQueue, descQueueAge, descQueuePaused, descGossip, descDiverged, descDisagree}
 )
 
 // healthyVoters counts the voters of s's Raft configuration whose node
@@ -181,8 +182,21 @@ func (c *shardCollector) Collect(ch chan<- prometheus.Metric) {
 	members := c.n.gossip.snapshot()
 	gauge(descMemLimit, float64(max(c.n.cfg.MemoryLimit, 0)))
 	budget := c.n.shardBudgetBytes()
+	votes := func(h *voteHold, group string) {
+		if h == nil {
+			return
+		}
+		granted, refused, held := h.VoteAnswers()
+		ch <- prometheus.MustNewConstMetric(descVoteAnswers, prometheus.CounterValue, float64(granted), group, "granted")
+		ch <- prometheus.MustNewConstMetric(descVoteAnswers, prometheus.CounterValue, float64(refused), group, "refused")
+		ch <- prometheus.MustNewConstMetric(descVoteAnswers, prometheus.CounterValue, float64(held), group, "held")
+	}
+	if c.n.metaGroup != nil {
+		votes(c.n.metaGroup.hold, "meta")
+	}
 	for _, s := range local {
 		label := shardLabel(s.id)
+		votes(s.g.hold, label)
 		gauge(descDiverged, 0, label)
 		v := 0.0
 		if disagree[s.id] {

@@ -123,6 +123,50 @@ type keptStable struct {
 	dir string
 	mu  sync.Mutex
 	rec voteRecord
+	// mark, for the meta group, is the data directory's metaVotedMark,
+	// written once with the first vote record; "" once written.
+	mark string
+}
+
+// metaVotedMark is a file in the data directory (outside meta/) that says
+// the node's meta replica has had a term: a meta raft.db and vote record
+// both gone are otherwise a new replica, which would vote (and could vote
+// twice in a term, or elect a leader missing entries it acknowledged).
+const metaVotedMark = "meta-voted"
+
+// markVoted writes the mark if it is not there yet (synced, with its
+// directory). The caller holds k.mu or owns k.
+func (k *keptStable) markVoted() error {
+	if k.mark == "" {
+		return nil
+	}
+	if _, err := os.Stat(k.mark); err == nil {
+		k.mark = ""
+		return nil
+	}
+	f, err := os.OpenFile(k.mark, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", k.mark, err)
+	}
+	_, err = f.WriteString("this node's meta replica has voted: do not delete this file alone (docs/operations.md)\n")
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		var d *os.File
+		if d, err = os.Open(filepath.Dir(k.mark)); err == nil {
+			err = d.Sync()
+			d.Close()
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("write %s: %w", k.mark, err)
+	}
+	k.mark = ""
+	return nil
 }
 
 func (k *keptStable) keep(update func(*voteRecord)) error {
@@ -134,7 +178,7 @@ func (k *keptStable) keep(update func(*voteRecord)) error {
 		return fmt.Errorf("write the vote record: %w", err)
 	}
 	k.rec = next
-	return nil
+	return k.markVoted()
 }
 
 func (k *keptStable) Set(key, val []byte) error {
@@ -193,6 +237,14 @@ func restoreTerms(s raft.StableStore, rec voteRecord) (bool, error) {
 // committed when it first heard from it. Without a vote record proving
 // its term (proven false), the hold stays until the replica is rebuilt: a
 // term it may have voted in is unknown.
+//
+// A replica that lost its stable store keeps the filter for as long as the
+// process runs, held or not, and it counts and logs (INFO) every vote
+// request it answers, with the term: the evidence that it never granted a
+// vote while held, nor in a term at or below the one its record proves
+// (Status: taskstore_raft_vote_answers_after_loss_total). Such replicas
+// are rare, and so are elections: the log stays quiet otherwise, and the
+// groups that lost nothing keep raft's transport unfiltered.
 type voteHold struct {
 	reason string
 	proven bool
@@ -202,12 +254,49 @@ type voteHold struct {
 	held   atomic.Bool
 	target atomic.Uint64 // leader's commit index at first contact; 0: none yet
 	done   chan struct{}
+
+	provenTerm atomic.Uint64 // the vote term the record proved at start; 0: none
+	// Vote requests answered since the start: granted, refused by raft,
+	// refused by the hold.
+	granted, refused, heldRefused atomic.Uint64
 }
 
 func newVoteHold(reason string, proven bool, log *slog.Logger) *voteHold {
 	h := &voteHold{reason: reason, proven: proven, log: log, done: make(chan struct{})}
 	h.held.Store(true)
 	return h
+}
+
+// newVoteWatch is a voteHold that never holds: a shard's replica whose
+// raft.db lost its term and vote and got them back from its record runs
+// normally (its log is intact in the node log), and its vote answers are
+// only counted and logged.
+func newVoteWatch(reason string, log *slog.Logger) *voteHold {
+	return &voteHold{reason: reason, proven: true, log: log, done: make(chan struct{})}
+}
+
+// VoteAnswers counts the vote requests the replica answered since it
+// started after losing its stable store: granted, refused by raft, and
+// refused because it was held (pre-votes included: raft asks for them
+// before an election, and a held replica refuses those too).
+func (h *voteHold) VoteAnswers() (granted, refused, held uint64) {
+	if h == nil {
+		return 0, 0, 0
+	}
+	return h.granted.Load(), h.refused.Load(), h.heldRefused.Load()
+}
+
+// answered records raft's answer to a vote request.
+func (h *voteHold) answered(req *raft.RequestVoteRequest, resp raft.RPCResponse) {
+	r, ok := resp.Response.(*raft.RequestVoteResponse)
+	granted := ok && resp.Error == nil && r.Granted
+	if granted {
+		h.granted.Add(1)
+	} else {
+		h.refused.Add(1)
+	}
+	h.log.Info("answered a vote request after losing its stable store", "term", req.Term, "candidate", string(req.ID),
+		"granted", granted, "held", false, "proven_vote_term", h.provenTerm.Load(), "leadership_transfer", req.LeadershipTransfer)
 }
 
 // Held reports why the replica does not vote, or "" when it does.
@@ -256,9 +345,15 @@ func (h *voteHold) filter(in <-chan raft.RPC) <-chan raft.RPC {
 			if h.held.Load() {
 				switch req := rpc.Command.(type) {
 				case *raft.RequestVoteRequest:
+					h.heldRefused.Add(1)
+					h.log.Info("answered a vote request after losing its stable store", "term", req.Term, "candidate", string(req.ID),
+						"granted", false, "held", true, "proven_vote_term", h.provenTerm.Load(), "leadership_transfer", req.LeadershipTransfer)
 					rpc.Respond(&raft.RequestVoteResponse{RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax}, Term: req.Term}, nil)
 					continue
 				case *raft.RequestPreVoteRequest:
+					h.heldRefused.Add(1)
+					h.log.Info("answered a pre-vote request after losing its stable store", "term", req.Term, "candidate", string(req.ID),
+						"granted", false, "held", true, "proven_vote_term", h.provenTerm.Load())
 					rpc.Respond(&raft.RequestPreVoteResponse{RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax}, Term: req.Term}, nil)
 					continue
 				case *raft.AppendEntriesRequest:
@@ -266,6 +361,19 @@ func (h *voteHold) filter(in <-chan raft.RPC) <-chan raft.RPC {
 						h.target.CompareAndSwap(0, req.LeaderCommitIndex)
 					}
 				}
+			} else if req, ok := rpc.Command.(*raft.RequestVoteRequest); ok {
+				// See raft's answer: NetworkTransport waits on a channel
+				// of one, so handing the answer on never blocks.
+				orig, mine := rpc.RespChan, make(chan raft.RPCResponse, 1)
+				rpc.RespChan = mine
+				go func() {
+					select {
+					case resp := <-mine:
+						h.answered(req, resp)
+						orig <- resp
+					case <-h.done:
+					}
+				}()
 			}
 			select {
 			case out <- rpc:

@@ -246,3 +246,106 @@ func TestMetaRaftDBCutToHalfProcesses(t *testing.T) {
 		t.Fatal("SIGBUS")
 	}
 }
+
+// TestMetaRaftDBAndVoteRecordBothGone: a stopped node's meta/raft.db
+// emptied and its meta/vote removed left nothing in meta/ to say the
+// replica had ever voted: it started as a new replica, bootstrapped from
+// --initial-cluster, and would vote in any term (twice in one, or for a
+// candidate missing entries it had acknowledged). The data directory's
+// meta-voted mark says it had: the replica refills from its leader, stays
+// held (taskctl status) for good, and refuses the votes of real
+// elections; the meta group elects its leaders without it.
+func TestMetaRaftDBAndVoteRecordBothGone(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	pc := harness.StartProcesses(t, 5, "--raft-timeout-scale", "1")
+	pc.WaitReady(90 * time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	bad := pc.Nodes[4]
+	bad.Stop()
+	if _, err := os.Stat(filepath.Join(bad.DataDir(), "meta-voted")); err != nil {
+		t.Fatalf("no meta-voted mark: %v", err)
+	}
+	if err := os.Truncate(filepath.Join(bad.DataDir(), "meta", "raft.db"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(bad.DataDir(), "meta", "vote")); err != nil {
+		t.Fatal(err)
+	}
+	if err := bad.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pc.WaitReady(90 * time.Second)
+	// It follows (it has the map) but stays held.
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		m := metaStatus(ctx, t, bad.Addr)
+		if m.Leader != "" && m.ReplicaStatus[0].GetLag() == 0 && m.ReplicaStatus[0].GetAppliedIndex() > 0 {
+			if role := m.ReplicaStatus[0].GetRole(); role != "held" {
+				t.Fatalf("%s's meta replica is %q after losing raft.db and its vote record, want held", bad.ID, role)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s's meta replica never followed: %v", bad.ID, m)
+		}
+	}
+	// Ten real meta elections: the leader paused until another leads.
+	healthy := pc.Nodes[:4]
+	for e := 0; e < 10; e++ {
+		m := metaStatus(ctx, t, healthy[e%4].Addr)
+		lead := pc.Node(m.Leader)
+		if lead == nil || lead == bad {
+			t.Fatalf("meta leader %q", m.Leader)
+		}
+		lead.Pause()
+		var watcher *harness.Process
+		for _, p := range healthy {
+			if p != lead {
+				watcher = p
+				break
+			}
+		}
+		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			if w := metaStatus(ctx, t, watcher.Addr); w.Leader != "" && w.Leader != lead.ID && w.Term > m.Term {
+				break
+			}
+			if time.Now().After(deadline) {
+				lead.Resume()
+				t.Fatalf("election %d: no new meta leader", e+1)
+			}
+		}
+		lead.Resume()
+		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			if l := metaStatus(ctx, t, lead.Addr); l.Term > m.Term && l.Leader != "" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s did not follow after its pause", lead.ID)
+			}
+		}
+	}
+	answers, _ := voteAnswers(t, bad.Log)
+	held := 0
+	for _, a := range answers {
+		if a.group == "meta" && !a.held {
+			t.Errorf("line %d: meta vote request answered unheld (granted %v) in term %d", a.line, a.granted, a.term)
+		}
+		if a.held {
+			held++
+		}
+	}
+	if held < 10 {
+		t.Errorf("%s refused %d vote requests across 10 elections, want every election to ask it", bad.ID, held)
+	}
+	m := metaStatus(ctx, t, bad.Addr)
+	if m.ReplicaStatus[0].GetRole() != "held" || !strings.Contains(m.ReplicaStatus[0].GetDivergence().GetDamaged(), "until rebuilt") {
+		t.Errorf("%s's meta replica after the elections: %v", bad.ID, m.ReplicaStatus[0])
+	}
+	t.Logf("%s refused %d vote and pre-vote requests across 10 meta elections, held: %s", bad.ID, held, m.ReplicaStatus[0].GetDivergence().GetDamaged())
+	log, _ := os.ReadFile(bad.Log)
+	if !strings.Contains(string(log), "vote record are both gone") {
+		t.Errorf("%s did not say its raft.db and vote record are both gone", bad.ID)
+	}
+}
