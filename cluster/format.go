@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -14,8 +15,11 @@ import (
 // local shard.
 func (n *Node) formatLoop() {
 	every := n.cfg.Tuning.FormatEvery
-	if every <= 0 {
+	if every == 0 {
 		every = DefaultTuning().FormatEvery
+	}
+	if every < 0 {
+		return // raised by hand only (tests of an upgrade)
 	}
 	for n.sleep(every) {
 		for _, s := range n.LocalShards() {
@@ -40,17 +44,8 @@ func (n *Node) RaiseFormat(ctx context.Context, s *Shard) (bool, error) {
 	if !s.IsLeader() || s.machine.Format() >= target {
 		return false, nil
 	}
-	f := s.g.raft.GetConfiguration()
-	if err := f.Error(); err != nil {
+	if ok, err := n.replicasApply(ctx, s, target); !ok || err != nil {
 		return false, err
-	}
-	for _, srv := range f.Configuration().Servers {
-		if string(srv.ID) == n.cfg.ID {
-			continue
-		}
-		if !n.appliesFormat(ctx, srv, target) {
-			return false, nil
-		}
 	}
 	if _, err := s.Propose(ctx, fsm.SetFormatCommand(target)); err != nil {
 		return false, err
@@ -72,4 +67,61 @@ func (n *Node) maxStateFormat() uint32 {
 func (n *Node) appliesFormat(ctx context.Context, srv raft.Server, f uint32) bool {
 	r := n.askReport(ctx, string(srv.Address))
 	return r.GetNode() == string(srv.ID) && r.GetMaxStateFormat() >= f
+}
+
+// replicasApply reports whether every other replica of the shard's group,
+// voter or not, runs a binary that applies format f.
+func (n *Node) replicasApply(ctx context.Context, s *Shard, f uint32) (bool, error) {
+	c := s.g.raft.GetConfiguration()
+	if err := c.Error(); err != nil {
+		return false, err
+	}
+	for _, srv := range c.Configuration().Servers {
+		if string(srv.ID) == n.cfg.ID {
+			continue
+		}
+		if !n.appliesFormat(ctx, srv, f) {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// raiseFormatOnElection raises the format of a shard that holds no task
+// yet, as its newly elected leader and before it serves a request: a
+// cluster (or shard) bootstrapped by this binary then follows the newest
+// format's rules from its first request (ids unique per consistency group,
+// not per shard) rather than from formatLoop's next look, about a second
+// later. The same check as RaiseFormat guards it: every replica's binary
+// must apply the format, so a rolling upgrade still waits for its last
+// node. A replica that does not answer within a second leaves the raise
+// to formatLoop. Tuning.FormatEvery < 0 turns it off with the loop.
+func (n *Node) raiseFormatOnElection(s *Shard) {
+	target := n.maxStateFormat()
+	if n.cfg.Tuning.FormatEvery < 0 || s.machine.Format() >= target || s.machine.TaskCount() > 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if ok, err := n.replicasApply(ctx, s, target); !ok || err != nil {
+		return
+	}
+	cmd := fsm.SetFormatCommand(target)
+	cmd.Now = s.Now()
+	data, err := fsm.EncodeCommand(cmd)
+	if err != nil {
+		n.log.Warn("raise a new shard's state format", "shard", s.id, "err", err)
+		return
+	}
+	// Not through Propose: the leader is not ready for requests yet, and
+	// this entry is what it commits before it is.
+	err, stopped := awaitFuture(ctx, s.stop, s.g.raft.Apply(data, time.Second))
+	if stopped != nil {
+		return
+	}
+	if err != nil {
+		n.log.Debug("raise a new shard's state format on election", "shard", s.id, "err", err)
+		return
+	}
+	n.log.Info("raised a new shard's state format before serving: every replica's binary applies it", "shard", s.id, "format", target)
 }

@@ -25,7 +25,7 @@ import (
 // its own queue.
 func TestRaiseFormatAfterUpgrade(t *testing.T) {
 	c := harness.Start(t, 3, harness.Options{Shards: 1, Scale: raceScale, Tune: func(tu *cluster.Tuning) {
-		tu.FormatEvery = time.Hour // the test raises it by hand
+		tu.FormatEvery = -1 // the test raises it by hand
 	}})
 	c.WaitReady()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -112,5 +112,33 @@ func TestRaiseFormatAfterUpgrade(t *testing.T) {
 	got, err = c.TaskStore("alpha/q").Tasks(ctx, &taskstorepb.TasksRequest{Ids: []string{"same-id"}, Shard: shard})
 	if err != nil || len(got.Tasks) != 1 || got.Tasks[0].Queue != "alpha/q" || string(got.Tasks[0].Value) != "alpha/q" {
 		t.Fatalf("after deleting beta's: %v (%v), want alpha's alone", got.GetTasks(), err)
+	}
+}
+
+// A cluster bootstrapped by this binary follows the newest format from its
+// first request: as soon as a shard has a leader, two consistency groups
+// on it may each hold a task with the same id. The loop that raises
+// formats looks only every hour here, so only the raise on election can
+// make it.
+func TestNewClusterStartsAtNewestFormat(t *testing.T) {
+	c := harness.Start(t, 3, harness.Options{Shards: 1, Scale: raceScale, Tune: func(tu *cluster.Tuning) {
+		tu.FormatEvery = time.Hour
+	}})
+	c.WaitReady()
+	const shard = 1
+	l := c.Leader(shard)
+	if l < 0 {
+		t.Fatal("no leader after WaitReady")
+	}
+	if f := c.Nodes[l].Server().Node.Shard(shard).Machine().Format(); f != fsm.MaxFormat {
+		t.Fatalf("a new cluster's shard leads at state format %d, want %d", f, fsm.MaxFormat)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for _, queue := range []string{"alpha/q", "beta/q"} {
+		if _, err := c.TaskStore(queue).Modify(ctx, &taskstorepb.ModifyRequest{
+			Inserts: []*taskstorepb.TaskInsert{{Id: "same-id", Queue: queue}}}); err != nil {
+			t.Fatalf("insert same-id into %s: %v", queue, err)
+		}
 	}
 }

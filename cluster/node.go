@@ -431,6 +431,7 @@ func (n *Node) openShard(id uint32) (*Shard, error) {
 	}
 	s.leaderHint = n.leaderHint
 	s.mayNotLead = n.mayNotLead
+	s.beforeReady = func() { n.raiseFormatOnElection(s) }
 	s.budget = n.shardBudget
 	label := shardLabel(id)
 	s.applySeconds = n.metrics.applySeconds.WithLabelValues(label)

@@ -46,6 +46,9 @@ type Shard struct {
 	logBase [2]uint64
 	// leaderHint resolves a leader id to its gRPC address through the map.
 	leaderHint func(shard uint32, id raft.ServerID, addr raft.ServerAddress) *NotLeaderError
+	// beforeReady runs once the leader's post-election barrier returned
+	// and before it serves its first request (nil: nothing to do).
+	beforeReady func()
 	// budget is the memory budget this replica stamps, as leader, into
 	// the Modifies it proposes (nil func or result: none; memory.go).
 	budget func() *fsmpb.MemoryBudget
@@ -150,6 +153,9 @@ func (s *Shard) watchLeadership() {
 			}
 			// The barrier proves the log applied up to this term's start
 			// only if the term did not change while it ran.
+			if s.beforeReady != nil && s.g.raft.State() == raft.Leader && s.g.raft.CurrentTerm() == term {
+				s.beforeReady()
+			}
 			if s.g.raft.State() == raft.Leader && s.g.raft.CurrentTerm() == term {
 				s.readyTerm.Store(term)
 				s.leaderChanges.Inc()

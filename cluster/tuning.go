@@ -35,7 +35,8 @@ type Tuning struct {
 	MinFreeDisk    int64
 	DiskCheckEvery time.Duration
 	// FormatEvery is how often a leader looks for a shard whose state
-	// format it can raise (format.go).
+	// format it can raise (format.go); 0 is the default, and < 0 raises
+	// none by itself (nor a new shard's on election): tests raise by hand.
 	FormatEvery time.Duration
 }
 
