@@ -32,8 +32,8 @@ type ShardCopy struct {
 // read barrier: it is a linearizable read, so it holds every write
 // acknowledged before the call. The copy holds the state machine's lock
 // only while it takes a view (the on-disk store: an engine snapshot; in
-// memory: the pointers to the immutable task versions); the stream is
-// written from that view while writes go on.
+// memory: a copy-on-write clone of its trees, a step per queue); the
+// stream is written from that view while writes go on.
 func (n *Node) BackupShard(ctx context.Context, id uint32) (*ShardCopy, error) {
 	if id == MetaGroupID {
 		return nil, fmt.Errorf("%w: shard 0 is the cluster map (BackupMap)", ErrInvalidRequest)

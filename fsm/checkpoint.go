@@ -51,20 +51,21 @@ func crossesCheckpoint(before, after int64) bool {
 }
 
 // checkpointLocked starts a checkpoint of the state as it is now, at index.
-// The caller holds m.mu for writing; the pointer snapshot is taken here and
-// the digest computed on another goroutine.
+// The caller holds m.mu for writing; the view (viewSnapshot) is taken here and
+// the digest computed from it on another goroutine.
 func (m *Machine) checkpointLocked(index uint64) {
 	if d, ok := m.st.store.(*diskStore); ok {
 		m.checkpointOnDisk(d, index)
 		return
 	}
-	snap := m.st.snapshot()
+	snap := m.st.viewSnapshot()
 	m.cp.mu.Lock()
 	gen := m.cp.gen
 	m.cp.mu.Unlock()
 	m.cp.wg.Add(1)
 	go func() {
 		defer m.cp.wg.Done()
+		snap.materialize()
 		d := digestOf(snap)
 		m.cp.add(gen, Checkpoint{Index: index, Clock: snap.clock, Digest: d})
 	}()

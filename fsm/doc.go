@@ -106,11 +106,13 @@ users; DESIGN.md §1 is the contract.
 
  15. Checkpoints. After an entry that moves the clock into a new
     CheckpointEvery bucket (one minute of log time), the machine takes a
-    pointer snapshot right there (mid-batch if need be) and hashes it like
+    view of the state right there (mid-batch if need be) and hashes it like
     Digest on another goroutine; Checkpoints lists the last 16 completed.
     Only the log decides where checkpoints fall, so replicas compare them
-    at equal indexes to find one that diverged (issue 22; cluster/DESIGN.md).
-    The pointer snapshot costs O(tasks) under the lock once a minute.
+    at equal indexes to find one that diverged (cluster/DESIGN.md). In
+    memory the view is a copy-on-write clone of the store's trees
+    (memStore.view: a step per queue under the lock, not per task); Raft
+    snapshots and backups take the same view.
 
  16. Formats. The state carries a format number (format.go) that some rules
     read, like the clock: from FormatGroupIDs on, a task id is unique per

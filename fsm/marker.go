@@ -114,7 +114,7 @@ func (m *Machine) FullSnapshot() (raft.FSMSnapshot, error) {
 	if d, ok := m.st.store.(*diskStore); ok {
 		return d.snapshot(m.st)
 	}
-	return m.st.snapshot(), nil
+	return m.st.viewSnapshot(), nil
 }
 
 // SnapshotInfo reports the applied index and the task count of a snapshot
@@ -165,7 +165,7 @@ func (m *Machine) BackupSnapshot() (raft.FSMSnapshot, error) {
 	defer m.mu.RUnlock()
 	d, ok := m.st.store.(*diskStore)
 	if !ok {
-		return m.st.snapshot(), nil
+		return m.st.viewSnapshot(), nil
 	}
 	snap, err := d.snapshot(m.st)
 	if err != nil {

@@ -1,6 +1,8 @@
 package fsm
 
 import (
+	"sync"
+
 	"github.com/google/btree"
 
 	"github.com/e1158ecb/taskstore/fsm/fsmpb"
@@ -24,6 +26,80 @@ type memStore struct {
 	sessionSize   uint64                  // sum of the sessions' sizes
 	reserved      map[queueKey]*reservation
 	reservedOrder *btree.BTreeG[*reservation] // soonest end first
+	// cloneMu serialises view: a btree's Clone changes the tree it
+	// clones (its copy-on-write context), and snapshots are taken under
+	// the machine's read lock, several at once.
+	cloneMu sync.Mutex
+}
+
+// memView is a copy of the store's ordered trees that the store's changes
+// do not reach: each queue's claim order (queues by name), the sessions
+// and the reservations. Taking it costs a step per queue, not per task:
+// google/btree's Clone shares the tree's nodes, and whichever side changes
+// a shared node first copies it (so the store's next writes pay a node
+// copy each, once, along the paths they touch). The view is read while
+// the store goes on changing, and needs no release: the garbage collector
+// takes the nodes only it holds.
+type memView struct {
+	queues   []*btree.BTreeG[*task]
+	sessions *btree.BTreeG[*session]
+	reserved *btree.BTreeG[*reservation]
+	ntasks   int
+}
+
+// view takes a memView. The caller holds the machine's lock (read or
+// write): no change runs meanwhile.
+func (s *memStore) view() *memView {
+	s.cloneMu.Lock()
+	defer s.cloneMu.Unlock()
+	v := &memView{queues: make([]*btree.BTreeG[*task], 0, len(s.queues))}
+	s.names.Ascend(func(q *queue) bool {
+		if q.byClaim.Len() > 0 {
+			v.queues = append(v.queues, q.byClaim.Clone())
+			v.ntasks += q.byClaim.Len()
+		}
+		return true
+	})
+	v.sessions = s.sessionOrder.Clone()
+	v.reserved = s.reservedOrder.Clone()
+	return v
+}
+
+// stream is the view as a snapshot's records, in the order state.snapshot
+// lists them.
+func (v *memView) stream() *snapshotStream {
+	return &snapshotStream{
+		tasks: uint64(v.ntasks), sessions: uint64(v.sessions.Len()), reserved: uint64(v.reserved.Len()),
+		eachTask: func(fn func(*task) error) error {
+			var err error
+			for _, q := range v.queues {
+				q.Ascend(func(t *task) bool {
+					err = fn(t)
+					return err == nil
+				})
+				if err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+		eachSession: func(fn func(*session) error) error {
+			var err error
+			v.sessions.Ascend(func(ss *session) bool {
+				err = fn(ss)
+				return err == nil
+			})
+			return err
+		},
+		eachReserved: func(fn func(*reservation) error) error {
+			var err error
+			v.reserved.Ascend(func(r *reservation) bool {
+				err = fn(r)
+				return err == nil
+			})
+			return err
+		},
+	}
 }
 
 var _ store = (*memStore)(nil)

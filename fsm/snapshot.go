@@ -97,7 +97,37 @@ func (m *Machine) Snapshot() (raft.FSMSnapshot, error) {
 		}
 		return d.snapshot(m.st)
 	}
-	return m.st.snapshot(), nil
+	return m.st.viewSnapshot(), nil
+}
+
+// viewSnapshot is snapshot without the walk of every task under the
+// caller's lock: a store in memory gives a copy-on-write view of its trees
+// (memStore.view), which the snapshot's stream reads afterwards while
+// entries go on applying. The lock is held a step per queue, not per task.
+func (s *state) viewSnapshot() *snapshot {
+	ms, ok := s.store.(*memStore)
+	if !ok {
+		return s.snapshot()
+	}
+	snap := s.smallSnapshot()
+	snap.stream = ms.view().stream()
+	return snap
+}
+
+// materialize turns a streamed snapshot of memory (viewSnapshot) into
+// one with slices, as snapshot makes, off the caller's lock.
+func (s *snapshot) materialize() {
+	if s.stream == nil || s.stream.view != nil {
+		return
+	}
+	tasks, sessions, reserved := s.counts()
+	s.tasks = make([]*task, 0, tasks)
+	s.sessions = make([]*session, 0, sessions)
+	s.reserved = make([]*reservation, 0, reserved)
+	_ = s.stream.eachTask(func(t *task) error { s.tasks = append(s.tasks, t); return nil })
+	_ = s.stream.eachSession(func(ss *session) error { s.sessions = append(s.sessions, ss); return nil })
+	_ = s.stream.eachReserved(func(r *reservation) error { s.reserved = append(s.reserved, r); return nil })
+	s.stream = nil
 }
 
 func (s *state) snapshot() *snapshot {
