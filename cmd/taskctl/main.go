@@ -105,7 +105,32 @@ every request as it is.`,
 		pf.Lookup(flag).Usage += " (env " + env + ")"
 	}
 	root.AddCommand(a.statusCmd(), a.nodeCmd(), a.shardCmd(), a.slotCmd(), a.queueCmd(), a.scheduleCmd(), a.taskCmd(), a.backupCmd(), a.certCmd())
+	refuseUnknownSubcommands(root)
 	return root
+}
+
+// refuseUnknownSubcommands makes every command group (queue, shard, ...)
+// fail on a subcommand it does not have: cobra refuses one only at the
+// root, and below it printed the group's help and exited 0, so a typo in a
+// script went unnoticed. The group alone still prints its help.
+func refuseUnknownSubcommands(cmd *cobra.Command) {
+	for _, sub := range cmd.Commands() {
+		refuseUnknownSubcommands(sub)
+	}
+	if !cmd.HasParent() || !cmd.HasSubCommands() || cmd.Runnable() {
+		return
+	}
+	cmd.SuggestionsMinimumDistance = 2
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return cmd.Help()
+		}
+		msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+		if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+			msg += "; did you mean " + strings.Join(s, " or ") + "?"
+		}
+		return fmt.Errorf("%s (see %s --help)", msg, cmd.CommandPath())
+	}
 }
 
 // withClient dials the cluster and runs fn with a context bounded by

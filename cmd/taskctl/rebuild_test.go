@@ -71,3 +71,20 @@ func TestCurrentNodesLeaveOutRemoved(t *testing.T) {
 		t.Fatalf("node list --help lacks --all:\n%s", r.stdout)
 	}
 }
+
+// An unknown subcommand of a group fails (exit 1) and says so; the group
+// alone prints its help.
+func TestUnknownSubcommandFails(t *testing.T) {
+	for _, args := range [][]string{{"queue", "frob"}, {"shard", "lst"}, {"task", "frob", "x"}} {
+		r := runOffline(t, args...)
+		if r.code == 0 || !strings.Contains(r.stderr, "unknown command \""+args[1]+"\"") {
+			t.Errorf("taskctl %v: %+v", args, r)
+		}
+	}
+	if r := runOffline(t, "shard", "lst"); !strings.Contains(r.stderr, "did you mean list?") {
+		t.Errorf("taskctl shard lst suggests nothing: %+v", r)
+	}
+	if r := runOffline(t, "queue"); r.code != 0 || !strings.Contains(r.stdout, "Available Commands") {
+		t.Errorf("taskctl queue: %+v", r)
+	}
+}
