@@ -1,4 +1,5 @@
-# Taskstore. `make run` starts a local 3-node cluster; `make test` runs the checks CI runs.
+# Taskstore. `make run` starts a local 3-node cluster; `make test` runs the quick
+# checks (minutes); `make test-full` runs every test CI runs (.ci/run calls it).
 GO        ?= go
 BIN       := bin
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
@@ -8,7 +9,7 @@ FUZZTIME  ?= 10s
 # staticcheck's version is pinned here; `go run` fetches it through the module proxy.
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build run test fmt-check vet staticcheck race fuzz-short fuzz proto clean certs
+.PHONY: all build run test test-full unit fmt-check vet staticcheck race fuzz-short fuzz proto clean certs
 
 all: build
 
@@ -21,8 +22,16 @@ build:
 run: build
 	$(BIN)/taskstored dev
 
-## test: gofmt, vet, staticcheck, race tests, brief fuzzing
-test: fmt-check vet staticcheck race fuzz-short
+## test: the quick check before a commit: gofmt, vet, staticcheck, and every
+##       package's tests with -short and without -race: the long end-to-end
+##       scenarios (real processes killed and restarted, node and shard moves,
+##       damaged files) skip. Each package's fuzz seeds still run as tests.
+## test-full: what CI runs (.ci/run): the same checks, every test with -race
+##       (-short not set), the state machine's tests again on the on-disk
+##       store, and brief fuzzing of each fuzz target (about 25 minutes on 2 cores).
+test: fmt-check vet staticcheck unit
+
+test-full: fmt-check vet staticcheck race fuzz-short
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); \
@@ -33,6 +42,9 @@ vet:
 
 staticcheck:
 	$(GO) run $(STATICCHECK) $(PKGS)
+
+unit: build
+	TASKSTORE_BIN=$(CURDIR)/$(BIN) $(GO) test -short -count=1 -p 1 -timeout 20m $(PKGS)
 
 # -p 1: one package at a time. Every package starts real Raft clusters; on
 # two cores, several at once under -race starve heartbeats into elections.
