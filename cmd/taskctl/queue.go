@@ -313,12 +313,10 @@ func emptyClaimHint(ctx context.Context, c *client.Client, queues []string) stri
 			return ""
 		}
 		for _, q := range qs {
-			switch {
-			case q.Name != name:
-			case q.Paused:
-				why = append(why, fmt.Sprintf("%s is paused (taskctl queue resume %s)", name, name))
-			case q.MaxClaimed > 0 && q.Claimed >= uint64(q.MaxClaimed):
-				why = append(why, fmt.Sprintf("%s has %d claimed, its limit (taskctl queue limit)", name, q.Claimed))
+			if q.Name == name {
+				if w := queueHint(q); w != "" {
+					why = append(why, w)
+				}
 			}
 		}
 	}
@@ -326,6 +324,22 @@ func emptyClaimHint(ctx context.Context, c *client.Client, queues []string) stri
 		return ""
 	}
 	return ": " + strings.Join(why, "; ")
+}
+
+// queueHint says why a claim of q finds nothing although it may hold
+// available tasks: paused, or at (or, after a lowered limit, over) its
+// concurrency limit; "" when neither.
+func queueHint(q *taskstorepb.QueueStats) string {
+	switch {
+	case q.Paused:
+		return fmt.Sprintf("%s is paused (taskctl queue resume %s)", q.Name, q.Name)
+	case q.MaxClaimed > 0 && q.Claimed > uint64(q.MaxClaimed):
+		return fmt.Sprintf("%s has %d claimed, over its limit of %d (lowered since): none is claimed until fewer than %d are (taskctl queue limit)",
+			q.Name, q.Claimed, q.MaxClaimed, q.MaxClaimed)
+	case q.MaxClaimed > 0 && q.Claimed == uint64(q.MaxClaimed):
+		return fmt.Sprintf("%s has %d claimed, its limit of %d (taskctl queue limit)", q.Name, q.Claimed, q.MaxClaimed)
+	}
+	return ""
 }
 
 // pausedWord is how tables show a queue's pause.

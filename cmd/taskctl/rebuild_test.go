@@ -88,3 +88,22 @@ func TestUnknownSubcommandFails(t *testing.T) {
 		t.Errorf("taskctl queue: %+v", r)
 	}
 }
+
+// Why a claim found nothing names the queue's own numbers: at its limit,
+// or over a limit lowered below what was claimed.
+func TestQueueHintSaysTheLimit(t *testing.T) {
+	for _, c := range []struct {
+		q    *taskstorepb.QueueStats
+		want string
+	}{
+		{&taskstorepb.QueueStats{Name: "a/q", Claimed: 1, MaxClaimed: 1}, "a/q has 1 claimed, its limit of 1 "},
+		{&taskstorepb.QueueStats{Name: "a/q", Claimed: 2, MaxClaimed: 1}, "a/q has 2 claimed, over its limit of 1 "},
+		{&taskstorepb.QueueStats{Name: "a/q", Paused: true, Claimed: 2, MaxClaimed: 1}, "a/q is paused"},
+		{&taskstorepb.QueueStats{Name: "a/q", Claimed: 1, MaxClaimed: 2}, ""},
+	} {
+		got := queueHint(c.q)
+		if (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
+			t.Errorf("%v: %q, want %q", c.q, got, c.want)
+		}
+	}
+}
