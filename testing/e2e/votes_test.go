@@ -73,7 +73,10 @@ func metaStatus(ctx context.Context, t *testing.T, addr string) *taskstorepb.Sha
 // The test plays the candidate of 50 elections in the term the node had
 // voted in (flagged as a leadership transfer, so that the node's knowing a
 // leader does not refuse them on its own), from the moment it is back
-// until well after it caught up, and wants 0 votes granted.
+// until well after it caught up, and wants 0 votes granted. Real
+// elections cannot ask for a vote in a term the cluster has left (a
+// delayed or duplicated request can), so this plays them;
+// TestLostStableStoreRealElections holds real ones.
 func TestEmptiedMetaRaftDBNeverVotesTwice(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")

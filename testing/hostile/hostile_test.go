@@ -500,11 +500,12 @@ func TestQueueNamesRefusedAlike(t *testing.T) {
 // (ModifyResponse.same_as): the answer is about 1 MiB from a node and from
 // a proxy, on a replay too, the Go client still sees 60 full tasks, the
 // proxy's peak memory grows by at most 100 MiB under six such requests at
-// once, and no shard changes leader.
+// once, and no shard changes leader, even with large batches (7 MiB
+// requests of 1 MiB values) written meanwhile.
 func TestIfAbsentRepeatsAnswerOnce(t *testing.T) {
 	s := startSecured(t)
 	p := s.startProxy(t, "--auth-tokens", s.sec.Dir+"/tokens")
-	ctx := ctxT(t, 120*time.Second)
+	ctx := ctxT(t, 240*time.Second)
 	admin := s.dial(t, s.pc.Endpoints(), false, "admin", "")
 	value := make([]byte, 1<<20)
 	holder, err := admin.Insert(ctx, "amp/q", value, client.WithKey("k"))
@@ -598,11 +599,32 @@ func TestIfAbsentRepeatsAnswerOnce(t *testing.T) {
 	}
 
 	before := peakRSS(t, p.Pid())
+	lostBefore := lostLeadership(t, s.pc)
 	errs := make(chan error, 6)
 	for i := range 6 {
 		go func() {
 			_, err := stub(p.Addr).Modify(ctx, req(100*uint64(i+1))) // a session each: they race
 			errs <- err
+		}()
+	}
+	// Meanwhile, large batches: writers of 7 MiB requests (seven 1 MiB
+	// values, near the 8 MiB request limit), whose entries the leaders
+	// replicate while they answer the six.
+	const writers, rounds, perBatch = 4, 4, 7
+	batchErrs := make(chan error, writers)
+	for w := range writers {
+		go func() {
+			for r := range rounds {
+				ins := make([]*taskstorepb.TaskInsert, perBatch)
+				for i := range ins {
+					ins[i] = &taskstorepb.TaskInsert{Queue: fmt.Sprintf("big%d/q", w), Id: fmt.Sprintf("b%d-%d-%d", w, r, i), Value: value}
+				}
+				if _, err := admin.Modify(ctx, &taskstorepb.ModifyRequest{Inserts: ins}); err != nil {
+					batchErrs <- fmt.Errorf("writer %d, batch %d: %w", w, r, err)
+					return
+				}
+			}
+			batchErrs <- nil
 		}()
 	}
 	for range 6 {
@@ -615,9 +637,45 @@ func TestIfAbsentRepeatsAnswerOnce(t *testing.T) {
 	if grew > 100<<20 {
 		t.Errorf("the proxy's peak RSS grew by %d MiB under six requests of a few KB", grew>>20)
 	}
+	for range writers {
+		if err := <-batchErrs; err != nil {
+			t.Errorf("large batches: %v", err)
+		}
+	}
 	for id, term := range terms() {
 		if term != termsBefore[id] {
 			t.Errorf("shard %d's term went from %d to %d: a leader stepped down", id, termsBefore[id], term)
 		}
 	}
+	if lost := lostLeadership(t, s.pc) - lostBefore; lost != 0 {
+		// Say why: a leader whose followers' heartbeats starved, or a
+		// leader process that stalled as a whole (gossip suspects it and
+		// its other groups lose it too: a machine out of CPU).
+		for _, n := range s.pc.Nodes {
+			b, _ := os.ReadFile(n.Log)
+			for _, line := range strings.Split(string(b), "\n") {
+				if strings.Contains(line, "failed to contact") || strings.Contains(line, "Suspect") || strings.Contains(line, "lost leadership") {
+					t.Logf("%s: %s", n.ID, line)
+				}
+			}
+		}
+		t.Errorf("%d leaderships lost (the nodes' logs) under six answers and %d MiB of large batches", lost, writers*rounds*perBatch)
+	} else {
+		t.Logf("0 leaderships lost under six answers and %d MiB of large batches", writers*rounds*perBatch)
+	}
+}
+
+// lostLeadership counts the "lost leadership" lines (a shard's or the meta
+// group's leader stepping down) in every node's log.
+func lostLeadership(t *testing.T, pc *harness.ProcessCluster) int {
+	t.Helper()
+	n := 0
+	for _, p := range pc.Nodes {
+		b, err := os.ReadFile(p.Log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += strings.Count(string(b), `msg="lost leadership"`)
+	}
+	return n
 }
