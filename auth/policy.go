@@ -298,15 +298,26 @@ func (pol *Policy) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	}
 }
 
-// StreamServerInterceptor authenticates and authorizes streams by method.
+// StreamServerInterceptor authenticates and authorizes streams by method
+// and puts the principal in the stream's context: a proxy relaying a
+// stream (Backup) speaks for its caller, as for a unary call.
 func (pol *Policy) StreamServerInterceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		if _, err := pol.check(ss.Context(), info.FullMethod, nil); err != nil {
+		p, err := pol.check(ss.Context(), info.FullMethod, nil)
+		if err != nil {
 			return err
 		}
-		return handler(srv, ss)
+		return handler(srv, &principalStream{ServerStream: ss, ctx: WithPrincipal(ss.Context(), p)})
 	}
 }
+
+// principalStream is a server stream whose context carries the principal.
+type principalStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *principalStream) Context() context.Context { return s.ctx }
 
 func (pol *Policy) check(ctx context.Context, method string, req any) (Principal, error) {
 	p, err := pol.Authenticate(ctx)

@@ -25,6 +25,13 @@ const backupWait = 24 * time.Hour
 // part of it. It needs the admin role. Package backup writes the copies
 // into a backup file (taskctl backup create).
 func (c *Client) Backup(ctx context.Context, shard uint32, w io.Writer) (*taskstorepb.BackupInfo, error) {
+	return c.BackupStream(ctx, shard, nil, w)
+}
+
+// BackupStream is Backup that also calls onInfo (unless nil) with what the
+// copy holds before its first bytes reach w: a proxy relays it ahead of
+// the bytes. A retried copy calls it again.
+func (c *Client) BackupStream(ctx context.Context, shard uint32, onInfo func(*taskstorepb.BackupInfo), w io.Writer) (*taskstorepb.BackupInfo, error) {
 	t := target{shard: shard}
 	if shard == 0 || c.opts.proxyOnly {
 		t = target{anyNode: true}
@@ -43,6 +50,9 @@ func (c *Client) Backup(ctx context.Context, shard uint32, w io.Writer) (*taskst
 			return errors.New("backup: the node's answer does not begin with what the copy holds")
 		}
 		info = first.Info
+		if onInfo != nil {
+			onInfo(info)
+		}
 		var written int64
 		m := first
 		for {

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"time"
 
@@ -449,4 +450,46 @@ func (s *Server) RebuildReplica(ctx context.Context, req *taskstorepb.RebuildRep
 		return taskstorepb.NewAdminClient(cc).RebuildReplica(ctx, req)
 	})
 	return resp, s.toStatus(ctx, "RebuildReplica", err)
+}
+
+// Backup implements Admin.Backup: the copy of a shard streams from its
+// leader (the cluster map from the meta leader) through the proxy, one
+// chunk at a time: the proxy holds at most a chunk and what gRPC's flow
+// control lets it queue for the caller. The caller's principal travels to
+// the node, which checks the admin role as for a direct call.
+func (s *Server) Backup(req *taskstorepb.BackupRequest, stream grpc.ServerStreamingServer[taskstorepb.BackupChunk]) error {
+	ctx := stream.Context()
+	if req.Shard != 0 && !s.knownShard(ctx, req.Shard) {
+		return status.Errorf(codes.NotFound, "shard %d does not exist", req.Shard)
+	}
+	r := &backupRelay{stream: stream}
+	_, err := s.c.BackupStream(ctx, req.Shard, func(info *taskstorepb.BackupInfo) { r.info = info }, r)
+	if err == nil {
+		err = r.flush()
+	}
+	return s.toStatus(ctx, "Backup", err)
+}
+
+// backupRelay sends what the copy's stream writes to the caller, the
+// copy's info with the first bytes.
+type backupRelay struct {
+	stream grpc.ServerStreamingServer[taskstorepb.BackupChunk]
+	info   *taskstorepb.BackupInfo
+	sent   bool
+}
+
+func (r *backupRelay) Write(p []byte) (int, error) {
+	if err := r.stream.Send(&taskstorepb.BackupChunk{Info: r.info, Data: p}); err != nil {
+		return 0, fmt.Errorf("proxy: send the copy to the caller: %w", err)
+	}
+	r.info, r.sent = nil, true
+	return len(p), nil
+}
+
+// flush sends the info of a copy that had no bytes (none has).
+func (r *backupRelay) flush() error {
+	if r.sent || r.info == nil {
+		return nil
+	}
+	return r.stream.Send(&taskstorepb.BackupChunk{Info: r.info})
 }

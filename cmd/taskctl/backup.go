@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/e1158ecb/taskstore/backup"
@@ -87,10 +89,6 @@ func (a *app) backupCreate(target string, rate float64) error {
 	// {time} in the name: a scheduled job without a shell (the image has
 	// none) still names each backup apart.
 	target = strings.ReplaceAll(target, "{time}", time.Now().UTC().Format("20060102T150405Z"))
-	if a.proxy {
-		// Proxies do not relay the copies' streams.
-		return errors.New("backup create copies each shard from its leader: give --endpoints of nodes, without --proxy")
-	}
 	return a.withClient(backupWait, func(ctx context.Context, c *client.Client) error {
 		var out io.Writer = a.stdout
 		summary := a.stdout
@@ -171,7 +169,7 @@ func (a *app) writeBackup(ctx context.Context, c *client.Client, out io.Writer, 
 		prog.begin(fmt.Sprintf("shard %d (%d of %d)", sh.Id, i+1, len(shards)))
 		info, err := c.Backup(ctx, sh.Id, prog.wrap(pw))
 		if err != nil {
-			return nil, fmt.Errorf("shard %d: %w", sh.Id, err)
+			return nil, fmt.Errorf("shard %d: %w", sh.Id, notServed(err))
 		}
 		if _, err := pw.Close(); err != nil {
 			return nil, err
@@ -203,7 +201,7 @@ func (a *app) writeBackup(ctx context.Context, c *client.Client, out io.Writer, 
 func backupMap(ctx context.Context, c *client.Client) ([]byte, *metapb.ClusterMap, error) {
 	var buf bytes.Buffer
 	if _, err := c.Backup(ctx, 0, &buf); err != nil {
-		return nil, nil, fmt.Errorf("the cluster map: %w", err)
+		return nil, nil, fmt.Errorf("the cluster map: %w", notServed(err))
 	}
 	cm := &metapb.ClusterMap{}
 	if err := proto.Unmarshal(buf.Bytes(), cm); err != nil {
@@ -213,6 +211,15 @@ func backupMap(ctx context.Context, c *client.Client) ([]byte, *metapb.ClusterMa
 		return nil, nil, errors.New("the cluster map is not initialised yet")
 	}
 	return buf.Bytes(), cm, nil
+}
+
+// notServed explains an endpoint that does not serve Backup at all (a
+// taskproxy from before proxies relayed it).
+func notServed(err error) error {
+	if status.Code(err) == codes.Unimplemented {
+		return fmt.Errorf("%w (the endpoint does not relay backups: point --endpoints at the nodes, or upgrade the proxy)", err)
+	}
+	return err
 }
 
 func sameRouting(a, b *metapb.ClusterMap) bool {

@@ -1,6 +1,7 @@
 package security_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/base64"
@@ -397,6 +398,23 @@ func TestProxySpeaksForItsCallers(t *testing.T) {
 	admin := through(client.WithTLS(sec.ClientTLS(t, "")), client.WithBearerToken(sec.AdminToken))
 	if n, err := admin.Purge(ctx, "demo/p"); err != nil || n != 1 {
 		t.Fatalf("admin token purge through the proxy: %d %v, want 1", n, err)
+	}
+	// The proxy relays a backup's copy only to an admin, and a refused
+	// caller gets no byte of it.
+	for name, cl := range map[string]*client.Client{"client certificate": plainClient, "restricted token": restricted, "anonymous": anonymous} {
+		var buf bytes.Buffer
+		_, err := cl.Backup(ctx, 1, &buf)
+		if code := status.Code(err); code != codes.PermissionDenied && code != codes.Unauthenticated {
+			t.Errorf("%s: backup through the proxy: %v, want PermissionDenied or Unauthenticated", name, err)
+		}
+		if buf.Len() > 0 {
+			t.Errorf("%s: a refused backup through the proxy wrote %d bytes", name, buf.Len())
+		}
+	}
+	var buf bytes.Buffer
+	info, err := admin.Backup(ctx, 1, &buf)
+	if err != nil || info.GetShard() != 1 || buf.Len() == 0 {
+		t.Fatalf("admin token backup through the proxy: %v %v, %d bytes", info, err, buf.Len())
 	}
 }
 
