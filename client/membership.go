@@ -52,16 +52,16 @@ func PlacementSettled(st *taskstorepb.StatusResponse) (bool, string) {
 		seen := map[string]bool{}
 		for _, rs := range s.ReplicaStatus {
 			if !want[rs.Node] {
-				return false, fmt.Sprintf("shard %d: the replica on %s is being removed", s.Id, rs.Node)
+				return false, fmt.Sprintf("shard %d: the replica on %s is being removed (it retires once its removal from the shard's group is committed)", s.Id, rs.Node)
 			}
 			if rs.Role == "nonvoter" {
-				return false, fmt.Sprintf("shard %d: %s is catching up", s.Id, rs.Node)
+				return false, fmt.Sprintf("shard %d: %s is catching up (a non-voter until it has the log; then it is promoted to vote)", s.Id, rs.Node)
 			}
 			seen[rs.Node] = true
 		}
 		for r := range want {
 			if !seen[r] {
-				return false, fmt.Sprintf("shard %d: a replica is being added on %s", s.Id, r)
+				return false, fmt.Sprintf("shard %d: a replica is being added on %s (it joins as a non-voter)", s.Id, r)
 			}
 		}
 	}

@@ -22,9 +22,9 @@ func TestPlacementSettledSaysWhatMoves(t *testing.T) {
 		what string
 	}{
 		{"settled", shard([]string{"n1", "n2"}, voter("n1"), voter("n2")), true, ""},
-		{"replica being added", shard([]string{"n1", "n2"}, voter("n2")), false, "shard 3: a replica is being added on n1"},
-		{"catching up", shard([]string{"n1", "n2"}, voter("n2"), &taskstorepb.ReplicaStatus{Node: "n1", Role: "nonvoter"}), false, "shard 3: n1 is catching up"},
-		{"old replica left", shard([]string{"n2"}, voter("n2"), voter("n4")), false, "shard 3: the replica on n4 is being removed"},
+		{"replica being added", shard([]string{"n1", "n2"}, voter("n2")), false, "shard 3: a replica is being added on n1 (it joins as a non-voter)"},
+		{"catching up", shard([]string{"n1", "n2"}, voter("n2"), &taskstorepb.ReplicaStatus{Node: "n1", Role: "nonvoter"}), false, "shard 3: n1 is catching up (a non-voter until it has the log; then it is promoted to vote)"},
+		{"old replica left", shard([]string{"n2"}, voter("n2"), voter("n4")), false, "shard 3: the replica on n4 is being removed (it retires once its removal from the shard's group is committed)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ok, what := client.PlacementSettled(tc.st)

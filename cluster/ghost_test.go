@@ -46,14 +46,28 @@ func TestRemovedShardStaysGoneAfterARestart(t *testing.T) {
 	if err := cl.WaitMoves(ctx, moves, nil); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 2*time.Minute, "shard 3 leaves the map and retires everywhere", func() bool {
+	waitUntil(t, 2*time.Minute, "shard 3 leaves every node's map", func() bool {
 		for _, n := range c.Nodes {
-			if n.Server().Node.Shard(3) != nil || len(n.Server().Node.Map().Shards) != 2 {
+			if len(n.Server().Node.Map().Shards) != 2 {
 				return false
 			}
 		}
 		return true
 	})
+	// A shard removed for good retires at once, not after the grace that
+	// covers a replica moved away (10 election timeouts: 10 s here).
+	left := time.Now()
+	waitUntil(t, 2*time.Minute, "shard 3 retires everywhere", func() bool {
+		for _, n := range c.Nodes {
+			if n.Server().Node.Shard(3) != nil {
+				return false
+			}
+		}
+		return true
+	})
+	if d := time.Since(left); d > 5*time.Second {
+		t.Errorf("the removed shard's replicas retired %v after it left the map, want well within the 10 s grace", d.Round(time.Millisecond))
+	}
 	removedAt := c.Nodes[0].Server().Node.Map().Epoch
 	c.Stop(0)
 	// Down for a while: the leaders back off from a follower they cannot

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -469,8 +470,17 @@ func (n *Node) retireReplicas(cm *metapb.ClusterMap) {
 			continue
 		}
 		// A leader hands its replica off first, unless the shard is gone
-		// from the map altogether (removed: nobody takes over).
-		if n.cfg.Clock().Sub(since) > grace && (!s.IsLeader() || sh == nil) {
+		// from the map altogether (removed: nobody takes over). Without
+		// waiting out the grace: a shard removed for good (ids are never
+		// reused, so one at or below the map's last id that the map does
+		// not list was dropped; a higher one is a shard a stale map does
+		// not know yet), and a replica whose removal from its group's Raft
+		// configuration it saw committed (nothing counts on it any more).
+		// The grace covers what this replica cannot see: a leader stops
+		// sending to a server it removed, so the commit may not reach it.
+		removed := sh == nil && id <= lastShard(cm)
+		settled := removed || (sh != nil && n.leftGroup(s))
+		if (settled || n.cfg.Clock().Sub(since) > grace) && (!s.IsLeader() || sh == nil) {
 			retire = append(retire, s)
 			delete(n.shards, id)
 			n.localShards.Store(int32(len(n.shards)))
@@ -499,6 +509,25 @@ func (n *Node) retireReplicas(cm *metapb.ClusterMap) {
 			n.log.Warn("drop retired replica's state", "shard", s.id, "err", err)
 		}
 	}
+}
+
+// leftGroup reports whether this node's replica of s saw its own removal
+// from the group's Raft configuration committed.
+func (n *Node) leftGroup(s *Shard) bool {
+	r := s.g.raft
+	f := r.GetConfiguration()
+	if f.Error() != nil {
+		return false
+	}
+	for _, srv := range f.Configuration().Servers {
+		if string(srv.ID) == n.cfg.ID {
+			return false
+		}
+	}
+	stats := r.Stats()
+	at, err1 := strconv.ParseUint(stats["latest_configuration_index"], 10, 64)
+	commit, err2 := strconv.ParseUint(stats["commit_index"], 10, 64)
+	return err1 == nil && err2 == nil && at > 0 && at <= commit
 }
 
 // Leaving reports whether this node is on its way out (draining or removed

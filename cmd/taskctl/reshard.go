@@ -27,7 +27,9 @@ func (a *app) shardAddCmd() *cobra.Command {
 		Use:   "add [--count N]",
 		Short: "Add shards (Raft groups) to the live cluster",
 		Long: `shard add creates N new shards. Their replicas are placed like any other
-shard's (the least loaded nodes), and their Raft groups start at once. A new
+shard's (the least loaded nodes), and their Raft groups start at once: the
+command returns once each new shard has a leader, so a listing right after it
+shows them running. A new
 shard serves no hash slot, and so holds no task, until slots move to it:
 run "taskctl shard rebalance" afterwards to give every shard its share.
 
@@ -58,6 +60,9 @@ With -o json it prints the AddShardsResponse.`,
 				for _, s := range added {
 					fmt.Fprintf(a.stdout, "shard %d added on %s (preferred leader %s)\n", s.Id, strings.Join(s.Replicas, ","), s.PreferredLeader)
 				}
+				if err := a.waitLeaders(ctx, c, added); err != nil {
+					return err
+				}
 				fmt.Fprintln(a.stdout, "New shards serve no slot yet: run taskctl shard rebalance to give them their share.")
 				return nil
 			})
@@ -65,6 +70,37 @@ With -o json it prints the AddShardsResponse.`,
 	}
 	cmd.Flags().IntVar(&count, "count", 1, "how many shards to add")
 	return cmd
+}
+
+// waitLeaders waits until each added shard has a leader in the cluster's
+// status, so that a listing right after the command shows it running.
+func (a *app) waitLeaders(ctx context.Context, c *client.Client, added []*taskstorepb.ShardStatus) error {
+	said := false
+	for {
+		st, err := c.Status(ctx, &taskstorepb.StatusRequest{})
+		if err != nil {
+			return err
+		}
+		var waiting []string
+		for _, s := range added {
+			i := slices.IndexFunc(st.Shards, func(ss *taskstorepb.ShardStatus) bool { return ss.Id == s.Id && ss.Leader != "" })
+			if i < 0 {
+				waiting = append(waiting, strconv.FormatUint(uint64(s.Id), 10))
+			}
+		}
+		if len(waiting) == 0 {
+			return nil
+		}
+		if !said {
+			fmt.Fprintf(a.stdout, "waiting for shard %s to start its Raft group and elect a leader\n", strings.Join(waiting, ","))
+			said = true
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("shard %s added but without a leader yet: %w", strings.Join(waiting, ","), ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // shardRemoveCmd is `taskctl shard remove`.
@@ -81,7 +117,7 @@ by then. Writers of a slot see Unavailable for the moment its state moves;
 the Go client, taskctl and proxies retry on their own.
 
 The command waits until the moves are done (with progress) and the shard is
-gone; --no-wait returns once the moves are recorded. The last shard that
+gone from the map, its replicas' copies deleted (a second or two); --no-wait returns once the moves are recorded. The last shard that
 serves slots cannot be removed.`,
 		Example: `  taskctl shard remove 3`,
 		Args:    cobra.ExactArgs(1),
@@ -102,6 +138,7 @@ serves slots cannot be removed.`,
 				if err := a.waitMoves(ctx, c, moves); err != nil {
 					return err
 				}
+				fmt.Fprintf(a.stdout, "shard %d serves no slot: waiting for it to leave the cluster map and its replicas to delete their copy\n", shard)
 				for {
 					st, err := c.Status(ctx, &taskstorepb.StatusRequest{})
 					if err != nil {
