@@ -71,7 +71,12 @@ func (a *applier) command(cmd *fsmpb.Command) *fsmpb.Result {
 			a.touch(s)
 			switch {
 			case cmd.Seq == s.seq:
-				r := proto.Clone(s.result).(*fsmpb.Result)
+				var r *fsmpb.Result
+				if s.encoded {
+					r = s.answer() // decoded afresh: the caller's own
+				} else {
+					r = proto.Clone(s.result).(*fsmpb.Result)
+				}
 				r.Replayed = true
 				return r
 			case cmd.Seq < s.seq:
@@ -189,7 +194,8 @@ func (a *applier) touch(s *session) {
 	if s.lastSeen == a.st.clock {
 		return
 	}
-	a.st.putSession(&session{clientID: s.clientID, seq: s.seq, group: s.group, lastSeen: a.st.clock, result: s.result, size: s.size})
+	a.st.putSession(&session{clientID: s.clientID, seq: s.seq, group: s.group, lastSeen: a.st.clock, result: s.result, size: s.size,
+		raw: s.raw, encoded: s.encoded})
 }
 
 // remember stores the result of clientID's request seq, evicting the least

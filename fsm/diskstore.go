@@ -522,10 +522,11 @@ func (d *diskStore) nextDue() (*task, bool) {
 	return d.toTask(tx, id, tk, nil), true
 }
 
+// toSession keeps the answer encoded (session.answer decodes it): its
+// size is the encoding's, which proto.Size of the decoded answer is.
 func toSession(client string, s *ondisk.Session) *session {
-	res := &fsmpb.Result{}
-	must(proto.Unmarshal(s.Result, res))
-	return &session{clientID: client, seq: s.Seq, group: s.Group, lastSeen: s.LastSeen, result: res, size: sessionSize(client, res)}
+	return &session{clientID: client, seq: s.Seq, group: s.Group, lastSeen: s.LastSeen, raw: s.Result, encoded: true,
+		size: uint64(len(client)+len(s.Result)) + sessionOverheadBytes}
 }
 
 func (d *diskStore) session(clientID string) *session {
@@ -541,8 +542,12 @@ func (d *diskStore) session(clientID string) *session {
 
 func (d *diskStore) putSession(s *session) {
 	tx := d.writeTxn(0)
-	res, err := proto.MarshalOptions{Deterministic: true}.Marshal(s.result)
-	must(err)
+	res := s.raw
+	if !s.encoded {
+		var err error
+		res, err = proto.MarshalOptions{Deterministic: true}.Marshal(s.result)
+		must(err)
+	}
 	must(tx.PutSession(s.clientID, &ondisk.Session{Seq: s.seq, LastSeen: s.lastSeen, Group: s.group, Result: res}))
 }
 

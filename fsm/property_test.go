@@ -995,7 +995,7 @@ func compareState(t *testing.T, step int, m *Machine, ref *refModel) {
 	}
 	for id, s := range ref.sessions {
 		ms := st.session(id)
-		if ms == nil || ms.seq != s.seq || ms.lastSeen != s.lastSeen || !proto.Equal(ms.result, s.result) {
+		if ms == nil || ms.seq != s.seq || ms.lastSeen != s.lastSeen || !proto.Equal(ms.answer(), s.result) {
 			t.Fatalf("step %d: session %s differs", step, id)
 		}
 	}

@@ -376,7 +376,7 @@ func digestOf(snap *snapshot) [32]byte {
 		str(s.clientID)
 		u(s.seq)
 		u(uint64(s.lastSeen))
-		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(s.result)
+		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(s.answer())
 		if err != nil {
 			panic(fmt.Sprintf("fsm: digest: marshal session result: %v", err))
 		}

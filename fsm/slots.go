@@ -543,7 +543,7 @@ func (m *Machine) ExportSlot(slot, slots uint32, move uint64, after SlotCursor, 
 		for _, ss := range slotSessions {
 			id := ss.clientID
 			rec := &fsmpb.SnapshotRecord{Session: &fsmpb.Session{ClientId: ss.clientID, Seq: ss.seq, LastSeen: ss.lastSeen,
-				Result: ss.result, Group: ss.group}}
+				Result: ss.answer(), Group: ss.group}}
 			if full(rec) {
 				out.Next = next
 				return out, nil

@@ -316,7 +316,7 @@ func (s *snapshot) writeToSize(w io.Writer, size int) error {
 	}
 	err = s.eachSession(func(ss *session) error {
 		return sw.record(&fsmpb.SnapshotRecord{Session: &fsmpb.Session{ClientId: ss.clientID, Seq: ss.seq,
-			LastSeen: ss.lastSeen, Result: ss.result, Group: ss.group}})
+			LastSeen: ss.lastSeen, Result: ss.answer(), Group: ss.group}})
 	})
 	if err != nil {
 		return err

@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"fmt"
 	"math"
 	"strings"
 
@@ -105,6 +106,25 @@ type session struct {
 	lastSeen int64
 	result   *fsmpb.Result
 	size     uint64 // sessionSize, counted in state.sessionBytes
+	// raw, when encoded: the result as the on-disk store keeps it
+	// (deterministic protobuf), not decoded until asked for (answer): a
+	// command reads its client's session every time, and the answer only
+	// on a repeat.
+	raw     []byte
+	encoded bool
+}
+
+// answer is the session's result: result, or raw decoded (a new message
+// each call).
+func (s *session) answer() *fsmpb.Result {
+	if !s.encoded {
+		return s.result
+	}
+	res := &fsmpb.Result{}
+	if err := proto.Unmarshal(s.raw, res); err != nil {
+		panic(fmt.Sprintf("fsm: a stored session's answer does not decode: %v", err))
+	}
+	return res
 }
 
 // sessionOverheadBytes is what a session costs besides its id and answer.

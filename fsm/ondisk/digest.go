@@ -49,13 +49,23 @@ func (d *Digest) Add(k, v []byte) { d.apply(k, v, false) }
 func (d *Digest) Remove(k, v []byte) { d.apply(k, v, true) }
 
 func (d *Digest) apply(k, v []byte, remove bool) {
+	sum := recordSum(k, v)
+	d.addSum(&sum, remove)
+}
+
+// recordSum is the hash of the record k=v that the digest adds.
+func recordSum(k, v []byte) [32]byte {
 	// One buffer and Sum256, not a hash.Hash: no allocation for the
 	// records of most tasks (this runs for every record a command writes).
 	var stack [512]byte
 	b := binary.AppendUvarint(stack[:0], uint64(len(k)))
 	b = append(b, k...)
 	b = append(b, v...)
-	sum := sha256.Sum256(b)
+	return sha256.Sum256(b)
+}
+
+// addSum adds (or removes) a record by its recordSum.
+func (d *Digest) addSum(sum *[32]byte, remove bool) {
 	for i := range d {
 		x := binary.BigEndian.Uint64(sum[8*i:])
 		if remove {

@@ -18,6 +18,10 @@ type Session struct {
 	Result   []byte
 	// Group is the request's consistency group (fsm.FormatSlotMoves on).
 	Group string
+	// sum, when set: the record's hash in the digest (PutSession), so that
+	// replacing it, which every command of the client does, does not
+	// encode and hash the old answer again.
+	sum *[32]byte
 }
 
 // SessionOverheadBytes is what a session counts for besides its client id
@@ -78,7 +82,9 @@ func (t *Txn) PutSession(client string, s *Session) error {
 	}
 	k, rec := SessionKey(t.s.shard, client), s.encode()
 	ok := SessionOrderKey(t.s.shard, s.LastSeen, client)
-	t.meta.digest.Add(k[shardLen:], rec)
+	sum := recordSum(k[shardLen:], rec)
+	t.meta.digest.addSum(&sum, false)
+	s.sum = &sum
 	t.meta.digest.Add(ok[shardLen:], nil)
 	if t.meta.sessions == 0 || t.sessionHead != nil && bytes.Compare(ok, t.sessionHead) < 0 {
 		// Below every key left (none, or below a bound of them): the
@@ -102,7 +108,11 @@ func (t *Txn) DeleteSession(client string) error {
 		return err
 	}
 	k, ok := SessionKey(t.s.shard, client), SessionOrderKey(t.s.shard, old.LastSeen, client)
-	t.meta.digest.Remove(k[shardLen:], old.encode())
+	if old.sum != nil {
+		t.meta.digest.addSum(old.sum, true)
+	} else {
+		t.meta.digest.Remove(k[shardLen:], old.encode())
+	}
 	t.meta.digest.Remove(ok[shardLen:], nil)
 	if t.sessionExact && bytes.Equal(ok, t.sessionHead) {
 		t.sessionExact = false // still a bound below the rest
