@@ -59,6 +59,7 @@ func TestLogTimeAdvancesAfterAFastLeader(t *testing.T) {
 // through the others, and the others do not hand it leadership (issue 19
 // item 4).
 func TestNodeWithAFarClockRefusesToLead(t *testing.T) {
+	skipShort(t)
 	c := harness.Start(t, 3, harness.Options{Shards: 1, Scale: raceScale, Tune: func(tu *cluster.Tuning) {
 		tu.ClockCheckEvery = 200 * time.Millisecond
 	}})

@@ -22,6 +22,16 @@ import (
 // raceScale stretches Raft timeouts: -race and two cores make goroutines slow.
 const raceScale = 2
 
+// skipShort skips a scenario that takes tens of seconds (many restarts,
+// elections or moves) under -short: `make test` is the quick check, and
+// `make test-full` (CI) runs it.
+func skipShort(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("a long scenario: skipped with -short (make test-full runs it)")
+	}
+}
+
 func ctxT(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
@@ -718,6 +728,7 @@ func TestAddAndRemoveNodesOnline(t *testing.T) {
 // turn (graceful stop: leaderships handed off first) while a client inserts
 // through every group; no insert may fail beyond the client's retries.
 func TestRollingRestartKeepsShardsAvailable(t *testing.T) {
+	skipShort(t)
 	c := harness.Start(t, 3, harness.Options{Shards: 3, Scale: raceScale})
 	c.WaitReady()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

@@ -19,6 +19,7 @@ import (
 // replicas run, the damaged one shows as such in status, and a rebuild from
 // its peers brings it back with everything (issue 19, item 3).
 func TestDamagedReplicaStaysDownAloneAndIsRebuilt(t *testing.T) {
+	skipShort(t)
 	raftDB := func(dir string, shard uint32) string {
 		return filepath.Join(dir, "shards", fmt.Sprint(shard), "raft.db")
 	}

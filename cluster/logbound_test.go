@@ -15,6 +15,7 @@ import (
 // Raft trims logs by entry counts; with large values the retained log must
 // still stay near Tuning.MaxLogBytes on every replica (issue 19 item 5).
 func TestRaftLogIsBoundedByBytes(t *testing.T) {
+	skipShort(t)
 	const bound = 512 << 10
 	c := harness.Start(t, 3, harness.Options{Shards: 1, Scale: raceScale, Tune: func(tu *cluster.Tuning) {
 		tu.MaxLogBytes = bound

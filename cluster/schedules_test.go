@@ -17,6 +17,7 @@ import (
 // tick it fired (no tick twice, whichever leader fired it), its count of
 // fired ticks says so on every replica, and once removed it inserts no more.
 func TestScheduleAcrossLeaderChanges(t *testing.T) {
+	skipShort(t)
 	c := harness.Start(t, 3, harness.Options{Shards: 1, Scale: raceScale})
 	c.WaitReady()
 	c.WaitFormat()

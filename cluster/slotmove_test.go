@@ -248,6 +248,7 @@ func TestSlotMoveUnderLoad(t *testing.T) {
 // live cluster: every task stays, each shard serves its share of the slots
 // (within one), the removed shard leaves the map and its replicas retire.
 func TestShardsAddRebalanceRemove(t *testing.T) {
+	skipShort(t)
 	c := harness.Start(t, 3, harness.Options{Shards: 2, Scale: raceScale})
 	c.WaitReady()
 	c.WaitFormat()

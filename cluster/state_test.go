@@ -20,6 +20,7 @@ import (
 // disk, the engine holds the state already: its replay skips what it
 // holds.
 func TestStateMovesBetweenMemoryAndDisk(t *testing.T) {
+	skipShort(t)
 	c := harness.Start(t, 3, harness.Options{Shards: 1, Scale: raceScale, StateStore: cluster.StateInMemory})
 	c.WaitReady()
 	queue := "move/q"
