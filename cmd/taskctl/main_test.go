@@ -635,3 +635,23 @@ func TestScheduleCommands(t *testing.T) {
 		t.Fatalf("removed schedules are listed:\n%s", out)
 	}
 }
+
+// task change sets a task's attempt and error (what a worker's change can
+// set), as the current claimant by default; a change names a field.
+func TestTaskChangeSetsAttemptAndError(t *testing.T) {
+	fc := clienttest.New(t, 3, 2)
+	mustRun(t, fc, "task", "insert", "jobs/a", "--value", "x", "--id", "t1")
+	mustRun(t, fc, "task", "claim", "jobs/a", "--claimant", "w1", "--lease", "1m")
+	out := mustRun(t, fc, "-o", "json", "task", "change", "t1", "--version", "2", "--attempt", "3", "--err", "boom", "--keep-claim")
+	tasks := tasksJSON(t, out)
+	if len(tasks) != 1 || tasks[0].Version != 3 || tasks[0].Attempt != 3 || tasks[0].Err != "boom" || tasks[0].Claimant != "w1" {
+		t.Fatalf("changed %v", tasks)
+	}
+	if r := run(t, fc, "task", "change", "t1", "--version", "3"); r.code == 0 || !strings.Contains(r.stderr, "nothing to change") {
+		t.Errorf("change without a field: %+v", r)
+	}
+	out = mustRun(t, fc, "-o", "json", "task", "change", "t1", "--version", "3", "--err", "")
+	if tasks = tasksJSON(t, out); len(tasks) != 1 || tasks[0].Err != "" || tasks[0].Attempt != 3 || tasks[0].Version != 4 || tasks[0].Claimant != "" {
+		t.Fatalf("error cleared, claim ended: %v", tasks)
+	}
+}

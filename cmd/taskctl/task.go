@@ -27,7 +27,7 @@ command naming an old version is refused.`,
   taskctl task claim crawl/fetch --wait 10s
   taskctl task delete 3f2a... --version 2`,
 	}
-	cmd.AddCommand(a.taskInsertCmd(), a.taskClaimCmd(), a.taskListCmd(), a.taskGetCmd(), a.taskDeleteCmd(), a.taskReleaseCmd())
+	cmd.AddCommand(a.taskInsertCmd(), a.taskClaimCmd(), a.taskListCmd(), a.taskGetCmd(), a.taskDeleteCmd(), a.taskReleaseCmd(), a.taskChangeCmd())
 	return cmd
 }
 
@@ -421,6 +421,16 @@ func (r *refFlags) resolve(ctx context.Context, c *client.Client, cmd *cobra.Com
 
 // resolveClaimant is resolve that also returns the claimant acted as.
 func (r *refFlags) resolveClaimant(ctx context.Context, c *client.Client, cmd *cobra.Command, id string) ([]client.RefOption, string, error) {
+	queue, claimant, err := r.lookup(ctx, c, cmd, id)
+	if err != nil {
+		return nil, "", err
+	}
+	return []client.RefOption{client.InQueue(queue), client.AsClaimant(claimant)}, claimant, nil
+}
+
+// lookup is the task's queue and the claimant to act as: the flags', else
+// the task's own.
+func (r *refFlags) lookup(ctx context.Context, c *client.Client, cmd *cobra.Command, id string) (string, string, error) {
 	queue, claimant := r.queue, r.claimant
 	if queue == "" || !cmd.Flags().Changed("claimant") {
 		// By id alone, a task of another group with the same id must not
@@ -431,7 +441,7 @@ func (r *refFlags) resolveClaimant(ctx context.Context, c *client.Client, cmd *c
 		}
 		task, err := get()
 		if err != nil {
-			return nil, "", err
+			return "", "", err
 		}
 		if queue == "" {
 			queue = task.Queue
@@ -440,7 +450,7 @@ func (r *refFlags) resolveClaimant(ctx context.Context, c *client.Client, cmd *c
 			claimant = task.Claimant
 		}
 	}
-	return []client.RefOption{client.InQueue(queue), client.AsClaimant(claimant)}, claimant, nil
+	return queue, claimant, nil
 }
 
 func (a *app) taskDeleteCmd() *cobra.Command {
@@ -555,5 +565,67 @@ With -o json it prints {"tasks":[TASK]} with the new version.`,
 		},
 	}
 	ref.add(cmd)
+	return cmd
+}
+
+func (a *app) taskChangeCmd() *cobra.Command {
+	var (
+		ref       refFlags
+		attempt   uint32
+		errText   string
+		priority  int32
+		keepClaim bool
+	)
+	cmd := &cobra.Command{
+		Use:   "change ID --version V [--attempt N] [--err TEXT] [--priority P]",
+		Short: "Set a task's attempt, error or priority",
+		Long: `task change sets fields of version V of task ID, as a worker's change does:
+--attempt (the retry count a worker keeps), --err (the last error's text;
+--err "" clears it) and --priority. Only the fields given change. Like any
+change it makes a new version and ends the claim, unless --keep-claim.
+
+As with delete, the task is looked up for its queue and the command acts as
+its current claimant unless --queue and --claimant are given.
+
+With -o json it prints {"tasks":[TASK]} with the new version.`,
+		Example: `  taskctl task change 3f2a9c0e --version 5 --attempt 0 --err ""
+  taskctl task change 3f2a9c0e --version 6 --priority 10`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id := args[0]
+			ch := &taskstorepb.TaskChange{Id: id, Version: ref.version, KeepClaim: keepClaim}
+			f := cmd.Flags()
+			if f.Changed("attempt") {
+				ch.Attempt = &attempt
+			}
+			if f.Changed("err") {
+				ch.Err = &errText
+			}
+			if f.Changed("priority") {
+				ch.Priority = &priority
+			}
+			if ch.Attempt == nil && ch.Err == nil && ch.Priority == nil {
+				return fmt.Errorf("nothing to change: give --attempt, --err or --priority")
+			}
+			return a.withClient(0, func(ctx context.Context, c *client.Client) error {
+				queue, claimant, err := ref.lookup(ctx, c, cmd, id)
+				if err != nil {
+					return err
+				}
+				ch.Queue = queue
+				resp, err := c.Modify(ctx, &taskstorepb.ModifyRequest{Claimant: claimant, Changes: []*taskstorepb.TaskChange{ch}})
+				if err != nil {
+					return err
+				}
+				return a.printTaskList(resp.Changed, "")
+			})
+		},
+	}
+	ref.add(cmd)
+	fl := cmd.Flags()
+	fl.Uint32Var(&attempt, "attempt", 0, "set the task's attempt count")
+	fl.StringVar(&errText, "err", "", "set the task's error text (\"\" clears it)")
+	fl.Int32Var(&priority, "priority", 0, "set the task's priority")
+	fl.BoolVar(&keepClaim, "keep-claim", false, "keep the claim (by default a change ends it)")
 	return cmd
 }
