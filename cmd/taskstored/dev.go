@@ -46,8 +46,8 @@ and one proxy (taskproxy) in front of them, in this process:
 
 Each node's process id is in --data-dir/ID.pid: kill one (kill -9 works)
 to watch its shards fail over; dev starts it again after 10 seconds, and it
-catches up (a node that exits cleanly, such as one removed from the
-cluster, is not started again). Ctrl-C stops the whole cluster. Remove the data directory to
+catches up (a node that exits cleanly is not started again; one removed
+from the cluster leaves REMOVED in its data directory, which dev then deletes). Ctrl-C stops the whole cluster. Remove the data directory to
 start afresh.`,
 		Example: `  taskstored dev
   taskctl --endpoints 127.0.0.1:7101 status
@@ -79,7 +79,7 @@ start afresh.`,
 				gossip, http := fmt.Sprintf("127.0.0.1:%d", 7201+i), fmt.Sprintf("127.0.0.1:%d", 7301+i)
 				ports = append(ports, port{addr: p.Address, what: p.ID + " gRPC and Raft"},
 					port{addr: gossip, what: p.ID + " gossip", udp: true}, port{addr: http, what: p.ID + " HTTP"})
-				nodes = append(nodes, &devNode{id: p.ID, exe: exe, pidFile: filepath.Join(dataDir, p.ID+".pid"), log: log, args: []string{
+				nodes = append(nodes, &devNode{id: p.ID, exe: exe, pidFile: filepath.Join(dataDir, p.ID+".pid"), dataDir: filepath.Join(dataDir, p.ID), log: log, args: []string{
 					"--id", p.ID, "--data-dir", filepath.Join(dataDir, p.ID), "--listen", p.Address, "--gossip", gossip, "--http", http,
 					"--initial-cluster", strings.Join(initial, ","), "--replicas", "3",
 					// Three nodes share this machine's cores: relax timeouts.
@@ -181,8 +181,14 @@ func stopNodes(nodes []*devNode, timeout time.Duration) {
 }
 
 // devNode is one node process of the dev cluster.
+// removedMarker is the file a node writes into its data directory when it
+// stopped because it was removed from the cluster: nothing in the
+// directory is needed any more.
+const removedMarker = "REMOVED"
+
 type devNode struct {
 	id, exe, pidFile string
+	dataDir          string // the node's --data-dir
 	args             []string
 	log              *slog.Logger
 
@@ -235,6 +241,15 @@ func (n *devNode) supervise(ctx context.Context) {
 			// A clean exit: the node stopped on purpose (it was removed
 			// from the cluster, or was told to stop); starting it again
 			// would only repeat that.
+			if _, err := os.Stat(filepath.Join(n.dataDir, removedMarker)); n.dataDir != "" && err == nil {
+				// Removed from the cluster: its data serves nothing.
+				if err := os.RemoveAll(n.dataDir); err != nil {
+					n.log.Warn("delete a removed node's data directory", "node", n.id, "dir", n.dataDir, "err", err)
+				} else {
+					n.log.Info("a node removed from the cluster stopped; deleted its data directory", "node", n.id, "dir", n.dataDir)
+				}
+				return
+			}
 			n.log.Info("a node process exited cleanly; not starting it again", "node", n.id)
 			return
 		}

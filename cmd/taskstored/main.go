@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -265,6 +266,14 @@ func run(log *slog.Logger, shutdownTimeout time.Duration, after func() (shutdown
 			servers = slices.DeleteFunc(servers, func(x *rpc.NodeServer) bool { return x == s })
 			running--
 			log.Info("node stopped: it was removed from the cluster", "node", s.Node.ID())
+			for _, c := range cfgs {
+				if c.ID == s.Node.ID() && c.DataDir != "" {
+					// What `taskstored dev` reads to delete the directory.
+					if err := os.WriteFile(filepath.Join(c.DataDir, removedMarker), []byte("removed from the cluster\n"), 0o644); err != nil {
+						log.Warn("mark the data directory of a removed node", "node", c.ID, "err", err)
+					}
+				}
+			}
 		case <-ctx.Done():
 		}
 	}
