@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -29,6 +30,7 @@ type group struct {
 	raft   *raft.Raft
 	store  *raftboltdb.BoltStore
 	logs   raft.LogStore // store, or the group's part of the node log
+	stored *storeHook    // what raft stores its entries through
 	trans  *raft.NetworkTransport
 	stream *streamLayer
 	log    *slog.Logger
@@ -231,7 +233,8 @@ func openGroup(id uint32, dataDir, localID string, fsm raft.FSM, mux *Mux, t Tun
 	}
 	conf := t.raftConfig(localID)
 	conf.Logger = hlog
-	r, err := raft.NewRaft(conf, fsm, logs, stable, snaps, serialTransport{NetworkTransport: trans, log: hlog, hold: hold})
+	hooked := &storeHook{LogCache: logs}
+	r, err := raft.NewRaft(conf, fsm, hooked, stable, snaps, serialTransport{NetworkTransport: trans, log: hlog, hold: hold})
 	if err != nil {
 		hold.close()
 		trans.Close()
@@ -244,7 +247,7 @@ func openGroup(id uint32, dataDir, localID string, fsm raft.FSM, mux *Mux, t Tun
 	if marked != nil {
 		marked.started.Store(true) // NewRaft restored the latest snapshot
 	}
-	return &group{id: id, dir: dir, raft: r, store: store, logs: logStore, trans: trans, stream: stream, log: log, existing: existing, hold: hold}, nil
+	return &group{id: id, dir: dir, raft: r, store: store, logs: logStore, stored: hooked, trans: trans, stream: stream, log: log, existing: existing, hold: hold}, nil
 }
 
 // openBolt opens a raft-boltdb file, refusing one cut short before bbolt
@@ -398,6 +401,36 @@ func (g *group) shutdown() error {
 	}
 	if cerr := g.store.Close(); err == nil {
 		err = cerr
+	}
+	return err
+}
+
+// storeHook is the log store raft writes through: around each StoreLogs
+// (on the leader, its loop appending entries; on a follower, replicated
+// ones) it calls the functions set with hook, if any: before may change
+// the entries' data (coalesce.go), after sees them stored.
+type storeHook struct {
+	*raft.LogCache
+	fns atomic.Pointer[[2]func([]*raft.Log)]
+}
+
+// hook sets the functions called before and after every StoreLogs.
+func (h *storeHook) hook(before, after func([]*raft.Log)) {
+	h.fns.Store(&[2]func([]*raft.Log){before, after})
+}
+
+// StoreLog implements raft.LogStore.
+func (h *storeHook) StoreLog(l *raft.Log) error { return h.StoreLogs([]*raft.Log{l}) }
+
+// StoreLogs implements raft.LogStore.
+func (h *storeHook) StoreLogs(logs []*raft.Log) error {
+	fns := h.fns.Load()
+	if fns != nil {
+		fns[0](logs)
+	}
+	err := h.LogCache.StoreLogs(logs)
+	if fns != nil {
+		fns[1](logs)
 	}
 	return err
 }

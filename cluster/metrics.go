@@ -30,13 +30,17 @@ type nodeMetrics struct {
 	diskLow         prometheus.Gauge
 	scheduleTicks   *prometheus.CounterVec
 	movesFinished   *prometheus.CounterVec
+	// proposedRequests, proposedEntries: commands a shard's leader
+	// proposed and the entries that carried them (coalesce.go).
+	proposedRequests *prometheus.CounterVec
+	proposedEntries  *prometheus.CounterVec
 }
 
 func newNodeMetrics(reg prometheus.Registerer, n *Node) *nodeMetrics {
 	m := &nodeMetrics{
 		applySeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "taskstore_shard_apply_seconds",
-			Help:    "Time from proposing a command on the shard leader to its result (commit on a quorum, fsync, apply).",
+			Help:    "Time from proposing a command on the shard leader to its result (commit on a quorum, fsync, apply), once per command: commands that share a log entry count once each.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
 		}, []string{"shard"}),
 		snapshotSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -78,13 +82,21 @@ func newNodeMetrics(reg prometheus.Registerer, n *Node) *nodeMetrics {
 			Help: "1 while the data directory's free space is below the node's reserve (--min-free-disk, 256 MiB by default): the node refuses to lead and hands its leaderships away; free space or grow the volume.",
 		}),
 	}
+	m.proposedRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "taskstore_shard_proposed_requests_total",
+		Help: "Commands this node proposed as the shard's leader (client writes, ticks, schedule firings, format and slot steps), once per proposal: a waiting claim that proposes again counts again.",
+	}, []string{"shard"})
+	m.proposedEntries = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "taskstore_shard_proposed_entries_total",
+		Help: "Raft log entries that carried the commands of taskstore_shard_proposed_requests_total: client writes that arrive while the shard's previous entry of writes is in flight share the next one (requests per entry = their ratio).",
+	}, []string{"shard"})
 	m.movesFinished = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "taskstore_slot_moves_finished_total",
 		Help: "On the meta leader: slot moves this node finished, by outcome (done: the slot is on its target; aborted: undone, the slot stayed).",
 	}, []string{"outcome"})
 	if reg != nil {
 		reg.MustRegister(m.applySeconds, m.snapshotSeconds, m.leaderChanges, m.logSyncs, m.logSyncEntries, m.logBytes, m.clockOffset,
-			m.diskFree, m.diskLow, m.scheduleTicks, m.movesFinished, &shardCollector{n: n})
+			m.diskFree, m.diskLow, m.scheduleTicks, m.movesFinished, m.proposedRequests, m.proposedEntries, &shardCollector{n: n})
 	}
 	return m
 }

@@ -436,6 +436,8 @@ func (n *Node) openShard(id uint32) (*Shard, error) {
 	label := shardLabel(id)
 	s.applySeconds = n.metrics.applySeconds.WithLabelValues(label)
 	s.leaderChanges = n.metrics.leaderChanges.WithLabelValues(label)
+	s.proposedRequests = n.metrics.proposedRequests.WithLabelValues(label)
+	s.proposedEntries = n.metrics.proposedEntries.WithLabelValues(label)
 	s.scheduleTicks = n.metrics.scheduleTicks
 	snapshotSeconds := n.metrics.snapshotSeconds.WithLabelValues(label)
 	timed := timedFSM{Machine: s.machine, observe: func(d time.Duration) { snapshotSeconds.Observe(d.Seconds()) }}

@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -28,6 +27,14 @@ type Shard struct {
 	waiters       waiters
 	applySeconds  prometheus.Observer
 	leaderChanges prometheus.Counter
+	// proposedRequests, proposedEntries count the commands this replica
+	// proposed as leader and the log entries that carried them (several
+	// client writes may share one, coalesce.go); nil in tests that build
+	// a bare shard.
+	proposedRequests prometheus.Counter
+	proposedEntries  prometheus.Counter
+	// co queues the writes behind the entry in flight (coalesce.go).
+	co            coalescer
 	scheduleTicks *prometheus.CounterVec // by result; nil in tests that build a bare shard
 	unevaluable   int64                  // the tick of the last schedule warned about (FireSchedules)
 	// aheadLog, aheadMono: the log time and monotonic instant Now counts
@@ -110,6 +117,7 @@ func (s *Shard) Log() LogReader { return s.g.logs }
 
 func (s *Shard) start(g *group) {
 	s.g = g
+	g.stored.hook(s.before, s.stored)
 	s.wg.Add(1)
 	go s.watchLeadership()
 }
@@ -204,7 +212,8 @@ func (s *Shard) Now() int64 {
 	return max(c, s.aheadLog+int64(time.Since(s.aheadMono)))
 }
 
-// Propose stamps cmd with the leader's time and commits it. On an error the
+// Propose stamps cmd with the leader's time and commits it: a client write
+// (Modify, claim) may share its log entry with others (coalesce.go). On an error the
 // command either was not applied (ErrNotLeader, safe to retry anywhere) or
 // its outcome is unknown (ErrUnknownOutcome: retry with the same request id).
 func (s *Shard) Propose(ctx context.Context, cmd *fsmpb.Command) (*fsmpb.Result, error) {
@@ -226,6 +235,11 @@ func (s *Shard) Propose(ctx context.Context, cmd *fsmpb.Command) (*fsmpb.Result,
 		// alike whatever its own limit (fsm/budget.go).
 		cmd.Budget = s.budget()
 	}
+	if coalesces(cmd) {
+		if _, n, _ := s.tuning.coalesceLimits(); n > 1 {
+			return s.proposeCoalesced(ctx, cmd)
+		}
+	}
 	data, err := fsm.EncodeCommand(cmd)
 	if err != nil {
 		return nil, err
@@ -235,20 +249,18 @@ func (s *Shard) Propose(ctx context.Context, cmd *fsmpb.Command) (*fsmpb.Result,
 		timeout = max(time.Until(dl), time.Millisecond)
 	}
 	start := time.Now()
+	if s.proposedEntries != nil {
+		s.proposedRequests.Inc()
+		s.proposedEntries.Inc()
+	}
 	f := s.g.raft.Apply(data, timeout)
 	err, stopped := awaitFuture(ctx, s.stop, f)
 	if stopped != nil {
 		// The entry may still commit.
 		return nil, fmt.Errorf("shard %d: %w: %w", s.id, ErrUnknownOutcome, stopped)
 	}
-	switch {
-	case err == nil:
-	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipTransferInProgress),
-		errors.Is(err, raft.ErrEnqueueTimeout):
-		return nil, s.notLeader()
-	default:
-		// ErrLeadershipLost, ErrRaftShutdown, or anything else after enqueueing.
-		return nil, fmt.Errorf("shard %d: %w: %w", s.id, ErrUnknownOutcome, err)
+	if err != nil {
+		return nil, s.applyErr(err)
 	}
 	s.applySeconds.Observe(time.Since(start).Seconds())
 	res, ok := f.Response().(*fsmpb.Result)

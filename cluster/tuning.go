@@ -38,6 +38,14 @@ type Tuning struct {
 	// format it can raise (format.go); 0 is the default, and < 0 raises
 	// none by itself (nor a new shard's on election): tests raise by hand.
 	FormatEvery time.Duration
+	// CoalesceBytes and CoalesceRequests bound the client writes one log
+	// entry of a shard carries when they queued behind the entries in
+	// flight, of which a leader keeps at most CoalesceInflight per shard
+	// (coalesce.go); 0 means the defaults. CoalesceRequests 1 proposes
+	// every write as its own entry, as many in flight as there are.
+	CoalesceBytes    int
+	CoalesceRequests int
+	CoalesceInflight int
 }
 
 // DefaultTuning suits a node hosting a few dozen groups: heartbeats relaxed
@@ -60,6 +68,9 @@ func DefaultTuning() Tuning {
 		MinFreeDisk:        256 << 20,
 		DiskCheckEvery:     time.Second,
 		FormatEvery:        time.Second,
+		CoalesceBytes:      DefaultCoalesceBytes,
+		CoalesceRequests:   DefaultCoalesceRequests,
+		CoalesceInflight:   DefaultCoalesceInflight,
 	}
 }
 

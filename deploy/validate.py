@@ -39,7 +39,7 @@ KNOWN_METRICS = {
     "taskstore_tasks_deleted_total", "taskstore_modify_refused_total", "taskstore_queue_tasks",
     "taskstore_queue_oldest_available_seconds", "taskstore_queue_paused", "taskstore_schedule_ticks_total", "taskstore_shard_leader", "taskstore_shard_term",
     "taskstore_shard_commit_index", "taskstore_shard_applied_index", "taskstore_shard_leader_changes_total",
-    "taskstore_shard_apply_seconds", "taskstore_shard_snapshot_seconds", "taskstore_shard_log_bytes",
+    "taskstore_shard_apply_seconds", "taskstore_shard_snapshot_seconds", "taskstore_shard_proposed_requests_total", "taskstore_shard_proposed_entries_total", "taskstore_shard_log_bytes",
     "taskstore_shard_diverged", "taskstore_shard_replicas_disagree",
     "taskstore_shard_replicas_healthy", "taskstore_shard_replicas_placed",
     "taskstore_shard_slots", "taskstore_slot_moves", "taskstore_slot_moves_finished_total",

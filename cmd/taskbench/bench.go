@@ -389,6 +389,7 @@ func bench(ctx context.Context, cfg *config, stderr io.Writer, getenv func(strin
 		res.LocalGOMAXPROCS = lc.gomaxprocs
 	}
 	before, merr := scrapeCluster(ctx, c)
+	before.scrapeProxy(ctx, lc.proxyHTTP())
 
 	if cfg.output == "text" {
 		fmt.Fprintf(stderr, "running %s for %v with %d clients...\n", cfg.workload, cfg.duration, cfg.clients)
@@ -417,12 +418,13 @@ func bench(ctx context.Context, cfg *config, stderr io.Writer, getenv func(strin
 	}
 
 	after, merr2 := scrapeCluster(context.WithoutCancel(ctx), c)
+	after.scrapeProxy(context.WithoutCancel(ctx), lc.proxyHTTP())
 	res.tally(workers, elapsed)
 	secs := elapsed.Seconds()
 	if err := errors.Join(merr, merr2); err != nil {
 		res.MetricsError = err.Error()
 	} else {
-		res.setLogEntries(after.applies-before.applies, secs)
+		res.setLogEntries(after.entries()-before.entries(), secs)
 		res.CommitIndexDelta = after.commitIndex - before.commitIndex
 	}
 	res.setClusterCosts(cfg, meter, before, after, errors.Join(merr, merr2))

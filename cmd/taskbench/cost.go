@@ -72,6 +72,16 @@ type costs struct {
 	// Log entries per task: Raft entries the shard leaders appended (the
 	// result's log_entries); for PostgreSQL, committed transactions.
 	EntriesPerTask *float64 `json:"entries_per_task"`
+	// Requests per entry: commands the shard leaders proposed over the
+	// log entries that carried them (taskstore_shard_proposed_*_total);
+	// above 1 when writes queued behind an entry in flight share the next.
+	// Unknown for PostgreSQL and for builds without the counters.
+	RequestsPerEntry *float64 `json:"requests_per_entry"`
+	// Messages per request: gRPC messages the nodes and the proxy received
+	// (grpc_server_msg_received_total) per request taskbench sent; a
+	// unary call through a proxy is 2 (proxy, leader). Peers' gossip and
+	// status calls count too; Raft's own traffic is not gRPC.
+	MsgsPerRequest *float64 `json:"msgs_per_request"`
 	// fsync+fdatasync calls per task of all nodes together
 	// (taskstore_log_syncs_total); for PostgreSQL, WAL fsyncs
 	// (pg_stat_wal.wal_sync).
@@ -139,6 +149,11 @@ func ratio(a, b *float64, digits int) *float64 {
 // costInputs is everything the accounting is computed from.
 type costInputs struct {
 	tasks int64
+	rpcs  int64 // requests taskbench sent
+	// proxy: the proxy's /metrics was read before and after (bProxy,
+	// aProxy) or must be (wantProxy).
+	wantProxy      bool
+	bProxy, aProxy *nodeCounters
 	// entries and syncs of the whole system when known otherwise than
 	// from the nodes (the Raft entries of the result; PostgreSQL's).
 	entries, syncs, entriesPerSync, logBytes *float64
@@ -204,9 +219,21 @@ func computeCosts(in costInputs) *costs {
 		}
 		slices.SortFunc(ids, nodeOrder)
 		allSyncs, allAppend, allBytes := len(ids) > 0, len(ids) > 0, len(ids) > 0
-		var sy, ap, ba, lb float64
+		allProposed, allMsgs := len(ids) > 0, len(ids) > 0
+		var sy, ap, ba, lb, preq, pent, msgs float64
 		for _, id := range ids {
 			b, a := in.before.nodes[id], in.after.nodes[id]
+			if b.hasProposed && a.hasProposed {
+				preq += a.proposedRequests - b.proposedRequests
+				pent += a.proposedEntries - b.proposedEntries
+			} else {
+				allProposed = false
+			}
+			if b.hasGRPCMsgs && a.hasGRPCMsgs {
+				msgs += a.grpcMsgs - b.grpcMsgs
+			} else {
+				allMsgs = false
+			}
 			p := find(id)
 			if p.CPUSource == "" {
 				var s *float64
@@ -249,6 +276,19 @@ func computeCosts(in costInputs) *costs {
 		}
 		if allBytes {
 			logBytes = &lb
+		}
+		if allProposed {
+			c.RequestsPerEntry = ratio(&preq, &pent, 2)
+		}
+		if in.wantProxy {
+			if b, a := in.bProxy, in.aProxy; b != nil && a != nil && b.hasGRPCMsgs && a.hasGRPCMsgs {
+				msgs += a.grpcMsgs - b.grpcMsgs
+			} else {
+				allMsgs = false
+			}
+		}
+		if allMsgs && in.rpcs > 0 {
+			c.MsgsPerRequest = per(&msgs, in.rpcs, 2)
 		}
 	}
 	for _, name := range in.unknown {
@@ -381,8 +421,12 @@ func printCosts(w io.Writer, c *costs, postgres bool) {
 		}
 		return " (" + strings.Join(parts, " ") + ")"
 	}
-	fmt.Fprintf(w, "costs    %s %s  %s %s%s  entries/sync %s  %s %s%s\n",
-		entries, fmtNum(c.EntriesPerTask),
+	shared := "" // how many requests shared an entry, a message: Taskstore only
+	if !postgres {
+		shared = fmt.Sprintf("  requests/entry %s  msgs/request %s", fmtNum(c.RequestsPerEntry), fmtNum(c.MsgsPerRequest))
+	}
+	fmt.Fprintf(w, "costs    %s %s%s  %s %s%s  entries/sync %s  %s %s%s\n",
+		entries, fmtNum(c.EntriesPerTask), shared,
 		syncs, fmtNum(c.SyncsPerTask), nodeOnly(func(p *procCost) *float64 { return p.SyncsPerTask }),
 		fmtNum(c.EntriesPerSync),
 		logb, fmtBytes(c.LogBytesPerTask), nodeOnly(func(p *procCost) *float64 { return p.LogBytesPerTask }))
@@ -453,10 +497,12 @@ func (s *pgServer) metered() []meteredProc {
 // setClusterCosts fills r.Costs for a Taskstore run from the samples and
 // the nodes' /metrics before and after (scrapeErr: either scrape failed).
 func (r *result) setClusterCosts(cfg *config, m *costMeter, before, after logCounters, scrapeErr error) {
-	in := costInputs{tasks: r.Tasks, meter: m}
+	in := costInputs{tasks: r.Tasks, rpcs: r.RPCs, meter: m}
 	if scrapeErr == nil {
 		in.entries = ptr(r.LogEntries)
 		in.before, in.after = &before, &after
+		in.wantProxy = cfg.via == "proxy"
+		in.bProxy, in.aProxy = before.proxy, after.proxy
 	} else if cfg.local == 0 {
 		in.unknown = append(in.unknown, "nodes")
 	}

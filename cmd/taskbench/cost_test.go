@@ -162,6 +162,11 @@ taskstore_log_bytes_written_total 1.2e+06
 process_cpu_seconds_total 12.5
 taskstore_shard_apply_seconds_count{shard="1"} 10
 taskstore_shard_commit_index{shard="1"} 42
+taskstore_shard_proposed_requests_total{shard="0"} 7
+taskstore_shard_proposed_requests_total{shard="1"} 40
+taskstore_shard_proposed_entries_total{shard="1"} 10
+grpc_server_msg_received_total{grpc_method="Modify",grpc_service="taskstore.v1.TaskStore",grpc_type="unary"} 30
+grpc_server_msg_received_total{grpc_method="Claim",grpc_service="taskstore.v1.TaskStore",grpc_type="unary"} 12
 `
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/metrics" {
@@ -176,7 +181,8 @@ taskstore_shard_commit_index{shard="1"} 42
 		t.Fatal(err)
 	}
 	if !m.hasSyncs || m.syncs != 1500 || !m.hasAppend || m.appendEntries != 2050 || m.appendBatches != 500 ||
-		!m.hasLogBytes || m.logBytes != 1.2e6 || !m.hasCPU || m.cpuSeconds != 12.5 || m.applies != 10 || m.commit["1"] != 42 {
+		!m.hasLogBytes || m.logBytes != 1.2e6 || !m.hasCPU || m.cpuSeconds != 12.5 || m.applies != 10 || m.commit["1"] != 42 ||
+		!m.hasProposed || m.proposedRequests != 40 || m.proposedEntries != 10 || !m.hasGRPCMsgs || m.grpcMsgs != 42 {
 		t.Errorf("scraped %+v", m)
 	}
 	// An older node: none of them, and no error.
@@ -256,7 +262,7 @@ func TestComputeCosts(t *testing.T) {
 	var out bytes.Buffer
 	printCosts(&out, c, false)
 	for _, want := range []string{
-		"costs    entries/task 1.02  syncs/task 0.84 (n1 0.28 n2 0.28 n3 0.28)  entries/sync 4.17  log-bytes/task 1000 (n1 400 n2 300 n3 300)\n",
+		"costs    entries/task 1.02  requests/entry -  msgs/request -  syncs/task 0.84 (n1 0.28 n2 0.28 n3 0.28)  entries/sync 4.17  log-bytes/task 1000 (n1 400 n2 300 n3 300)\n",
 		"cpu-ms/task 1.90 (n1 0.50 n2 0.40 n3 0.40 proxy 0.30 bench 0.30)\n",
 		"cpu% n1 25 n2 20 n3 20 proxy 15 bench 15 (of one core;",
 		"bytes-written/task - (n1 300 n2 250 n3 - proxy 0)\n",
@@ -264,6 +270,31 @@ func TestComputeCosts(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("costs block lacks %q:\n%s", want, out.String())
 		}
+	}
+
+	// Nodes that count proposals and gRPC messages, and a proxy: 1100
+	// commands in 275 entries; 2000 messages for 1000 requests.
+	for id, n := range after.nodes {
+		n.proposedRequests, n.proposedEntries, n.hasProposed = 1100.0/3, 275.0/3, true
+		n.grpcMsgs, n.hasGRPCMsgs = 1000.0/3, true
+		after.nodes[id] = n
+		b := before.nodes[id]
+		b.hasProposed, b.hasGRPCMsgs = true, true
+		before.nodes[id] = b
+	}
+	c = computeCosts(costInputs{tasks: 1000, rpcs: 1000, entries: ptr(1020), before: &before, after: &after, meter: m, wantProxy: true,
+		bProxy: &nodeCounters{grpcMsgs: 10, hasGRPCMsgs: true}, aProxy: &nodeCounters{grpcMsgs: 1010, hasGRPCMsgs: true}})
+	check("requests/entry", c.RequestsPerEntry, 4)
+	check("msgs/request", c.MsgsPerRequest, 2)
+	out.Reset()
+	printCosts(&out, c, false)
+	if !strings.Contains(out.String(), "costs    entries/task 1.02  requests/entry 4.00  msgs/request 2.00  syncs/task") {
+		t.Errorf("with proposal and message counts:\n%s", out.String())
+	}
+	// Through a proxy whose messages are unknown: no total.
+	c = computeCosts(costInputs{tasks: 1000, rpcs: 1000, entries: ptr(1020), before: &before, after: &after, meter: m, wantProxy: true})
+	if c.MsgsPerRequest != nil {
+		t.Errorf("msgs/request %v without the proxy's count", *c.MsgsPerRequest)
 	}
 
 	// One node of an older build: no cluster-wide syncs (a partial sum

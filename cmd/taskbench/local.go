@@ -201,3 +201,16 @@ func (lc *localCluster) stop() {
 	}
 	os.RemoveAll(lc.dir)
 }
+
+// proxyHTTP is the HTTP address of the local proxy, or "".
+func (lc *localCluster) proxyHTTP() string {
+	if lc == nil {
+		return ""
+	}
+	for _, p := range lc.profiled {
+		if p.name == "proxy" {
+			return p.http
+		}
+	}
+	return ""
+}

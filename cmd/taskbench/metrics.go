@@ -28,6 +28,36 @@ type logCounters struct {
 	// nodes is every scraped node's counters by node id, for the cost
 	// accounting's per-node figures (cost.go).
 	nodes map[string]nodeCounters
+	// proxy is the local proxy's /metrics (its gRPC messages), when
+	// taskbench started one and could read it.
+	proxy *nodeCounters
+}
+
+// entries is the log entries the shard leaders proposed: the sum of
+// taskstore_shard_proposed_entries_total when every node exports it (a
+// leader may carry many writes in one entry), else the count of applies,
+// which older builds observed once per entry.
+func (l logCounters) entries() float64 {
+	var sum float64
+	for _, n := range l.nodes {
+		if !n.hasProposed {
+			return l.applies
+		}
+		sum += n.proposedEntries
+	}
+	return sum
+}
+
+// scrapeProxy adds the proxy's counters to l, if it can read them.
+func (l *logCounters) scrapeProxy(ctx context.Context, httpAddr string) {
+	if httpAddr == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if m, err := scrapeNode(ctx, httpAddr); err == nil {
+		l.proxy = &m
+	}
 }
 
 // scrapeCluster reads the http addresses from Admin.Status and sums the
@@ -83,6 +113,15 @@ type nodeCounters struct {
 	// node's CPU when taskbench does not know its pid.
 	cpuSeconds float64
 	hasCPU     bool
+	// taskstore_shard_proposed_requests_total and _entries_total of the
+	// data shards: commands proposed as leader, and the log entries that
+	// carried them.
+	proposedRequests, proposedEntries float64
+	hasProposed                       bool
+	// grpc_server_msg_received_total: gRPC messages the process received
+	// (a unary call is one), from clients, the proxy and peers.
+	grpcMsgs    float64
+	hasGRPCMsgs bool
 }
 
 func scrapeNode(ctx context.Context, httpAddr string) (nodeCounters, error) {
@@ -132,6 +171,9 @@ func parseMetrics(r io.Reader) (nodeCounters, error) {
 			node, has = &out.logBytes, &out.hasLogBytes
 		case "process_cpu_seconds_total":
 			node, has = &out.cpuSeconds, &out.hasCPU
+		case "grpc_server_msg_received_total":
+			node, has = &out.grpcMsgs, &out.hasGRPCMsgs
+		case "taskstore_shard_proposed_requests_total", "taskstore_shard_proposed_entries_total":
 		default:
 			continue
 		}
@@ -152,9 +194,16 @@ func parseMetrics(r io.Reader) (nodeCounters, error) {
 		if shard == "" || shard == "0" {
 			continue
 		}
-		if name == "taskstore_shard_apply_seconds_count" {
+		switch name {
+		case "taskstore_shard_apply_seconds_count":
 			out.applies += v
-		} else {
+		case "taskstore_shard_proposed_requests_total":
+			out.proposedRequests += v
+			out.hasProposed = true
+		case "taskstore_shard_proposed_entries_total":
+			out.proposedEntries += v
+			out.hasProposed = true
+		default:
 			out.commit[shard] = v
 		}
 	}

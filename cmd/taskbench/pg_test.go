@@ -437,7 +437,7 @@ func TestSuite(t *testing.T) {
 	}
 	text := out.String()
 	lines := strings.Split(strings.TrimSpace(text), "\n")
-	if len(lines) < 9 || strings.Count(lines[0], "|") != 13 {
+	if len(lines) < 9 || strings.Count(lines[0], "|") != 15 {
 		t.Fatalf("not one table:\n%s", text)
 	}
 	// "vs PG" compares each claim-delete row with PostgreSQL at the same
@@ -459,13 +459,14 @@ func TestSuite(t *testing.T) {
 			t.Errorf("table lacks %q:\n%s", want, text)
 		}
 	}
-	// Cost columns: entries/task, syncs/task, cpu-ms/task (≥: a process
-	// unread), bytes written/task; "-" where a run has no costs.
+	// Cost columns: entries/task, requests/entry, msgs/request, syncs/task,
+	// cpu-ms/task (≥: a process unread), bytes written/task; "-" where a
+	// run has no costs.
 	squeezed := regexp.MustCompile(` +`).ReplaceAllString(text, " ")
 	for _, want := range []string{
-		"| 500 | 500 | 1000 | 2.00 | 3.10 | ≥1.23 | 61234 | 1.50 / 12.3 / 123 |",
-		"| 700 | 700 | 1400 | 2.01 | 0.49 | 0.50 | - | 1.50 / 12.3 / 123 |",
-		"| 100 | 100 | 200 | - | - | - | - | 1.50 / 12.3 / 123 |",
+		"| 500 | 500 | 1000 | 2.00 | - | - | 3.10 | ≥1.23 | 61234 | 1.50 / 12.3 / 123 |",
+		"| 700 | 700 | 1400 | 2.01 | - | - | 0.49 | 0.50 | - | 1.50 / 12.3 / 123 |",
+		"| 100 | 100 | 200 | - | - | - | - | - | - | 1.50 / 12.3 / 123 |",
 	} {
 		if !strings.Contains(squeezed, want) {
 			t.Errorf("table lacks %q:\n%s", want, text)

@@ -234,26 +234,27 @@ func printSuite(w io.Writer, format string, rep *suiteReport) error {
 		}
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)
-	fmt.Fprintln(tw, "| #\t| command\t| ops/s\t| tasks/s\t| log entries/s\t| entries/task\t| syncs/task\t| cpu-ms/task\t| B written/task\t| op p50 / p99 / p99.9 ms\t| failed ops\t| vs PG\t|")
-	fmt.Fprintln(tw, "|--\t|--\t|--:\t|--:\t|--:\t|--:\t|--:\t|--:\t|--:\t|--\t|--:\t|--:\t|")
+	fmt.Fprintln(tw, "| #\t| command\t| ops/s\t| tasks/s\t| log entries/s\t| entries/task\t| req/entry\t| msgs/req\t| syncs/task\t| cpu-ms/task\t| B written/task\t| op p50 / p99 / p99.9 ms\t| failed ops\t| vs PG\t|")
+	fmt.Fprintln(tw, "|--\t|--\t|--:\t|--:\t|--:\t|--:\t|--:\t|--:\t|--:\t|--:\t|--:\t|--\t|--:\t|--:\t|")
 	for i, row := range rep.Rows {
 		cmd := "`" + row.command() + "`"
 		if row.Skipped != "" {
-			fmt.Fprintf(tw, "| %d\t| %s\t| skipped: %s\t|\t|\t|\t|\t|\t|\t|\t|\t|\t|\n", i+1, cmd, oneLine(row.Skipped))
+			fmt.Fprintf(tw, "| %d\t| %s\t| skipped: %s\t|\t|\t|\t|\t|\t|\t|\t|\t|\t|\t|\t|\n", i+1, cmd, oneLine(row.Skipped))
 			continue
 		}
 		r := row.Result
 		if r == nil {
-			fmt.Fprintf(tw, "| %d\t| %s\t| error: %s\t|\t|\t|\t|\t|\t|\t|\t|\t|\t|\n", i+1, cmd, oneLine(row.Error))
+			fmt.Fprintf(tw, "| %d\t| %s\t| error: %s\t|\t|\t|\t|\t|\t|\t|\t|\t|\t|\t|\t|\n", i+1, cmd, oneLine(row.Error))
 			continue
 		}
 		entries := "?"
 		if r.MetricsError == "" {
 			entries = fmt.Sprintf("%.0f", r.LogEntriesPerSec)
 		}
-		perTask, syncs, cpu, written := "-", "-", "-", "-"
+		perTask, reqs, msgs, syncs, cpu, written := "-", "-", "-", "-", "-", "-"
 		if c := r.Costs; c != nil {
 			perTask, syncs, cpu, written = fmtNum(c.EntriesPerTask), fmtNum(c.SyncsPerTask), c.fmtCPUPerTask(), fmtBytes(c.WriteBytesPerTask)
+			reqs, msgs = fmtNum(c.RequestsPerEntry), fmtNum(c.MsgsPerRequest)
 		}
 		failed := fmt.Sprint(r.FailedOps)
 		if r.EmptyClaims > 0 {
@@ -263,8 +264,8 @@ func printSuite(w io.Writer, format string, rep *suiteReport) error {
 		if base := pg[max(1, r.ClaimLimit)]; base > 0 && r.Workload == "claim-delete" && r.Loop == "closed" {
 			vs = fmt.Sprintf("%.2f×", r.TasksPerSec/base)
 		}
-		fmt.Fprintf(tw, "| %d\t| %s\t| %.0f\t| %.0f\t| %s\t| %s\t| %s\t| %s\t| %s\t| %s / %s / %s\t| %s\t| %s\t|\n", i+1, cmd,
-			r.OpsPerSec, r.TasksPerSec, entries, perTask, syncs, cpu, written,
+		fmt.Fprintf(tw, "| %d\t| %s\t| %.0f\t| %.0f\t| %s\t| %s\t| %s\t| %s\t| %s\t| %s\t| %s\t| %s / %s / %s\t| %s\t| %s\t|\n", i+1, cmd,
+			r.OpsPerSec, r.TasksPerSec, entries, perTask, reqs, msgs, syncs, cpu, written,
 			fmtMS(r.Latency.P50), fmtMS(r.Latency.P99), fmtMS(r.Latency.P999), failed, vs)
 	}
 	if err := tw.Flush(); err != nil {
@@ -273,7 +274,9 @@ func printSuite(w io.Writer, format string, rep *suiteReport) error {
 	fmt.Fprintf(w, "\nEach run %v measured, on its own fresh cluster or server. Log entries: Raft entries the shard leaders\n"+
 		"committed (one fsync each); for PostgreSQL (#%d, #%d), WAL fsyncs (pg_stat_wal.wal_sync). \"vs PG\": against\n"+
 		"PostgreSQL with the same claim limit.\n"+
-		"Costs per task over the measured interval: entries/task (PostgreSQL: committed transactions), syncs/task\n"+
+		"Costs per task over the measured interval: entries/task (PostgreSQL: committed transactions), req/entry\n"+
+		"(commands the shard leaders proposed per log entry: writes that queued behind an entry in flight share the\n"+
+		"next), msgs/req (gRPC messages the nodes and the proxy received per request sent), syncs/task\n"+
 		"(fsync+fdatasync of all nodes' logs, taskstore_log_syncs_total; PostgreSQL: WAL fsyncs), cpu-ms/task (every\n"+
 		"process: nodes, proxy, taskbench, PostgreSQL's whole tree; ≥ when one was unreadable), B written/task (the\n"+
 		"servers' /proc/<pid>/io write_bytes); \"-\": not measured. taskbench -o json has the per-process figures.\n",
