@@ -655,3 +655,24 @@ func TestTaskChangeSetsAttemptAndError(t *testing.T) {
 		t.Fatalf("error cleared, claim ended: %v", tasks)
 	}
 }
+
+// An insert refused for a key whose task was deleted within its dedup
+// window says so, rather than naming the deleted task as if it held the key.
+func TestTaskInsertSaysTheKeysTaskWasDeleted(t *testing.T) {
+	fc := clienttest.New(t, 3, 2)
+	mustRun(t, fc, "task", "insert", "mr/map", "--value", "a", "--key", "k1", "--dedup-window", "1h", "--id", "d1")
+	mustRun(t, fc, "task", "delete", "d1", "--version", "1")
+	r := run(t, fc, "task", "insert", "mr/map", "--value", "b", "--key", "k1")
+	if r.code == 0 || !strings.Contains(r.stderr, "the key's task d1 was deleted") || !strings.Contains(r.stderr, "dedup window") {
+		t.Fatalf("insert with the key of a deleted task: %+v", r)
+	}
+	r = run(t, fc, "task", "insert", "mr/map", "--value", "b", "--key", "k1", "--if-absent")
+	if r.code != 0 || !strings.Contains(r.stderr, "the task that held it, as it was deleted") {
+		t.Fatalf("insert --if-absent with the key of a deleted task: %+v", r)
+	}
+	// A key held by a live task says nothing about a deletion.
+	mustRun(t, fc, "task", "insert", "mr/map", "--value", "c", "--key", "k2", "--id", "l1")
+	if r := run(t, fc, "task", "insert", "mr/map", "--value", "d", "--key", "k2"); r.code == 0 || strings.Contains(r.stderr, "deleted") {
+		t.Fatalf("insert with a live task's key: %+v", r)
+	}
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -131,6 +132,16 @@ With -o json it prints {"tasks":[TASK]}.`,
 			}
 			return a.withClient(0, func(ctx context.Context, c *client.Client) error {
 				resp, err := c.Modify(ctx, &taskstorepb.ModifyRequest{Claimant: claimant, Inserts: []*taskstorepb.TaskInsert{in}})
+				var dep *client.DependencyError
+				if errors.As(err, &dep) {
+					for _, r := range dep.Duplicates() {
+						if r.Category == taskstorepb.RefError_INSERT_DUPLICATE_KEY && r.ExistingId != "" && deletedHolder(ctx, c, args[0], r.ExistingId) {
+							// printError words the refusal itself from its references.
+							fmt.Fprintln(a.stderr, keyReservedHint(key, r.ExistingId))
+							return err
+						}
+					}
+				}
 				if err != nil {
 					return err
 				}
@@ -140,7 +151,12 @@ With -o json it prints {"tasks":[TASK]}.`,
 				if len(resp.Coalesced) > 0 {
 					// --if-absent found the key taken: say so, or the holder
 					// reads as a new task.
-					fmt.Fprintf(a.stderr, "key %q is taken in %s: nothing inserted; this is the task that holds it\n", key, args[0])
+					if holder := resp.Inserted[0]; deletedHolder(ctx, c, args[0], holder.Id) {
+						fmt.Fprintf(a.stderr, "key %q is taken in %s: nothing inserted; this is the task that held it, as it was deleted (%s)\n",
+							key, args[0], keyReservedHint(key, holder.Id))
+					} else {
+						fmt.Fprintf(a.stderr, "key %q is taken in %s: nothing inserted; this is the task that holds it\n", key, args[0])
+					}
 				}
 				return a.printTaskList(resp.Inserted, "")
 			})
@@ -159,6 +175,18 @@ With -o json it prints {"tasks":[TASK]}.`,
 	f.StringVar(&claimant, "claimant", "", "with --hold (required there): the producer that holds the task")
 	f.DurationVar(&dedupWindow, "dedup-window", 0, "with --key: keep the key reserved this long after the task is deleted")
 	return cmd
+}
+
+// deletedHolder reports whether the task id that a refused key names is
+// gone from queue: deleted within its key's dedup window, which keeps the
+// key reserved.
+func deletedHolder(ctx context.Context, c *client.Client, queue, id string) bool {
+	_, err := c.GetIn(ctx, queue, id)
+	return errors.Is(err, client.ErrNotFound)
+}
+
+func keyReservedHint(key, id string) string {
+	return fmt.Sprintf("the key's task %s was deleted; key %q stays reserved until the dedup window it was inserted with (--dedup-window) ends", id, key)
 }
 
 func defaultClaimant() string {
