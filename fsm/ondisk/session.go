@@ -22,6 +22,10 @@ type Session struct {
 	// replacing it, which every command of the client does, does not
 	// encode and hash the old answer again.
 	sum *[32]byte
+	// rec: the record as written, until Commit hashes it into the digest
+	// (a record replaced within its transaction, as a command's touch is
+	// by its answer, is never hashed).
+	rec []byte
 }
 
 // SessionOverheadBytes is what a session counts for besides its client id
@@ -72,6 +76,17 @@ func (t *Txn) Session(client string) (*Session, error) {
 	return readRecord(t, &t.sessions, &t.s.recentSessions, SessionKey(t.s.shard, client), true, decodeSession)
 }
 
+// hashSessions adds the sessions the transaction wrote and kept to the
+// digest (Commit, and a view of it: Digest).
+func (t *Txn) hashSessions() {
+	for k, s := range t.unhashed {
+		sum := recordSum([]byte(k)[shardLen:], s.rec)
+		t.meta.digest.addSum(&sum, false)
+		s.sum, s.rec = &sum, nil
+	}
+	clear(t.unhashed)
+}
+
 // rememberSession records what the session at k is now (nil: none).
 func (t *Txn) rememberSession(k []byte, s *Session) { rememberIn(&t.sessions, k, s) }
 
@@ -82,9 +97,11 @@ func (t *Txn) PutSession(client string, s *Session) error {
 	}
 	k, rec := SessionKey(t.s.shard, client), s.encode()
 	ok := SessionOrderKey(t.s.shard, s.LastSeen, client)
-	sum := recordSum(k[shardLen:], rec)
-	t.meta.digest.addSum(&sum, false)
-	s.sum = &sum
+	s.sum, s.rec = nil, rec
+	if t.unhashed == nil {
+		t.unhashed = map[string]*Session{}
+	}
+	t.unhashed[string(k)] = s
 	t.meta.digest.Add(ok[shardLen:], nil)
 	if t.meta.sessions == 0 || t.sessionHead != nil && bytes.Compare(ok, t.sessionHead) < 0 {
 		// Below every key left (none, or below a bound of them): the
@@ -108,9 +125,12 @@ func (t *Txn) DeleteSession(client string) error {
 		return err
 	}
 	k, ok := SessionKey(t.s.shard, client), SessionOrderKey(t.s.shard, old.LastSeen, client)
-	if old.sum != nil {
+	switch {
+	case t.unhashed[string(k)] == old:
+		delete(t.unhashed, string(k)) // written by this transaction and not hashed yet
+	case old.sum != nil:
 		t.meta.digest.addSum(old.sum, true)
-	} else {
+	default:
 		t.meta.digest.Remove(k[shardLen:], old.encode())
 	}
 	t.meta.digest.Remove(ok[shardLen:], nil)

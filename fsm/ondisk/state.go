@@ -308,6 +308,9 @@ type Txn struct {
 	// replaces or deletes it (every claim and commit) reads it once.
 	tasks    map[string]*Task
 	sessions map[string]*Session
+	// unhashed: the sessions written and not yet hashed into the digest
+	// (session.go), by key.
+	unhashed map[string]*Session
 	buf      []byte // for what is copied where it goes (a record into the batch)
 	// readOnly: a read that will be discarded (BeginRead), which uses the
 	// queues' heads in memory but does not fill them.
@@ -391,6 +394,7 @@ func (t *Txn) Commit(applied uint64) error {
 			return err
 		}
 	}
+	t.hashSessions()
 	if err := t.b.Set(MetaKey(t.s.shard, "shard"), t.meta.encode(), nil); err != nil {
 		return err
 	}
