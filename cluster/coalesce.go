@@ -166,12 +166,10 @@ func (s *Shard) launch(batch []*pending) {
 	c.mu.Unlock()
 	f := s.g.raft.Apply(data, s.tuning.ApplyTimeout)
 	go func() {
-		err, stopped := awaitFuture(context.Background(), s.stop, f)
-		if stopped != nil {
-			// A future may never answer once its group shut down: the
-			// writes' callers have left on stop already.
-			err = stopped
-		}
+		// A future may never answer once its group shut down
+		// (hashicorp/raft#498): the writes' callers leave on stop, and
+		// the shard is not used again.
+		err := f.Error()
 		s.release(e)
 		c.mu.Lock()
 		batch := e.batch
@@ -255,6 +253,11 @@ func (s *Shard) stored(logs []*raft.Log) {
 		}
 		c.mu.Lock()
 		e := c.appending[unsafe.SliceData(l.Data)]
+		if e != nil && len(c.queue) == 0 && e.released.CompareAndSwap(false, true) {
+			// Nothing to propose: free the slot right here.
+			c.releaseLocked(e)
+			e = nil
+		}
 		c.mu.Unlock()
 		if e != nil {
 			go s.release(e)
@@ -269,10 +272,15 @@ func (s *Shard) release(e *launched) {
 	}
 	c := &s.co
 	c.mu.Lock()
+	c.releaseLocked(e)
+	s.takeLocked()
+}
+
+// releaseLocked frees the slot of e, released already, with c.mu held.
+func (c *coalescer) releaseLocked(e *launched) {
 	delete(c.appending, e.key)
 	c.waiting.Add(-1)
 	c.inflight--
-	s.takeLocked()
 }
 
 // batchEntry encodes an OP_BATCH of the writes' commands, as raw bytes
