@@ -240,7 +240,14 @@ func (d *diskStore) toTask(tx *ondisk.Txn, id string, tk *ondisk.Task, q *queue)
 		must(err)
 		q = d.queueRecord(name)
 	}
-	return &task{id: id, key: tk.Key, claimant: tk.Claimant, err: tk.Err, value: tk.Value, dedup: tk.Dedup, q: q,
+	t := &task{}
+	fillTask(t, id, tk, q)
+	return t
+}
+
+// fillTask sets t to the task record tk of queue q.
+func fillTask(t *task, id string, tk *ondisk.Task, q *queue) {
+	*t = task{id: id, key: tk.Key, claimant: tk.Claimant, err: tk.Err, value: tk.Value, dedup: tk.Dedup, q: q,
 		version: tk.Version, at: tk.At, created: tk.Created, modified: tk.Modified, priority: tk.Priority,
 		claims: tk.Claims, attempt: tk.Attempt}
 }

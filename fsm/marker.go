@@ -176,6 +176,10 @@ func (m *Machine) BackupSnapshot() (raft.FSMSnapshot, error) {
 		// Queue records of the stream's own (the store's are the apply
 		// goroutine's), one per queue.
 		queues := map[uint32]*queue{}
+		// One task record for every call: the stream encodes each at
+		// once (AscendTasks' record and value are valid only during
+		// the call too).
+		var t task
 		var ferr error
 		err := view.AscendTasks(func(id string, tk *ondisk.Task) bool {
 			q := queues[tk.Queue]
@@ -188,7 +192,8 @@ func (m *Machine) BackupSnapshot() (raft.FSMSnapshot, error) {
 				q = &queue{name: name, group: groupOf(name)}
 				queues[tk.Queue] = q
 			}
-			ferr = fn(d.toTask(view, id, tk, q))
+			fillTask(&t, id, tk, q)
+			ferr = fn(&t)
 			return ferr == nil
 		})
 		if ferr != nil {

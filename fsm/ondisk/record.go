@@ -84,40 +84,52 @@ func appendBytes(b []byte, num protowire.Number, v []byte) []byte {
 // only valid until its next call. Unknown fields are skipped.
 func DecodeTask(data []byte) (*Task, error) {
 	t := &Task{}
+	if err := decodeTaskInto(t, data, false); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// decodeTaskInto is DecodeTask into t; with alias, t.Value is data's bytes,
+// not a copy (valid while data is).
+func decodeTaskInto(t *Task, data []byte, alias bool) error {
+	*t = Task{}
 	for len(data) > 0 {
 		num, typ, n := protowire.ConsumeTag(data)
 		if n < 0 {
-			return nil, protowire.ParseError(n)
+			return protowire.ParseError(n)
 		}
 		data = data[n:]
 		switch {
 		case typ == protowire.VarintType:
 			v, n := protowire.ConsumeVarint(data)
 			if n < 0 {
-				return nil, protowire.ParseError(n)
+				return protowire.ParseError(n)
 			}
 			data = data[n:]
 			if err := t.setVarint(num, v); err != nil {
-				return nil, err
+				return err
 			}
 		case typ == protowire.BytesType:
 			v, n := protowire.ConsumeBytes(data)
 			if n < 0 {
-				return nil, protowire.ParseError(n)
+				return protowire.ParseError(n)
 			}
 			data = data[n:]
-			if err := t.setBytes(num, v); err != nil {
-				return nil, err
+			if alias && num == fieldValue {
+				t.Value = v
+			} else if err := t.setBytes(num, v); err != nil {
+				return err
 			}
 		default:
 			n := protowire.ConsumeFieldValue(num, typ, data)
 			if n < 0 {
-				return nil, protowire.ParseError(n)
+				return protowire.ParseError(n)
 			}
 			data = data[n:]
 		}
 	}
-	return t, nil
+	return nil
 }
 
 var errWireType = errors.New("ondisk: task record field has the wrong wire type")

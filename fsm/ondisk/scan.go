@@ -209,6 +209,9 @@ func (s *State) QueueNames(from string, fn func(name string) bool) error {
 // order (by id), while fn returns true: one sequential read, where
 // AscendQueue looks each task up by its claim key. A backup's copy of a
 // shard reads its tasks so. Only a view may: it holds no writes of its own.
+// tk is the same record for every call, rewritten each time, and its Value
+// is the engine's buffer: both are valid only during the call (a copy
+// encodes each task at once, with no allocation for either).
 func (t *Txn) AscendTasks(fn func(id string, tk *Task) bool) error {
 	if !t.view {
 		return errors.New("ondisk: AscendTasks reads a view only")
@@ -220,6 +223,7 @@ func (t *Txn) AscendTasks(fn func(id string, tk *Task) bool) error {
 		return err
 	}
 	defer it.Close()
+	var tk Task
 	for ok := it.First(); ok; ok = it.Next() {
 		k := it.Key()[len(lo):]
 		n, w := binary.Uvarint(k)
@@ -230,11 +234,10 @@ func (t *Txn) AscendTasks(fn func(id string, tk *Task) bool) error {
 		if err != nil {
 			return err
 		}
-		tk, err := DecodeTask(raw)
-		if err != nil {
+		if err := decodeTaskInto(&tk, raw, true); err != nil {
 			return err
 		}
-		if !fn(string(k[w:w+int(n)]), tk) {
+		if !fn(string(k[w:w+int(n)]), &tk) {
 			return nil
 		}
 	}
