@@ -22,6 +22,9 @@ import (
 // message limit, not a gigabyte (issue 20, item 4: 1000 if_absent inserts of
 // one key whose holder had a 1 MiB value made the leader allocate 1 GB).
 func TestSmallRequestsCannotAskForHugeAnswers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a long scenario (tens of seconds): skipped with -short; make test-full runs it")
+	}
 	c := harness.Start(t, 3, harness.Options{Shards: 1, Scale: 2})
 	c.WaitReady()
 	const q = "amp/q"

@@ -45,6 +45,9 @@ func (l *lockedBuffer) String() string {
 // cluster was one process, so no node could be killed, and Ctrl-C printed a
 // screen of warnings).
 func TestDevClusterFailsOverAndStopsCleanly(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a long scenario (tens of seconds): skipped with -short; make test-full runs it")
+	}
 	bin := harness.Binaries(t)
 	dir := t.TempDir()
 	var out lockedBuffer

@@ -503,6 +503,9 @@ func TestQueueNamesRefusedAlike(t *testing.T) {
 // once, and no shard changes leader, even with large batches (7 MiB
 // requests of 1 MiB values) written meanwhile.
 func TestIfAbsentRepeatsAnswerOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a long scenario (tens of seconds): skipped with -short; make test-full runs it")
+	}
 	s := startSecured(t)
 	p := s.startProxy(t, "--auth-tokens", s.sec.Dir+"/tokens")
 	ctx := ctxT(t, 240*time.Second)
