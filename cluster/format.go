@@ -123,5 +123,5 @@ func (n *Node) raiseFormatOnElection(s *Shard) {
 		n.log.Debug("raise a new shard's state format on election", "shard", s.id, "err", err)
 		return
 	}
-	n.log.Info("raised a new shard's state format before serving: every replica's binary applies it", "shard", s.id, "format", target)
+	n.log.Info("raised the shard's state format: every replica's binary applies it", "shard", s.id, "format", target, "new_shard", true)
 }

@@ -143,6 +143,8 @@ func (rk *reshardKill) waitFormat(t *testing.T, ctx context.Context) {
 		for _, p := range rk.pc.Nodes {
 			data, _ := os.ReadFile(p.Log)
 			for _, line := range strings.Split(string(data), "\n") {
+				// Raised on a new shard's first election or later by the
+				// leader's loop: the same message, with its shard= field.
 				if !strings.Contains(line, "raised the shard's state format") {
 					continue
 				}
