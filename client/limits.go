@@ -7,7 +7,7 @@ import (
 )
 
 // limitDialOptions make a connection agree with the servers' message size
-// limits (rpc.Limits): a request over taskstorepb.MaxMessageBytes fails here
+// limits (limits.Server): a request over taskstorepb.MaxMessageBytes fails here
 // with ResourceExhausted (ErrTooLarge) without being sent, and answers up to
 // taskstorepb.MaxResponseBytes are accepted (gRPC's default is 4 MiB).
 func limitDialOptions() []grpc.DialOption {

@@ -9,6 +9,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/hashicorp/raft"
 
+	"github.com/e1158ecb/taskstore/api/limits"
 	"github.com/e1158ecb/taskstore/fsm/fsmpb"
 )
 
@@ -48,29 +49,14 @@ type Options struct {
 	MarkerSource func() (io.ReadCloser, error)
 }
 
-// Limits bound what a command may carry. Validate enforces them at the API
-// edge so that nothing over a limit reaches the log. A zero field means the
-// field of DefaultLimits.
-type Limits struct {
-	MaxValueBytes int // default 1 MiB
-	MaxNameBytes  int // queue names, keys, claimants, client ids; default 256
-	MaxIDBytes    int // default 128
-	MaxOps        int // inserts+changes+deletes+depends per Modify; default 1000
-	MaxClaimLimit int // default 1000
-	MaxLeaseNanos int64
-	MaxErrBytes   int // default 4096
-}
+// Limits bound what a command may carry (limits.Commands, where clients
+// read them too). Validate enforces them at the API edge so that nothing
+// over a limit reaches the log. A zero field means the field of
+// DefaultLimits.
+type Limits = limits.Commands
 
 // DefaultLimits are the limits Validate uses for zero fields of its Limits.
-var DefaultLimits = Limits{
-	MaxValueBytes: 1 << 20,
-	MaxNameBytes:  256,
-	MaxIDBytes:    128,
-	MaxOps:        1000,
-	MaxClaimLimit: 1000,
-	MaxLeaseNanos: int64(24 * time.Hour),
-	MaxErrBytes:   4096,
-}
+var DefaultLimits = limits.DefaultCommands
 
 // MaxDedupWindow bounds Insert.dedup_window: a key reserved for a week
 // after its task is done covers any producer's retries.

@@ -41,35 +41,6 @@ func tooLarge(field string, n, limit int) error {
 	return &ValidationError{Field: field, Rule: fmt.Sprintf("%d bytes exceeds the limit of %d", n, limit), Kind: ErrTooLarge}
 }
 
-// WithDefaults returns l with each zero field set to DefaultLimits'.
-func (l Limits) WithDefaults() Limits { return l.withDefaults() }
-
-func (l Limits) withDefaults() Limits {
-	d := DefaultLimits
-	if l.MaxValueBytes > 0 {
-		d.MaxValueBytes = l.MaxValueBytes
-	}
-	if l.MaxNameBytes > 0 {
-		d.MaxNameBytes = l.MaxNameBytes
-	}
-	if l.MaxIDBytes > 0 {
-		d.MaxIDBytes = l.MaxIDBytes
-	}
-	if l.MaxOps > 0 {
-		d.MaxOps = l.MaxOps
-	}
-	if l.MaxClaimLimit > 0 {
-		d.MaxClaimLimit = l.MaxClaimLimit
-	}
-	if l.MaxLeaseNanos > 0 {
-		d.MaxLeaseNanos = l.MaxLeaseNanos
-	}
-	if l.MaxErrBytes > 0 {
-		d.MaxErrBytes = l.MaxErrBytes
-	}
-	return d
-}
-
 // Validate checks a command against limits and shape rules (names, one group,
 // durations, sizes) before it is proposed. Errors name the field and the rule.
 //
@@ -78,7 +49,7 @@ func (l Limits) withDefaults() Limits {
 // leader chooses missing ones before validating). Validate does not look at
 // Command.now, which the leader stamps afterwards.
 func Validate(cmd *fsmpb.Command, limits Limits) error {
-	v := validator{l: limits.withDefaults()}
+	v := validator{l: limits.WithDefaults()}
 	if cmd == nil {
 		return invalidf("command", "required")
 	}

@@ -113,7 +113,7 @@ func serverOptions(cfg Config, m *metrics, b *answerBudget) []grpc.ServerOption 
 		serving.Keepalive(),
 		// The sizes clients and nodes agree on (taskstorepb/limits.go), so a
 		// request a client may send is one the proxy reads and forwards.
-		// cmd/taskproxy adds rpc.Limits (streams, rate) through GRPCOptions.
+		// cmd/taskproxy adds limits.Server (streams, rate) through GRPCOptions.
 		grpc.MaxRecvMsgSize(taskstorepb.MaxMessageBytes),
 		grpc.MaxSendMsgSize(taskstorepb.MaxResponseBytes),
 		grpc.ChainUnaryInterceptor(m.grpcServer.UnaryServerInterceptor(), m.unary(), b.unary()),

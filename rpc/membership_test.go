@@ -9,9 +9,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/e1158ecb/taskstore/api/limits"
 	"github.com/e1158ecb/taskstore/api/taskstorepb"
-	"github.com/e1158ecb/taskstore/fsm"
-	"github.com/e1158ecb/taskstore/rpc"
 	"github.com/e1158ecb/taskstore/testing/harness"
 )
 
@@ -58,10 +57,10 @@ func TestAddNodeRefusesMalformedArguments(t *testing.T) {
 // TestCommandLimitsAreConfigurable starts nodes whose command limits allow
 // 3 operations per transaction: a 4-operation Modify is refused with
 // ResourceExhausted, a 3-operation one commits. The server's limits were
-// hard-wired to fsm.DefaultLimits (1000) whatever the node was given.
+// hard-wired to limits.DefaultCommands (1000) whatever the node was given.
 func TestCommandLimitsAreConfigurable(t *testing.T) {
 	c := harness.Start(t, 3, harness.Options{Shards: 1, Scale: 2,
-		Limits: rpc.Limits{Commands: fsm.Limits{MaxOps: 3}}})
+		Limits: limits.Server{Commands: limits.Commands{MaxOps: 3}}})
 	c.WaitReady()
 	const q = "limited/q"
 	ins := func(n int) *taskstorepb.ModifyRequest {

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 
+	"github.com/e1158ecb/taskstore/api/limits"
 	"github.com/e1158ecb/taskstore/api/taskstorepb"
 	"github.com/e1158ecb/taskstore/auth"
 	"github.com/e1158ecb/taskstore/cluster"
@@ -46,7 +47,7 @@ type NodeOptions struct {
 	Policy *auth.Policy
 	// Limits bound message sizes, concurrent streams and, optionally, each
 	// client's call rate; zero fields take DefaultLimits'.
-	Limits Limits
+	Limits limits.Server
 	// GRPC options are added to the server's.
 	GRPC []grpc.ServerOption
 	// Pprof serves /debug/pprof on the HTTP address. Off by default: a
@@ -106,7 +107,7 @@ func StartNodeWith(cfg cluster.Config, no NodeOptions) (*NodeServer, error) {
 	}
 	ns := &NodeServer{Node: node, RPC: NewServer(node, cfg.Registry, log.With("node", cfg.ID)), GRPC: grpc.NewServer(opts...), Registry: cfg.Registry,
 		log: log.With("component", "server", "node", cfg.ID)}
-	ns.RPC.maxResponse = no.Limits.withDefaults().MaxResponseBytes
+	ns.RPC.maxResponse = no.Limits.WithDefaults().MaxResponseBytes
 	ns.RPC.limits = no.Limits.Commands.WithDefaults()
 	ns.RPC.Register(ns.GRPC)
 	grpcMetrics.InitializeMetrics(ns.GRPC)

@@ -6,7 +6,7 @@ package taskstorepb
 // Over either limit gRPC itself answers ResourceExhausted, before any
 // handler runs (a client refuses to send an oversized request at all).
 //
-// How they relate to the state machine's limits (fsm.DefaultLimits):
+// How they relate to the command limits (limits.DefaultCommands):
 //
 //   - A value is at most 1 MiB, an error text 4 KiB, a queue name or key 256
 //     bytes, an id 128 bytes, and a transaction has at most 1000 operations.
@@ -33,9 +33,10 @@ package taskstorepb
 // Each limit has one name (docs/semantics.md, "Limits"): what a message may
 // weigh and how many things it may name are here, in the API contract;
 // what a command may carry (sizes of values and names, operations per
-// transaction, the claim limit, the lease) is fsm.Limits, which a node
-// enforces before proposing (rpc.Limits.Commands configures it); rpc.Limits
-// holds a server's configurable instances of these and its rate limits.
+// transaction, the claim limit, the lease) is limits.Commands (api/limits),
+// which a node enforces before proposing (limits.Server.Commands configures
+// it); limits.Server holds a server's configurable instances of these and
+// its rate limits.
 const (
 	// MaxClaimQueues is the most queues one Claim (or a Modify's claim) may
 	// name. A claim, and every retry of a waiting claim, is a log entry

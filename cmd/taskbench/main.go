@@ -22,8 +22,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/e1158ecb/taskstore/api/limits"
 	"github.com/e1158ecb/taskstore/cmd/internal/buildinfo"
-	"github.com/e1158ecb/taskstore/fsm"
 )
 
 var workloads = []string{"insert", "insert-batch", "claim-delete", "claim-move", "mixed"}
@@ -108,7 +108,7 @@ func (c *config) validate() error {
 	if c.batch < 1 {
 		return fmt.Errorf("--batch %d: must be at least 1", c.batch)
 	}
-	if maxClaim := fsm.DefaultLimits.MaxClaimLimit; c.claim < 1 || c.claim > maxClaim {
+	if maxClaim := limits.DefaultCommands.MaxClaimLimit; c.claim < 1 || c.claim > maxClaim {
 		return fmt.Errorf("--claim-limit %d: must be between 1 and %d", c.claim, maxClaim)
 	}
 	if c.prefill < 0 {

@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/e1158ecb/taskstore/api/limits"
 	"github.com/e1158ecb/taskstore/api/taskstorepb"
 	"github.com/e1158ecb/taskstore/auth"
 	"github.com/e1158ecb/taskstore/cluster"
@@ -52,8 +53,8 @@ type Options struct {
 	// HTTP serves every node's HTTP endpoints on a free port
 	// (Node.Server().HTTPAddr; HTTPS when Secure).
 	HTTP bool
-	// Limits, when set, are the nodes' rpc.Limits.
-	Limits rpc.Limits
+	// Limits, when set, are the nodes' limits.
+	Limits limits.Server
 	// Logs, when set, also receives every node's log lines (slog text). It
 	// must be safe for concurrent writes.
 	Logs io.Writer

@@ -15,9 +15,9 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/e1158ecb/taskstore/api/limits"
 	"github.com/e1158ecb/taskstore/auth"
 	"github.com/e1158ecb/taskstore/client"
-	"github.com/e1158ecb/taskstore/rpc"
 )
 
 // GossipKeyEnv holds a node's gossip key when neither --gossip-key nor
@@ -30,15 +30,15 @@ type Server struct {
 	TokenFile string
 	// Gossip (nodes only).
 	GossipKey, GossipKeyFile, ClusterName string
-	// RateLimit and RateBurst bound each client's calls (rpc.Limits).
+	// RateLimit and RateBurst bound each client's calls (limits.Server).
 	RateLimit float64
 	RateBurst int
 }
 
-// Limits are the rpc.Limits the flags ask for: the shared message sizes and
+// Limits are the limits.Server the flags ask for: the shared message sizes and
 // stream bound, and the rate limit if one was set.
-func (s *Server) Limits() rpc.Limits {
-	return rpc.Limits{RatePerClient: s.RateLimit, Burst: s.RateBurst}
+func (s *Server) Limits() limits.Server {
+	return limits.Server{RatePerClient: s.RateLimit, Burst: s.RateBurst}
 }
 
 // Register adds the flags; node adds the gossip ones.
