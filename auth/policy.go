@@ -167,10 +167,13 @@ const (
 var methodPerms = map[string]int{
 	"/taskstore.v1.TaskStore/Modify": permClient,
 	"/taskstore.v1.TaskStore/Claim":  permClient,
-	"/taskstore.v1.TaskStore/Tasks":  permClient,
-	"/taskstore.v1.TaskStore/Queues": permClient,
-	"/taskstore.v1.TaskStore/Time":   permClient,
-	"/taskstore.v1.TaskStore/Purge":  permAdmin,
+	// Each item of the stream is authorized as the Modify it is, by the
+	// node that applies it.
+	"/taskstore.v1.TaskStore/Produce": permClient,
+	"/taskstore.v1.TaskStore/Tasks":   permClient,
+	"/taskstore.v1.TaskStore/Queues":  permClient,
+	"/taskstore.v1.TaskStore/Time":    permClient,
+	"/taskstore.v1.TaskStore/Purge":   permAdmin,
 	// Pausing stops every worker of a queue: an operator's act, like purge.
 	"/taskstore.v1.TaskStore/PauseQueue":  permAdmin,
 	"/taskstore.v1.TaskStore/ResumeQueue": permAdmin,

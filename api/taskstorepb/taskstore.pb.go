@@ -2640,6 +2640,310 @@ func (x *TimeResponse) GetNow() *timestamppb.Timestamp {
 	return nil
 }
 
+// ProduceRequest is one message of a Produce stream from the caller.
+type ProduceRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Items []*ProduceItem         `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	// Ids of items sent earlier that their caller gave up on: as a unary
+	// call's cancellation, the node stops waiting for them (one already
+	// proposed may still apply; its request id makes a retry safe) and
+	// answers them Canceled.
+	Cancel        []uint64 `protobuf:"varint,2,rep,packed,name=cancel,proto3" json:"cancel,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProduceRequest) Reset() {
+	*x = ProduceRequest{}
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProduceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProduceRequest) ProtoMessage() {}
+
+func (x *ProduceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProduceRequest.ProtoReflect.Descriptor instead.
+func (*ProduceRequest) Descriptor() ([]byte, []int) {
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *ProduceRequest) GetItems() []*ProduceItem {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+func (x *ProduceRequest) GetCancel() []uint64 {
+	if x != nil {
+		return x.Cancel
+	}
+	return nil
+}
+
+// ProduceItem is one request of a Produce stream.
+type ProduceItem struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Chosen by the caller, unique among its items in flight on the stream;
+	// the answer carries it.
+	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The transaction, as Modify takes it. Give it a request id: an item
+	// whose answer was lost (the stream broke) is safe to send again only
+	// with the same one.
+	Modify *ModifyRequest `protobuf:"bytes,2,opt,name=modify,proto3" json:"modify,omitempty"`
+	// How long the caller waits for this item, from when the node reads it
+	// (a unary call's deadline). Unset: until the stream ends.
+	Timeout       *durationpb.Duration `protobuf:"bytes,3,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProduceItem) Reset() {
+	*x = ProduceItem{}
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProduceItem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProduceItem) ProtoMessage() {}
+
+func (x *ProduceItem) ProtoReflect() protoreflect.Message {
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProduceItem.ProtoReflect.Descriptor instead.
+func (*ProduceItem) Descriptor() ([]byte, []int) {
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *ProduceItem) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *ProduceItem) GetModify() *ModifyRequest {
+	if x != nil {
+		return x.Modify
+	}
+	return nil
+}
+
+func (x *ProduceItem) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
+	}
+	return nil
+}
+
+// ProduceResponse is one message of a Produce stream from the node.
+type ProduceResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Answers       []*ProduceAnswer       `protobuf:"bytes,1,rep,name=answers,proto3" json:"answers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProduceResponse) Reset() {
+	*x = ProduceResponse{}
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProduceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProduceResponse) ProtoMessage() {}
+
+func (x *ProduceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProduceResponse.ProtoReflect.Descriptor instead.
+func (*ProduceResponse) Descriptor() ([]byte, []int) {
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *ProduceResponse) GetAnswers() []*ProduceAnswer {
+	if x != nil {
+		return x.Answers
+	}
+	return nil
+}
+
+// ProduceAnswer answers one item: modify on success, else the status a
+// unary Modify would have failed with (code, message and details such as
+// NotLeader or ModifyError, each packed as google.protobuf.Any would be,
+// as type URL and bytes).
+type ProduceAnswer struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Id     uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Modify *ModifyResponse        `protobuf:"bytes,2,opt,name=modify,proto3" json:"modify,omitempty"`
+	// A google.rpc.Code; 0 (OK) with modify set.
+	Code          int32          `protobuf:"varint,3,opt,name=code,proto3" json:"code,omitempty"`
+	Message       string         `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	Details       []*ErrorDetail `protobuf:"bytes,5,rep,name=details,proto3" json:"details,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProduceAnswer) Reset() {
+	*x = ProduceAnswer{}
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProduceAnswer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProduceAnswer) ProtoMessage() {}
+
+func (x *ProduceAnswer) ProtoReflect() protoreflect.Message {
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProduceAnswer.ProtoReflect.Descriptor instead.
+func (*ProduceAnswer) Descriptor() ([]byte, []int) {
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *ProduceAnswer) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *ProduceAnswer) GetModify() *ModifyResponse {
+	if x != nil {
+		return x.Modify
+	}
+	return nil
+}
+
+func (x *ProduceAnswer) GetCode() int32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *ProduceAnswer) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *ProduceAnswer) GetDetails() []*ErrorDetail {
+	if x != nil {
+		return x.Details
+	}
+	return nil
+}
+
+// ErrorDetail is a google.protobuf.Any: a detail of a failed item's status.
+type ErrorDetail struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TypeUrl       string                 `protobuf:"bytes,1,opt,name=type_url,json=typeUrl,proto3" json:"type_url,omitempty"`
+	Value         []byte                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ErrorDetail) Reset() {
+	*x = ErrorDetail{}
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ErrorDetail) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ErrorDetail) ProtoMessage() {}
+
+func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
+func (*ErrorDetail) Descriptor() ([]byte, []int) {
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *ErrorDetail) GetTypeUrl() string {
+	if x != nil {
+		return x.TypeUrl
+	}
+	return ""
+}
+
+func (x *ErrorDetail) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
 // NotLeader is the detail of an Unavailable error from a node that does not
 // lead the shard that owns the request.
 type NotLeader struct {
@@ -2654,7 +2958,7 @@ type NotLeader struct {
 
 func (x *NotLeader) Reset() {
 	*x = NotLeader{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[32]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2666,7 +2970,7 @@ func (x *NotLeader) String() string {
 func (*NotLeader) ProtoMessage() {}
 
 func (x *NotLeader) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[32]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2679,7 +2983,7 @@ func (x *NotLeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NotLeader.ProtoReflect.Descriptor instead.
 func (*NotLeader) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{32}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *NotLeader) GetShard() uint32 {
@@ -2717,7 +3021,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[33]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2729,7 +3033,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[33]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2742,7 +3046,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{33}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *StatusRequest) GetLocalOnly() bool {
@@ -2789,7 +3093,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[34]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2801,7 +3105,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[34]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2814,7 +3118,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{34}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *NodeStatus) GetId() string {
@@ -2929,7 +3233,7 @@ type ReplicaStatus struct {
 
 func (x *ReplicaStatus) Reset() {
 	*x = ReplicaStatus{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[35]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2941,7 +3245,7 @@ func (x *ReplicaStatus) String() string {
 func (*ReplicaStatus) ProtoMessage() {}
 
 func (x *ReplicaStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[35]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2954,7 +3258,7 @@ func (x *ReplicaStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaStatus.ProtoReflect.Descriptor instead.
 func (*ReplicaStatus) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{35}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ReplicaStatus) GetNode() string {
@@ -3058,7 +3362,7 @@ type Checkpoint struct {
 
 func (x *Checkpoint) Reset() {
 	*x = Checkpoint{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[36]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3070,7 +3374,7 @@ func (x *Checkpoint) String() string {
 func (*Checkpoint) ProtoMessage() {}
 
 func (x *Checkpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[36]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3083,7 +3387,7 @@ func (x *Checkpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checkpoint.ProtoReflect.Descriptor instead.
 func (*Checkpoint) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{36}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Checkpoint) GetIndex() uint64 {
@@ -3127,7 +3431,7 @@ type Divergence struct {
 
 func (x *Divergence) Reset() {
 	*x = Divergence{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[37]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3139,7 +3443,7 @@ func (x *Divergence) String() string {
 func (*Divergence) ProtoMessage() {}
 
 func (x *Divergence) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[37]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3152,7 +3456,7 @@ func (x *Divergence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Divergence.ProtoReflect.Descriptor instead.
 func (*Divergence) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{37}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Divergence) GetIndex() uint64 {
@@ -3221,7 +3525,7 @@ type ShardStatus struct {
 
 func (x *ShardStatus) Reset() {
 	*x = ShardStatus{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[38]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3233,7 +3537,7 @@ func (x *ShardStatus) String() string {
 func (*ShardStatus) ProtoMessage() {}
 
 func (x *ShardStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[38]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3246,7 +3550,7 @@ func (x *ShardStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardStatus.ProtoReflect.Descriptor instead.
 func (*ShardStatus) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{38}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ShardStatus) GetId() uint32 {
@@ -3332,7 +3636,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[39]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3344,7 +3648,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[39]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3357,7 +3661,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{39}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *StatusResponse) GetNodes() []*NodeStatus {
@@ -3421,7 +3725,7 @@ type MoveSlotsRequest struct {
 
 func (x *MoveSlotsRequest) Reset() {
 	*x = MoveSlotsRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[40]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3433,7 +3737,7 @@ func (x *MoveSlotsRequest) String() string {
 func (*MoveSlotsRequest) ProtoMessage() {}
 
 func (x *MoveSlotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[40]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3446,7 +3750,7 @@ func (x *MoveSlotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveSlotsRequest.ProtoReflect.Descriptor instead.
 func (*MoveSlotsRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{40}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *MoveSlotsRequest) GetSlots() []uint32 {
@@ -3476,7 +3780,7 @@ type AddShardsRequest struct {
 
 func (x *AddShardsRequest) Reset() {
 	*x = AddShardsRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[41]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3488,7 +3792,7 @@ func (x *AddShardsRequest) String() string {
 func (*AddShardsRequest) ProtoMessage() {}
 
 func (x *AddShardsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[41]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3501,7 +3805,7 @@ func (x *AddShardsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddShardsRequest.ProtoReflect.Descriptor instead.
 func (*AddShardsRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{41}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *AddShardsRequest) GetCount() uint32 {
@@ -3528,7 +3832,7 @@ type AddShardsResponse struct {
 
 func (x *AddShardsResponse) Reset() {
 	*x = AddShardsResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[42]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3540,7 +3844,7 @@ func (x *AddShardsResponse) String() string {
 func (*AddShardsResponse) ProtoMessage() {}
 
 func (x *AddShardsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[42]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3553,7 +3857,7 @@ func (x *AddShardsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddShardsResponse.ProtoReflect.Descriptor instead.
 func (*AddShardsResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{42}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *AddShardsResponse) GetShards() []*ShardStatus {
@@ -3572,7 +3876,7 @@ type RemoveShardRequest struct {
 
 func (x *RemoveShardRequest) Reset() {
 	*x = RemoveShardRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[43]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3584,7 +3888,7 @@ func (x *RemoveShardRequest) String() string {
 func (*RemoveShardRequest) ProtoMessage() {}
 
 func (x *RemoveShardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[43]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3597,7 +3901,7 @@ func (x *RemoveShardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveShardRequest.ProtoReflect.Descriptor instead.
 func (*RemoveShardRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{43}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *RemoveShardRequest) GetShard() uint32 {
@@ -3617,7 +3921,7 @@ type RemoveShardResponse struct {
 
 func (x *RemoveShardResponse) Reset() {
 	*x = RemoveShardResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[44]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3629,7 +3933,7 @@ func (x *RemoveShardResponse) String() string {
 func (*RemoveShardResponse) ProtoMessage() {}
 
 func (x *RemoveShardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[44]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3642,7 +3946,7 @@ func (x *RemoveShardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveShardResponse.ProtoReflect.Descriptor instead.
 func (*RemoveShardResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{44}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *RemoveShardResponse) GetMoves() []*SlotMove {
@@ -3662,7 +3966,7 @@ type RebalanceSlotsRequest struct {
 
 func (x *RebalanceSlotsRequest) Reset() {
 	*x = RebalanceSlotsRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[45]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3674,7 +3978,7 @@ func (x *RebalanceSlotsRequest) String() string {
 func (*RebalanceSlotsRequest) ProtoMessage() {}
 
 func (x *RebalanceSlotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[45]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3687,7 +3991,7 @@ func (x *RebalanceSlotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebalanceSlotsRequest.ProtoReflect.Descriptor instead.
 func (*RebalanceSlotsRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{45}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *RebalanceSlotsRequest) GetDryRun() bool {
@@ -3706,7 +4010,7 @@ type RebalanceSlotsResponse struct {
 
 func (x *RebalanceSlotsResponse) Reset() {
 	*x = RebalanceSlotsResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[46]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3718,7 +4022,7 @@ func (x *RebalanceSlotsResponse) String() string {
 func (*RebalanceSlotsResponse) ProtoMessage() {}
 
 func (x *RebalanceSlotsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[46]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3731,7 +4035,7 @@ func (x *RebalanceSlotsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebalanceSlotsResponse.ProtoReflect.Descriptor instead.
 func (*RebalanceSlotsResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{46}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *RebalanceSlotsResponse) GetMoves() []*SlotMove {
@@ -3751,7 +4055,7 @@ type MoveSlotsResponse struct {
 
 func (x *MoveSlotsResponse) Reset() {
 	*x = MoveSlotsResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[47]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3763,7 +4067,7 @@ func (x *MoveSlotsResponse) String() string {
 func (*MoveSlotsResponse) ProtoMessage() {}
 
 func (x *MoveSlotsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[47]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3776,7 +4080,7 @@ func (x *MoveSlotsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveSlotsResponse.ProtoReflect.Descriptor instead.
 func (*MoveSlotsResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{47}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *MoveSlotsResponse) GetMoves() []*SlotMove {
@@ -3806,7 +4110,7 @@ type SlotMove struct {
 
 func (x *SlotMove) Reset() {
 	*x = SlotMove{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[48]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3818,7 +4122,7 @@ func (x *SlotMove) String() string {
 func (*SlotMove) ProtoMessage() {}
 
 func (x *SlotMove) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[48]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3831,7 +4135,7 @@ func (x *SlotMove) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotMove.ProtoReflect.Descriptor instead.
 func (*SlotMove) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{48}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *SlotMove) GetId() uint64 {
@@ -3886,7 +4190,7 @@ type BackupRequest struct {
 
 func (x *BackupRequest) Reset() {
 	*x = BackupRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[49]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3898,7 +4202,7 @@ func (x *BackupRequest) String() string {
 func (*BackupRequest) ProtoMessage() {}
 
 func (x *BackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[49]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3911,7 +4215,7 @@ func (x *BackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupRequest.ProtoReflect.Descriptor instead.
 func (*BackupRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{49}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *BackupRequest) GetShard() uint32 {
@@ -3934,7 +4238,7 @@ type BackupChunk struct {
 
 func (x *BackupChunk) Reset() {
 	*x = BackupChunk{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[50]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3946,7 +4250,7 @@ func (x *BackupChunk) String() string {
 func (*BackupChunk) ProtoMessage() {}
 
 func (x *BackupChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[50]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3959,7 +4263,7 @@ func (x *BackupChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupChunk.ProtoReflect.Descriptor instead.
 func (*BackupChunk) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{50}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *BackupChunk) GetInfo() *BackupInfo {
@@ -3993,7 +4297,7 @@ type BackupInfo struct {
 
 func (x *BackupInfo) Reset() {
 	*x = BackupInfo{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[51]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4005,7 +4309,7 @@ func (x *BackupInfo) String() string {
 func (*BackupInfo) ProtoMessage() {}
 
 func (x *BackupInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[51]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4018,7 +4322,7 @@ func (x *BackupInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupInfo.ProtoReflect.Descriptor instead.
 func (*BackupInfo) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{51}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *BackupInfo) GetShard() uint32 {
@@ -4064,7 +4368,7 @@ type RoutingRequest struct {
 
 func (x *RoutingRequest) Reset() {
 	*x = RoutingRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[52]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4076,7 +4380,7 @@ func (x *RoutingRequest) String() string {
 func (*RoutingRequest) ProtoMessage() {}
 
 func (x *RoutingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[52]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4089,7 +4393,7 @@ func (x *RoutingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoutingRequest.ProtoReflect.Descriptor instead.
 func (*RoutingRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{52}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{57}
 }
 
 type Replica struct {
@@ -4102,7 +4406,7 @@ type Replica struct {
 
 func (x *Replica) Reset() {
 	*x = Replica{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[53]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4114,7 +4418,7 @@ func (x *Replica) String() string {
 func (*Replica) ProtoMessage() {}
 
 func (x *Replica) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[53]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4127,7 +4431,7 @@ func (x *Replica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Replica.ProtoReflect.Descriptor instead.
 func (*Replica) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{53}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *Replica) GetId() string {
@@ -4157,7 +4461,7 @@ type ShardRoute struct {
 
 func (x *ShardRoute) Reset() {
 	*x = ShardRoute{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[54]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4169,7 +4473,7 @@ func (x *ShardRoute) String() string {
 func (*ShardRoute) ProtoMessage() {}
 
 func (x *ShardRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[54]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4182,7 +4486,7 @@ func (x *ShardRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardRoute.ProtoReflect.Descriptor instead.
 func (*ShardRoute) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{54}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ShardRoute) GetId() uint32 {
@@ -4227,7 +4531,7 @@ type RoutingResponse struct {
 
 func (x *RoutingResponse) Reset() {
 	*x = RoutingResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[55]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4239,7 +4543,7 @@ func (x *RoutingResponse) String() string {
 func (*RoutingResponse) ProtoMessage() {}
 
 func (x *RoutingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[55]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4252,7 +4556,7 @@ func (x *RoutingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoutingResponse.ProtoReflect.Descriptor instead.
 func (*RoutingResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{55}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *RoutingResponse) GetSlots() []uint32 {
@@ -4287,7 +4591,7 @@ type TransferLeaderRequest struct {
 
 func (x *TransferLeaderRequest) Reset() {
 	*x = TransferLeaderRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[56]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4299,7 +4603,7 @@ func (x *TransferLeaderRequest) String() string {
 func (*TransferLeaderRequest) ProtoMessage() {}
 
 func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[56]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4312,7 +4616,7 @@ func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{56}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *TransferLeaderRequest) GetShard() uint32 {
@@ -4338,7 +4642,7 @@ type TransferLeaderResponse struct {
 
 func (x *TransferLeaderResponse) Reset() {
 	*x = TransferLeaderResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[57]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4350,7 +4654,7 @@ func (x *TransferLeaderResponse) String() string {
 func (*TransferLeaderResponse) ProtoMessage() {}
 
 func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[57]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4363,7 +4667,7 @@ func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{57}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *TransferLeaderResponse) GetLeader() string {
@@ -4384,7 +4688,7 @@ type AddNodeRequest struct {
 
 func (x *AddNodeRequest) Reset() {
 	*x = AddNodeRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[58]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4396,7 +4700,7 @@ func (x *AddNodeRequest) String() string {
 func (*AddNodeRequest) ProtoMessage() {}
 
 func (x *AddNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[58]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4409,7 +4713,7 @@ func (x *AddNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodeRequest.ProtoReflect.Descriptor instead.
 func (*AddNodeRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{58}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *AddNodeRequest) GetId() string {
@@ -4435,7 +4739,7 @@ type AddNodeResponse struct {
 
 func (x *AddNodeResponse) Reset() {
 	*x = AddNodeResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[59]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4447,7 +4751,7 @@ func (x *AddNodeResponse) String() string {
 func (*AddNodeResponse) ProtoMessage() {}
 
 func (x *AddNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[59]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4460,7 +4764,7 @@ func (x *AddNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodeResponse.ProtoReflect.Descriptor instead.
 func (*AddNodeResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{59}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *AddNodeResponse) GetNode() *NodeStatus {
@@ -4482,7 +4786,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[60]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4494,7 +4798,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[60]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4507,7 +4811,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{60}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *RemoveNodeRequest) GetId() string {
@@ -4533,7 +4837,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[61]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4545,7 +4849,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[61]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4558,7 +4862,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{61}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *RemoveNodeResponse) GetNode() *NodeStatus {
@@ -4586,7 +4890,7 @@ type RebuildReplicaRequest struct {
 
 func (x *RebuildReplicaRequest) Reset() {
 	*x = RebuildReplicaRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[62]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4598,7 +4902,7 @@ func (x *RebuildReplicaRequest) String() string {
 func (*RebuildReplicaRequest) ProtoMessage() {}
 
 func (x *RebuildReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[62]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4611,7 +4915,7 @@ func (x *RebuildReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebuildReplicaRequest.ProtoReflect.Descriptor instead.
 func (*RebuildReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{62}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *RebuildReplicaRequest) GetShard() uint32 {
@@ -4643,7 +4947,7 @@ type RebuildReplicaResponse struct {
 
 func (x *RebuildReplicaResponse) Reset() {
 	*x = RebuildReplicaResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[63]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4655,7 +4959,7 @@ func (x *RebuildReplicaResponse) String() string {
 func (*RebuildReplicaResponse) ProtoMessage() {}
 
 func (x *RebuildReplicaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[63]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4668,7 +4972,7 @@ func (x *RebuildReplicaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebuildReplicaResponse.ProtoReflect.Descriptor instead.
 func (*RebuildReplicaResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{63}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{68}
 }
 
 var File_taskstore_v1_taskstore_proto protoreflect.FileDescriptor
@@ -4894,7 +5198,25 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"was_paused\x18\x01 \x01(\bR\twasPaused\"\r\n" +
 	"\vTimeRequest\"<\n" +
 	"\fTimeResponse\x12,\n" +
-	"\x03now\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x03now\"e\n" +
+	"\x03now\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x03now\"Y\n" +
+	"\x0eProduceRequest\x12/\n" +
+	"\x05items\x18\x01 \x03(\v2\x19.taskstore.v1.ProduceItemR\x05items\x12\x16\n" +
+	"\x06cancel\x18\x02 \x03(\x04R\x06cancel\"\x87\x01\n" +
+	"\vProduceItem\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x123\n" +
+	"\x06modify\x18\x02 \x01(\v2\x1b.taskstore.v1.ModifyRequestR\x06modify\x123\n" +
+	"\atimeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"H\n" +
+	"\x0fProduceResponse\x125\n" +
+	"\aanswers\x18\x01 \x03(\v2\x1b.taskstore.v1.ProduceAnswerR\aanswers\"\xb8\x01\n" +
+	"\rProduceAnswer\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x124\n" +
+	"\x06modify\x18\x02 \x01(\v2\x1c.taskstore.v1.ModifyResponseR\x06modify\x12\x12\n" +
+	"\x04code\x18\x03 \x01(\x05R\x04code\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\x123\n" +
+	"\adetails\x18\x05 \x03(\v2\x19.taskstore.v1.ErrorDetailR\adetails\">\n" +
+	"\vErrorDetail\x12\x19\n" +
+	"\btype_url\x18\x01 \x01(\tR\atypeUrl\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value\"e\n" +
 	"\tNotLeader\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\rR\x05shard\x12\x1b\n" +
 	"\tleader_id\x18\x02 \x01(\tR\bleaderId\x12%\n" +
@@ -5046,7 +5368,7 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\x12TASK_STATE_DELAYED\x10\x03*?\n" +
 	"\vMissedTicks\x12\x15\n" +
 	"\x11MISSED_TICKS_SKIP\x10\x00\x12\x19\n" +
-	"\x15MISSED_TICKS_RUN_ONCE\x10\x012\x90\a\n" +
+	"\x15MISSED_TICKS_RUN_ONCE\x10\x012\xdc\a\n" +
 	"\tTaskStore\x12C\n" +
 	"\x06Modify\x12\x1b.taskstore.v1.ModifyRequest\x1a\x1c.taskstore.v1.ModifyResponse\x12@\n" +
 	"\x05Claim\x12\x1a.taskstore.v1.ClaimRequest\x1a\x1b.taskstore.v1.ClaimResponse\x12@\n" +
@@ -5060,7 +5382,8 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\rSetQueueLimit\x12\x1f.taskstore.v1.QueueLimitRequest\x1a .taskstore.v1.QueueLimitResponse\x12R\n" +
 	"\vPutSchedule\x12 .taskstore.v1.PutScheduleRequest\x1a!.taskstore.v1.PutScheduleResponse\x12[\n" +
 	"\x0eDeleteSchedule\x12#.taskstore.v1.DeleteScheduleRequest\x1a$.taskstore.v1.DeleteScheduleResponse\x12L\n" +
-	"\tSchedules\x12\x1e.taskstore.v1.SchedulesRequest\x1a\x1f.taskstore.v1.SchedulesResponse2\xf8\x06\n" +
+	"\tSchedules\x12\x1e.taskstore.v1.SchedulesRequest\x1a\x1f.taskstore.v1.SchedulesResponse\x12J\n" +
+	"\aProduce\x12\x1c.taskstore.v1.ProduceRequest\x1a\x1d.taskstore.v1.ProduceResponse(\x010\x012\xf8\x06\n" +
 	"\x05Admin\x12C\n" +
 	"\x06Status\x12\x1b.taskstore.v1.StatusRequest\x1a\x1c.taskstore.v1.StatusResponse\x12F\n" +
 	"\aRouting\x12\x1c.taskstore.v1.RoutingRequest\x1a\x1d.taskstore.v1.RoutingResponse\x12[\n" +
@@ -5088,7 +5411,7 @@ func file_taskstore_v1_taskstore_proto_rawDescGZIP() []byte {
 }
 
 var file_taskstore_v1_taskstore_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_taskstore_v1_taskstore_proto_msgTypes = make([]protoimpl.MessageInfo, 65)
+var file_taskstore_v1_taskstore_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
 var file_taskstore_v1_taskstore_proto_goTypes = []any{
 	(TaskState)(0),                 // 0: taskstore.v1.TaskState
 	(MissedTicks)(0),               // 1: taskstore.v1.MissedTicks
@@ -5125,159 +5448,172 @@ var file_taskstore_v1_taskstore_proto_goTypes = []any{
 	(*QueuePauseResponse)(nil),     // 32: taskstore.v1.QueuePauseResponse
 	(*TimeRequest)(nil),            // 33: taskstore.v1.TimeRequest
 	(*TimeResponse)(nil),           // 34: taskstore.v1.TimeResponse
-	(*NotLeader)(nil),              // 35: taskstore.v1.NotLeader
-	(*StatusRequest)(nil),          // 36: taskstore.v1.StatusRequest
-	(*NodeStatus)(nil),             // 37: taskstore.v1.NodeStatus
-	(*ReplicaStatus)(nil),          // 38: taskstore.v1.ReplicaStatus
-	(*Checkpoint)(nil),             // 39: taskstore.v1.Checkpoint
-	(*Divergence)(nil),             // 40: taskstore.v1.Divergence
-	(*ShardStatus)(nil),            // 41: taskstore.v1.ShardStatus
-	(*StatusResponse)(nil),         // 42: taskstore.v1.StatusResponse
-	(*MoveSlotsRequest)(nil),       // 43: taskstore.v1.MoveSlotsRequest
-	(*AddShardsRequest)(nil),       // 44: taskstore.v1.AddShardsRequest
-	(*AddShardsResponse)(nil),      // 45: taskstore.v1.AddShardsResponse
-	(*RemoveShardRequest)(nil),     // 46: taskstore.v1.RemoveShardRequest
-	(*RemoveShardResponse)(nil),    // 47: taskstore.v1.RemoveShardResponse
-	(*RebalanceSlotsRequest)(nil),  // 48: taskstore.v1.RebalanceSlotsRequest
-	(*RebalanceSlotsResponse)(nil), // 49: taskstore.v1.RebalanceSlotsResponse
-	(*MoveSlotsResponse)(nil),      // 50: taskstore.v1.MoveSlotsResponse
-	(*SlotMove)(nil),               // 51: taskstore.v1.SlotMove
-	(*BackupRequest)(nil),          // 52: taskstore.v1.BackupRequest
-	(*BackupChunk)(nil),            // 53: taskstore.v1.BackupChunk
-	(*BackupInfo)(nil),             // 54: taskstore.v1.BackupInfo
-	(*RoutingRequest)(nil),         // 55: taskstore.v1.RoutingRequest
-	(*Replica)(nil),                // 56: taskstore.v1.Replica
-	(*ShardRoute)(nil),             // 57: taskstore.v1.ShardRoute
-	(*RoutingResponse)(nil),        // 58: taskstore.v1.RoutingResponse
-	(*TransferLeaderRequest)(nil),  // 59: taskstore.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil), // 60: taskstore.v1.TransferLeaderResponse
-	(*AddNodeRequest)(nil),         // 61: taskstore.v1.AddNodeRequest
-	(*AddNodeResponse)(nil),        // 62: taskstore.v1.AddNodeResponse
-	(*RemoveNodeRequest)(nil),      // 63: taskstore.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),     // 64: taskstore.v1.RemoveNodeResponse
-	(*RebuildReplicaRequest)(nil),  // 65: taskstore.v1.RebuildReplicaRequest
-	(*RebuildReplicaResponse)(nil), // 66: taskstore.v1.RebuildReplicaResponse
-	nil,                            // 67: taskstore.v1.ModifyResponse.SameAsEntry
-	(*timestamppb.Timestamp)(nil),  // 68: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 69: google.protobuf.Duration
+	(*ProduceRequest)(nil),         // 35: taskstore.v1.ProduceRequest
+	(*ProduceItem)(nil),            // 36: taskstore.v1.ProduceItem
+	(*ProduceResponse)(nil),        // 37: taskstore.v1.ProduceResponse
+	(*ProduceAnswer)(nil),          // 38: taskstore.v1.ProduceAnswer
+	(*ErrorDetail)(nil),            // 39: taskstore.v1.ErrorDetail
+	(*NotLeader)(nil),              // 40: taskstore.v1.NotLeader
+	(*StatusRequest)(nil),          // 41: taskstore.v1.StatusRequest
+	(*NodeStatus)(nil),             // 42: taskstore.v1.NodeStatus
+	(*ReplicaStatus)(nil),          // 43: taskstore.v1.ReplicaStatus
+	(*Checkpoint)(nil),             // 44: taskstore.v1.Checkpoint
+	(*Divergence)(nil),             // 45: taskstore.v1.Divergence
+	(*ShardStatus)(nil),            // 46: taskstore.v1.ShardStatus
+	(*StatusResponse)(nil),         // 47: taskstore.v1.StatusResponse
+	(*MoveSlotsRequest)(nil),       // 48: taskstore.v1.MoveSlotsRequest
+	(*AddShardsRequest)(nil),       // 49: taskstore.v1.AddShardsRequest
+	(*AddShardsResponse)(nil),      // 50: taskstore.v1.AddShardsResponse
+	(*RemoveShardRequest)(nil),     // 51: taskstore.v1.RemoveShardRequest
+	(*RemoveShardResponse)(nil),    // 52: taskstore.v1.RemoveShardResponse
+	(*RebalanceSlotsRequest)(nil),  // 53: taskstore.v1.RebalanceSlotsRequest
+	(*RebalanceSlotsResponse)(nil), // 54: taskstore.v1.RebalanceSlotsResponse
+	(*MoveSlotsResponse)(nil),      // 55: taskstore.v1.MoveSlotsResponse
+	(*SlotMove)(nil),               // 56: taskstore.v1.SlotMove
+	(*BackupRequest)(nil),          // 57: taskstore.v1.BackupRequest
+	(*BackupChunk)(nil),            // 58: taskstore.v1.BackupChunk
+	(*BackupInfo)(nil),             // 59: taskstore.v1.BackupInfo
+	(*RoutingRequest)(nil),         // 60: taskstore.v1.RoutingRequest
+	(*Replica)(nil),                // 61: taskstore.v1.Replica
+	(*ShardRoute)(nil),             // 62: taskstore.v1.ShardRoute
+	(*RoutingResponse)(nil),        // 63: taskstore.v1.RoutingResponse
+	(*TransferLeaderRequest)(nil),  // 64: taskstore.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil), // 65: taskstore.v1.TransferLeaderResponse
+	(*AddNodeRequest)(nil),         // 66: taskstore.v1.AddNodeRequest
+	(*AddNodeResponse)(nil),        // 67: taskstore.v1.AddNodeResponse
+	(*RemoveNodeRequest)(nil),      // 68: taskstore.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),     // 69: taskstore.v1.RemoveNodeResponse
+	(*RebuildReplicaRequest)(nil),  // 70: taskstore.v1.RebuildReplicaRequest
+	(*RebuildReplicaResponse)(nil), // 71: taskstore.v1.RebuildReplicaResponse
+	nil,                            // 72: taskstore.v1.ModifyResponse.SameAsEntry
+	(*timestamppb.Timestamp)(nil),  // 73: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 74: google.protobuf.Duration
 }
 var file_taskstore_v1_taskstore_proto_depIdxs = []int32{
-	68, // 0: taskstore.v1.Task.at:type_name -> google.protobuf.Timestamp
-	68, // 1: taskstore.v1.Task.created:type_name -> google.protobuf.Timestamp
-	68, // 2: taskstore.v1.Task.modified:type_name -> google.protobuf.Timestamp
-	69, // 3: taskstore.v1.Task.dedup_window:type_name -> google.protobuf.Duration
-	68, // 4: taskstore.v1.TaskInsert.at:type_name -> google.protobuf.Timestamp
-	69, // 5: taskstore.v1.TaskInsert.delay:type_name -> google.protobuf.Duration
-	69, // 6: taskstore.v1.TaskInsert.dedup_window:type_name -> google.protobuf.Duration
-	68, // 7: taskstore.v1.TaskChange.at:type_name -> google.protobuf.Timestamp
-	69, // 8: taskstore.v1.TaskChange.delay:type_name -> google.protobuf.Duration
+	73, // 0: taskstore.v1.Task.at:type_name -> google.protobuf.Timestamp
+	73, // 1: taskstore.v1.Task.created:type_name -> google.protobuf.Timestamp
+	73, // 2: taskstore.v1.Task.modified:type_name -> google.protobuf.Timestamp
+	74, // 3: taskstore.v1.Task.dedup_window:type_name -> google.protobuf.Duration
+	73, // 4: taskstore.v1.TaskInsert.at:type_name -> google.protobuf.Timestamp
+	74, // 5: taskstore.v1.TaskInsert.delay:type_name -> google.protobuf.Duration
+	74, // 6: taskstore.v1.TaskInsert.dedup_window:type_name -> google.protobuf.Duration
+	73, // 7: taskstore.v1.TaskChange.at:type_name -> google.protobuf.Timestamp
+	74, // 8: taskstore.v1.TaskChange.delay:type_name -> google.protobuf.Duration
 	6,  // 9: taskstore.v1.ModifyRequest.inserts:type_name -> taskstore.v1.TaskInsert
 	7,  // 10: taskstore.v1.ModifyRequest.changes:type_name -> taskstore.v1.TaskChange
 	4,  // 11: taskstore.v1.ModifyRequest.deletes:type_name -> taskstore.v1.TaskRef
 	4,  // 12: taskstore.v1.ModifyRequest.depends:type_name -> taskstore.v1.TaskRef
 	5,  // 13: taskstore.v1.ModifyRequest.request:type_name -> taskstore.v1.RequestID
 	9,  // 14: taskstore.v1.ModifyRequest.claim:type_name -> taskstore.v1.ModifyClaim
-	69, // 15: taskstore.v1.ModifyClaim.lease:type_name -> google.protobuf.Duration
+	74, // 15: taskstore.v1.ModifyClaim.lease:type_name -> google.protobuf.Duration
 	3,  // 16: taskstore.v1.ModifyResponse.inserted:type_name -> taskstore.v1.Task
 	3,  // 17: taskstore.v1.ModifyResponse.changed:type_name -> taskstore.v1.Task
 	3,  // 18: taskstore.v1.ModifyResponse.claimed:type_name -> taskstore.v1.Task
-	67, // 19: taskstore.v1.ModifyResponse.same_as:type_name -> taskstore.v1.ModifyResponse.SameAsEntry
+	72, // 19: taskstore.v1.ModifyResponse.same_as:type_name -> taskstore.v1.ModifyResponse.SameAsEntry
 	12, // 20: taskstore.v1.ModifyError.errors:type_name -> taskstore.v1.RefError
 	2,  // 21: taskstore.v1.RefError.category:type_name -> taskstore.v1.RefError.Category
-	68, // 22: taskstore.v1.RefError.lease_until:type_name -> google.protobuf.Timestamp
-	69, // 23: taskstore.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
-	69, // 24: taskstore.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	73, // 22: taskstore.v1.RefError.lease_until:type_name -> google.protobuf.Timestamp
+	74, // 23: taskstore.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
+	74, // 24: taskstore.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
 	5,  // 25: taskstore.v1.ClaimRequest.request:type_name -> taskstore.v1.RequestID
 	3,  // 26: taskstore.v1.ClaimResponse.tasks:type_name -> taskstore.v1.Task
 	0,  // 27: taskstore.v1.TasksRequest.state:type_name -> taskstore.v1.TaskState
 	3,  // 28: taskstore.v1.TasksResponse.tasks:type_name -> taskstore.v1.Task
-	69, // 29: taskstore.v1.QueueStats.oldest_available_age:type_name -> google.protobuf.Duration
-	69, // 30: taskstore.v1.QueueStats.avg_claim_to_commit:type_name -> google.protobuf.Duration
-	69, // 31: taskstore.v1.QueueStats.rate_window:type_name -> google.protobuf.Duration
+	74, // 29: taskstore.v1.QueueStats.oldest_available_age:type_name -> google.protobuf.Duration
+	74, // 30: taskstore.v1.QueueStats.avg_claim_to_commit:type_name -> google.protobuf.Duration
+	74, // 31: taskstore.v1.QueueStats.rate_window:type_name -> google.protobuf.Duration
 	18, // 32: taskstore.v1.QueuesResponse.queues:type_name -> taskstore.v1.QueueStats
 	5,  // 33: taskstore.v1.PurgeRequest.request:type_name -> taskstore.v1.RequestID
 	5,  // 34: taskstore.v1.QueuePauseRequest.request:type_name -> taskstore.v1.RequestID
-	69, // 35: taskstore.v1.Schedule.every:type_name -> google.protobuf.Duration
+	74, // 35: taskstore.v1.Schedule.every:type_name -> google.protobuf.Duration
 	1,  // 36: taskstore.v1.Schedule.missed:type_name -> taskstore.v1.MissedTicks
-	68, // 37: taskstore.v1.Schedule.next:type_name -> google.protobuf.Timestamp
-	68, // 38: taskstore.v1.Schedule.last:type_name -> google.protobuf.Timestamp
+	73, // 37: taskstore.v1.Schedule.next:type_name -> google.protobuf.Timestamp
+	73, // 38: taskstore.v1.Schedule.last:type_name -> google.protobuf.Timestamp
 	23, // 39: taskstore.v1.PutScheduleRequest.schedule:type_name -> taskstore.v1.Schedule
 	5,  // 40: taskstore.v1.PutScheduleRequest.request:type_name -> taskstore.v1.RequestID
 	23, // 41: taskstore.v1.PutScheduleResponse.schedule:type_name -> taskstore.v1.Schedule
 	5,  // 42: taskstore.v1.DeleteScheduleRequest.request:type_name -> taskstore.v1.RequestID
 	23, // 43: taskstore.v1.SchedulesResponse.schedules:type_name -> taskstore.v1.Schedule
 	5,  // 44: taskstore.v1.QueueLimitRequest.request:type_name -> taskstore.v1.RequestID
-	68, // 45: taskstore.v1.TimeResponse.now:type_name -> google.protobuf.Timestamp
-	39, // 46: taskstore.v1.ReplicaStatus.checkpoints:type_name -> taskstore.v1.Checkpoint
-	40, // 47: taskstore.v1.ReplicaStatus.divergence:type_name -> taskstore.v1.Divergence
-	68, // 48: taskstore.v1.Divergence.detected:type_name -> google.protobuf.Timestamp
-	38, // 49: taskstore.v1.ShardStatus.replica_status:type_name -> taskstore.v1.ReplicaStatus
-	37, // 50: taskstore.v1.StatusResponse.nodes:type_name -> taskstore.v1.NodeStatus
-	41, // 51: taskstore.v1.StatusResponse.shards:type_name -> taskstore.v1.ShardStatus
-	41, // 52: taskstore.v1.StatusResponse.meta:type_name -> taskstore.v1.ShardStatus
-	68, // 53: taskstore.v1.StatusResponse.now:type_name -> google.protobuf.Timestamp
-	51, // 54: taskstore.v1.StatusResponse.moves:type_name -> taskstore.v1.SlotMove
-	51, // 55: taskstore.v1.StatusResponse.finished_moves:type_name -> taskstore.v1.SlotMove
-	41, // 56: taskstore.v1.AddShardsResponse.shards:type_name -> taskstore.v1.ShardStatus
-	51, // 57: taskstore.v1.RemoveShardResponse.moves:type_name -> taskstore.v1.SlotMove
-	51, // 58: taskstore.v1.RebalanceSlotsResponse.moves:type_name -> taskstore.v1.SlotMove
-	51, // 59: taskstore.v1.MoveSlotsResponse.moves:type_name -> taskstore.v1.SlotMove
-	54, // 60: taskstore.v1.BackupChunk.info:type_name -> taskstore.v1.BackupInfo
-	56, // 61: taskstore.v1.ShardRoute.replicas:type_name -> taskstore.v1.Replica
-	57, // 62: taskstore.v1.RoutingResponse.shards:type_name -> taskstore.v1.ShardRoute
-	37, // 63: taskstore.v1.AddNodeResponse.node:type_name -> taskstore.v1.NodeStatus
-	37, // 64: taskstore.v1.RemoveNodeResponse.node:type_name -> taskstore.v1.NodeStatus
-	8,  // 65: taskstore.v1.TaskStore.Modify:input_type -> taskstore.v1.ModifyRequest
-	13, // 66: taskstore.v1.TaskStore.Claim:input_type -> taskstore.v1.ClaimRequest
-	15, // 67: taskstore.v1.TaskStore.Tasks:input_type -> taskstore.v1.TasksRequest
-	17, // 68: taskstore.v1.TaskStore.Queues:input_type -> taskstore.v1.QueuesRequest
-	33, // 69: taskstore.v1.TaskStore.Time:input_type -> taskstore.v1.TimeRequest
-	20, // 70: taskstore.v1.TaskStore.Purge:input_type -> taskstore.v1.PurgeRequest
-	22, // 71: taskstore.v1.TaskStore.PauseQueue:input_type -> taskstore.v1.QueuePauseRequest
-	22, // 72: taskstore.v1.TaskStore.ResumeQueue:input_type -> taskstore.v1.QueuePauseRequest
-	30, // 73: taskstore.v1.TaskStore.SetQueueLimit:input_type -> taskstore.v1.QueueLimitRequest
-	24, // 74: taskstore.v1.TaskStore.PutSchedule:input_type -> taskstore.v1.PutScheduleRequest
-	26, // 75: taskstore.v1.TaskStore.DeleteSchedule:input_type -> taskstore.v1.DeleteScheduleRequest
-	28, // 76: taskstore.v1.TaskStore.Schedules:input_type -> taskstore.v1.SchedulesRequest
-	36, // 77: taskstore.v1.Admin.Status:input_type -> taskstore.v1.StatusRequest
-	55, // 78: taskstore.v1.Admin.Routing:input_type -> taskstore.v1.RoutingRequest
-	59, // 79: taskstore.v1.Admin.TransferLeader:input_type -> taskstore.v1.TransferLeaderRequest
-	61, // 80: taskstore.v1.Admin.AddNode:input_type -> taskstore.v1.AddNodeRequest
-	63, // 81: taskstore.v1.Admin.RemoveNode:input_type -> taskstore.v1.RemoveNodeRequest
-	65, // 82: taskstore.v1.Admin.RebuildReplica:input_type -> taskstore.v1.RebuildReplicaRequest
-	43, // 83: taskstore.v1.Admin.MoveSlots:input_type -> taskstore.v1.MoveSlotsRequest
-	44, // 84: taskstore.v1.Admin.AddShards:input_type -> taskstore.v1.AddShardsRequest
-	46, // 85: taskstore.v1.Admin.RemoveShard:input_type -> taskstore.v1.RemoveShardRequest
-	48, // 86: taskstore.v1.Admin.RebalanceSlots:input_type -> taskstore.v1.RebalanceSlotsRequest
-	52, // 87: taskstore.v1.Admin.Backup:input_type -> taskstore.v1.BackupRequest
-	10, // 88: taskstore.v1.TaskStore.Modify:output_type -> taskstore.v1.ModifyResponse
-	14, // 89: taskstore.v1.TaskStore.Claim:output_type -> taskstore.v1.ClaimResponse
-	16, // 90: taskstore.v1.TaskStore.Tasks:output_type -> taskstore.v1.TasksResponse
-	19, // 91: taskstore.v1.TaskStore.Queues:output_type -> taskstore.v1.QueuesResponse
-	34, // 92: taskstore.v1.TaskStore.Time:output_type -> taskstore.v1.TimeResponse
-	21, // 93: taskstore.v1.TaskStore.Purge:output_type -> taskstore.v1.PurgeResponse
-	32, // 94: taskstore.v1.TaskStore.PauseQueue:output_type -> taskstore.v1.QueuePauseResponse
-	32, // 95: taskstore.v1.TaskStore.ResumeQueue:output_type -> taskstore.v1.QueuePauseResponse
-	31, // 96: taskstore.v1.TaskStore.SetQueueLimit:output_type -> taskstore.v1.QueueLimitResponse
-	25, // 97: taskstore.v1.TaskStore.PutSchedule:output_type -> taskstore.v1.PutScheduleResponse
-	27, // 98: taskstore.v1.TaskStore.DeleteSchedule:output_type -> taskstore.v1.DeleteScheduleResponse
-	29, // 99: taskstore.v1.TaskStore.Schedules:output_type -> taskstore.v1.SchedulesResponse
-	42, // 100: taskstore.v1.Admin.Status:output_type -> taskstore.v1.StatusResponse
-	58, // 101: taskstore.v1.Admin.Routing:output_type -> taskstore.v1.RoutingResponse
-	60, // 102: taskstore.v1.Admin.TransferLeader:output_type -> taskstore.v1.TransferLeaderResponse
-	62, // 103: taskstore.v1.Admin.AddNode:output_type -> taskstore.v1.AddNodeResponse
-	64, // 104: taskstore.v1.Admin.RemoveNode:output_type -> taskstore.v1.RemoveNodeResponse
-	66, // 105: taskstore.v1.Admin.RebuildReplica:output_type -> taskstore.v1.RebuildReplicaResponse
-	50, // 106: taskstore.v1.Admin.MoveSlots:output_type -> taskstore.v1.MoveSlotsResponse
-	45, // 107: taskstore.v1.Admin.AddShards:output_type -> taskstore.v1.AddShardsResponse
-	47, // 108: taskstore.v1.Admin.RemoveShard:output_type -> taskstore.v1.RemoveShardResponse
-	49, // 109: taskstore.v1.Admin.RebalanceSlots:output_type -> taskstore.v1.RebalanceSlotsResponse
-	53, // 110: taskstore.v1.Admin.Backup:output_type -> taskstore.v1.BackupChunk
-	88, // [88:111] is the sub-list for method output_type
-	65, // [65:88] is the sub-list for method input_type
-	65, // [65:65] is the sub-list for extension type_name
-	65, // [65:65] is the sub-list for extension extendee
-	0,  // [0:65] is the sub-list for field type_name
+	73, // 45: taskstore.v1.TimeResponse.now:type_name -> google.protobuf.Timestamp
+	36, // 46: taskstore.v1.ProduceRequest.items:type_name -> taskstore.v1.ProduceItem
+	8,  // 47: taskstore.v1.ProduceItem.modify:type_name -> taskstore.v1.ModifyRequest
+	74, // 48: taskstore.v1.ProduceItem.timeout:type_name -> google.protobuf.Duration
+	38, // 49: taskstore.v1.ProduceResponse.answers:type_name -> taskstore.v1.ProduceAnswer
+	10, // 50: taskstore.v1.ProduceAnswer.modify:type_name -> taskstore.v1.ModifyResponse
+	39, // 51: taskstore.v1.ProduceAnswer.details:type_name -> taskstore.v1.ErrorDetail
+	44, // 52: taskstore.v1.ReplicaStatus.checkpoints:type_name -> taskstore.v1.Checkpoint
+	45, // 53: taskstore.v1.ReplicaStatus.divergence:type_name -> taskstore.v1.Divergence
+	73, // 54: taskstore.v1.Divergence.detected:type_name -> google.protobuf.Timestamp
+	43, // 55: taskstore.v1.ShardStatus.replica_status:type_name -> taskstore.v1.ReplicaStatus
+	42, // 56: taskstore.v1.StatusResponse.nodes:type_name -> taskstore.v1.NodeStatus
+	46, // 57: taskstore.v1.StatusResponse.shards:type_name -> taskstore.v1.ShardStatus
+	46, // 58: taskstore.v1.StatusResponse.meta:type_name -> taskstore.v1.ShardStatus
+	73, // 59: taskstore.v1.StatusResponse.now:type_name -> google.protobuf.Timestamp
+	56, // 60: taskstore.v1.StatusResponse.moves:type_name -> taskstore.v1.SlotMove
+	56, // 61: taskstore.v1.StatusResponse.finished_moves:type_name -> taskstore.v1.SlotMove
+	46, // 62: taskstore.v1.AddShardsResponse.shards:type_name -> taskstore.v1.ShardStatus
+	56, // 63: taskstore.v1.RemoveShardResponse.moves:type_name -> taskstore.v1.SlotMove
+	56, // 64: taskstore.v1.RebalanceSlotsResponse.moves:type_name -> taskstore.v1.SlotMove
+	56, // 65: taskstore.v1.MoveSlotsResponse.moves:type_name -> taskstore.v1.SlotMove
+	59, // 66: taskstore.v1.BackupChunk.info:type_name -> taskstore.v1.BackupInfo
+	61, // 67: taskstore.v1.ShardRoute.replicas:type_name -> taskstore.v1.Replica
+	62, // 68: taskstore.v1.RoutingResponse.shards:type_name -> taskstore.v1.ShardRoute
+	42, // 69: taskstore.v1.AddNodeResponse.node:type_name -> taskstore.v1.NodeStatus
+	42, // 70: taskstore.v1.RemoveNodeResponse.node:type_name -> taskstore.v1.NodeStatus
+	8,  // 71: taskstore.v1.TaskStore.Modify:input_type -> taskstore.v1.ModifyRequest
+	13, // 72: taskstore.v1.TaskStore.Claim:input_type -> taskstore.v1.ClaimRequest
+	15, // 73: taskstore.v1.TaskStore.Tasks:input_type -> taskstore.v1.TasksRequest
+	17, // 74: taskstore.v1.TaskStore.Queues:input_type -> taskstore.v1.QueuesRequest
+	33, // 75: taskstore.v1.TaskStore.Time:input_type -> taskstore.v1.TimeRequest
+	20, // 76: taskstore.v1.TaskStore.Purge:input_type -> taskstore.v1.PurgeRequest
+	22, // 77: taskstore.v1.TaskStore.PauseQueue:input_type -> taskstore.v1.QueuePauseRequest
+	22, // 78: taskstore.v1.TaskStore.ResumeQueue:input_type -> taskstore.v1.QueuePauseRequest
+	30, // 79: taskstore.v1.TaskStore.SetQueueLimit:input_type -> taskstore.v1.QueueLimitRequest
+	24, // 80: taskstore.v1.TaskStore.PutSchedule:input_type -> taskstore.v1.PutScheduleRequest
+	26, // 81: taskstore.v1.TaskStore.DeleteSchedule:input_type -> taskstore.v1.DeleteScheduleRequest
+	28, // 82: taskstore.v1.TaskStore.Schedules:input_type -> taskstore.v1.SchedulesRequest
+	35, // 83: taskstore.v1.TaskStore.Produce:input_type -> taskstore.v1.ProduceRequest
+	41, // 84: taskstore.v1.Admin.Status:input_type -> taskstore.v1.StatusRequest
+	60, // 85: taskstore.v1.Admin.Routing:input_type -> taskstore.v1.RoutingRequest
+	64, // 86: taskstore.v1.Admin.TransferLeader:input_type -> taskstore.v1.TransferLeaderRequest
+	66, // 87: taskstore.v1.Admin.AddNode:input_type -> taskstore.v1.AddNodeRequest
+	68, // 88: taskstore.v1.Admin.RemoveNode:input_type -> taskstore.v1.RemoveNodeRequest
+	70, // 89: taskstore.v1.Admin.RebuildReplica:input_type -> taskstore.v1.RebuildReplicaRequest
+	48, // 90: taskstore.v1.Admin.MoveSlots:input_type -> taskstore.v1.MoveSlotsRequest
+	49, // 91: taskstore.v1.Admin.AddShards:input_type -> taskstore.v1.AddShardsRequest
+	51, // 92: taskstore.v1.Admin.RemoveShard:input_type -> taskstore.v1.RemoveShardRequest
+	53, // 93: taskstore.v1.Admin.RebalanceSlots:input_type -> taskstore.v1.RebalanceSlotsRequest
+	57, // 94: taskstore.v1.Admin.Backup:input_type -> taskstore.v1.BackupRequest
+	10, // 95: taskstore.v1.TaskStore.Modify:output_type -> taskstore.v1.ModifyResponse
+	14, // 96: taskstore.v1.TaskStore.Claim:output_type -> taskstore.v1.ClaimResponse
+	16, // 97: taskstore.v1.TaskStore.Tasks:output_type -> taskstore.v1.TasksResponse
+	19, // 98: taskstore.v1.TaskStore.Queues:output_type -> taskstore.v1.QueuesResponse
+	34, // 99: taskstore.v1.TaskStore.Time:output_type -> taskstore.v1.TimeResponse
+	21, // 100: taskstore.v1.TaskStore.Purge:output_type -> taskstore.v1.PurgeResponse
+	32, // 101: taskstore.v1.TaskStore.PauseQueue:output_type -> taskstore.v1.QueuePauseResponse
+	32, // 102: taskstore.v1.TaskStore.ResumeQueue:output_type -> taskstore.v1.QueuePauseResponse
+	31, // 103: taskstore.v1.TaskStore.SetQueueLimit:output_type -> taskstore.v1.QueueLimitResponse
+	25, // 104: taskstore.v1.TaskStore.PutSchedule:output_type -> taskstore.v1.PutScheduleResponse
+	27, // 105: taskstore.v1.TaskStore.DeleteSchedule:output_type -> taskstore.v1.DeleteScheduleResponse
+	29, // 106: taskstore.v1.TaskStore.Schedules:output_type -> taskstore.v1.SchedulesResponse
+	37, // 107: taskstore.v1.TaskStore.Produce:output_type -> taskstore.v1.ProduceResponse
+	47, // 108: taskstore.v1.Admin.Status:output_type -> taskstore.v1.StatusResponse
+	63, // 109: taskstore.v1.Admin.Routing:output_type -> taskstore.v1.RoutingResponse
+	65, // 110: taskstore.v1.Admin.TransferLeader:output_type -> taskstore.v1.TransferLeaderResponse
+	67, // 111: taskstore.v1.Admin.AddNode:output_type -> taskstore.v1.AddNodeResponse
+	69, // 112: taskstore.v1.Admin.RemoveNode:output_type -> taskstore.v1.RemoveNodeResponse
+	71, // 113: taskstore.v1.Admin.RebuildReplica:output_type -> taskstore.v1.RebuildReplicaResponse
+	55, // 114: taskstore.v1.Admin.MoveSlots:output_type -> taskstore.v1.MoveSlotsResponse
+	50, // 115: taskstore.v1.Admin.AddShards:output_type -> taskstore.v1.AddShardsResponse
+	52, // 116: taskstore.v1.Admin.RemoveShard:output_type -> taskstore.v1.RemoveShardResponse
+	54, // 117: taskstore.v1.Admin.RebalanceSlots:output_type -> taskstore.v1.RebalanceSlotsResponse
+	58, // 118: taskstore.v1.Admin.Backup:output_type -> taskstore.v1.BackupChunk
+	95, // [95:119] is the sub-list for method output_type
+	71, // [71:95] is the sub-list for method input_type
+	71, // [71:71] is the sub-list for extension type_name
+	71, // [71:71] is the sub-list for extension extendee
+	0,  // [0:71] is the sub-list for field type_name
 }
 
 func init() { file_taskstore_v1_taskstore_proto_init() }
@@ -5293,7 +5629,7 @@ func file_taskstore_v1_taskstore_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_taskstore_v1_taskstore_proto_rawDesc), len(file_taskstore_v1_taskstore_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   65,
+			NumMessages:   70,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -34,6 +34,7 @@ const (
 	TaskStore_PutSchedule_FullMethodName    = "/taskstore.v1.TaskStore/PutSchedule"
 	TaskStore_DeleteSchedule_FullMethodName = "/taskstore.v1.TaskStore/DeleteSchedule"
 	TaskStore_Schedules_FullMethodName      = "/taskstore.v1.TaskStore/Schedules"
+	TaskStore_Produce_FullMethodName        = "/taskstore.v1.TaskStore/Produce"
 )
 
 // TaskStoreClient is the client API for TaskStore service.
@@ -79,6 +80,14 @@ type TaskStoreClient interface {
 	DeleteSchedule(ctx context.Context, in *DeleteScheduleRequest, opts ...grpc.CallOption) (*DeleteScheduleResponse, error)
 	// Schedules lists schedules whose queues start with prefix.
 	Schedules(ctx context.Context, in *SchedulesRequest, opts ...grpc.CallOption) (*SchedulesResponse, error)
+	// Produce carries many independent Modify requests per message each way,
+	// over one long-lived stream: a producer with many inserts in flight, a
+	// proxy relaying its callers' requests to a leader. Each item is applied
+	// exactly as a unary Modify would be (its own transaction, request id,
+	// deadline, authorization and error) and answered by its id, in any
+	// order; one refused item does not refuse the others. The stream itself
+	// fails only when the caller may not call it at all or it breaks.
+	Produce(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ProduceRequest, ProduceResponse], error)
 }
 
 type taskStoreClient struct {
@@ -209,6 +218,19 @@ func (c *taskStoreClient) Schedules(ctx context.Context, in *SchedulesRequest, o
 	return out, nil
 }
 
+func (c *taskStoreClient) Produce(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ProduceRequest, ProduceResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &TaskStore_ServiceDesc.Streams[0], TaskStore_Produce_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ProduceRequest, ProduceResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type TaskStore_ProduceClient = grpc.BidiStreamingClient[ProduceRequest, ProduceResponse]
+
 // TaskStoreServer is the server API for TaskStore service.
 // All implementations must embed UnimplementedTaskStoreServer
 // for forward compatibility.
@@ -252,6 +274,14 @@ type TaskStoreServer interface {
 	DeleteSchedule(context.Context, *DeleteScheduleRequest) (*DeleteScheduleResponse, error)
 	// Schedules lists schedules whose queues start with prefix.
 	Schedules(context.Context, *SchedulesRequest) (*SchedulesResponse, error)
+	// Produce carries many independent Modify requests per message each way,
+	// over one long-lived stream: a producer with many inserts in flight, a
+	// proxy relaying its callers' requests to a leader. Each item is applied
+	// exactly as a unary Modify would be (its own transaction, request id,
+	// deadline, authorization and error) and answered by its id, in any
+	// order; one refused item does not refuse the others. The stream itself
+	// fails only when the caller may not call it at all or it breaks.
+	Produce(grpc.BidiStreamingServer[ProduceRequest, ProduceResponse]) error
 	mustEmbedUnimplementedTaskStoreServer()
 }
 
@@ -297,6 +327,9 @@ func (UnimplementedTaskStoreServer) DeleteSchedule(context.Context, *DeleteSched
 }
 func (UnimplementedTaskStoreServer) Schedules(context.Context, *SchedulesRequest) (*SchedulesResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Schedules not implemented")
+}
+func (UnimplementedTaskStoreServer) Produce(grpc.BidiStreamingServer[ProduceRequest, ProduceResponse]) error {
+	return status.Errorf(codes.Unimplemented, "method Produce not implemented")
 }
 func (UnimplementedTaskStoreServer) mustEmbedUnimplementedTaskStoreServer() {}
 func (UnimplementedTaskStoreServer) testEmbeddedByValue()                   {}
@@ -535,6 +568,13 @@ func _TaskStore_Schedules_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _TaskStore_Produce_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(TaskStoreServer).Produce(&grpc.GenericServerStream[ProduceRequest, ProduceResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type TaskStore_ProduceServer = grpc.BidiStreamingServer[ProduceRequest, ProduceResponse]
+
 // TaskStore_ServiceDesc is the grpc.ServiceDesc for TaskStore service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -591,7 +631,14 @@ var TaskStore_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _TaskStore_Schedules_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Produce",
+			Handler:       _TaskStore_Produce_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "taskstore/v1/taskstore.proto",
 }
 
