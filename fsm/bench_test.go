@@ -158,6 +158,32 @@ func BenchmarkRestore(b *testing.B) {
 	}
 }
 
+// BenchmarkRestoreDisk is BenchmarkRestore into the store on disk (an
+// engine in memory): what a restored node or a replica catching up by
+// snapshot does with each shard's stream.
+//
+//	go test -run '^$' -bench RestoreDisk -benchtime 1x ./fsm/
+func BenchmarkRestoreDisk(b *testing.B) {
+	m := New(Options{})
+	m.st.format = MaxFormat // as a cluster's shards are: ids unique per group
+	fillMachine(m, benchSnapshotTasks)
+	data := persist(b, m)
+	m = nil
+	runtime.GC()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		m2 := diskMachine(b, Options{})
+		if err := m2.Restore(io.NopCloser(bytes.NewReader(data))); err != nil {
+			b.Fatal(err)
+		}
+		if m2.TaskCount() != benchSnapshotTasks {
+			b.Fatal("short restore")
+		}
+	}
+	b.ReportMetric(float64(len(data))*float64(b.N)/1e6/b.Elapsed().Seconds(), "MB/s")
+}
+
 // BenchmarkBytesPerTask reports the heap held per task at a million tasks
 // (9-byte ids, 16-byte values, one queue), indexes and values included.
 func BenchmarkBytesPerTask(b *testing.B) {
