@@ -9,74 +9,31 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/e1158ecb/taskstore/api/taskstorepb"
 	"github.com/e1158ecb/taskstore/client"
+	"github.com/e1158ecb/taskstore/testing/checker"
 	"github.com/e1158ecb/taskstore/testing/harness"
+	"github.com/e1158ecb/taskstore/testing/workload"
 )
 
-// ackedVersion is one version of a task a client saw acknowledged.
-type ackedVersion struct {
-	version  uint64
-	claimant string
-	at       int64 // unix nanoseconds: the lease's end for a claim
-	acked    time.Time
-}
-
-// backupModel records what the workload did: every acknowledged version
-// of every task, and when each insert began.
-type backupModel struct {
-	mu       sync.Mutex
-	versions map[string][]ackedVersion
-	began    map[string]time.Time // insert of the id was first sent
-	queueOf  map[string]string
-	// busy is when the last operation on the task (a claim that returned
-	// it, its insert) began.
-	busy map[string]time.Time
-	// lostClaim is, per queue, when the first claim whose answer never
-	// came began: it may have claimed any task of the queue.
-	lostClaim map[string]time.Time
-}
-
-// untouched reports whether nothing could have changed task id after t:
-// its last operation began before t and was answered before t, and no
-// claim on its queue lost its answer before t.
-func (m *backupModel) untouched(id, queue string, t time.Time) bool {
-	if !m.busy[id].Before(t) {
-		return false
-	}
-	for _, v := range m.versions[id] {
-		if !v.acked.Before(t) {
-			return false
-		}
-	}
-	lost, ok := m.lostClaim[queue]
-	return !ok || !lost.Before(t)
-}
-
-func (m *backupModel) ack(t *taskstorepb.Task, began time.Time) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.versions[t.Id] = append(m.versions[t.Id], ackedVersion{version: t.Version, claimant: t.Claimant, at: t.At.AsTime().UnixNano(), acked: time.Now()})
-	if began.After(m.busy[t.Id]) {
-		m.busy[t.Id] = began
-	}
-}
-
-// TestBackupRestore takes an online backup of a 5-node cluster under a
-// workload of inserts and claims, destroys every node and data directory,
-// restores the file into a new 3-node cluster, and checks it against what
-// the clients saw acknowledged: every task acknowledged before the backup
-// began is there, with the version, claimant and lease of its last
-// acknowledged version before then when nothing touched it during the
-// backup; no task whose insert began after the backup ended is there;
-// every restored version is one a client saw or had in flight; queue
-// settings, keys and schedules came along; the cluster id is new and the
-// restored cluster takes writes. A copy of the file with one flipped byte
-// is refused by verify and by restore, which leaves the directory empty.
+// TestBackupRestore takes an online backup of a 5-node cluster in the
+// middle of the chaos checkers' workload (inserts, claims, commits,
+// transactions, zombies, impatient clients), destroys every node and data
+// directory, restores the file into a new 3-node cluster and judges the
+// restored state with the checkers (testing/checker) against the history
+// as the backup saw it (workload.History.Cut): an op answered before the
+// backup began must be in it, an op begun after it ended must not, and an
+// op in flight at any point of the backup is "maybe". So: no task
+// acknowledged before the backup began is lost, nothing after the backup
+// is there, every task's versions are linearizable, and every restored
+// version that an answer showed has that answer's claimant and lease.
+// Queue settings, keys and schedules come along; the cluster id is new and
+// the restored cluster takes writes. A copy of the file with one flipped
+// byte is refused by verify and by restore, which leaves the directory
+// empty.
 func TestBackupRestore(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
@@ -85,6 +42,7 @@ func TestBackupRestore(t *testing.T) {
 	taskctl := filepath.Join(bin, "taskctl")
 	pc := harness.StartProcesses(t, 5, "--shards", "4", "--raft-timeout-scale", "2")
 	pc.WaitReady(60 * time.Second)
+	began := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cl := pc.Dial(ctx)
@@ -108,53 +66,18 @@ func TestBackupRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	model := &backupModel{versions: map[string][]ackedVersion{}, began: map[string]time.Time{}, busy: map[string]time.Time{}, lostClaim: map[string]time.Time{}, queueOf: map[string]string{}}
-	const groups = 6
-	queue := func(g int) string { return fmt.Sprintf("bk%d/work", g) }
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for w := 0; w < 2; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				id := fmt.Sprintf("w%d-%05d", w, i)
-				began := time.Now()
-				model.mu.Lock()
-				model.began[id], model.busy[id], model.queueOf[id] = began, began, queue(i%groups)
-				model.mu.Unlock()
-				cctx, ccancel := context.WithTimeout(ctx, 20*time.Second)
-				task, err := cl.Insert(cctx, queue(i%groups), []byte(id), client.WithID(id))
-				ccancel()
-				if err == nil {
-					model.ack(task, began)
-				}
-				if i%3 == 0 {
-					began := time.Now()
-					cctx, ccancel := context.WithTimeout(ctx, 20*time.Second)
-					res, err := cl.Claim(cctx, &taskstorepb.ClaimRequest{Claimant: fmt.Sprintf("worker%d", w), Queues: []string{queue(i % groups)}, Limit: 2})
-					ccancel()
-					if err == nil {
-						for _, task := range res.Tasks {
-							model.ack(task, began)
-						}
-					} else {
-						model.mu.Lock()
-						if _, ok := model.lostClaim[queue(i%groups)]; !ok {
-							model.lostClaim[queue(i%groups)] = began
-						}
-						model.mu.Unlock()
-					}
-				}
-			}
-		}()
+	h := workload.NewHistory()
+	cfg := workload.Defaults
+	cfg.Prefix = "wl"
+	endpoints := pc.Endpoints()
+	wl, err := workload.Start(cfg, h, func(ctx context.Context) (*client.Client, error) {
+		return client.Dial(ctx, endpoints, client.WithAttemptTimeout(5*time.Second))
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
-	time.Sleep(2 * time.Second)
+	defer wl.Stop()
+	time.Sleep(3 * time.Second)
 
 	file := filepath.Join(t.TempDir(), "cluster.tsb")
 	backupBegan := time.Now()
@@ -165,8 +88,7 @@ func TestBackupRestore(t *testing.T) {
 	}
 	t.Logf("backup create (%v): %s", backupEnded.Sub(backupBegan).Round(time.Millisecond), out)
 	time.Sleep(time.Second) // writes after the backup, which must not come back
-	close(stop)
-	wg.Wait()
+	wl.Stop()
 
 	out, err = exec.Command(taskctl, "backup", "verify", file).CombinedOutput()
 	if err != nil {
@@ -255,73 +177,46 @@ func TestBackupRestore(t *testing.T) {
 		t.Fatalf("restored %d shards, backed up %d", len(st.Shards), len(oldStatus.Shards))
 	}
 
-	restored := map[string]*taskstorepb.Task{}
-	for g := 0; g < groups; g++ {
-		for _, task := range listAll(t, ctx, nc, queue(g)) {
-			restored[task.Id] = task
-		}
+	final, err := workload.ReadFinal(ctx, nc, cfg.Prefix)
+	if err != nil {
+		t.Fatal(err)
 	}
-	model.mu.Lock()
-	defer model.mu.Unlock()
-	var before, exact int
-	for id, vs := range model.versions {
-		// The last version acknowledged before the backup began.
-		var last *ackedVersion
-		for i := range vs {
-			if vs[i].acked.Before(backupBegan) && (last == nil || vs[i].version > last.version) {
-				last = &vs[i]
-			}
-		}
-		if last == nil {
-			continue
-		}
-		before++
-		got := restored[id]
-		if got == nil {
-			t.Errorf("task %s (version %d acknowledged before the backup began) is not in the restored cluster", id, last.version)
-			continue
-		}
-		if got.Version < last.version {
-			t.Errorf("task %s: restored version %d, version %d was acknowledged before the backup began", id, got.Version, last.version)
-		}
-		if model.untouched(id, model.queueOf[id], backupBegan) {
-			// Nothing touched it while the backup ran: exactly as acknowledged.
-			exact++
-			if got.Version != last.version || got.Claimant != last.claimant || got.At.AsTime().UnixNano() != last.at {
-				t.Errorf("task %s: restored version %d claimant %q at %v; acknowledged version %d claimant %q at %v",
-					id, got.Version, got.Claimant, got.At.AsTime(), last.version, last.claimant, time.Unix(0, last.at))
+	cut := h.Cut(backupBegan, backupEnded)
+	checker.Judge(t, "backup-restore", checker.Input{History: cut, Final: final,
+		Floor: checker.Floor{checker.FloorOps: 100, checker.FloorClaimed: 10, checker.FloorCommits: 10}}, 0, began)
+	// The model checks versions; the claimant and lease of a version are
+	// those of the answer that returned it (any answer, during the backup
+	// too: a version is made once).
+	made := map[workload.Ref]workload.TaskVersion{}
+	for _, op := range h.Ops() {
+		if op.Outcome == workload.OK {
+			for _, tv := range op.Tasks {
+				made[workload.Ref{ID: tv.ID, Version: tv.Version}] = tv
 			}
 		}
 	}
-	for id, got := range restored {
-		began, ok := model.began[id]
+	shown := 0
+	for _, got := range final.Tasks {
+		tv, ok := made[workload.Ref{ID: got.ID, Version: got.Version}]
 		if !ok {
-			t.Errorf("restored task %s was never inserted", id)
-			continue
+			continue // made by an op whose answer was lost
 		}
-		if began.After(backupEnded) {
-			t.Errorf("restored task %s was inserted after the backup ended", id)
-		}
-		known := false
-		for _, v := range model.versions[id] {
-			if v.version == got.Version {
-				known = true
-				if got.Claimant != v.claimant || got.At.AsTime().UnixNano() != v.at {
-					t.Errorf("task %s version %d: restored claimant %q at %v, acknowledged %q at %v", id, got.Version, got.Claimant, got.At.AsTime(), v.claimant, time.Unix(0, v.at))
-				}
-			}
-		}
-		if !known && got.Version > 1 {
-			// A claim whose answer was lost: it began before the backup ended.
-			if model.busy[id].After(backupEnded) {
-				t.Errorf("task %s: restored version %d, which no client saw, and nothing was in flight on it during the backup", id, got.Version)
-			}
+		shown++
+		if got.Claimant != tv.Claimant || !got.At.Equal(tv.At) {
+			t.Errorf("task %s version %d: restored claimant %q lease/at %v; the answer that made it said %q, %v",
+				got.ID, got.Version, got.Claimant, got.At, tv.Claimant, tv.At)
 		}
 	}
-	t.Logf("%d tasks acknowledged before the backup began (%d untouched during it, checked exactly); %d tasks restored; %d inserts in all",
-		before, exact, len(restored), len(model.began))
-	if before == 0 || exact == 0 {
-		t.Fatal("the workload acknowledged nothing before the backup")
+	before := 0
+	for _, op := range cut.Ops() {
+		if op.Outcome == workload.OK && op.End.Before(backupBegan) {
+			before++
+		}
+	}
+	t.Logf("%d ops answered before the backup began, %d in flight during it or refused before; %d tasks restored, %d of their versions checked against the answer that made them",
+		before, len(cut.Ops())-before, len(final.Tasks), shown)
+	if before == 0 || shown == 0 {
+		t.Fatal("the workload did nothing before the backup")
 	}
 
 	// Settings, keys and schedules came along.
@@ -349,7 +244,7 @@ func TestBackupRestore(t *testing.T) {
 		t.Errorf("restored schedules: %v %v", scheds, err)
 	}
 	// And it takes writes and claims.
-	if _, err := nc.Insert(ctx, queue(0), []byte("after"), client.WithID("after-restore")); err != nil {
+	if _, err := nc.Insert(ctx, "bk5/after", []byte("after"), client.WithID("after-restore")); err != nil {
 		t.Fatalf("insert into the restored cluster: %v", err)
 	}
 }

@@ -333,3 +333,40 @@ func (f *Final) Without(id string) *Final {
 	}
 	return out
 }
+
+// Cut returns the history that a copy of the state taken between from and
+// to (a backup that began at from and ended at to) must agree with:
+//   - an op that ended before from, as it is: the copy holds its effect;
+//   - an op that began at or after to, dropped: the copy cannot hold it;
+//   - every other op (in flight at some point of [from, to)), of unknown
+//     outcome: the copy's point may be before or after it took effect. A
+//     refusal becomes unknown too, since the state it was judged against
+//     may be after the copy's point.
+//
+// Its notes are those before to; its counters are h's.
+func (h *History) Cut(from, to time.Time) *History {
+	c := h.Clone()
+	kept := c.ops[:0]
+	for _, op := range c.ops {
+		switch {
+		case op.End.Before(from):
+		case !op.Start.Before(to):
+			continue
+		default:
+			op.Outcome = Unknown
+			op.Err = "in flight while the copy was taken"
+			op.Refused, op.RefusedAll = nil, false
+		}
+		op.Index = len(kept)
+		kept = append(kept, op)
+	}
+	c.ops = kept
+	notes := c.notes[:0]
+	for _, n := range c.notes {
+		if n.At.Before(to) {
+			notes = append(notes, n)
+		}
+	}
+	c.notes = notes
+	return c
+}

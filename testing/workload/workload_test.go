@@ -139,3 +139,38 @@ func TestWorkloadRecords(t *testing.T) {
 		}
 	}
 }
+
+// TestHistoryCut: ops answered before the cut stay, ops begun after it
+// go, and ops in flight at any point of it become unknown.
+func TestHistoryCut(t *testing.T) {
+	h := workload.NewHistory()
+	t0 := h.Base()
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	add := func(worker string, start, end int, outcome workload.Outcome) {
+		h.Add(&workload.Op{Worker: worker, Kind: workload.KindInsert, Start: at(start), End: at(end), Outcome: outcome, Inserts: []workload.Insert{{ID: worker, Queue: "g/in"}}})
+	}
+	add("before", 0, 90, workload.OK)
+	add("refused-before", 10, 95, workload.Failed)
+	add("answered-during", 50, 150, workload.OK) // sent before the cut began
+	add("refused-during", 120, 130, workload.Failed)
+	add("spans", 80, 250, workload.OK)
+	add("ends-after", 150, 250, workload.OK)
+	add("after", 200, 210, workload.OK)
+	c := h.Cut(at(100), at(200))
+	want := map[string]workload.Outcome{"before": workload.OK, "refused-before": workload.Failed, "answered-during": workload.Unknown, "refused-during": workload.Unknown, "spans": workload.Unknown, "ends-after": workload.Unknown}
+	ops := c.Ops()
+	if len(ops) != len(want) {
+		t.Fatalf("cut holds %d ops, want %d: %+v", len(ops), len(want), ops)
+	}
+	for i, op := range ops {
+		if op.Index != i {
+			t.Errorf("op %s: index %d, want %d", op.Worker, op.Index, i)
+		}
+		if o, ok := want[op.Worker]; !ok || op.Outcome != o {
+			t.Errorf("op %s: outcome %v, want %v (kept %v)", op.Worker, op.Outcome, o, ok)
+		}
+	}
+	if h.Ops()[2].Outcome != workload.OK {
+		t.Error("Cut changed the history it was taken from")
+	}
+}
