@@ -68,24 +68,30 @@ fuzz:
 
 ## proto: regenerate Go code from the .proto files, with generators pinned here and
 ## installed into ./bin/proto (protoc itself: `apt-get install protobuf-compiler`).
-## The HTTP/JSON bindings come from taskstore_http.yaml, not from annotations in the .proto.
+## The HTTP/JSON bindings come from taskstore_http.yaml, not from annotations in the .proto;
+## their OpenAPI (Swagger 2.0) description, api/taskstorepb/taskstore.swagger.json, from the
+## same file and taskstore_openapi.yaml (taskproxy serves it at /openapi.json).
 ## `go generate ./...` runs the same targets (a go:generate line beside each proto).
 PROTOC_GEN_GO      := google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.10
 PROTOC_GEN_GO_GRPC := google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.5.1
 PROTOC_GEN_GW      := github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway@v2.32.0
+PROTOC_GEN_OPENAPI := github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2@v2.32.0
 PROTO_BIN          := $(CURDIR)/bin/proto
 PROTOC             := PATH=$(PROTO_BIN):$$PATH protoc
 .PHONY: proto-tools proto-api proto-fsm proto-meta proto-peer proto-check
 proto: proto-api proto-fsm proto-meta proto-peer
 proto-tools:
 	@command -v protoc >/dev/null || { echo "protoc not found: apt-get install protobuf-compiler"; exit 1; }
-	@for t in $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC) $(PROTOC_GEN_GW); do \
+	@for t in $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC) $(PROTOC_GEN_GW) $(PROTOC_GEN_OPENAPI); do \
 		GOBIN=$(PROTO_BIN) GOFLAGS= $(GO) install $$t || exit 1; done
 proto-api: proto-tools
 	$(PROTOC) -I api/proto -I /usr/include --go_out=. --go_opt=module=github.com/e1158ecb/taskstore \
 		--go-grpc_out=. --go-grpc_opt=module=github.com/e1158ecb/taskstore \
 		--grpc-gateway_out=. --grpc-gateway_opt=module=github.com/e1158ecb/taskstore \
 		--grpc-gateway_opt=grpc_api_configuration=api/proto/taskstore/v1/taskstore_http.yaml \
+		--openapiv2_out=api/taskstorepb --openapiv2_opt=allow_merge=true,merge_file_name=taskstore \
+		--openapiv2_opt=grpc_api_configuration=api/proto/taskstore/v1/taskstore_http.yaml \
+		--openapiv2_opt=openapi_configuration=api/proto/taskstore/v1/taskstore_openapi.yaml \
 		api/proto/taskstore/v1/taskstore.proto
 proto-fsm: proto-tools
 	$(PROTOC) -I fsm/fsmpb --go_out=. --go_opt=module=github.com/e1158ecb/taskstore fsm/fsmpb/fsm.proto
@@ -99,7 +105,7 @@ proto-peer: proto-tools
 ## committed (a .proto edited without `make proto`, or a generator version drift).
 ## The protoc version line in the headers is ignored: Debian's protoc is what CI has.
 proto-check: proto
-	@git diff --exit-code -I '^// .*protoc ' -- '*.pb.go' '*.pb.gw.go' || \
+	@git diff --exit-code -I '^// .*protoc ' -- '*.pb.go' '*.pb.gw.go' '*.swagger.json' || \
 		{ echo "generated code differs from the .proto files: run make proto and commit"; exit 1; }
 
 ## certs: a CA, node/admin/proxy/client certificates, a gossip key and tokens in ./certs

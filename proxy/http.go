@@ -30,7 +30,9 @@ import (
 
 // httpHandler serves /metrics, /healthz, /readyz, /debug/pprof when asked
 // for (as the nodes do: the proxy's own cost shows in a profile; to admins
-// when the proxy checks callers) and the HTTP/JSON API.
+// when the proxy checks callers), the HTTP/JSON API and its OpenAPI
+// description at /openapi.json (public, like /healthz: it is the same for
+// every deployment and tells nothing about the data).
 func (s *Server) httpHandler() (http.Handler, error) {
 	gw, err := s.Gateway()
 	if err != nil {
@@ -38,12 +40,18 @@ func (s *Server) httpHandler() (http.Handler, error) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", limitBody(s.authenticateHTTP(gw)))
+	mux.HandleFunc("GET /openapi.json", serveOpenAPI)
 	mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	serving.HealthHandlers(mux, s.Ready)
 	if s.pprof {
 		pprofhttp.Register(mux, s.policy)
 	}
 	return mux, nil
+}
+
+func serveOpenAPI(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(taskstorepb.OpenAPI)
 }
 
 // authenticateHTTP establishes the caller of an API request when the proxy

@@ -1,7 +1,7 @@
 // Package taskstorepb is Taskstore's API contract (issue 17): the messages
 // and services of api/proto/taskstore/v1/taskstore.proto and the code
-// generated from them (gRPC, and the HTTP/JSON gateway from
-// taskstore_http.yaml; `make proto`), with the rules every side must apply
+// generated from them (gRPC, and the HTTP/JSON gateway and its OpenAPI
+// description from taskstore_http.yaml; `make proto`), with the rules every side must apply
 // alike: the consistency group and hash slot of a queue (GroupOf, SlotOf),
 // message limits, request decoding, health service names.
 //
