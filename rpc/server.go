@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/e1158ecb/taskstore/api/limits"
 	"github.com/e1158ecb/taskstore/api/taskstorepb"
 	"github.com/e1158ecb/taskstore/auth"
 	"github.com/e1158ecb/taskstore/cluster"
@@ -62,6 +63,14 @@ func NewServer(node *cluster.Node, reg prometheus.Registerer, log *slog.Logger) 
 	srv := NewTaskStore(nodeShards{node}, reg, log)
 	srv.node = node
 	return srv
+}
+
+// SetLimits applies a node's limits: the largest answer its gRPC server
+// sends and what a command may carry. Call it before the server is
+// registered; zero fields take limits.DefaultServer's.
+func (srv *Server) SetLimits(l limits.Server) {
+	srv.maxResponse = l.WithDefaults().MaxResponseBytes
+	srv.limits = l.Commands.WithDefaults()
 }
 
 // NewTaskStore returns a server of the task API (TaskStore) alone over

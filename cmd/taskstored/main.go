@@ -27,7 +27,7 @@ import (
 	"github.com/e1158ecb/taskstore/cmd/internal/buildinfo"
 	"github.com/e1158ecb/taskstore/cmd/internal/logging"
 	"github.com/e1158ecb/taskstore/cmd/internal/secflags"
-	"github.com/e1158ecb/taskstore/rpc"
+	"github.com/e1158ecb/taskstore/server"
 )
 
 const defaultShutdown = 15 * time.Second
@@ -98,7 +98,7 @@ in 'taskctl status', until an operator adds it.`,
 				return err
 			}
 			cfg.TLS, cfg.PeerTLS, cfg.GossipKeys, cfg.ClusterName = sec.ServerTLS, sec.PeerTLS, sec.GossipKeys, f.sec.ClusterName
-			return run(log, f.shutdownTimeout, nil, rpc.NodeOptions{Policy: sec.Policy, Limits: f.sec.Limits(), Pprof: f.pprof}, cfg)
+			return run(log, f.shutdownTimeout, nil, server.Options{Policy: sec.Policy, Limits: f.sec.Limits(), Pprof: f.pprof}, cfg)
 		},
 	}
 	fl := cmd.Flags()
@@ -201,7 +201,7 @@ func parseInitialCluster(s string) ([]cluster.Peer, error) {
 // run starts the nodes and blocks until a signal, then stops them
 // gracefully. after, when set, runs once the nodes are up (dev starts its
 // proxy there); the shutdown it returns runs before the nodes stop.
-func run(log *slog.Logger, shutdownTimeout time.Duration, after func() (shutdown func(context.Context) error, err error), no rpc.NodeOptions, cfgs ...cluster.Config) error {
+func run(log *slog.Logger, shutdownTimeout time.Duration, after func() (shutdown func(context.Context) error, err error), no server.Options, cfgs ...cluster.Config) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// SIGUSR1: the whole cluster stops together (taskstored dev stops its
@@ -220,11 +220,11 @@ func run(log *slog.Logger, shutdownTimeout time.Duration, after func() (shutdown
 		case <-ctx.Done():
 		}
 	}()
-	var servers []*rpc.NodeServer
+	var servers []*server.Node
 	for _, cfg := range cfgs {
 		cfg.Registry = prometheus.NewRegistry()
 		cfg.Registry.MustRegister(buildinfo.Collector())
-		ns, err := rpc.StartNodeWith(cfg, no)
+		ns, err := server.Start(cfg, no)
 		if err != nil {
 			for _, s := range servers {
 				s.Kill()
@@ -245,7 +245,7 @@ func run(log *slog.Logger, shutdownTimeout time.Duration, after func() (shutdown
 	}
 	// A node removed from the cluster stops; the process exits (0) once
 	// every node it runs has stopped or a signal came.
-	removed := make(chan *rpc.NodeServer, len(servers))
+	removed := make(chan *server.Node, len(servers))
 	for _, s := range servers {
 		go func() {
 			select {
@@ -263,7 +263,7 @@ func run(log *slog.Logger, shutdownTimeout time.Duration, after func() (shutdown
 				log.Warn("shutdown", "node", s.Node.ID(), "err", err)
 			}
 			cancel()
-			servers = slices.DeleteFunc(servers, func(x *rpc.NodeServer) bool { return x == s })
+			servers = slices.DeleteFunc(servers, func(x *server.Node) bool { return x == s })
 			running--
 			log.Info("node stopped: it was removed from the cluster", "node", s.Node.ID())
 			for _, c := range cfgs {
@@ -299,7 +299,7 @@ func run(log *slog.Logger, shutdownTimeout time.Duration, after func() (shutdown
 	}
 	if len(servers) > 1 || wholeCluster {
 		// The whole cluster stops: stop the nodes together.
-		if err := rpc.ShutdownCluster(sctx, servers...); err != nil {
+		if err := server.ShutdownCluster(sctx, servers...); err != nil {
 			log.Warn("shutdown", "err", err)
 		}
 		return nil

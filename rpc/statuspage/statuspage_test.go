@@ -21,7 +21,7 @@ import (
 )
 
 // fixture is a 3-node cluster holding known tasks, with the status page of
-// its first node served the way rpc.NodeServer mounts it.
+// its first node served the way server.Node mounts it.
 type fixture struct {
 	c      *harness.Cluster
 	srv    *httptest.Server
@@ -119,7 +119,7 @@ func startFixture(t *testing.T) *fixture {
 		time.Sleep(50 * time.Millisecond)
 	}
 
-	mux := http.NewServeMux() // as rpc.NodeServer mounts it
+	mux := http.NewServeMux() // as server.Node mounts it
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
 	mux.Handle("/", statuspage.New(ns.Node, ns.RPC))
 	f.srv = httptest.NewServer(mux)

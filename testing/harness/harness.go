@@ -33,7 +33,7 @@ import (
 	"github.com/e1158ecb/taskstore/cluster/metapb"
 	"github.com/e1158ecb/taskstore/fsm"
 	"github.com/e1158ecb/taskstore/internal/freeport"
-	"github.com/e1158ecb/taskstore/rpc"
+	"github.com/e1158ecb/taskstore/server"
 )
 
 // Options shape a test cluster.
@@ -90,14 +90,14 @@ type Node struct {
 	Gossip string
 	Dir    string
 	cfg    cluster.Config
-	srv    *rpc.NodeServer
+	srv    *server.Node
 	// diskFree, when non-zero, is what the node measures as its data
 	// disk's free space (FillDisk).
 	diskFree atomic.Uint64
 }
 
 // Server is the running node, nil while stopped.
-func (n *Node) Server() *rpc.NodeServer { return n.srv }
+func (n *Node) Server() *server.Node { return n.srv }
 
 // Start boots an n-node cluster and stops it when the test ends.
 func Start(t testing.TB, n int, opts ...Options) *Cluster {
@@ -175,7 +175,7 @@ func (c *Cluster) secure(cfg *cluster.Config) {
 	cfg.GossipKeys = [][]byte{c.Security.GossipKey}
 }
 
-func (c *Cluster) startNode(cfg cluster.Config) (*rpc.NodeServer, error) {
+func (c *Cluster) startNode(cfg cluster.Config) (*server.Node, error) {
 	var pol *auth.Policy
 	if c.Security != nil {
 		pol = c.Security.Policy
@@ -183,7 +183,7 @@ func (c *Cluster) startNode(cfg cluster.Config) (*rpc.NodeServer, error) {
 	if c.opts.HTTP {
 		cfg.HTTPAddr = "127.0.0.1:0"
 	}
-	return rpc.StartNodeWith(cfg, rpc.NodeOptions{Policy: pol, Limits: c.opts.Limits})
+	return server.Start(cfg, server.Options{Policy: pol, Limits: c.opts.Limits})
 }
 
 func tuned(t cluster.Tuning, f func(*cluster.Tuning)) cluster.Tuning {
@@ -262,9 +262,9 @@ func (c *Cluster) Close() {
 }
 
 // StopAll stops every running node together, as the dev cluster's Ctrl-C
-// does (rpc.ShutdownCluster).
+// does (server.ShutdownCluster).
 func (c *Cluster) StopAll() error {
-	var running []*rpc.NodeServer
+	var running []*server.Node
 	for _, n := range c.Nodes {
 		if n.srv != nil {
 			running = append(running, n.srv)
@@ -272,7 +272,7 @@ func (c *Cluster) StopAll() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	err := rpc.ShutdownCluster(ctx, running...)
+	err := server.ShutdownCluster(ctx, running...)
 	for _, n := range c.Nodes {
 		n.srv = nil
 	}

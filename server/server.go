@@ -1,4 +1,8 @@
-package rpc
+// Package server assembles a node: the cluster node (cluster.Start), its
+// gRPC API (rpc), and its HTTP endpoints (/metrics, /healthz, /readyz, the
+// status page, /debug/pprof). taskstored and the test harness use it;
+// clients and proxies never link it (cmd/deps_test.go checks).
+package server
 
 import (
 	"context"
@@ -22,15 +26,16 @@ import (
 	"github.com/e1158ecb/taskstore/auth"
 	"github.com/e1158ecb/taskstore/cluster"
 	"github.com/e1158ecb/taskstore/internal/serving"
+	"github.com/e1158ecb/taskstore/rpc"
 	"github.com/e1158ecb/taskstore/rpc/pprofhttp"
 	"github.com/e1158ecb/taskstore/rpc/statuspage"
 )
 
-// NodeServer is a running node: the cluster node, its gRPC server and its
+// Node is a running node: the cluster node, its gRPC server and its
 // HTTP endpoints (/metrics, /healthz, /readyz, /debug/pprof).
-type NodeServer struct {
+type Node struct {
 	Node *cluster.Node
-	RPC  *Server
+	RPC  *rpc.Server
 	GRPC *grpc.Server
 	HTTP *http.Server
 	// Registry holds the node's metrics, served on /metrics.
@@ -40,8 +45,8 @@ type NodeServer struct {
 	log      *slog.Logger
 }
 
-// NodeOptions are the serving options of a node beyond its cluster.Config.
-type NodeOptions struct {
+// Options are the serving options of a node beyond its cluster.Config.
+type Options struct {
 	// Policy authenticates and authorizes every call; nil or a disabled
 	// policy lets every caller do everything (TLS, if on, only encrypts).
 	Policy *auth.Policy
@@ -55,15 +60,10 @@ type NodeOptions struct {
 	Pprof bool
 }
 
-// StartNode starts a node without an authorization policy and serves it.
-func StartNode(cfg cluster.Config, opts ...grpc.ServerOption) (*NodeServer, error) {
-	return StartNodeWith(cfg, NodeOptions{GRPC: opts})
-}
-
-// StartNodeWith starts a node and serves it. cfg.HTTPAddr, when set, is
+// Start starts a node and serves it. cfg.HTTPAddr, when set, is
 // listened on for the HTTP endpoints. With cfg.TLS the gRPC server speaks
 // TLS (terminated by the node's listener, shared with Raft).
-func StartNodeWith(cfg cluster.Config, no NodeOptions) (*NodeServer, error) {
+func Start(cfg cluster.Config, no Options) (*Node, error) {
 	opts := append(no.Limits.ServerOptions(), no.GRPC...)
 	opts = append(opts, taskstorepb.ServerCodec()) // with RegisterTaskStore: undecodable requests are InvalidArgument
 	log := cfg.Logger
@@ -105,10 +105,9 @@ func StartNodeWith(cfg cluster.Config, no NodeOptions) (*NodeServer, error) {
 		}
 		return nil, err
 	}
-	ns := &NodeServer{Node: node, RPC: NewServer(node, cfg.Registry, log.With("node", cfg.ID)), GRPC: grpc.NewServer(opts...), Registry: cfg.Registry,
+	ns := &Node{Node: node, RPC: rpc.NewServer(node, cfg.Registry, log.With("node", cfg.ID)), GRPC: grpc.NewServer(opts...), Registry: cfg.Registry,
 		log: log.With("component", "server", "node", cfg.ID)}
-	ns.RPC.maxResponse = no.Limits.WithDefaults().MaxResponseBytes
-	ns.RPC.limits = no.Limits.Commands.WithDefaults()
+	ns.RPC.SetLimits(no.Limits)
 	ns.RPC.Register(ns.GRPC)
 	grpcMetrics.InitializeMetrics(ns.GRPC)
 	ns.RPC.SetServing(true)
@@ -131,20 +130,20 @@ func StartNodeWith(cfg cluster.Config, no NodeOptions) (*NodeServer, error) {
 // status page (task values included) to admins when the policy is on; its
 // actions are offered to authenticated admins only, so a node without a
 // policy serves it read-only.
-func (ns *NodeServer) httpHandler(no NodeOptions) http.Handler {
+func (ns *Node) httpHandler(no Options) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(ns.Registry, promhttp.HandlerOpts{Registry: ns.Registry}))
 	serving.HealthHandlers(mux, ns.Ready)
 	if no.Pprof {
 		pprofhttp.Register(mux, no.Policy)
 	}
-	mux.Handle("/", no.Policy.RequireAdminHTTP(statuspage.New(ns.Node, ns.RPC, statuspage.Options{Logger: ns.log, Actions: PageActions(ns.RPC)})))
+	mux.Handle("/", no.Policy.RequireAdminHTTP(statuspage.New(ns.Node, ns.RPC, statuspage.Options{Logger: ns.log, Actions: rpc.PageActions(ns.RPC)})))
 	return mux
 }
 
 // Ready reports whether the node is a member of a cluster whose map it knows
 // and every shard it hosts has a leader.
-func (ns *NodeServer) Ready() error {
+func (ns *Node) Ready() error {
 	cm := ns.Node.Map()
 	if cm.ClusterId == "" {
 		return errors.New("cluster map not known yet")
@@ -159,7 +158,7 @@ func (ns *NodeServer) Ready() error {
 
 // Shutdown stops gracefully: health goes NOT_SERVING, leaderships are handed
 // off, in-flight requests finish (bounded by ctx), then the node stops.
-func (ns *NodeServer) Shutdown(ctx context.Context) error {
+func (ns *Node) Shutdown(ctx context.Context) error {
 	ns.log.Info("shutting down")
 	ns.RPC.SetServing(false)
 	handOff := ns.Node.HandsOff()
@@ -186,7 +185,7 @@ func (ns *NodeServer) Shutdown(ctx context.Context) error {
 // ShutdownCluster stops nodes that make up a whole cluster (the dev
 // cluster, a test's) together: no node hands its leaderships to another
 // that is stopping too, and none logs the others' going as a fault.
-func ShutdownCluster(ctx context.Context, nodes ...*NodeServer) error {
+func ShutdownCluster(ctx context.Context, nodes ...*Node) error {
 	for _, ns := range nodes {
 		ns.Node.BeginStop(false)
 	}
@@ -204,7 +203,7 @@ func ShutdownCluster(ctx context.Context, nodes ...*NodeServer) error {
 }
 
 // Kill stops the node at once, without hand-off (tests).
-func (ns *NodeServer) Kill() {
+func (ns *Node) Kill() {
 	ns.GRPC.Stop()
 	if ns.HTTP != nil {
 		ns.HTTP.Close()
