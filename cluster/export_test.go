@@ -72,3 +72,16 @@ func (s *Shard) ProposedRequests() float64 {
 	}
 	return m.GetCounter().GetValue()
 }
+
+// EmptyClaims is how many claims the shard answered empty without a log
+// entry (taskstore_shard_empty_claims_total).
+func (s *Shard) EmptyClaims() float64 {
+	if s.emptyClaims == nil {
+		return 0
+	}
+	var m dto.Metric
+	if err := s.emptyClaims.Write(&m); err != nil {
+		return 0
+	}
+	return m.GetCounter().GetValue()
+}

@@ -34,6 +34,8 @@ type nodeMetrics struct {
 	// proposed and the entries that carried them (coalesce.go).
 	proposedRequests *prometheus.CounterVec
 	proposedEntries  *prometheus.CounterVec
+	// emptyClaims: claims the leader answered empty with no log entry.
+	emptyClaims *prometheus.CounterVec
 }
 
 func newNodeMetrics(reg prometheus.Registerer, n *Node) *nodeMetrics {
@@ -90,13 +92,17 @@ func newNodeMetrics(reg prometheus.Registerer, n *Node) *nodeMetrics {
 		Name: "taskstore_shard_proposed_entries_total",
 		Help: "Raft log entries that carried the commands of taskstore_shard_proposed_requests_total: client writes that arrive while the shard's previous entry of writes is in flight share the next one (requests per entry = their ratio).",
 	}, []string{"shard"})
+	m.emptyClaims = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "taskstore_shard_empty_claims_total",
+		Help: "Claims this node, as the shard's leader, answered empty from its applied state after confirming its leadership (a heartbeat round), without a log entry: nothing was available in their queues. A waiting claim counts once per look.",
+	}, []string{"shard"})
 	m.movesFinished = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "taskstore_slot_moves_finished_total",
 		Help: "On the meta leader: slot moves this node finished, by outcome (done: the slot is on its target; aborted: undone, the slot stayed).",
 	}, []string{"outcome"})
 	if reg != nil {
 		reg.MustRegister(m.applySeconds, m.snapshotSeconds, m.leaderChanges, m.logSyncs, m.logSyncEntries, m.logBytes, m.clockOffset,
-			m.diskFree, m.diskLow, m.scheduleTicks, m.movesFinished, m.proposedRequests, m.proposedEntries, &shardCollector{n: n})
+			m.diskFree, m.diskLow, m.scheduleTicks, m.movesFinished, m.proposedRequests, m.proposedEntries, m.emptyClaims, &shardCollector{n: n})
 	}
 	return m
 }

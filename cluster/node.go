@@ -438,6 +438,7 @@ func (n *Node) openShard(id uint32) (*Shard, error) {
 	s.leaderChanges = n.metrics.leaderChanges.WithLabelValues(label)
 	s.proposedRequests = n.metrics.proposedRequests.WithLabelValues(label)
 	s.proposedEntries = n.metrics.proposedEntries.WithLabelValues(label)
+	s.emptyClaims = n.metrics.emptyClaims.WithLabelValues(label)
 	s.scheduleTicks = n.metrics.scheduleTicks
 	snapshotSeconds := n.metrics.snapshotSeconds.WithLabelValues(label)
 	timed := timedFSM{Machine: s.machine, observe: func(d time.Duration) { snapshotSeconds.Observe(d.Seconds()) }}

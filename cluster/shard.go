@@ -33,6 +33,9 @@ type Shard struct {
 	// a bare shard.
 	proposedRequests prometheus.Counter
 	proposedEntries  prometheus.Counter
+	// emptyClaims counts the claims answered empty without a log entry
+	// (tryClaim); nil in tests that build a bare shard.
+	emptyClaims prometheus.Counter
 	// co queues the writes behind the entry in flight (coalesce.go).
 	co            coalescer
 	scheduleTicks *prometheus.CounterVec // by result; nil in tests that build a bare shard
@@ -301,23 +304,27 @@ func (s *Shard) ReadBarrier(ctx context.Context) error {
 	return nil
 }
 
-// Claim proposes a claim and, when nothing is available and wait > 0, parks
-// until the leader wakes it for a task that became available in one of the
+// Claim claims and, when nothing is available and wait > 0, parks until
+// the leader wakes it for a task that became available in one of the
 // queues (insert, release, move, or a delay or lease running out), then
 // tries again, until wait ends (an empty result, not an error). The leader
 // wakes as many parked claims as there are tasks, oldest first (waiters); a
 // claim that was woken but found nothing parks again in its place.
+//
+// Each try proposes the claim only when it may take something
+// (tryClaim): a claim that finds nothing, and a waiting claim as it parks,
+// cost no log entry.
 func (s *Shard) Claim(ctx context.Context, cmd *fsmpb.Command, wait time.Duration) (*fsmpb.Result, error) {
 	if wait <= 0 {
-		return s.Propose(ctx, cmd) // nothing to wait for: no waiter to register
+		return s.tryClaim(ctx, cmd) // nothing to wait for: no waiter to register
 	}
 	deadline := s.clock().Add(wait)
-	// Registered before the first proposal, so that a commit between its
+	// Registered before the first try, so that a commit between its
 	// result and the wait is not missed.
 	w := s.waiters.add(cmd.Claim.Queues, int(cmd.Claim.Limit))
 	defer s.waiters.leave(w)
 	for {
-		res, err := s.Propose(ctx, cmd)
+		res, err := s.tryClaim(ctx, cmd)
 		if err != nil || res.Failure != nil || len(res.GetClaim().GetTasks()) > 0 {
 			return res, err
 		}
@@ -338,6 +345,35 @@ func (s *Shard) Claim(ctx context.Context, cmd *fsmpb.Command, wait time.Duratio
 			return res, nil
 		}
 	}
+}
+
+// tryClaim answers a claim that would find nothing from the leader's
+// applied state, with no log entry, and proposes it otherwise. The answer
+// "nothing" comes from a linearizable read (ReadBarrier: this replica
+// leads, has applied its term's start, and a quorum still follows it, a
+// heartbeat round and no entry), so a deposed leader never answers it from
+// stale state; every write acknowledged before the claim is in that state.
+// The time it judges by is taken after the barrier and is no earlier than
+// what a proposal would stamp, so a task due or a lease ending by then
+// counts as claimable. When in doubt (a retry the session knows, a claim
+// that would be refused, a task that may be claimable) it proposes:
+// fsm.Machine.ClaimFindsNothing. A claim that may find a task is proposed
+// at once, without the barrier: it costs what it cost before.
+func (s *Shard) tryClaim(ctx context.Context, cmd *fsmpb.Command) (*fsmpb.Result, error) {
+	if s.IsLeader() && (s.mayNotLead == nil || s.mayNotLead() == "") && s.machine.ClaimFindsNothing(cmd, s.Now()) {
+		if err := s.ReadBarrier(ctx); err != nil {
+			return nil, err
+		}
+		// Read again: the first read was not fenced, and a write may
+		// have applied while the barrier ran.
+		if s.machine.ClaimFindsNothing(cmd, s.Now()) {
+			if s.emptyClaims != nil {
+				s.emptyClaims.Inc()
+			}
+			return &fsmpb.Result{Claim: &fsmpb.ClaimResult{}}, nil
+		}
+	}
+	return s.Propose(ctx, cmd) // also answers "not leader"
 }
 
 // Waiting is the number of claims waiting on this replica (Claim with a

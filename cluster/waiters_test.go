@@ -37,13 +37,13 @@ type waitResult struct {
 func claimantOf(i int) string { return fmt.Sprintf("w%03d", i) }
 
 // parkWaiters starts n claims waiting up to wait on queue at the shard's
-// leader s, and returns once every one has proposed its first (empty) claim
+// leader s, and returns once every one has made its first (empty) try
 // and the shard's log is quiet. With inOrder they arrive one after the
 // other, claimant w000 first.
 func parkWaiters(t *testing.T, ctx context.Context, ts taskstorepb.TaskStoreClient, s *cluster.Shard, queue string, n int, wait, lease time.Duration, inOrder bool) <-chan waitResult {
 	t.Helper()
 	out := make(chan waitResult, n)
-	base := s.ProposedRequests()
+	base := s.ProposedRequests() + s.EmptyClaims()
 	for i := range n {
 		go func() {
 			start := time.Now()
@@ -55,14 +55,14 @@ func parkWaiters(t *testing.T, ctx context.Context, ts taskstorepb.TaskStoreClie
 			waitFor(t, func() bool { return s.Waiting() > i })
 		}
 	}
-	// Each claim's first proposal applied (claims may share entries).
-	waitFor(t, func() bool { return s.ProposedRequests() >= base+float64(n) })
+	// Each claim's first try answered (proposed, or found nothing).
+	waitFor(t, func() bool { return s.ProposedRequests()+s.EmptyClaims() >= base+float64(n) })
 	waitFor(t, func() bool { return s.Waiting() == n })
 	// Quiet: nothing more is being committed.
-	last := s.Machine().AppliedIndex()
+	last := s.Raft().AppliedIndex()
 	for {
 		time.Sleep(300 * time.Millisecond)
-		now := s.Machine().AppliedIndex()
+		now := s.Raft().AppliedIndex()
 		if now == last {
 			return out
 		}
@@ -82,12 +82,13 @@ func waitFor(t *testing.T, cond func() bool) {
 }
 
 // settle waits until the shard's log has been quiet for a while and returns
-// its applied index.
+// its applied index: Raft's, which counts every entry (the machine's skips
+// an election's no-op and barrier).
 func settle(s *cluster.Shard) uint64 {
-	last := s.Machine().AppliedIndex()
+	last := s.Raft().AppliedIndex()
 	for {
 		time.Sleep(400 * time.Millisecond)
-		now := s.Machine().AppliedIndex()
+		now := s.Raft().AppliedIndex()
 		if now == last {
 			return now
 		}

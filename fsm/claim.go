@@ -156,3 +156,60 @@ func AnswerBytes(t *fsmpb.Task) uint64 {
 func taskAnswerBytes(t *task, claimant string) uint64 {
 	return uint64(len(t.id)+len(t.q.name)+len(claimant)+len(t.key)+len(t.value)+len(t.err)) + answerOverheadBytes
 }
+
+// ClaimFindsNothing reports whether the claim cmd (an OP_CLAIM), stamped
+// with time now, would certainly claim nothing and change nothing worth a
+// log entry, so that the leader may answer it empty without proposing it.
+// It answers false (propose) whenever in doubt:
+//
+//   - the claim's session knows its request (a retry: the recorded answer,
+//     or a stale-sequence refusal, comes from the log, never a fresh empty
+//     one);
+//   - the claim would be refused (no queues, queues of several groups, a
+//     group whose slot this shard does not serve);
+//   - a queue has a task whose at is <= max(now, clock) (due, or a lease
+//     that ran out), unless the queue is paused, or at its concurrency
+//     limit with no lease of the machine ending by then (a lease ending
+//     frees room: the machine's earliest pending at decides).
+//
+// What an empty claim's entry did besides answering is housekeeping that
+// the next entry does as well (the clock, expired sessions and
+// reservations), or the renewal of its session's idle time, which only
+// matters for a request the session remembers: the first case above.
+//
+// The caller makes the read linearizable first (the leader, confirmed by
+// a quorum) and passes a now no earlier than what it would stamp.
+func (m *Machine) ClaimFindsNothing(cmd *fsmpb.Command, now int64) bool {
+	c := cmd.GetClaim()
+	if cmd.GetOp() != fsmpb.Op_OP_CLAIM || c == nil || len(c.Queues) == 0 || c.Limit == 0 {
+		return false
+	}
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	st := m.st
+	if cmd.ClientId != "" {
+		if s := st.store.session(cmd.ClientId); s != nil && cmd.Seq <= s.seq {
+			return false
+		}
+	}
+	group := groupOf(c.Queues[0])
+	if checkClaimQueues(c, group, "claim") != nil || st.unserved(group) != nil {
+		return false
+	}
+	clock := max(now, st.clock)
+	due, anyDue := st.store.nextDue()
+	leaseEnds := anyDue && due.at <= clock
+	for _, name := range c.Queues {
+		q := st.store.queue(name)
+		if q == nil || st.isPaused(name) {
+			continue
+		}
+		if st.capacity(q) == 0 && !leaseEnds {
+			continue
+		}
+		if len(st.store.available(q, clock, 1, nil)) > 0 {
+			return false
+		}
+	}
+	return true
+}

@@ -737,7 +737,7 @@ func TestProperty(t *testing.T) {
 	want := []string{"modify", "claim", "claim-empty", "purge", "batch", "stale-seq", "coalesced", "moved",
 		"modify-claim", "modify-claim-empty", "modify-claim-group", "modify-claim-refused", "id-in-two-groups",
 		"was-paused", "claim-in-paused", "claim-at-limit", "held-insert", "reserved-key",
-		"schedule-replaced", "schedule-elsewhere", "fired-insert", "fired-taken"}
+		"schedule-replaced", "schedule-elsewhere", "fired-insert", "fired-taken", "claim-read-empty"}
 	for c := range fsmpb.RefError_Category_value {
 		if c != "CATEGORY_UNSPECIFIED" {
 			want = append(want, c)
@@ -820,7 +820,20 @@ func propertyRun(t *testing.T, seed uint64, steps int, seen map[string]int, newM
 		if err != nil {
 			t.Fatal(err)
 		}
+		// The leader answers a claim empty without proposing it when the
+		// machine says it would find nothing: whenever it says so, the
+		// claim applied at that time must claim nothing, replay nothing
+		// and be refused for nothing.
+		readEmpty := cmd.Op == fsmpb.Op_OP_CLAIM && m.ClaimFindsNothing(cmd, cmd.Now)
 		got := m.Apply(&raft.Log{Index: uint64(i), Type: raft.LogCommand, Data: data}).(*fsmpb.Result)
+		if readEmpty {
+			if !proto.Equal(got, &fsmpb.Result{Claim: &fsmpb.ClaimResult{}}) {
+				t.Fatalf("step %d: %v: ClaimFindsNothing said nothing, the claim answered %v", i, cmd, got)
+			}
+			seen["claim-read-empty"]++
+		} else if cmd.Op == fsmpb.Op_OP_CLAIM && emptyClaim(got) && !got.Replayed {
+			seen["claim-proposed-empty"]++ // in doubt: proposed, found nothing
+		}
 		want := ref.apply(cmd)
 		if !proto.Equal(got, want) {
 			t.Fatalf("step %d: %v\ngot  %v\nwant %v", i, cmd, got, want)
