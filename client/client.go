@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
@@ -192,8 +193,16 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 	// override them: answers up to taskstorepb.MaxResponseBytes (a committed
 	// write's echo, a claim of many large values) must be received, or a
 	// write that happened would be reported as failed.
+	// Reconnect to a restarted node within a second: gRPC's default
+	// backoff grows to two minutes, and a node killed and restarted a few
+	// times would stay unreachable long after it came back (and took its
+	// shards' leadership back).
 	dopts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 5 * time.Second, Timeout: 3 * time.Second, PermitWithoutStream: true})},
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 5 * time.Second, Timeout: 3 * time.Second, PermitWithoutStream: true}),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+			MinConnectTimeout: 5 * time.Second,
+		})},
 		limitDialOptions()...)
 	dopts = append(dopts, c.opts.dialOpts...)
 	cc, err := grpc.NewClient(addr, dopts...)

@@ -105,7 +105,8 @@ func (c *Client) call(ctx context.Context, op string, t target, extra time.Durat
 			return nil
 		}
 		err = decode(op, addr, err)
-		tried.add(addr, time.Since(start), connected || cc.GetState() == connectivity.Ready, err)
+		reached := connected || cc.GetState() == connectivity.Ready
+		tried.add(addr, time.Since(start), reached, err)
 		if attemptExpired && status.Code(err) == codes.DeadlineExceeded {
 			err = fmt.Errorf("%s: attempt at %s timed out: %w", op, addr, context.DeadlineExceeded)
 		}
@@ -122,7 +123,19 @@ func (c *Client) call(ctx context.Context, op string, t target, extra time.Durat
 			lastErr = err // a bare timeout does not hide why an earlier attempt failed
 		}
 		avoid = ""
+		// A node that could not be reached (its process is gone: the
+		// connection was refused or reset) or that knows no leader means
+		// the shard is electing one, which takes about an election
+		// timeout and ends at a moment no backoff can predict: poll for
+		// the new leader every failoverPause at most instead of backing
+		// off for seconds, so a write goes through soon after the
+		// election. An overloaded node still answers, and still gets the
+		// full backoff.
 		var nl *NotLeaderError
+		down := !reached && status.Code(err) == codes.Unavailable
+		if down || errors.As(err, &nl) && nl.LeaderAddress == "" {
+			bound = min(bound, failoverPause)
+		}
 		switch {
 		case errors.As(err, &nl) && !c.opts.proxyOnly:
 			if nl.LeaderAddress != "" && nl.LeaderAddress != addr {
@@ -146,10 +159,10 @@ func (c *Client) call(ctx context.Context, op string, t target, extra time.Durat
 			// attempt that timed out may have met a node that is gone
 			// (no answer at all): go elsewhere at once.
 			c.rt.markStale()
-			if addr == failed || attemptExpired {
+			if addr == failed || attemptExpired || down {
 				avoid = addr
 			}
-			if attemptExpired {
+			if attemptExpired || down {
 				// Remember it beyond this call too (a caller's retry is a
 				// new call): route the shard to another replica until the
 				// table says otherwise.
@@ -215,6 +228,12 @@ func (c *Client) pick(ctx context.Context, t target, attempt int, avoid string) 
 	}
 	return addr, nil
 }
+
+// failoverPause bounds the pause between attempts while a shard has no
+// reachable leader (see call): a live replica answers such a poll at once,
+// so it costs the cluster little, and a write waits at most about this long
+// past the election.
+const failoverPause = 200 * time.Millisecond
 
 // pause sleeps for a random time up to *bound, then doubles the bound up to
 // the maximum. It returns false when ctx ends first.

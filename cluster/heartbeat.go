@@ -25,8 +25,8 @@ import (
 // With the handler declined, NetworkTransport hands heartbeats to raft's
 // consumer channel like every other RPC, so a term change happens on the
 // main loop, in order with the leader's own dispatch. What that costs is a
-// heartbeat waiting behind a follower's disk write; the election timeout
-// (1.5 s and up) is three orders of magnitude above an fdatasync.
+// heartbeat waiting behind a follower's disk write; the heartbeat timeout
+// (1 s and up) is three orders of magnitude above an fdatasync.
 type serialTransport struct {
 	*raft.NetworkTransport
 	stall time.Duration // pipelineStall when zero (pipeline.go)

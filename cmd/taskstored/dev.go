@@ -82,8 +82,12 @@ start afresh.`,
 				nodes = append(nodes, &devNode{id: p.ID, exe: exe, pidFile: filepath.Join(dataDir, p.ID+".pid"), dataDir: filepath.Join(dataDir, p.ID), log: log, args: []string{
 					"--id", p.ID, "--data-dir", filepath.Join(dataDir, p.ID), "--listen", p.Address, "--gossip", gossip, "--http", http,
 					"--initial-cluster", strings.Join(initial, ","), "--replicas", "3",
-					// Three nodes share this machine's cores: relax timeouts.
-					"--raft-timeout-scale", "2", "--log-level", logLevel, "--state", state,
+					// The default Raft timeouts, as a real cluster's: three
+					// nodes on one machine take them without spurious
+					// elections (the end-to-end tests run so), and a
+					// killed node's shards fail over in about 2 s rather
+					// than twice that.
+					"--log-level", logLevel, "--state", state,
 					"--memory-limit", strconv.FormatInt(limit/int64(len(peers)), 10),
 				}})
 				if pprof {
