@@ -51,6 +51,41 @@ type MoveResult struct {
 	Claimed int
 }
 
+// MoveCalls are the calls a queue move makes. A *Client is one; a node's
+// status page gives its own service (reading its own replica), so that
+// both move with this one loop.
+type MoveCalls interface {
+	Time(ctx context.Context) (time.Time, error)
+	Tasks(ctx context.Context, req *taskstorepb.TasksRequest) (*taskstorepb.TasksResponse, error)
+	Modify(ctx context.Context, req *taskstorepb.ModifyRequest) (*taskstorepb.ModifyResponse, error)
+}
+
+// MoveQueueWith is MoveQueue over calls that answer as a gRPC server does
+// (status errors with their details): their errors are read as the Client
+// reads the cluster's, so a refused change is left out and a batch whose
+// answer would be too large is split, exactly as for MoveQueue.
+func MoveQueueWith(ctx context.Context, calls MoveCalls, src, dst string, opts MoveOptions) (MoveResult, error) {
+	return moveQueue(ctx, decodingCalls{calls}, src, dst, opts)
+}
+
+// decodingCalls turns a server's status errors into the Client's errors.
+type decodingCalls struct{ calls MoveCalls }
+
+func (d decodingCalls) Time(ctx context.Context) (time.Time, error) {
+	t, err := d.calls.Time(ctx)
+	return t, decode("Time", "", err)
+}
+
+func (d decodingCalls) Tasks(ctx context.Context, req *taskstorepb.TasksRequest) (*taskstorepb.TasksResponse, error) {
+	resp, err := d.calls.Tasks(ctx, req)
+	return resp, decode("Tasks", "", err)
+}
+
+func (d decodingCalls) Modify(ctx context.Context, req *taskstorepb.ModifyRequest) (*taskstorepb.ModifyResponse, error) {
+	resp, err := d.calls.Modify(ctx, req)
+	return resp, decode("Modify", "", err)
+}
+
 // MoveQueue moves the tasks of src that match opts.Filter to dst, a queue
 // of the same consistency group, in transactions of opts.Batch tasks. Each
 // transaction names the versions it read, so a task changed meanwhile is
@@ -61,6 +96,10 @@ type MoveResult struct {
 // those left in src (MoveResult.Claimed). It stops at ctx's end or the
 // first other error, with what it moved so far.
 func (c *Client) MoveQueue(ctx context.Context, src, dst string, opts MoveOptions) (MoveResult, error) {
+	return moveQueue(ctx, c, src, dst, opts)
+}
+
+func moveQueue(ctx context.Context, c MoveCalls, src, dst string, opts MoveOptions) (MoveResult, error) {
 	var res MoveResult
 	if src == dst {
 		return res, fmt.Errorf("move %s to itself: %w", src, ErrInvalid)
@@ -122,7 +161,7 @@ func (c *Client) MoveQueue(ctx context.Context, src, dst string, opts MoveOption
 			}
 			changes = append(changes, ch)
 		}
-		if err := c.moveBatch(call, changes, &res, skipped); err != nil {
+		if err := moveBatch(c, call, changes, &res, skipped); err != nil {
 			return res, err
 		}
 		if opts.Progress != nil && len(page.GetTasks()) > 0 {
@@ -162,7 +201,7 @@ func (c *Client) MoveQueue(ctx context.Context, src, dst string, opts MoveOption
 
 // moveBatch applies changes in one transaction, leaving out those the
 // cluster refuses and splitting a batch whose answer would be too large.
-func (c *Client) moveBatch(call func(func(context.Context) error) error, changes []*taskstorepb.TaskChange, res *MoveResult, skipped map[string]bool) error {
+func moveBatch(c MoveCalls, call func(func(context.Context) error) error, changes []*taskstorepb.TaskChange, res *MoveResult, skipped map[string]bool) error {
 	for len(changes) > 0 {
 		err := call(func(ctx context.Context) error {
 			_, err := c.Modify(ctx, &taskstorepb.ModifyRequest{Changes: changes})
@@ -175,7 +214,7 @@ func (c *Client) moveBatch(call func(func(context.Context) error) error, changes
 			return nil
 		case errors.Is(err, ErrTooLarge) && len(changes) > 1:
 			half := len(changes) / 2
-			if err := c.moveBatch(call, changes[:half], res, skipped); err != nil {
+			if err := moveBatch(c, call, changes[:half], res, skipped); err != nil {
 				return err
 			}
 			changes = changes[half:]

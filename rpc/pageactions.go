@@ -12,7 +12,7 @@ import (
 	"github.com/e1158ecb/taskstore/rpc/statuspage"
 )
 
-// PageActions are the status page's actions (issue 18 item 9) on srv: the
+// PageActions are the status page's actions on srv: the
 // node's own TaskStore calls, forwarded to the shard's leader when this
 // node does not lead it, as Admin calls are (membership.go), so that an
 // admin can act from any node's page. The page authorizes (admins only);
@@ -31,6 +31,11 @@ func (a pageActions) ResumeQueue(ctx context.Context, req *taskstorepb.QueuePaus
 
 func (a pageActions) Purge(ctx context.Context, req *taskstorepb.PurgeRequest) (*taskstorepb.PurgeResponse, error) {
 	return atLeader(ctx, a.srv, req, a.srv.Purge, taskstorepb.TaskStoreClient.Purge)
+}
+
+// Time is this node's clock: any node's serves a move's start.
+func (a pageActions) Time(ctx context.Context, req *taskstorepb.TimeRequest) (*taskstorepb.TimeResponse, error) {
+	return a.srv.Time(ctx, req)
 }
 
 func (a pageActions) Modify(ctx context.Context, req *taskstorepb.ModifyRequest) (*taskstorepb.ModifyResponse, error) {

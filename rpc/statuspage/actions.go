@@ -19,6 +19,7 @@ import (
 
 	"github.com/e1158ecb/taskstore/api/taskstorepb"
 	"github.com/e1158ecb/taskstore/auth"
+	"github.com/e1158ecb/taskstore/client"
 )
 
 // Actions change queues for the page's admin (*rpc.Server's page actions:
@@ -29,6 +30,9 @@ type Actions interface {
 	ResumeQueue(ctx context.Context, req *taskstorepb.QueuePauseRequest) (*taskstorepb.QueuePauseResponse, error)
 	Purge(ctx context.Context, req *taskstorepb.PurgeRequest) (*taskstorepb.PurgeResponse, error)
 	Modify(ctx context.Context, req *taskstorepb.ModifyRequest) (*taskstorepb.ModifyResponse, error)
+	// Time is the node's clock (a move leaves alone the tasks modified
+	// after it started).
+	Time(ctx context.Context, req *taskstorepb.TimeRequest) (*taskstorepb.TimeResponse, error)
 }
 
 // Bounds of an action.
@@ -205,10 +209,12 @@ func (h *Handler) runAction(ctx context.Context, do, queue string, f url.Values)
 }
 
 // move requeues every unclaimed task of src into dst (the dead-letter
-// queue back to work), a page at a time in transactions that name the
-// versions read: a task changed since is left where it is and counted.
-// Reads are this node's replica's (the page's own), so a version that
-// trails its leader is refused and counted the same way.
+// queue back to work) with the client's loop (client.MoveQueueWith, as
+// taskctl queue move does): a page at a time, in transactions that name the
+// versions read, so a task changed since is left where it is and counted,
+// and a batch whose answer would be too large is split. Reads are this
+// node's replica's (the page's own), so a version that trails its leader is
+// refused and counted the same way.
 func (h *Handler) move(ctx context.Context, src, dst string, reset bool) (string, error) {
 	if dst == "" || dst == src {
 		return "", &actionError{http.StatusBadRequest, "Not moved", "Name another queue to move the tasks to."}
@@ -217,101 +223,49 @@ func (h *Handler) move(ctx context.Context, src, dst string, reset bool) (string
 		return "", &actionError{http.StatusBadRequest, "Not moved",
 			fmt.Sprintf("%s is not in %s's consistency group (%s): tasks move only within their group.", dst, src, taskstorepb.GroupOf(src))}
 	}
-	var moved, skipped, conflicts int
-	var zero uint32
-	var empty string
-	tok, unclaimed := "", false
-	for {
-		// The node leaves out tasks a worker holds (never moved from under
-		// it), as for taskctl queue move.
-		res, err := h.queues.Tasks(ctx, &taskstorepb.TasksRequest{Queue: src, Limit: moveBatch, PageToken: tok, OmitValues: true, Stale: true, Claimed: &unclaimed})
-		if err != nil {
-			if moved > 0 || ctx.Err() != nil {
-				return fmt.Sprintf("Moved %d task(s) from %s to %s, then stopped (%s); move again for the rest.", moved, src, dst, errText(err)), nil
-			}
-			return "", err
+	res, err := client.MoveQueueWith(ctx, pageMoveCalls{h}, src, dst, client.MoveOptions{ResetAttempts: reset, Batch: moveBatch})
+	if err != nil {
+		if res.Moved > 0 || ctx.Err() != nil {
+			return fmt.Sprintf("Moved %d task(s) from %s to %s, then stopped (%s); move again for the rest.", res.Moved, src, dst, errText(err)), nil
 		}
-		var changes []*taskstorepb.TaskChange
-		for _, t := range res.GetTasks() {
-			ch := &taskstorepb.TaskChange{Id: t.GetId(), Version: t.GetVersion(), Queue: src, NewQueue: dst}
-			if reset {
-				ch.Attempt, ch.Err = &zero, &empty
-			}
-			changes = append(changes, ch)
-		}
-		if len(changes) > 0 {
-			m, s, c, err := h.moveBatch(ctx, changes)
-			moved, skipped, conflicts = moved+m, skipped+s, conflicts+c
-			if err != nil {
-				if moved > 0 || ctx.Err() != nil {
-					return fmt.Sprintf("Moved %d task(s) from %s to %s, then stopped (%s); move again for the rest.", moved, src, dst, errText(err)), nil
-				}
-				return "", err
-			}
-		}
-		if tok = res.GetNextPageToken(); tok == "" {
-			break
-		}
+		return "", err
 	}
-	msg := fmt.Sprintf("Moved %d task(s) from %s to %s", moved, src, dst)
+	msg := fmt.Sprintf("Moved %d task(s) from %s to %s", res.Moved, src, dst)
 	if reset {
 		msg += ", attempts reset"
 	}
-	if skipped > 0 {
-		msg += fmt.Sprintf("; %d changed meanwhile and were left in %s", skipped, src)
+	if res.Skipped > 0 {
+		msg += fmt.Sprintf("; %d changed meanwhile and were left in %s", res.Skipped, src)
 	}
-	if conflicts > 0 {
-		msg += fmt.Sprintf("; %d could not move (their key is taken in %s) and were left in %s", conflicts, dst, src)
+	if res.Conflicts > 0 {
+		msg += fmt.Sprintf("; %d could not move (their key is taken in %s) and were left in %s", res.Conflicts, dst, src)
+	}
+	if res.Claimed > 0 {
+		msg += fmt.Sprintf("; %d are held by workers and were left in %s", res.Claimed, src)
 	}
 	return msg + ".", nil
 }
 
-// moveBatch moves changes in one transaction. When it is refused, the
-// tasks it names are left out (changed since they were read: skipped; their
-// key taken in the destination: a conflict) and the rest is tried again,
-// as client.MoveQueue does.
-func (h *Handler) moveBatch(ctx context.Context, changes []*taskstorepb.TaskChange) (moved, skipped, conflicts int, err error) {
-	for len(changes) > 0 {
-		_, err := h.opts.Actions.Modify(ctx, &taskstorepb.ModifyRequest{Changes: changes})
-		if err == nil {
-			return moved + len(changes), skipped, conflicts, nil
-		}
-		refused := map[string]bool{} // id -> a conflict
-		for _, d := range status.Convert(err).Details() {
-			me, ok := d.(*taskstorepb.ModifyError)
-			if !ok {
-				continue
-			}
-			for _, r := range me.GetErrors() {
-				switch r.GetCategory() {
-				case taskstorepb.RefError_CHANGE_STALE, taskstorepb.RefError_CHANGE_MISSING, taskstorepb.RefError_CLAIMED:
-					if _, seen := refused[r.GetId()]; !seen {
-						refused[r.GetId()] = false
-					}
-				default:
-					refused[r.GetId()] = true
-				}
-			}
-		}
-		kept := changes[:0]
-		for _, ch := range changes {
-			if _, out := refused[ch.Id]; !out {
-				kept = append(kept, ch)
-			}
-		}
-		if len(kept) == len(changes) {
-			return moved, skipped, conflicts, err // refused for none of its own changes
-		}
-		for _, conflict := range refused {
-			if conflict {
-				conflicts++
-			} else {
-				skipped++
-			}
-		}
-		changes = kept
+// pageMoveCalls are the calls of a move from the page: this node's clock,
+// reads of its own replica, and the page's Modify action (forwarded to the
+// shard's leader).
+type pageMoveCalls struct{ h *Handler }
+
+func (m pageMoveCalls) Time(ctx context.Context) (time.Time, error) {
+	resp, err := m.h.opts.Actions.Time(ctx, &taskstorepb.TimeRequest{})
+	if err != nil {
+		return time.Time{}, err
 	}
-	return moved, skipped, conflicts, nil
+	return resp.GetNow().AsTime(), nil
+}
+
+func (m pageMoveCalls) Tasks(ctx context.Context, req *taskstorepb.TasksRequest) (*taskstorepb.TasksResponse, error) {
+	req.Stale = true
+	return m.h.queues.Tasks(ctx, req)
+}
+
+func (m pageMoveCalls) Modify(ctx context.Context, req *taskstorepb.ModifyRequest) (*taskstorepb.ModifyResponse, error) {
+	return m.h.opts.Actions.Modify(ctx, req)
 }
 
 // apiActionError words a refusal of the API for the page.
