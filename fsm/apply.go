@@ -66,9 +66,21 @@ func (a *applier) command(cmd *fsmpb.Command) *fsmpb.Result {
 	a.st.advance(cmd.Now, a.n.add)
 	a.expireSessions()
 	a.st.expireReservations()
+	var untouched *session
 	if cmd.ClientId != "" {
 		if s := a.st.store.session(cmd.ClientId); s != nil {
-			a.touch(s)
+			if cmd.Seq > s.seq && touchesNoSession(cmd.Op) {
+				// A new request, whose answer (below) replaces the session
+				// with one seen now: touched only if it is not remembered,
+				// so that the session is written once per command (on
+				// disk each write is an encoding of the answer and a
+				// record in the batch). The state after the command is the
+				// same either way: the command reads and writes no session
+				// in between.
+				untouched = s
+			} else {
+				a.touch(s)
+			}
 			switch {
 			case cmd.Seq == s.seq:
 				var r *fsmpb.Result
@@ -88,16 +100,31 @@ func (a *applier) command(cmd *fsmpb.Command) *fsmpb.Result {
 	if ss := a.st.unserved(group); ss != nil {
 		// Not remembered: the retry belongs to the shard that serves the
 		// slot now, which applies it.
+		if untouched != nil {
+			a.touch(untouched)
+		}
 		return movedFailure(ss, group)
 	}
 	res := a.dispatch(cmd)
-	if cmd.ClientId != "" && !emptyClaim(res) && !memoryFull(res) {
+	switch {
+	case cmd.ClientId != "" && !emptyClaim(res) && !memoryFull(res):
 		if a.st.format < FormatSlotMoves {
 			group = "" // older binaries' sessions have none: same state
 		}
 		a.remember(cmd.ClientId, cmd.Seq, res, group)
+	case untouched != nil:
+		a.touch(untouched)
 	}
 	return res
+}
+
+// touchesNoSession reports the ops whose application reads and writes no
+// exactly-once session, so that touching the client's session after them
+// leaves the state a touch before them would. A batch is not one: its
+// commands remember their own answers and evict the least recently seen
+// sessions, which an untouched session could be.
+func touchesNoSession(op fsmpb.Op) bool {
+	return op == fsmpb.Op_OP_MODIFY || op == fsmpb.Op_OP_MODIFY_CLAIM || op == fsmpb.Op_OP_CLAIM
 }
 
 // emptyClaim reports a claim that claimed nothing. It changed no state, so

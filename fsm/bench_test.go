@@ -284,7 +284,7 @@ func storeMachine(b *testing.B, store string) *Machine {
 
 // BenchmarkInsertBatch applies raft batches of Modify commands of 500
 // inserts each (taskbench's insert-batch: one queue of one group per
-// command, 64-byte values) to a machine in memory and to one on disk
+// command, 64-byte values, each a client's next request) to a machine in memory and to one on disk
 // (Pebble in a temporary directory, ondisk.EngineOptions), and reports
 // tasks per second and the process's CPU per task (the engine's flushes
 // and compactions included; steadier than wall time on a shared
@@ -323,7 +323,10 @@ func BenchmarkInsertBatch(b *testing.B) {
 							}
 							mod.Inserts = append(mod.Inserts, in)
 						}
-						data, err := EncodeCommand(&fsmpb.Command{Op: fsmpb.Op_OP_MODIFY, Now: int64(n + 1), Modify: mod})
+						// One client per command of a batch, as taskbench's
+						// clients are: each command replaces its session.
+						data, err := EncodeCommand(&fsmpb.Command{Op: fsmpb.Op_OP_MODIFY, Now: int64(n + 1), Modify: mod,
+							ClientId: fmt.Sprintf("c%d", j), Seq: uint64(i + 1)})
 						if err != nil {
 							b.Fatal(err)
 						}
@@ -382,7 +385,8 @@ func processCPU() time.Duration {
 // raft batches of eight entries, four claims of one task each and four
 // Modifies deleting what the previous batch's claims returned, over 100
 // queues of 1,000 tasks (64-byte values; more when b.N would claim them
-// all), in memory and on disk.
+// all), in memory and on disk. Each command is a client's next request, so
+// that it replaces the client's exactly-once session, as in a cluster.
 //
 //	go test -run '^$' -bench ClaimDelete -benchtime 20000x -count 6 ./fsm/
 func BenchmarkClaimDelete(b *testing.B) {
@@ -424,11 +428,11 @@ func BenchmarkClaimDelete(b *testing.B) {
 				cmds := make([]*fsmpb.Command, 0, 2*claims)
 				for j := range claims {
 					q := (i*claims + j) % queues
-					cmds = append(cmds, &fsmpb.Command{Op: fsmpb.Op_OP_CLAIM, Now: now,
+					cmds = append(cmds, &fsmpb.Command{Op: fsmpb.Op_OP_CLAIM, Now: now, ClientId: fmt.Sprintf("c%d", j), Seq: uint64(i + 1),
 						Claim: &fsmpb.Claim{Claimant: "w", Queues: []string{fmt.Sprintf("g%d/q", q)}, Lease: 1 << 40, Limit: 1}})
 				}
-				for _, t := range claimed {
-					cmds = append(cmds, &fsmpb.Command{Op: fsmpb.Op_OP_MODIFY, Now: now,
+				for k, t := range claimed {
+					cmds = append(cmds, &fsmpb.Command{Op: fsmpb.Op_OP_MODIFY, Now: now, ClientId: fmt.Sprintf("d%d", k), Seq: uint64(i + 1),
 						Modify: &fsmpb.Modify{Group: strings.Split(t.Queue, "/")[0], Claimant: "w", Deletes: []*fsmpb.Ref{{Id: t.Id, Version: t.Version}}}})
 				}
 				claimed = claimed[:0]
