@@ -207,6 +207,9 @@ func (a *applier) dispatch(cmd *fsmpb.Command) *fsmpb.Result {
 // time.
 func (a *applier) expireSessions() {
 	st := a.st
+	if since, known := st.store.seenSince(); known && addSat(since, a.opts.SessionTTL) >= st.clock {
+		return // no session is old enough
+	}
 	for {
 		lastSeen, ok := st.store.oldestSeen()
 		if !ok || addSat(lastSeen, a.opts.SessionTTL) >= st.clock {

@@ -566,6 +566,12 @@ func (d *diskStore) oldestSeen() (int64, bool) {
 	return lastSeen, client != ""
 }
 
+func (d *diskStore) seenSince() (int64, bool) {
+	tx, done := d.txn()
+	defer done()
+	return tx.SessionsSeenSince()
+}
+
 func (d *diskStore) dropOldestSession() {
 	tx := d.writeTxn(0)
 	client, _, err := tx.OldestSession()

@@ -389,6 +389,8 @@ func (s *memStore) oldestSeen() (int64, bool) {
 	return ss.lastSeen, true
 }
 
+func (s *memStore) seenSince() (int64, bool) { return s.oldestSeen() }
+
 func (s *memStore) dropOldestSession() {
 	ss, ok := s.sessionOrder.DeleteMin()
 	if !ok {

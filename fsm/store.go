@@ -83,6 +83,10 @@ type store interface {
 	// (ok false: there is none). Expiry reads it every command, so it
 	// reads no session's answer.
 	oldestSeen() (lastSeen int64, ok bool)
+	// seenSince is a time no session was last seen before (the oldest's
+	// last-seen time or earlier), if the store knows one without a read:
+	// expiry asks it first, and reads the oldest only when it may be due.
+	seenSince() (since int64, known bool)
 	// dropOldestSession forgets the least recently seen session.
 	dropOldestSession()
 	// sessionCount and sessionBytes count the sessions and their sizes.

@@ -146,6 +146,25 @@ func (t *Txn) DeleteSession(client string) error {
 	return t.b.Delete(ok, nil)
 }
 
+// SessionsSeenSince returns a time no session was last seen before: the
+// oldest session's last-seen time or an earlier one, from what the
+// transaction knows without a read (known false: it knows none, or there
+// is no session). Expiry asks every command whether the oldest session is
+// too old; the oldest is often the client whose command it is, whose
+// touch leaves only a bound below the rest, and finding the oldest again
+// is a seek over the order's tombstones (16% of the CPU of claim+delete
+// with sessions).
+func (t *Txn) SessionsSeenSince() (since int64, known bool) {
+	if t.meta.sessions == 0 || t.sessionHead == nil {
+		return 0, false
+	}
+	lastSeen, _, err := ParseSessionOrderKey(t.sessionHead)
+	if err != nil {
+		return 0, false // OldestSession reports it
+	}
+	return lastSeen, true
+}
+
 // OldestSession returns the least recently seen session (ties by client
 // id), or "" when there is none.
 func (t *Txn) OldestSession() (client string, lastSeen int64, err error) {

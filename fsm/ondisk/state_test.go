@@ -203,11 +203,15 @@ func checkAgainstModel(t *testing.T, seed uint64) {
 					}
 					delete(next.sessions, client)
 				default:
+					want, wseen := next.oldestSession()
+					if since, known := tx.SessionsSeenSince(); known && (want == "" || since > wseen) {
+						t.Fatalf("step %d: no session seen before %d, model's oldest %q at %d", step, since, want, wseen)
+					}
 					got, seen, err := tx.OldestSession()
 					if err != nil {
 						t.Fatal(err)
 					}
-					if want, wseen := next.oldestSession(); got != want || (want != "" && seen != wseen) {
+					if got != want || (want != "" && seen != wseen) {
 						t.Fatalf("step %d: oldest session %q at %d, model %q at %d", step, got, seen, want, wseen)
 					}
 					if got != "" {
