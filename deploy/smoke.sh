@@ -6,7 +6,10 @@
 # for every node's /readyz, inserts and claims a task with ./bin/taskctl
 # through a proxy's published port, `docker kill`s a node, checks that a write
 # still succeeds (through the other proxy too), checks /metrics and
-# Prometheus' targets, and tears everything down (also on failure or Ctrl-C).
+# Prometheus' targets, runs every panel query of the Grafana dashboard
+# (deploy/grafana/taskstore.json) against Prometheus under a workload and
+# fails on one that errors or returns no series, and tears everything down
+# (also on failure or Ctrl-C).
 #
 # Every step is bounded; the whole run takes a few minutes. All traffic goes to
 # ports published on 127.0.0.1.
@@ -52,6 +55,7 @@ fail() {
 
 cleanup() {
 	local rc=$?
+	if [[ -n ${LOAD_PID:-} ]]; then kill "$LOAD_PID" 2>/dev/null || true; fi
 	timeout 30 "${DC[@]}" ps >"$LOGDIR/ps.txt" 2>&1 || true
 	timeout 60 "${DC[@]}" logs --no-color >"$LOGDIR/compose.log" 2>&1 || true
 	if ((rc != 0)); then
@@ -216,5 +220,82 @@ curl -fsS --max-time 5 "$PROM/api/v1/targets" |
 curl -fsS --max-time 5 "$PROM/api/v1/rules" | jq -r '"    rules loaded: \([.data.groups[].rules[]] | length)"'
 curl -fsS --max-time 5 -o /dev/null "$PROM/graph" || fail "prometheus web UI /graph"
 log "ok: prometheus web UI answers on /graph"
+
+# The Grafana dashboard against live data: every panel's PromQL, with the
+# dashboard's variables as Grafana sets them by default, must run without an
+# error and return at least one series, while a workload runs through both
+# proxies' HTTP/JSON API: inserts, claims, commits, refused duplicates (the
+# error panels) and tasks left waiting (the backlog panels).
+DASH=$ROOT/deploy/grafana/taskstore.json
+H1=http://127.0.0.1:$TASKSTORE_PROXY1_HTTP_PORT
+H2=http://127.0.0.1:$TASKSTORE_PROXY2_HTTP_PORT
+dashboard_load() {
+	local i=0 h
+	while :; do
+		i=$((i + 1))
+		if ((i % 2)); then h=$H1; else h=$H2; fi
+		for g in 0 1 2 3; do
+			curl -sS --max-time 10 -o /dev/null -H 'Content-Type: application/json' "$h/v1/modify" \
+				-d "{\"inserts\":[{\"queue\":\"dash$g/work\",\"value\":\"aGk=\"},{\"queue\":\"dash$g/backlog\",\"value\":\"aGk=\"}]}" || true
+			curl -sS --max-time 10 -H 'Content-Type: application/json' "$h/v1/claim" \
+				-d "{\"queues\":[\"dash$g/work\"],\"claimant\":\"smoke\",\"lease\":\"30s\"}" >"$LOGDIR/dash-claim.json" 2>/dev/null || true
+			local tid tver
+			tid=$(jq -r '.tasks[0].id // empty' "$LOGDIR/dash-claim.json" 2>/dev/null || true)
+			tver=$(jq -r '.tasks[0].version // empty' "$LOGDIR/dash-claim.json" 2>/dev/null || true)
+			if [[ -n $tid && -n $tver ]]; then
+				curl -sS --max-time 10 -o /dev/null -H 'Content-Type: application/json' "$h/v1/modify" \
+					-d "{\"claimant\":\"smoke\",\"deletes\":[{\"id\":\"$tid\",\"version\":\"$tver\"}]}" || true
+			fi
+		done
+		# A duplicate id: refused (FailedPrecondition) by the node, counted by
+		# the node's and the proxy's error panels and the refusals panel.
+		curl -sS --max-time 10 -o /dev/null -H 'Content-Type: application/json' "$h/v1/modify" \
+			-d '{"inserts":[{"queue":"dash0/dup","id":"dash-dup"}]}' || true
+		sleep 0.5
+	done
+}
+dashboard_load >"$LOGDIR/dashboard-load.log" 2>&1 &
+LOAD_PID=$!
+# The panels' variables as the dashboard's defaults set them; $__rate_interval
+# is Grafana's 4 scrape intervals (15s in deploy/prometheus/prometheus.yml).
+panel_query() {
+	local e=$1
+	e=${e//'$__rate_interval'/1m}
+	e=${e//'$node_job'/taskstore-node}
+	e=${e//'$proxy_job'/taskstore-proxy}
+	e=${e//'$group'/.*}
+	e=${e//'$queue'/.*}
+	printf '%s' "$e"
+}
+jq -c '[.. | objects | select(has("targets")) | .title as $t | .targets[] | select(.expr) | {title: $t, ref: (.refId // ""), expr}] | .[]' "$DASH" >"$LOGDIR/panels.jsonl" ||
+	fail "reading the panels of $DASH"
+npanel=$(wc -l <"$LOGDIR/panels.jsonl")
+((npanel >= 20)) || fail "only $npanel panel queries in $DASH"
+# rate() over 1m needs two scrapes of the workload's counters: up to ~2
+# minutes after the load starts; each query is retried until then.
+deadline=$((SECONDS + 180))
+nok=0
+while IFS= read -r line; do
+	title=$(jq -r .title <<<"$line")
+	ref=$(jq -r .ref <<<"$line")
+	q=$(panel_query "$(jq -r .expr <<<"$line")")
+	[[ $q != *'$'* ]] || fail "panel '$title' ($ref): a variable the smoke test does not set: $q"
+	while :; do
+		ans=$(curl -sS --max-time 10 --get --data-urlencode "query=$q" "$PROM/api/v1/query" 2>&1 || true)
+		st=$(jq -r '.status // "error"' <<<"$ans" 2>/dev/null || echo error)
+		n=$(jq -r '.data.result | length' <<<"$ans" 2>/dev/null || echo 0)
+		if [[ $st == success ]] && ((n > 0)); then break; fi
+		if [[ $st == error ]] && jq -e '.errorType == "bad_data"' <<<"$ans" >/dev/null 2>&1; then
+			fail "panel '$title' ($ref): the query is refused: $(jq -r .error <<<"$ans") -- $q"
+		fi
+		((SECONDS < deadline)) || fail "panel '$title' ($ref): no series (status $st) -- $q -- $ans"
+		sleep 3
+	done
+	nok=$((nok + 1))
+	log "ok: panel '$title' ($ref): $n series"
+done <"$LOGDIR/panels.jsonl"
+kill "$LOAD_PID" 2>/dev/null || true
+wait "$LOAD_PID" 2>/dev/null || true
+log "ok: all $nok panel queries of the dashboard return series under load"
 
 log "all checks passed"
