@@ -37,29 +37,7 @@ type (
 // transaction was refused. A worker that commits a task and wants the next
 // one pays one round trip and one log entry instead of two.
 func (c *Client) Modify(ctx context.Context, req *taskstorepb.ModifyRequest) (*taskstorepb.ModifyResponse, error) {
-	group, err := modifyGroup(req)
-	if err != nil {
-		return nil, fmt.Errorf("modify: %w: %w", err, ErrInvalid)
-	}
-	if group == "" && !c.opts.proxyOnly {
-		return nil, fmt.Errorf("modify: no queue named: give the queue of at least one task so the request can be routed: %w", ErrInvalid)
-	}
-	r := &taskstorepb.ModifyRequest{Claimant: cmp.Or(req.Claimant, c.opts.claimant), Inserts: req.Inserts,
-		Changes: req.Changes, Deletes: req.Deletes, Depends: req.Depends, Request: req.Request, Claim: req.Claim}
-	if r.Request == nil {
-		var release func()
-		r.Request, release = c.nextRequestID()
-		defer release()
-	}
-	var resp *taskstorepb.ModifyResponse
-	err = c.call(ctx, "Modify", target{group: group}, 0, func(ctx context.Context, cc *grpc.ClientConn) (err error) {
-		resp, err = taskstorepb.NewTaskStoreClient(cc).Modify(ctx, r)
-		return err
-	})
-	// The node sends a task that several inserts coalesced into once; every
-	// entry of Inserted gets its value back (the same bytes).
-	taskstorepb.ExpandInserted(resp)
-	return resp, err
+	return c.modify(ctx, req, false)
 }
 
 // modifyGroup is the consistency group of the first queue a transaction

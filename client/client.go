@@ -40,6 +40,9 @@ type Client struct {
 	nsession int        // sessions created
 
 	rt router
+
+	// streams are the shared Produce streams (streamKey -> *streamSlot).
+	streams sync.Map
 }
 
 type options struct {
@@ -156,6 +159,7 @@ func Dial(ctx context.Context, addrs string, opts ...Option) (*Client, error) {
 // Close closes every connection. Calls in flight fail; later calls return
 // ErrClosed.
 func (c *Client) Close() error {
+	c.closeStreams()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {

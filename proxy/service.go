@@ -125,16 +125,44 @@ func (s *Server) knownShard(ctx context.Context, id uint32) bool {
 // Modify implements TaskStore.Modify. The caller's request id goes through
 // unchanged; without one, the client's own id makes the proxy's retries
 // safe.
-func (s *Server) Modify(ctx context.Context, req *taskstorepb.ModifyRequest) (resp *taskstorepb.ModifyResponse, err error) {
+func (s *Server) Modify(ctx context.Context, req *taskstorepb.ModifyRequest) (*taskstorepb.ModifyResponse, error) {
+	return s.modify(ctx, req, false)
+}
+
+// Produce implements TaskStore.Produce: each item is forwarded as the
+// Modify it is (request id, deadline, the caller's principal), over the
+// proxy's own Produce stream to the leader of the item's group (one per
+// node and caller), so that the items of all of a caller's messages that
+// go to one node travel together; each is answered alone.
+func (s *Server) Produce(stream taskstorepb.TaskStore_ProduceServer) error {
+	return taskstorepb.ServeProduce(stream, taskstorepb.MaxResponseBytes-64<<10, func(ctx context.Context, it *taskstorepb.ProduceItem) *taskstorepb.ProduceAnswer {
+		if it.Modify == nil {
+			return taskstorepb.FailedAnswer(it.Id, status.Error(codes.InvalidArgument, "modify: required"))
+		}
+		resp, err := s.modify(ctx, it.Modify, true)
+		if err != nil {
+			return taskstorepb.FailedAnswer(it.Id, err)
+		}
+		return &taskstorepb.ProduceAnswer{Id: it.Id, Modify: resp}
+	})
+}
+
+// modify forwards a Modify, over the client's Produce stream when
+// streamed.
+func (s *Server) modify(ctx context.Context, req *taskstorepb.ModifyRequest, streamed bool) (resp *taskstorepb.ModifyResponse, err error) {
 	bctx, cancel := s.withBudget(ctx, 0)
 	defer cancel()
-	if !namesQueue(req) || modifyGroupless(req) {
+	switch {
+	case !namesQueue(req) || modifyGroupless(req):
 		resp, err = anyNode(bctx, s, "Modify", func(ctx context.Context, cc *grpc.ClientConn) (*taskstorepb.ModifyResponse, error) {
 			return taskstorepb.NewTaskStoreClient(cc).Modify(ctx, req)
 		})
-	} else {
-		resp, err = s.c.Modify(bctx, req)
+	case streamed:
+		resp, err = s.c.ModifyStreamed(bctx, req)
 		// The client filled in repeated tasks' values: send each once again.
+		taskstorepb.CompactInserted(resp)
+	default:
+		resp, err = s.c.Modify(bctx, req)
 		taskstorepb.CompactInserted(resp)
 	}
 	return resp, s.toStatus(ctx, "Modify", err)

@@ -1,9 +1,15 @@
 package taskstorepb
 
 import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 )
 
@@ -42,6 +48,173 @@ func FailedAnswer(id uint64, err error) *ProduceAnswer {
 func Undecoded(m any) error {
 	if why, ok := undecoded.LoadAndDelete(m); ok {
 		return grpcstatus.Errorf(codes.InvalidArgument, "malformed request: %v", why)
+	}
+	return nil
+}
+
+// ServeProduce serves a Produce stream (a node's, a proxy's): each item is
+// handled in its own goroutine under its own context (the stream's, with
+// the item's timeout, canceled by the caller's cancel ids), so that items
+// of one message are handled together, and answered alone as it finishes.
+// Answers that finish while a message is being sent go out together in the
+// next one, up to limit bytes per message. An item id already in flight is
+// refused. The stream ends when the caller closes its side and every item
+// it sent is answered.
+func ServeProduce(stream TaskStore_ProduceServer, limit int, handle func(ctx context.Context, it *ProduceItem) *ProduceAnswer) error {
+	ctx, cancelAll := context.WithCancel(stream.Context())
+	defer cancelAll()
+	out := newAnswerSender(stream, limit)
+	go out.run()
+	var (
+		mu       sync.Mutex
+		inflight = map[uint64]context.CancelFunc{}
+		wg       sync.WaitGroup
+	)
+	finish := func(recvErr error) error {
+		if recvErr != nil {
+			cancelAll() // the caller is gone: nobody reads the answers
+		}
+		wg.Wait()
+		if err := out.close(); recvErr == nil {
+			return err
+		}
+		return recvErr
+	}
+	for {
+		req, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return finish(nil)
+		}
+		if err != nil {
+			return finish(err)
+		}
+		if err := Undecoded(req); err != nil {
+			return finish(err)
+		}
+		mu.Lock()
+		for _, id := range req.Cancel {
+			if cancel, ok := inflight[id]; ok {
+				cancel()
+			}
+		}
+		for _, it := range req.Items {
+			if _, dup := inflight[it.Id]; dup {
+				// Two items in flight under one id could not be told
+				// apart by their answers.
+				out.add(FailedAnswer(it.Id, grpcstatus.Errorf(codes.InvalidArgument, "item id %d is already in flight on this stream", it.Id)))
+				continue
+			}
+			var (
+				ictx   context.Context
+				cancel context.CancelFunc
+			)
+			if t := it.Timeout; t != nil && t.IsValid() {
+				ictx, cancel = context.WithTimeout(ctx, t.AsDuration())
+			} else {
+				ictx, cancel = context.WithCancel(ctx)
+			}
+			inflight[it.Id] = cancel
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				a := handle(ictx, it)
+				cancel()
+				mu.Lock()
+				delete(inflight, it.Id)
+				mu.Unlock()
+				out.add(a)
+			}()
+		}
+		mu.Unlock()
+	}
+}
+
+// answerSender sends a Produce stream's answers from one goroutine (a
+// stream's Send is not safe for concurrent use): whatever was answered
+// while the last message was being sent goes out in the next, up to the
+// send limit per message.
+type answerSender struct {
+	stream TaskStore_ProduceServer
+	limit  int
+
+	mu      sync.Mutex
+	pending []*ProduceAnswer
+	closed  bool
+	wake    chan struct{}
+	done    chan struct{}
+	err     error // the first failed Send; later answers are dropped
+}
+
+func newAnswerSender(stream TaskStore_ProduceServer, limit int) *answerSender {
+	return &answerSender{stream: stream, limit: limit, wake: make(chan struct{}, 1), done: make(chan struct{})}
+}
+
+func (s *answerSender) add(a *ProduceAnswer) {
+	s.mu.Lock()
+	s.pending = append(s.pending, a)
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// close sends what is pending, stops the sender and returns its error.
+func (s *answerSender) close() error {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+	<-s.done
+	return s.err
+}
+
+func (s *answerSender) run() {
+	defer close(s.done)
+	for range s.wake {
+		s.mu.Lock()
+		batch, closed := s.pending, s.closed
+		s.pending = nil
+		s.mu.Unlock()
+		if s.err == nil {
+			s.err = s.send(batch)
+		}
+		if closed {
+			s.mu.Lock()
+			rest := len(s.pending)
+			s.mu.Unlock()
+			if rest == 0 {
+				return
+			}
+			// Added between the take and the close: one more round.
+			select {
+			case s.wake <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// send sends batch in as few messages as the limit allows; an answer
+// larger than the limit goes alone.
+func (s *answerSender) send(batch []*ProduceAnswer) error {
+	for len(batch) > 0 {
+		n, size := 0, 0
+		for n < len(batch) {
+			sz := proto.Size(batch[n]) + 8
+			if n > 0 && size+sz > s.limit {
+				break
+			}
+			size += sz
+			n++
+		}
+		if err := s.stream.Send(&ProduceResponse{Answers: batch[:n]}); err != nil {
+			return err
+		}
+		batch = batch[n:]
 	}
 	return nil
 }
