@@ -9,7 +9,7 @@ FUZZTIME  ?= 10s
 # staticcheck's version is pinned here; `go run` fetches it through the module proxy.
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build run test test-full unit fmt-check vet staticcheck race fuzz-short fuzz proto clean certs
+.PHONY: all build run test test-full unit fmt-check vet staticcheck race fuzz-short fuzz proto clean certs docs docs-check
 
 all: build
 
@@ -29,9 +29,18 @@ run: build
 ## test-full: what CI runs (.ci/run): the same checks, every test with -race
 ##       (-short not set), the state machine's tests again on the on-disk
 ##       store, and brief fuzzing of each fuzz target (about 25 minutes on 2 cores).
-test: fmt-check vet staticcheck unit
+test: fmt-check vet staticcheck docs-check unit
 
 test-full: fmt-check vet staticcheck race fuzz-short
+
+## docs: regenerate docs/taskctl.md: cmd/taskctl/manual.md (written by hand)
+##       followed by the command reference generated from taskctl's cobra tree.
+## docs-check: fail when docs/taskctl.md is not what `make docs` would write.
+docs:
+	$(GO) test -count=1 -run '^TestManualMatchesCommands$$' ./cmd/taskctl/ -update-docs
+
+docs-check:
+	$(GO) test -count=1 -run '^TestManualMatchesCommands$$' ./cmd/taskctl/
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); \
