@@ -218,7 +218,8 @@ HELM_KUBE_VERSION ?= 1.30.0
 .PHONY: helm-check
 
 helm-check:
-	@$(HELM) version --short 2>/dev/null | grep -q '^$(HELM_VERSION)+' || \
+	@# helm's own version string drops the patch level when built by go install: ask the module
+	@$(GO) version -m $(HELM) 2>/dev/null | grep -Eq '^\s+mod\s+helm.sh/helm/v3\s+$(HELM_VERSION)\s' || \
 		GOBIN=$(CURDIR)/bin/tools GOFLAGS= $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
 	@diff -u deploy/prometheus/alerts.yml $(CHART)/files/alerts.yml || \
 		{ echo "$(CHART)/files/alerts.yml differs from deploy/prometheus/alerts.yml: copy it"; exit 1; }
