@@ -17,9 +17,11 @@ import (
 const backupWait = 24 * time.Hour
 
 // Backup streams a copy of shard's state machine (shard 0: the cluster
-// map) into w and returns what the copy holds. The copy comes from the
-// shard's leader (the map from the meta leader), taken after a leadership
-// check, so it holds every write acknowledged before the call. Backup
+// map) into w and returns what the copy holds. The call goes to the
+// shard's leader (the map's to the meta leader), which checks its
+// leadership and has a follower that applied its commit index stream the
+// copy (else streams it itself), so it holds every write acknowledged
+// before the call; BackupInfo.Node names the node that streamed it. Backup
 // retries (leader changes, unavailable nodes) until the copy's first bytes
 // reach w; a copy that breaks after that is an error, since w then holds
 // part of it. It needs the admin role. Package backup writes the copies

@@ -35,28 +35,110 @@ type ShardCopy struct {
 // memory: a copy-on-write clone of its trees, a step per queue); the
 // stream is written from that view while writes go on.
 func (n *Node) BackupShard(ctx context.Context, id uint32) (*ShardCopy, error) {
-	if id == MetaGroupID {
-		return nil, fmt.Errorf("%w: shard 0 is the cluster map (BackupMap)", ErrInvalidRequest)
-	}
-	s, err := n.ShardByID(id)
+	s, err := n.backupShard(id)
 	if err != nil {
 		return nil, err
 	}
 	if err := s.ReadBarrier(ctx); err != nil {
 		return nil, err
 	}
+	return copyShard(s)
+}
+
+func (n *Node) backupShard(id uint32) (*Shard, error) {
+	if id == MetaGroupID {
+		return nil, fmt.Errorf("%w: shard 0 is the cluster map (BackupMap)", ErrInvalidRequest)
+	}
+	return n.ShardByID(id)
+}
+
+func copyShard(s *Shard) (*ShardCopy, error) {
 	start := time.Now()
 	snap, err := s.machine.BackupSnapshot()
 	took := time.Since(start)
 	if err != nil {
-		return nil, fmt.Errorf("shard %d: copy the state: %w", id, err)
+		return nil, fmt.Errorf("shard %d: copy the state: %w", s.id, err)
 	}
 	index, tasks, ok := fsm.SnapshotInfo(snap)
 	if !ok {
 		snap.Release()
-		return nil, fmt.Errorf("shard %d: the state machine gave no full snapshot", id)
+		return nil, fmt.Errorf("shard %d: the state machine gave no full snapshot", s.id)
 	}
-	return &ShardCopy{Shard: id, Index: index, Tasks: tasks, Took: took, snap: snap}, nil
+	return &ShardCopy{Shard: s.id, Index: index, Tasks: tasks, Took: took, snap: snap}, nil
+}
+
+// BackupReplica is a replica of a shard that may take a backup's copy.
+type BackupReplica struct {
+	ID, Address string
+}
+
+// BackupFence is where a backup's copy of shard id may come from. On the
+// shard's leader, after a read barrier, it returns the leader's commit
+// index (every write acknowledged before the call is at or below it) and
+// the shard's other voters: a follower that has applied the fence holds
+// every such write too, and can take the copy instead of the leader
+// (BackupShardAt). Elsewhere it returns a NotLeaderError.
+func (n *Node) BackupFence(ctx context.Context, id uint32) (uint64, []BackupReplica, error) {
+	s, err := n.backupShard(id)
+	if err != nil {
+		return 0, nil, err
+	}
+	if err := s.ReadBarrier(ctx); err != nil {
+		return 0, nil, err
+	}
+	// Read after the barrier: a write acknowledged before the call was
+	// committed (and applied here) before it.
+	fence := s.g.raft.CommitIndex()
+	f := s.g.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return 0, nil, fmt.Errorf("shard %d: configuration: %w", id, err)
+	}
+	var followers []BackupReplica
+	for _, srv := range f.Configuration().Servers {
+		if srv.Suffrage == raft.Voter && string(srv.ID) != n.ID() {
+			followers = append(followers, BackupReplica{ID: string(srv.ID), Address: string(srv.Address)})
+		}
+	}
+	return fence, followers, nil
+}
+
+// ErrCopyBehind: a replica asked for a backup's copy has not applied the
+// backup's fence (BackupShardAt).
+var ErrCopyBehind = errors.New("the replica has not applied the backup's index")
+
+// backupPoll is how often BackupShardAt looks at the applied index.
+const backupPoll = 2 * time.Millisecond
+
+// BackupShardAt takes a copy of shard id on this replica, leader or not,
+// once it has applied index min (a leader's BackupFence), waiting up to
+// wait for it; a replica still behind then returns ErrCopyBehind, and the
+// caller copies elsewhere. The copy is of a committed prefix of the log at
+// or past min, so it holds every write the fence covers.
+func (n *Node) BackupShardAt(ctx context.Context, id uint32, min uint64, wait time.Duration) (*ShardCopy, error) {
+	s, err := n.backupShard(id)
+	if err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(wait)
+	for s.machine.AppliedIndex() < min {
+		if !time.Now().Before(deadline) {
+			return nil, fmt.Errorf("shard %d on %s: applied %d, the backup needs %d: %w", id, n.ID(), s.machine.AppliedIndex(), min, ErrCopyBehind)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(backupPoll):
+		}
+	}
+	c, err := copyShard(s)
+	if err == nil && c.Index < min {
+		// The copy is of the state it read; applied only grows, but a
+		// snapshot restore in between could not go back either: keep the
+		// check, cheap, against a copy below the fence.
+		c.Release()
+		return nil, fmt.Errorf("shard %d on %s: copy at %d, the backup needs %d: %w", id, n.ID(), c.Index, min, ErrCopyBehind)
+	}
+	return c, err
 }
 
 // Stream writes the copy to w.

@@ -4183,7 +4183,14 @@ func (x *SlotMove) GetError() string {
 type BackupRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The shard to copy; 0 for the cluster map.
-	Shard         uint32 `protobuf:"varint,1,opt,name=shard,proto3" json:"shard,omitempty"`
+	Shard uint32 `protobuf:"varint,1,opt,name=shard,proto3" json:"shard,omitempty"`
+	// Set by a shard's leader that asks one of the shard's followers for
+	// the copy (0 from a client): the leader's commit index when the backup
+	// asked. The follower copies only once it has applied this index (every
+	// write acknowledged before the backup asked is then in the copy), and
+	// refuses with FAILED_PRECONDITION if it does not get there at once;
+	// the leader then copies itself.
+	MinIndex      uint64 `protobuf:"varint,2,opt,name=min_index,json=minIndex,proto3" json:"min_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4221,6 +4228,13 @@ func (*BackupRequest) Descriptor() ([]byte, []int) {
 func (x *BackupRequest) GetShard() uint32 {
 	if x != nil {
 		return x.Shard
+	}
+	return 0
+}
+
+func (x *BackupRequest) GetMinIndex() uint64 {
+	if x != nil {
+		return x.MinIndex
 	}
 	return 0
 }
@@ -5313,9 +5327,10 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\x04from\x18\x03 \x01(\rR\x04from\x12\x0e\n" +
 	"\x02to\x18\x04 \x01(\rR\x02to\x12\x14\n" +
 	"\x05phase\x18\x05 \x01(\tR\x05phase\x12\x14\n" +
-	"\x05error\x18\x06 \x01(\tR\x05error\"%\n" +
+	"\x05error\x18\x06 \x01(\tR\x05error\"B\n" +
 	"\rBackupRequest\x12\x14\n" +
-	"\x05shard\x18\x01 \x01(\rR\x05shard\"O\n" +
+	"\x05shard\x18\x01 \x01(\rR\x05shard\x12\x1b\n" +
+	"\tmin_index\x18\x02 \x01(\x04R\bminIndex\"O\n" +
 	"\vBackupChunk\x12,\n" +
 	"\x04info\x18\x01 \x01(\v2\x18.taskstore.v1.BackupInfoR\x04info\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\"\x81\x01\n" +

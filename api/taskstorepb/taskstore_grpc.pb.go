@@ -703,8 +703,9 @@ type AdminClient interface {
 	RebalanceSlots(ctx context.Context, in *RebalanceSlotsRequest, opts ...grpc.CallOption) (*RebalanceSlotsResponse, error)
 	// Backup streams a copy of one shard's state machine as of an index of
 	// its log that every write acknowledged before the call is within, taken
-	// without stopping writes (from the shard's leader: elsewhere it answers
-	// Unavailable with the leader); with shard 0, the cluster map (any node
+	// without stopping writes (ask the shard's leader: elsewhere it answers
+	// Unavailable with the leader; the leader has a follower that applied its
+	// commit index stream the copy, else streams it itself); with shard 0, the cluster map (any node
 	// forwards it to the meta leader). The first message describes the copy,
 	// the data follows in chunks. `taskctl backup create` calls it for the
 	// map and every shard and writes the backup file (package backup).
@@ -885,8 +886,9 @@ type AdminServer interface {
 	RebalanceSlots(context.Context, *RebalanceSlotsRequest) (*RebalanceSlotsResponse, error)
 	// Backup streams a copy of one shard's state machine as of an index of
 	// its log that every write acknowledged before the call is within, taken
-	// without stopping writes (from the shard's leader: elsewhere it answers
-	// Unavailable with the leader); with shard 0, the cluster map (any node
+	// without stopping writes (ask the shard's leader: elsewhere it answers
+	// Unavailable with the leader; the leader has a follower that applied its
+	// commit index stream the copy, else streams it itself); with shard 0, the cluster map (any node
 	// forwards it to the meta leader). The first message describes the copy,
 	// the data follows in chunks. `taskctl backup create` calls it for the
 	// map and every shard and writes the backup file (package backup).

@@ -20,6 +20,8 @@ var (
 	backupTasks = flag.Int("backup.tasks", 1_000_000, "BenchmarkBackupRestore: tasks loaded before the backup")
 	backupState = flag.String("backup.state", "disk", "BenchmarkBackupRestore: the nodes' --state")
 	backupRate  = flag.String("backup.rate", "0", "BenchmarkBackupRestore: backup create's --rate (MB/s; 0: no limit)")
+	backupKeep  = flag.String("backup.keep", "", "BenchmarkBackupRestore: also copy the backup file here")
+	backupFrom  = flag.String("backup.from", "", "BenchmarkRestoreReady: the backup file to restore")
 )
 
 // BenchmarkBackupRestore loads -backup.tasks tasks of 64 bytes into a
@@ -106,6 +108,11 @@ func BenchmarkBackupRestore(b *testing.B) {
 		b.Fatalf("backup create: %v\n%s", err, out)
 	}
 	b.Logf("%s", out)
+	if *backupKeep != "" {
+		if out, err := exec.Command("cp", file, *backupKeep).CombinedOutput(); err != nil {
+			b.Fatalf("keep the backup: %v\n%s", err, out)
+		}
+	}
 	fi, err := os.Stat(file)
 	if err != nil {
 		b.Fatal(err)
@@ -164,4 +171,32 @@ func BenchmarkBackupRestore(b *testing.B) {
 	b.ReportMetric(mb/restoreTook.Seconds(), "restore-MB/s")
 	b.Logf("restore of one node %v (%.1f MB/s); restored cluster ready in %v; %d tasks in it", restoreTook.Round(time.Millisecond),
 		mb/restoreTook.Seconds(), ready.Round(time.Millisecond), total)
+}
+
+// BenchmarkRestoreReady restores -backup.from (a file BenchmarkBackupRestore
+// kept with -backup.keep) into a new 3-node cluster of the binaries in
+// TASKSTORE_BIN and reports how long the cluster takes to be ready after
+// its nodes start (every shard with a leader, answering): what a restored
+// node's load of its shards costs, without loading a cluster first.
+func BenchmarkRestoreReady(b *testing.B) {
+	if *backupFrom == "" {
+		b.Skip("needs -backup.from")
+	}
+	bin := harness.Binaries(b)
+	rc := harness.NewProcesses(b, 3, func(string) []string { return []string{"--raft-timeout-scale", "2", "--state", *backupState} })
+	for _, p := range rc.Nodes {
+		out, err := exec.Command(filepath.Join(bin, "taskstored"), "restore", "--from", *backupFrom, "--id", p.ID,
+			"--data-dir", p.DataDir(), "--initial-cluster", rc.InitialCluster).CombinedOutput()
+		if err != nil {
+			b.Fatalf("restore %s: %v\n%s", p.ID, err, out)
+		}
+	}
+	b.ResetTimer()
+	start := time.Now()
+	rc.StartAll()
+	rc.WaitReady(10 * time.Minute)
+	ready := time.Since(start)
+	b.StopTimer()
+	b.ReportMetric(ready.Seconds(), "ready-s")
+	b.Logf("restored cluster ready in %v", ready.Round(time.Millisecond))
 }

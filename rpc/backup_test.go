@@ -1,0 +1,122 @@
+package rpc_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/e1158ecb/taskstore/api/taskstorepb"
+	"github.com/e1158ecb/taskstore/fsm"
+	"github.com/e1158ecb/taskstore/testing/harness"
+)
+
+// backupCopy calls Admin.Backup on conn and returns the copy's info and
+// bytes.
+func backupCopy(ctx context.Context, conn *grpc.ClientConn, req *taskstorepb.BackupRequest) (*taskstorepb.BackupInfo, []byte, error) {
+	stream, err := taskstorepb.NewAdminClient(conn).Backup(ctx, req)
+	if err != nil {
+		return nil, nil, err
+	}
+	var info *taskstorepb.BackupInfo
+	var data bytes.Buffer
+	for {
+		m, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return info, data.Bytes(), nil
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		if m.Info != nil {
+			info = m.Info
+		}
+		data.Write(m.Data)
+	}
+}
+
+// TestBackupFromCaughtUpFollower: a shard's copy asked of its leader is
+// streamed by a follower that has applied the leader's commit index, and
+// holds every write acknowledged before; a follower asked for an index it
+// has not applied refuses (FAILED_PRECONDITION) instead of copying an
+// older state; a follower cut off from the leader (behind) is passed
+// over: the other follower streams, with every write.
+func TestBackupFromCaughtUpFollower(t *testing.T) {
+	c := harness.Start(t, 3, harness.Options{Shards: 1, Scale: 2})
+	c.WaitReady()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	const shard = 1
+	lead := c.Leader(shard)
+	if lead < 0 {
+		t.Fatal("no leader of shard 1")
+	}
+	insert := func(n int, prefix string) {
+		t.Helper()
+		req := &taskstorepb.ModifyRequest{}
+		for i := range n {
+			req.Inserts = append(req.Inserts, &taskstorepb.TaskInsert{Queue: "g/q", Id: fmt.Sprintf("%s%03d", prefix, i), Value: []byte("v")})
+		}
+		if _, err := taskstorepb.NewTaskStoreClient(c.Conn(lead)).Modify(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(info *taskstorepb.BackupInfo, data []byte, tasks uint64, commit uint64) {
+		t.Helper()
+		if info == nil || info.Tasks != tasks || info.Index < commit {
+			t.Fatalf("copy %v: want %d tasks at an index at or past %d", info, tasks, commit)
+		}
+		m := fsm.New(fsm.Options{})
+		if err := m.Restore(io.NopCloser(bytes.NewReader(data))); err != nil {
+			t.Fatal(err)
+		}
+		if got := m.TaskCount(); uint64(got) != tasks {
+			t.Fatalf("the copy restores to %d tasks, want %d", got, tasks)
+		}
+	}
+
+	insert(40, "a")
+	leader := c.Nodes[lead].Server().Node.Shard(shard)
+	commit := leader.Raft().CommitIndex()
+	info, data, err := backupCopy(ctx, c.Conn(lead), &taskstorepb.BackupRequest{Shard: shard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Node == c.Nodes[lead].ID {
+		t.Errorf("the leader %s streamed the copy; its followers are caught up", info.Node)
+	}
+	check(info, data, 40, commit)
+
+	var followers []int
+	for i := range c.Nodes {
+		if i != lead {
+			followers = append(followers, i)
+		}
+	}
+	_, _, err = backupCopy(ctx, c.Conn(followers[0]), &taskstorepb.BackupRequest{Shard: shard, MinIndex: commit + 1_000_000})
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("a follower asked for an index it has not applied: %v, want FailedPrecondition", err)
+	}
+
+	// The first follower is cut off from the leader: its log stops.
+	behind, ahead := c.Nodes[followers[0]].ID, c.Nodes[followers[1]].ID
+	c.Network().Cut(c.Nodes[lead].ID, behind)
+	c.Network().Cut(behind, c.Nodes[lead].ID)
+	insert(30, "b")
+	commit = leader.Raft().CommitIndex()
+	info, data, err = backupCopy(ctx, c.Conn(lead), &taskstorepb.BackupRequest{Shard: shard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Node != ahead {
+		t.Errorf("copy streamed by %s, want the caught-up follower %s (%s is behind)", info.Node, ahead, behind)
+	}
+	check(info, data, 70, commit)
+}
