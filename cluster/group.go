@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -39,6 +40,12 @@ type group struct {
 	existing bool
 	// hold, when set, keeps the replica from voting (vote.go).
 	hold *voteHold
+	// reloadMu serialises read-modify-writes of raft's reloadable
+	// configuration (logbound.go, deadleader.go).
+	reloadMu sync.Mutex
+	// stopped is closed by shutdown.
+	stopped  chan struct{}
+	stopOnce sync.Once
 }
 
 // groupDir is where a group keeps its files under the node's data directory.
@@ -247,7 +254,12 @@ func openGroup(id uint32, dataDir, localID string, fsm raft.FSM, mux *Mux, t Tun
 	if marked != nil {
 		marked.started.Store(true) // NewRaft restored the latest snapshot
 	}
-	return &group{id: id, dir: dir, raft: r, store: store, logs: logStore, stored: hooked, trans: trans, stream: stream, log: log, existing: existing, hold: hold}, nil
+	g := &group{id: id, dir: dir, raft: r, store: store, logs: logStore, stored: hooked, trans: trans, stream: stream, log: log, existing: existing, hold: hold,
+		stopped: make(chan struct{})}
+	dl := &deadLeader{r: r, tuning: t, log: log, shard: id, reloadMu: &g.reloadMu, stopped: g.stopped}
+	peerClosed := dl.peerClosed
+	stream.peerClosed.Store(&peerClosed)
+	return g, nil
 }
 
 // openBolt opens a raft-boltdb file, refusing one cut short before bbolt
@@ -391,6 +403,7 @@ func (g *group) bootstrap(servers []raft.Server) error {
 const drainTimeout = 5 * time.Second
 
 func (g *group) shutdown() error {
+	g.stopOnce.Do(func() { close(g.stopped) })
 	err := g.raft.Shutdown().Error()
 	g.hold.close()
 	g.trans.Close()

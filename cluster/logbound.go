@@ -48,6 +48,9 @@ func (n *Node) boundLog(s *Shard, t Tuning) {
 	// Only the two counts change, and only downward from their base: a
 	// ReloadConfig by anyone else (timeouts, a shorter log) is kept, and its
 	// counts become the new base.
+	// Under reloadMu: the timeouts a dead leader's followers lower for a
+	// moment (deadleader.go) must not be written back.
+	s.g.reloadMu.Lock()
 	rc := s.g.raft.ReloadableConfig()
 	cur := [2]uint64{rc.TrailingLogs, rc.SnapshotThreshold}
 	if s.logBase == ([2]uint64{}) {
@@ -63,10 +66,12 @@ func (n *Node) boundLog(s *Shard, t Tuning) {
 	if cur != want {
 		rc.TrailingLogs, rc.SnapshotThreshold = want[0], want[1]
 		if err := s.g.raft.ReloadConfig(rc); err != nil {
+			s.g.reloadMu.Unlock()
 			n.log.Warn("bound the Raft log by bytes", "shard", s.id, "err", err)
 			return
 		}
 	}
+	s.g.reloadMu.Unlock()
 	s.logBound = want
 	if bytes > t.MaxLogBytes {
 		err, stopped := awaitFuture(context.Background(), s.stop, s.g.raft.Snapshot())

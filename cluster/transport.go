@@ -201,6 +201,9 @@ type streamLayer struct {
 	servedMu sync.Mutex
 	served   map[*servedConn]struct{} // accepted and not yet closed
 	draining bool
+	// peerClosed, when set, is called when an accepted connection ends
+	// other than by drain (deadleader.go).
+	peerClosed atomic.Pointer[func()]
 }
 
 var _ raft.StreamLayer = (*streamLayer)(nil)
@@ -221,8 +224,12 @@ type servedConn struct {
 // connection of each group on every shutdown.
 func (c *servedConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
-	if err != nil && c.drained.Load() {
-		err = io.EOF
+	if err != nil {
+		if c.drained.Load() {
+			err = io.EOF
+		} else if f := c.layer.peerClosed.Load(); f != nil {
+			(*f)()
+		}
 	}
 	return n, err
 }

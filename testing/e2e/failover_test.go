@@ -93,10 +93,11 @@ func (w *failoverWriter) gap(killed time.Time) (time.Duration, bool) {
 //	make test-failover
 //	TASKSTORE_FAILOVER_FLAGS='--raft-timeout-scale 2' go test -run TestFailoverWriteGap -v ./testing/e2e/
 //
-// At default flags it asserts the documented targets (p50 <= 2 s, max <=
-// 4 s) with a margin for a loaded machine: the median within 3 s and every
-// gap within 8 s; the old 1.5 s heartbeat timeout with a client backing
-// off for up to 2 s made the median 3.9 s.
+// At default flags it asserts the median target (p50 <= 2 s; 1.2-1.3 s
+// measured on a loaded machine, 2.6 s before followers noticed a dead
+// leader by its refused connections, 3.9 s with the old 1.5 s heartbeat
+// timeout) and, for the max (target 4 s), a loaded machine's margin: every
+// gap within 6 s.
 func TestFailoverWriteGap(t *testing.T) {
 	if testing.Short() {
 		t.Skip("20 kills of real processes: a few minutes (make test-failover)")
@@ -214,12 +215,12 @@ func TestFailoverWriteGap(t *testing.T) {
 		p50, mx := g[len(g)/2], g[len(g)-1]
 		t.Logf("MEASURE failover write gap %s flags=%q kills=%d: p50 %v max %v min %v", name, strings.Join(flags, " "), len(g),
 			p50.Round(time.Millisecond), mx.Round(time.Millisecond), g[0].Round(time.Millisecond))
-		if len(flags) == 0 && p50 > 3*time.Second {
-			t.Errorf("%s: p50 write gap %v, want <= 2 s (3 s with a loaded machine's margin)", name, p50)
+		if len(flags) == 0 && p50 > 2*time.Second {
+			t.Errorf("%s: p50 write gap %v, want <= 2 s", name, p50)
 		}
 		worst = max(worst, mx)
 	}
-	if len(flags) == 0 && worst > 8*time.Second {
-		t.Errorf("max write gap %v, want <= 4 s (8 s with a loaded machine's margin)", worst)
+	if len(flags) == 0 && worst > 6*time.Second {
+		t.Errorf("max write gap %v, want <= 4 s (6 s with a loaded machine's margin)", worst)
 	}
 }
