@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -118,19 +119,31 @@ func (c *Client) Claim(ctx context.Context, req *taskstorepb.ClaimRequest) (*tas
 	if len(groups) > 1 && req.Request != nil {
 		return nil, fmt.Errorf("claim: a request id needs queues of one consistency group: %w", ErrInvalid)
 	}
-	one := func(queues []string, limit uint32, wait time.Duration) ([]*taskstorepb.Task, error) {
+	one := func(queues []string, limit uint32, wait time.Duration) (*taskstorepb.ClaimResponse, error) {
 		r := &taskstorepb.ClaimRequest{Claimant: cmp.Or(req.Claimant, c.opts.claimant), Queues: queues,
 			Lease: req.Lease, Limit: limit, Request: req.Request}
 		return c.claimGroup(ctx, r, wait)
 	}
 	if len(groups) == 1 {
-		tasks, err := one(groups[0], limit, wait)
-		return &taskstorepb.ClaimResponse{Tasks: tasks}, err
+		resp, err := one(groups[0], limit, wait)
+		if resp == nil {
+			resp = &taskstorepb.ClaimResponse{}
+		}
+		return resp, err
 	}
+	// Several groups: the tasks of each, and, when none was claimed, why
+	// each group's queues handed out nothing (ClaimResponse.empty_reason).
 	var out []*taskstorepb.Task
+	var why []string
+	empty := func() *taskstorepb.ClaimResponse {
+		return &taskstorepb.ClaimResponse{EmptyReason: strings.Join(why, "; ")}
+	}
 	for _, qs := range groups {
-		tasks, err := one(qs, limit-uint32(len(out)), 0)
-		out = append(out, tasks...)
+		resp, err := one(qs, limit-uint32(len(out)), 0)
+		out = append(out, resp.GetTasks()...)
+		if r := resp.GetEmptyReason(); r != "" && !slices.Contains(why, r) {
+			why = append(why, r)
+		}
 		if err != nil {
 			return &taskstorepb.ClaimResponse{Tasks: out}, err
 		}
@@ -138,18 +151,21 @@ func (c *Client) Claim(ctx context.Context, req *taskstorepb.ClaimRequest) (*tas
 			break
 		}
 	}
-	if len(out) > 0 || wait == 0 {
+	if len(out) > 0 {
 		return &taskstorepb.ClaimResponse{Tasks: out}, nil
+	}
+	if wait == 0 {
+		return empty(), nil
 	}
 	end := time.Now().Add(wait)
 	for i := 0; ; i++ {
 		left := time.Until(end)
 		if left <= 0 {
-			return &taskstorepb.ClaimResponse{}, nil
+			return empty(), nil
 		}
-		tasks, err := one(groups[i%len(groups)], limit, min(left, time.Second))
-		if err != nil || len(tasks) > 0 {
-			return &taskstorepb.ClaimResponse{Tasks: tasks}, err
+		resp, err := one(groups[i%len(groups)], limit, min(left, time.Second))
+		if err != nil || len(resp.GetTasks()) > 0 {
+			return &taskstorepb.ClaimResponse{Tasks: resp.GetTasks()}, err
 		}
 	}
 }
@@ -157,7 +173,7 @@ func (c *Client) Claim(ctx context.Context, req *taskstorepb.ClaimRequest) (*tas
 // claimGroup claims from queues of one group. Every attempt carries the same
 // request id and the wait that is left, so a retry neither claims twice nor
 // waits longer than asked.
-func (c *Client) claimGroup(ctx context.Context, req *taskstorepb.ClaimRequest, wait time.Duration) ([]*taskstorepb.Task, error) {
+func (c *Client) claimGroup(ctx context.Context, req *taskstorepb.ClaimRequest, wait time.Duration) (*taskstorepb.ClaimResponse, error) {
 	if req.Request == nil {
 		var release func()
 		req.Request, release = c.nextRequestID()
@@ -178,7 +194,7 @@ func (c *Client) claimGroup(ctx context.Context, req *taskstorepb.ClaimRequest, 
 		resp, err = taskstorepb.NewTaskStoreClient(cc).Claim(ctx, r)
 		return err
 	})
-	return resp.GetTasks(), err
+	return resp, err
 }
 
 // Tasks reads tasks: a page of req.Queue, or the tasks with req.Ids. Ids

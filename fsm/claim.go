@@ -187,11 +187,6 @@ func (m *Machine) ClaimFindsNothing(cmd *fsmpb.Command, now int64) bool {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	st := m.st
-	if cmd.ClientId != "" {
-		if s := st.store.session(cmd.ClientId); s != nil && cmd.Seq <= s.seq {
-			return false
-		}
-	}
 	group := groupOf(c.Queues[0])
 	if checkClaimQueues(c, group, "claim") != nil || st.unserved(group) != nil {
 		return false
@@ -208,6 +203,13 @@ func (m *Machine) ClaimFindsNothing(cmd *fsmpb.Command, now int64) bool {
 			continue
 		}
 		if len(st.store.available(q, clock, 1, nil)) > 0 {
+			return false
+		}
+	}
+	// Last: a claim that may take a task (the busy case) is decided
+	// without reading its session.
+	if cmd.ClientId != "" {
+		if s := st.store.session(cmd.ClientId); s != nil && cmd.Seq <= s.seq {
 			return false
 		}
 	}

@@ -1115,3 +1115,49 @@ func TestHTTPUnknownQueryParameter(t *testing.T) {
 		}
 	}
 }
+
+// TestHTTPClaimSaysWhyEmpty: a claim over HTTP of a paused queue, or of one
+// at its concurrency limit, answers with the reason in empty_reason (it
+// answered {} while taskctl said why); a claim of a queue that is just
+// empty has none.
+func TestHTTPClaimSaysWhyEmpty(t *testing.T) {
+	c := startCluster(t)
+	p := startProxy(t, c)
+	base := "http://" + p.HTTPAddr()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ts := c.TaskStore("why/paused")
+	if _, err := ts.Modify(ctx, &taskstorepb.ModifyRequest{Inserts: []*taskstorepb.TaskInsert{
+		{Queue: "why/paused", Id: "p1"}, {Queue: "why/full", Id: "f1"}, {Queue: "why/full", Id: "f2"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ts.PauseQueue(ctx, &taskstorepb.QueuePauseRequest{Queue: "why/paused"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ts.SetQueueLimit(ctx, &taskstorepb.QueueLimitRequest{Queue: "why/full", MaxClaimed: 1}); err != nil {
+		t.Fatal(err)
+	}
+	claim := func(queues string) (int, string) {
+		t.Helper()
+		res, err := http.Post(base+"/v1/claim", "application/json", strings.NewReader(`{"queues":[`+queues+`],"claimant":"w"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	if code, body := claim(`"why/full"`); code != 200 || !strings.Contains(body, `"id":"f1"`) {
+		t.Fatalf("first claim of why/full: %d %s", code, body)
+	}
+	for _, c := range []struct{ queues, want string }{
+		{`"why/paused"`, `"emptyReason":"why/paused is paused (taskctl queue resume why/paused)"`},
+		{`"why/full"`, `"emptyReason":"why/full has 1 claimed, its limit of 1 (taskctl queue limit)"`},
+		{`"why/paused","why/full","why/empty"`, `"emptyReason":"why/paused is paused (taskctl queue resume why/paused); why/full has 1 claimed, its limit of 1 (taskctl queue limit)"`},
+		{`"why/empty"`, `{}`},
+	} {
+		if code, body := claim(c.queues); code != 200 || strings.TrimSpace(body) != "{"+strings.TrimPrefix(c.want, "{") && !strings.Contains(body, c.want) {
+			t.Errorf("claim of %s: %d %s, want %s", c.queues, code, body, c.want)
+		}
+	}
+}

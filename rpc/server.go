@@ -429,7 +429,39 @@ func (srv *Server) claim(ctx context.Context, req *taskstorepb.ClaimRequest) (*t
 		return nil, &refusedError{failure: res.Failure}
 	}
 	resp := &taskstorepb.ClaimResponse{Tasks: srv.claimed(g.group, res.GetClaim(), res.Replayed)}
+	if len(resp.Tasks) == 0 {
+		resp.EmptyReason = emptyClaimReason(ctx, shard, req.Queues)
+	}
 	return resp, srv.fits("Claim", resp)
+}
+
+// emptyClaimReason says why a claim of queues that took nothing may have
+// found nothing although they hold tasks: a queue paused, or at (or over)
+// its concurrency limit; "" when none is. It reads this replica's state
+// after the claim (which it has applied, or read, as leader): a claim
+// answered empty costs no log entry, and neither does its reason.
+func emptyClaimReason(ctx context.Context, shard Shard, queues []string) string {
+	var why []string
+	err := shard.Read(ctx, true, func(m *fsm.Machine) error {
+		for i, name := range queues {
+			if slices.Contains(queues[:i], name) {
+				continue
+			}
+			// The queue itself sorts first among those it prefixes.
+			for _, q := range m.Queues(name, 1) {
+				if q.Name == name {
+					if w := taskstorepb.QueueHoldReason(q.Name, q.Paused, q.MaxClaimed, q.Claimed); w != "" {
+						why = append(why, w)
+					}
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return ""
+	}
+	return strings.Join(why, "; ")
 }
 
 // answerHeadroom is what the answer budget keeps back from the send limit

@@ -21,8 +21,9 @@ type Shard interface {
 	Now() int64
 	IsLeader() bool
 	Propose(ctx context.Context, cmd *fsmpb.Command) (*fsmpb.Result, error)
-	// Claim proposes an OP_CLAIM and, while it claims nothing, proposes it
-	// again as tasks become available, for up to wait.
+	// Claim claims (an OP_CLAIM, proposed only when it may take a task:
+	// an empty answer costs no log entry) and, while it claims nothing,
+	// tries again as tasks become available, for up to wait.
 	Claim(ctx context.Context, cmd *fsmpb.Command, wait time.Duration) (*fsmpb.Result, error)
 	// Read runs fn on the shard's machine; linearizable unless stale.
 	Read(ctx context.Context, stale bool, fn func(*fsm.Machine) error) error

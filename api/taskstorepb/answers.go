@@ -1,6 +1,10 @@
 package taskstorepb
 
-import "google.golang.org/protobuf/proto"
+import (
+	"fmt"
+
+	"google.golang.org/protobuf/proto"
+)
 
 // CompactInserted sends each task of r.Inserted in full once: an entry that
 // repeats an earlier entry's task (same id and version: if_absent inserts
@@ -49,4 +53,23 @@ func ExpandInserted(r *ModifyResponse) {
 	if r != nil {
 		r.SameAs = nil
 	}
+}
+
+// QueueHoldReason says why a claim of the queue name finds nothing although
+// it may hold available tasks: paused, or at (or, after a lowered limit,
+// over) its concurrency limit of maxClaimed with claimed tasks claimed; ""
+// when neither. The server answers an empty claim with it
+// (ClaimResponse.empty_reason); taskctl words an older server's empty
+// answer with it too.
+func QueueHoldReason(name string, paused bool, maxClaimed uint32, claimed uint64) string {
+	switch {
+	case paused:
+		return fmt.Sprintf("%s is paused (taskctl queue resume %s)", name, name)
+	case maxClaimed > 0 && claimed > uint64(maxClaimed):
+		return fmt.Sprintf("%s has %d claimed, over its limit of %d (lowered since): none is claimed until fewer than %d are (taskctl queue limit)",
+			name, claimed, maxClaimed, maxClaimed)
+	case maxClaimed > 0 && claimed == uint64(maxClaimed):
+		return fmt.Sprintf("%s has %d claimed, its limit of %d (taskctl queue limit)", name, claimed, maxClaimed)
+	}
+	return ""
 }

@@ -1263,7 +1263,12 @@ type ClaimResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Claimed tasks with their new versions; at is the lease deadline. Empty
 	// when nothing was available before the wait ran out.
-	Tasks         []*Task `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	Tasks []*Task `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	// Set when no task was claimed and a named queue hands out no claims
+	// although it may hold available tasks: it is paused, or at (or over)
+	// its concurrency limit. Says which and how to undo it, one sentence per
+	// queue joined by "; ". Empty for a queue that is just empty.
+	EmptyReason   string `protobuf:"bytes,2,opt,name=empty_reason,json=emptyReason,proto3" json:"empty_reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1303,6 +1308,13 @@ func (x *ClaimResponse) GetTasks() []*Task {
 		return x.Tasks
 	}
 	return nil
+}
+
+func (x *ClaimResponse) GetEmptyReason() string {
+	if x != nil {
+		return x.EmptyReason
+	}
+	return ""
 }
 
 type TasksRequest struct {
@@ -5104,9 +5116,10 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\x05lease\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x05lease\x12-\n" +
 	"\x04wait\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x04wait\x12\x14\n" +
 	"\x05limit\x18\x05 \x01(\rR\x05limit\x121\n" +
-	"\arequest\x18\x06 \x01(\v2\x17.taskstore.v1.RequestIDR\arequest\"9\n" +
+	"\arequest\x18\x06 \x01(\v2\x17.taskstore.v1.RequestIDR\arequest\"\\\n" +
 	"\rClaimResponse\x12(\n" +
-	"\x05tasks\x18\x01 \x03(\v2\x12.taskstore.v1.TaskR\x05tasks\"\x91\x03\n" +
+	"\x05tasks\x18\x01 \x03(\v2\x12.taskstore.v1.TaskR\x05tasks\x12!\n" +
+	"\fempty_reason\x18\x02 \x01(\tR\vemptyReason\"\x91\x03\n" +
 	"\fTasksRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x10\n" +
 	"\x03ids\x18\x02 \x03(\tR\x03ids\x12\x14\n" +

@@ -330,16 +330,7 @@ func emptyClaimHint(ctx context.Context, c *client.Client, queues []string) stri
 // available tasks: paused, or at (or, after a lowered limit, over) its
 // concurrency limit; "" when neither.
 func queueHint(q *taskstorepb.QueueStats) string {
-	switch {
-	case q.Paused:
-		return fmt.Sprintf("%s is paused (taskctl queue resume %s)", q.Name, q.Name)
-	case q.MaxClaimed > 0 && q.Claimed > uint64(q.MaxClaimed):
-		return fmt.Sprintf("%s has %d claimed, over its limit of %d (lowered since): none is claimed until fewer than %d are (taskctl queue limit)",
-			q.Name, q.Claimed, q.MaxClaimed, q.MaxClaimed)
-	case q.MaxClaimed > 0 && q.Claimed == uint64(q.MaxClaimed):
-		return fmt.Sprintf("%s has %d claimed, its limit of %d (taskctl queue limit)", q.Name, q.Claimed, q.MaxClaimed)
-	}
-	return ""
+	return taskstorepb.QueueHoldReason(q.Name, q.Paused, q.MaxClaimed, q.Claimed)
 }
 
 // pausedWord is how tables show a queue's pause.
