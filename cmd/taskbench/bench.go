@@ -76,6 +76,16 @@ type worker struct {
 	// commits (claim workloads without --two-calls).
 	held   []*taskstorepb.Task
 	pgHeld []pgTask // the same against PostgreSQL
+	// produce: the worker's producer and its inserts in flight, oldest
+	// first.
+	prod   *client.Producer
+	window []sent
+}
+
+// sent is an insert of the produce workload in flight.
+type sent struct {
+	f     *client.Pending
+	start time.Time
 }
 
 func newWorker(id int, c *client.Client, cfg *config, lay layout, value []byte) *worker {
@@ -137,6 +147,38 @@ func (w *worker) insert(ctx context.Context, n int) error {
 	if err == nil {
 		w.tasks += int64(n)
 	}
+	return err
+}
+
+// produce sends one insert through the worker's Producer; once --inflight
+// are in flight it first waits for the oldest and tallies it (its latency
+// runs from when it was sent). The last window of a run is not tallied.
+func (w *worker) produce(ctx context.Context) error {
+	if w.prod == nil {
+		w.prod = w.c.NewProducer(client.WithInflight(w.cfg.inflight))
+	}
+	var err error
+	if len(w.window) >= w.cfg.inflight {
+		old := w.window[0]
+		w.window = w.window[1:]
+		_, err = old.f.Result()
+		h := w.rpcs["produce"]
+		if h == nil {
+			h = &hist{}
+			w.rpcs["produce"] = h
+		}
+		h.record(time.Since(old.start))
+		w.nrpcs++
+		if err != nil {
+			w.errs[codeOf(err)]++
+		} else {
+			w.tasks++
+		}
+	}
+	octx, cancel := context.WithTimeout(ctx, opTimeout)
+	f := w.prod.Insert(octx, &taskstorepb.TaskInsert{Queue: w.queue(), Value: w.value})
+	go func() { <-f.Done(); cancel() }()
+	w.window = append(w.window, sent{f: f, start: time.Now()})
 	return err
 }
 
@@ -206,6 +248,8 @@ func (w *worker) op(ctx context.Context) error {
 		return insert(ctx, 1)
 	case "insert-batch":
 		return insert(ctx, w.cfg.batch)
+	case "produce":
+		return w.produce(ctx)
 	case "claim-delete":
 		return claimThen(ctx, false)
 	case "claim-move":
@@ -295,6 +339,7 @@ type result struct {
 	Queues          int     `json:"queues"`
 	Groups          int     `json:"groups"`
 	Batch           int     `json:"batch,omitempty"`
+	Inflight        int     `json:"inflight,omitempty"` // produce: inserts in flight per worker
 	ClaimLimit      int     `json:"claim_limit,omitempty"`
 	// Claim workloads: claim and commit in two requests (--two-calls)
 	// instead of a commit that carries the next claim.
@@ -450,7 +495,10 @@ func newResult(cfg *config, endpoints string, queues int) *result {
 	if cfg.workload == "insert-batch" {
 		res.Batch = cfg.batch
 	}
-	if cfg.workload != "insert" && cfg.workload != "insert-batch" {
+	if cfg.workload == "produce" {
+		res.Inflight = cfg.inflight
+	}
+	if cfg.workload != "insert" && cfg.workload != "insert-batch" && cfg.workload != "produce" {
 		res.ClaimLimit = cfg.claim
 		res.TwoCalls = cfg.twoCalls
 	}

@@ -26,7 +26,7 @@ import (
 	"github.com/e1158ecb/taskstore/cmd/internal/buildinfo"
 )
 
-var workloads = []string{"insert", "insert-batch", "claim-delete", "claim-move", "mixed"}
+var workloads = []string{"insert", "insert-batch", "produce", "claim-delete", "claim-move", "mixed"}
 
 // config is every flag.
 type config struct {
@@ -42,6 +42,7 @@ type config struct {
 	queues    int
 	groups    int
 	batch     int
+	inflight  int  // produce: inserts in flight per worker
 	claim     int  // tasks per claim in the claim workloads
 	twoCalls  bool // claim workloads: claim, then commit, in two requests
 	prefill   int
@@ -108,6 +109,12 @@ func (c *config) validate() error {
 	if c.batch < 1 {
 		return fmt.Errorf("--batch %d: must be at least 1", c.batch)
 	}
+	if c.inflight < 1 {
+		return fmt.Errorf("--inflight %d: must be at least 1", c.inflight)
+	}
+	if c.workload == "produce" && c.rate > 0 {
+		return fmt.Errorf("--workload produce is closed loop: each worker keeps --inflight inserts in flight; --rate does not apply")
+	}
 	if maxClaim := limits.DefaultCommands.MaxClaimLimit; c.claim < 1 || c.claim > maxClaim {
 		return fmt.Errorf("--claim-limit %d: must be between 1 and %d", c.claim, maxClaim)
 	}
@@ -127,6 +134,8 @@ func (c *config) validate() error {
 // flags mean what they mean against Taskstore; the cluster flags do not apply.
 func (c *config) validateBaseline() error {
 	switch {
+	case c.workload == "produce":
+		return fmt.Errorf("--workload produce: not with --baseline postgres (compare with its insert workload: one row per transaction)")
 	case c.via != "direct":
 		return fmt.Errorf("--via %s: not with --baseline postgres (taskbench talks to PostgreSQL directly)", c.via)
 	case c.endpoints != "":
@@ -203,6 +212,11 @@ node's shared log, which its shards' entries share, CPU, bytes written).
 Workloads (an "op" is one unit of the workload; its latency covers all of it):
   insert        one task per Modify
   insert-batch  --batch tasks of one queue (one consistency group) per Modify
+  produce       one task per Modify through a client.Producer: each worker
+                keeps --inflight inserts in flight (default 64), over the
+                client's Produce streams, many per message; an op sends one
+                insert (waiting first for the oldest once --inflight are in
+                flight); the "produce" latency runs from send to answer
   claim-delete  delete the task claimed last and claim the next of its queue in
                 one request (a Modify that carries a claim: one RPC, one log
                 entry); needs --prefill
@@ -261,6 +275,8 @@ all under "costs". docs/performance.md, "Cost columns", has the details.
 		Example: `  # single inserts, one client, then 32, on a fresh local 3-node cluster
   taskbench --local 3 --workload insert --clients 1 --duration 10s
   taskbench --local 3 --workload insert --clients 32 --duration 10s
+  # a producer: 16 workers with 64 single-task inserts in flight each
+  taskbench --local 3 --via proxy --workload produce --inflight 64 --clients 16 --duration 10s
   # batched inserts: 100 tasks per request
   taskbench --local 3 --workload insert-batch --batch 100 --clients 8 --duration 10s
   # claim+delete through a proxy, 20k tasks queued first
@@ -303,7 +319,7 @@ func addFlags(cmd *cobra.Command, c *config) {
 	fl.IntVar(&c.local, "local", 0, "start a local cluster of this many nodes instead of --endpoints (with --baseline postgres: a bare --local starts a throwaway PostgreSQL)")
 	fl.IntVar(&c.shards, "shards", 0, "with --local: number of shards (0: taskstored's default)")
 	fl.StringVar(&c.via, "via", "direct", "direct (client routes to shard leaders) or proxy (endpoints are taskproxy instances)")
-	fl.StringVar(&c.workload, "workload", "insert", "insert, insert-batch, claim-delete, claim-move or mixed")
+	fl.StringVar(&c.workload, "workload", "insert", "insert, insert-batch, produce, claim-delete, claim-move or mixed")
 	fl.IntVar(&c.clients, "clients", 1, "concurrent workers")
 	fl.DurationVar(&c.duration, "duration", 30*time.Second, "how long to measure")
 	fl.Float64Var(&c.rate, "rate", 0, "open loop: total ops per second to offer; 0 is closed loop (as fast as the workers go)")
@@ -311,6 +327,7 @@ func addFlags(cmd *cobra.Command, c *config) {
 	fl.IntVar(&c.queues, "queues", 8, "number of queues")
 	fl.IntVar(&c.groups, "groups", 8, "number of consistency groups the queues are spread over")
 	fl.IntVar(&c.batch, "batch", 100, "tasks per request for insert-batch (and the prefill)")
+	fl.IntVar(&c.inflight, "inflight", 64, "produce: inserts each worker keeps in flight")
 	fl.IntVar(&c.claim, "claim-limit", 1, "claim workloads: tasks per claim (1 to 1000); a worker then deletes or moves all of them in one request")
 	fl.BoolVar(&c.twoCalls, "two-calls", false, "claim workloads: claim, then commit, in two requests, instead of a commit that claims the next task")
 	fl.IntVar(&c.prefill, "prefill", 0, "tasks to insert before measuring (claim workloads need them)")

@@ -29,6 +29,9 @@ func report(w io.Writer, format string, r *result) error {
 	}
 	fmt.Fprintf(w, "workload %s via %s, %d clients, %s, %.1fs (value %d B, %d queues in %d groups",
 		r.Workload, r.Via, r.Clients, loop, r.Elapsed, r.ValueSize, r.Queues, r.Groups)
+	if r.Inflight > 0 {
+		fmt.Fprintf(w, ", %d in flight per client", r.Inflight)
+	}
 	if r.Batch > 0 {
 		fmt.Fprintf(w, ", batch %d", r.Batch)
 	}
