@@ -58,7 +58,7 @@ unit: build
 # -p 1: one package at a time. Every package starts real Raft clusters; on
 # two cores, several at once under -race starve heartbeats into elections.
 # The state machine's tests run a second time on the on-disk store
-# (fsm/ondisk, issue 21): one applier, two stores, the same answers. The
+# (fsm/ondisk): one applier, two stores, the same answers. The
 # tests that run on both stores by themselves (property, transcripts,
 # fixture, slot moves) are skipped the second time.
 race: build

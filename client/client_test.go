@@ -615,7 +615,7 @@ func TestTasksByIDsDoesNotReportAbsentWhatAFailedShardHolds(t *testing.T) {
 // TestSameIDInTwoGroups: ids are unique within a consistency group only,
 // so two groups (here on different shards) may hold the same id. A lookup
 // by id alone used to return whichever shard answered first, and Delete
-// without a queue then deleted that one (issue 15: `task delete` removed
+// without a queue then deleted that one (`task delete` removed
 // the wrong copy). Now Get reports both and refuses to pick, Delete and
 // Release without a queue refuse and change nothing, and with the queue
 // they act on the task of that queue only.

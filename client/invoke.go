@@ -87,7 +87,7 @@ func (c *Client) call(ctx context.Context, op string, t target, extra time.Durat
 		// and one that holds a live connection is not gone: it gets the
 		// whole attempt, not half of what is left. Halving made an answer
 		// that takes a little over half of --timeout (a node under load
-		// asking its peers) fail every time (issue 16 item 13).
+		// asking its peers) fail every time.
 		connected := cc.GetState() == connectivity.Ready
 		actx, cancel := ctx, context.CancelFunc(func() {})
 		if c.opts.attemptTimeout > 0 {

@@ -15,7 +15,7 @@ import (
 	"github.com/e1158ecb/taskstore/client/clienttest"
 )
 
-// TestMoveQueue requeues a dead-letter queue in batches (issue 18 item 3):
+// TestMoveQueue requeues a dead-letter queue in batches:
 // every unclaimed task that matches moves, attempts reset, in transactions
 // of at most Batch tasks; a task with a live lease and tasks the filter
 // does not select stay; a move across groups or of claimed tasks is

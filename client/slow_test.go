@@ -46,8 +46,7 @@ func serveSlow(t *testing.T, delay time.Duration) string {
 // TestSlowStatusGetsTheWholeTimeout: a node that answers Status in a little
 // over half of the caller's timeout is answered. Each attempt used to get
 // half of what the deadline left, so `taskctl shard list --timeout 3s`
-// against a node taking 1.6 s failed every time while the node was fine
-// (issue 16 item 13).
+// against a node taking 1.6 s failed every time while the node was fine.
 func TestSlowStatusGetsTheWholeTimeout(t *testing.T) {
 	addr := serveSlow(t, 1600*time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)

@@ -432,7 +432,7 @@ func testWorkerPausedWorkerCommitIsRefused(t *testing.T, addrs string) {
 	mustInsert(t, ca, q, "p1", "job")
 
 	var aCalls, bCalls atomic.Int32
-	// An outside system that fences by the token (issue 18 item 6): A's
+	// An outside system that fences by the token: A's
 	// write after B's must be refused there too, not only its commit here.
 	ext := &fencedStore{}
 	var aWrite atomic.Value

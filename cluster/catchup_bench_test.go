@@ -19,7 +19,7 @@ import (
 
 var catchUpTasks = flag.Int("catchup.tasks", 500_000, "tasks in the shard BenchmarkCatchUpBySnapshot's replica catches up with")
 
-// BenchmarkCatchUpBySnapshot measures what issue 21 asks of a snapshot
+// BenchmarkCatchUpBySnapshot measures what the capacity target asks of a snapshot
 // install: a replica that missed a shard's whole life (cut off from the
 // start, the leader's log compacted past it) catches up by snapshot while
 // writers keep inserting, and the writers must not stall beyond a second.

@@ -9,8 +9,8 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// clockState is what this node knows of its clock against its peers'
-// (issue 19 item 4). Log time is the leader's clock (Shard.Now), and it
+// clockState is what this node knows of its clock against its peers'.
+// Log time is the leader's clock (Shard.Now), and it
 // never goes back: a leader whose clock runs an hour ahead moves every
 // shard it leads an hour on for good, expiring every lease. So, as
 // CockroachDB does, each node measures its offset to every peer, and a node

@@ -11,7 +11,7 @@ import (
 
 // After a leader whose clock ran an hour ahead, a leader with a right clock
 // must not stamp one frozen time for the next hour: log time goes on at the
-// monotonic rate from where the fast leader left it (issue 19 item 4).
+// monotonic rate from where the fast leader left it.
 func TestLogTimeAdvancesAfterAFastLeader(t *testing.T) {
 	// With clock checks off: they would keep the fast node from leading
 	// (TestNodeWithAFarClockRefusesToLead); this is what happens when one
@@ -56,8 +56,7 @@ func TestLogTimeAdvancesAfterAFastLeader(t *testing.T) {
 
 // A node whose clock runs an hour ahead finds out from its peers and
 // refuses to lead: no task is ever stamped with its time, writes go on
-// through the others, and the others do not hand it leadership (issue 19
-// item 4).
+// through the others, and the others do not hand it leadership.
 func TestNodeWithAFarClockRefusesToLead(t *testing.T) {
 	skipShort(t)
 	c := harness.Start(t, 3, harness.Options{Shards: 1, Scale: raceScale, Tune: func(tu *cluster.Tuning) {

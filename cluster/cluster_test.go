@@ -511,8 +511,7 @@ func gatherMetrics(t *testing.T, c *harness.Cluster) map[string]float64 {
 // TestRetriesCountOnce sends one insert, and one commit carrying the next
 // claim, four times each with the same request id, as a client retrying
 // after lost answers does: each is answered four times, but the inserted,
-// claimed and committed counters and the rates count it once (issue 16
-// item 2: a request replayed 3 times was counted 4 times).
+// claimed and committed counters and the rates count it once (a request replayed 3 times was counted 4 times).
 func TestRetriesCountOnce(t *testing.T) {
 	c := harness.Start(t, 3, harness.Options{Shards: 1, Scale: raceScale})
 	c.WaitReady()

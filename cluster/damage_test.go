@@ -17,7 +17,7 @@ import (
 
 // A replica whose files are damaged stays down on its own: the node's other
 // replicas run, the damaged one shows as such in status, and a rebuild from
-// its peers brings it back with everything (issue 19, item 3).
+// its peers brings it back with everything.
 func TestDamagedReplicaStaysDownAloneAndIsRebuilt(t *testing.T) {
 	skipShort(t)
 	raftDB := func(dir string, shard uint32) string {

@@ -8,7 +8,7 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// diskState is what this node knows of its data disk (issue 19 item 2).
+// diskState is what this node knows of its data disk.
 //
 // A follower whose disk fills cannot append: the leader retries it forever,
 // which costs nothing while a quorum of others acknowledges. A leader whose

@@ -16,7 +16,7 @@ import (
 
 // A node whose data disk fills hands away every shard it leads and takes no
 // leadership until space is freed, writes go on through the others, and
-// status says which node it is (issue 19 item 2: a follower's full disk
+// status says which node it is (a follower's full disk
 // took its shards down once leadership was handed to it on gossip health
 // alone).
 func TestNodeWithAFullDiskShedsLeadership(t *testing.T) {

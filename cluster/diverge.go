@@ -22,7 +22,7 @@ import (
 	"github.com/e1158ecb/taskstore/fsm/fsmpb"
 )
 
-// Run-time divergence detection (issue 22; cluster/DESIGN.md "Replicas
+// Run-time divergence detection (cluster/DESIGN.md "Replicas
 // compare state digests"). Every replica's machine checkpoints its state at
 // indexes the log alone decides (fsm.Checkpoint). Every node periodically
 // fetches the checkpoints of the voters of each shard it hosts and judges
@@ -385,7 +385,7 @@ const dueEvery = 250 * time.Millisecond
 // machine's clock past it: queue counts (stats, the status page, the
 // taskstore_queue_tasks gauge, on every replica) then turn the task
 // available within about dueEvery, without waiting for an unrelated write
-// (issue 16: they froze until one came). A busy shard needs no tick: every
+// (they froze until one came). A busy shard needs no tick: every
 // command moves the clock.
 func (n *Node) dueLoop() {
 	for n.sleep(dueEvery) {

@@ -323,7 +323,8 @@ func TestIdleShardTicks(t *testing.T) {
 	}
 }
 
-// TestDivergedLeaderStepsDown: in issue 22 the replica that diverged was
+// TestDivergedLeaderStepsDown: in the recorded divergence
+// (testing/checker/testdata/replica-divergence) the replica that diverged was
 // the shard's leader. It judges itself like any replica: it hands off
 // leadership and stops, and the other two go on serving.
 func TestDivergedLeaderStepsDown(t *testing.T) {

@@ -14,8 +14,7 @@ import (
 // another with a short lease, then writes nothing: once the delay and the
 // lease have run out, queue stats on the leader and on every replica (a
 // stale read) count both as available. They used to keep showing one
-// delayed and one claimed until an unrelated write reached the shard
-// (issue 16 item 1).
+// delayed and one claimed until an unrelated write reached the shard.
 func TestQueueCountsTurnWithoutAWrite(t *testing.T) {
 	c := harness.Start(t, 3, harness.Options{Shards: 1, Scale: raceScale})
 	c.WaitReady()

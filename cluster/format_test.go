@@ -21,7 +21,7 @@ import (
 // shard keeps today's rule (an id is unique in the shard); once every
 // replica's node applies fsm.MaxFormat, the leader raises the format on
 // every replica through the log, and two consistency groups on one shard
-// may each hold a task with the same id (issue 15), each reached through
+// may each hold a task with the same id, each reached through
 // its own queue.
 func TestRaiseFormatAfterUpgrade(t *testing.T) {
 	c := harness.Start(t, 3, harness.Options{Shards: 1, Scale: raceScale, Tune: func(tu *cluster.Tuning) {

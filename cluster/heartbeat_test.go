@@ -20,7 +20,7 @@ import (
 
 // TestNewerTermHeartbeatDoesNotLetLeaderStampItsTerm forces the interleaving
 // of hashicorp/raft#695 that made shard 2's replicas diverge
-// (../shared/evidence/replica-divergence): a leader of term T, idle in its
+// (testing/checker/testdata/replica-divergence): a leader of term T, idle in its
 // main loop, receives a heartbeat of term T+1, and a client's Apply reaches
 // it right after. On raft's heartbeat fast path the heartbeat sets term T+1
 // and "follower" on the transport's goroutine while the leader loop stays

@@ -2,8 +2,7 @@ package cluster
 
 import "testing"
 
-// A node must never tell a client that the leader is itself (issue 19 item
-// 2: clients were sent back to the node that had just refused them while
+// A node must never tell a client that the leader is itself (clients were sent back to the node that had just refused them while
 // its leadership transfer was in progress).
 func TestLeaderHintNeverNamesThisNode(t *testing.T) {
 	n := &Node{cfg: Config{ID: "n1"}}

@@ -13,7 +13,7 @@ const minTrailing = 16
 
 // boundLogs keeps each local replica's Raft log near Tuning.MaxLogBytes:
 // raft trims logs by entry counts (SnapshotThreshold, TrailingLogs), which
-// with large values is gigabytes (issue 19 item 5). From the replica's mean
+// with large values is gigabytes. From the replica's mean
 // entry size it lowers both counts to fit half the bound each, and when the
 // log is over the bound anyway (a burst between raft's own checks) it takes
 // a snapshot, after which raft compacts the log and the node log deletes

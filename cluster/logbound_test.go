@@ -13,7 +13,7 @@ import (
 )
 
 // Raft trims logs by entry counts; with large values the retained log must
-// still stay near Tuning.MaxLogBytes on every replica (issue 19 item 5).
+// still stay near Tuning.MaxLogBytes on every replica.
 func TestRaftLogIsBoundedByBytes(t *testing.T) {
 	skipShort(t)
 	const bound = 512 << 10

@@ -15,7 +15,7 @@ import (
 // entry of the older format (the name only) applies as the state it names,
 // every node in the map carries both (the name for older readers), and a
 // state no version knows is refused alike on every replica instead of
-// being stored as a free string (issue 17 item 5: "bogus" was stored).
+// being stored as a free string ("bogus" was stored).
 func TestNodeStateIsTyped(t *testing.T) {
 	cm := InitialMap("c", []Peer{{ID: "n1", Address: "a:1"}, {ID: "n2", Address: "a:2"}, {ID: "n3", Address: "a:3"}}, 2, 3)
 	for _, n := range cm.Nodes {

@@ -11,7 +11,7 @@ import (
 	"github.com/e1158ecb/taskstore/testing/harness"
 )
 
-// TestPauseQueue (issue 18 item 2): a paused queue takes inserts but hands
+// TestPauseQueue: a paused queue takes inserts but hands
 // out no claims, a claim of it and another queue takes from the other, a
 // waiting claim stays parked through the pause (and a leader change) and
 // wakes on the resume; a paused queue with no tasks is still listed as
@@ -144,7 +144,7 @@ func TestResumeWakesWaitingClaim(t *testing.T) {
 	}
 }
 
-// TestLimitWakesWaitingClaims (issue 18 item 8): under a concurrency limit
+// TestLimitWakesWaitingClaims: under a concurrency limit
 // of 1, a waiting claim stays parked while a task is available but another
 // is claimed, and wakes when that claim ends: by a commit, and by its lease
 // running out (with no other write: the leader's tick).

@@ -18,7 +18,7 @@ import (
 )
 
 // TestPeerReport asks each node of a live cluster, over the internal Peer
-// service, what its peers decide by (issue 17: nodes asked each other's
+// service, what its peers decide by (nodes asked each other's
 // public Admin.Status): who it is, its gossip address, every member's
 // state, each replica's role, leader and progress; and its clock. The
 // public Status of the same node, converted as for a peer of an older

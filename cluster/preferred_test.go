@@ -13,8 +13,7 @@ import (
 
 // TestPreferredLeaderIsAField: the preferred leader is recorded as its own
 // field, so a replica list in another order keeps it (it was the list's
-// first entry, while meta.proto said the order meant nothing: issue 17
-// item 3); records from before the field take their first replica; a
+// first entry, while meta.proto said the order meant nothing); records from before the field take their first replica; a
 // preference for a node that is not a replica falls back the same way.
 func TestPreferredLeaderIsAField(t *testing.T) {
 	cm := InitialMap("c", peers(3), 3, 3)

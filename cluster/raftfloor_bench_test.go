@@ -30,7 +30,7 @@ import (
 // nodes cannot spend less than per task on this stack, before gRPC, the
 // state machine and the exactly-once table, and what more groups cost
 // Raft itself. docs/performance.md sets it beside taskbench's cost
-// columns (issue 14).
+// columns.
 //
 //	go test -run '^$' -bench RaftFloor -benchtime 20000x ./cluster/
 func BenchmarkRaftFloor(b *testing.B) {

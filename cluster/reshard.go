@@ -16,7 +16,7 @@ import (
 	"github.com/e1158ecb/taskstore/cluster/peerpb"
 )
 
-// Shards come and go on a live cluster (issue 15). AddShards records new
+// Shards come and go on a live cluster. AddShards records new
 // shards with replicas placed like any other's; each initial replica
 // bootstraps the new group (reconcileShards). A new shard serves nothing
 // until slots move to it. RemoveShard marks a shard retiring and moves its

@@ -10,7 +10,7 @@ import (
 )
 
 // scheduleLoop fires the due ticks of periodic schedules on each shard this
-// node leads, every dueEvery (issue 18 item 1).
+// node leads, every dueEvery.
 func (n *Node) scheduleLoop() {
 	for n.sleep(dueEvery) {
 		for _, s := range n.LocalShards() {

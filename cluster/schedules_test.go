@@ -12,7 +12,7 @@ import (
 	"github.com/e1158ecb/taskstore/testing/harness"
 )
 
-// TestScheduleAcrossLeaderChanges (issue 18 item 1): a schedule ticking
+// TestScheduleAcrossLeaderChanges: a schedule ticking
 // every second through two leader changes inserts exactly one task per
 // tick it fired (no tick twice, whichever leader fired it), its count of
 // fired ticks says so on every replica, and once removed it inserts no more.

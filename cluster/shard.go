@@ -69,7 +69,7 @@ type Shard struct {
 	// it leads in that same term: LeaderCh may drop a "lost" signal, so a
 	// replica that stepped down and was re-elected before watchLeadership
 	// ran would otherwise keep the flag of its earlier term and serve reads
-	// that miss what another leader committed in between (issue 17).
+	// that miss what another leader committed in between.
 	readyTerm atomic.Uint64
 	// watchHold is held by tests (export_test.go) to stall
 	// watchLeadership between receiving a signal and acting on it.
@@ -199,7 +199,7 @@ func (s *Shard) notLeader() error {
 // changes. When the log's time is ahead of this clock (an earlier leader's
 // clock ran fast), it advances from the log's time at the monotonic rate
 // instead of stamping that same time until this clock catches up: that
-// froze leases and delays for as long as the jump (issue 19 item 4).
+// froze leases and delays for as long as the jump.
 func (s *Shard) Now() int64 {
 	now := s.clock().UnixNano()
 	c := s.machine.Clock()

@@ -20,7 +20,7 @@ import (
 	"github.com/e1158ecb/taskstore/fsm/fsmpb"
 )
 
-// Slot moves (issue 15). The meta leader's slot mover drives each move the
+// Slot moves. The meta leader's slot mover drives each move the
 // meta map holds, one at a time, in id order, through the shards' logs
 // (fsm/slots.go has the shard side):
 //

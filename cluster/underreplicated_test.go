@@ -18,7 +18,7 @@ import (
 // the status every tool reads counts 2 of 3 healthy replicas, and the
 // leader's taskstore_shard_replicas_healthy falls below
 // taskstore_shard_replicas_placed, which the TaskstoreShardUnderReplicated
-// alert compares (issue 16 item 3: nothing said redundancy was reduced).
+// alert compares (nothing said redundancy was reduced).
 func TestUnderReplicatedShardIsReported(t *testing.T) {
 	c := harness.Start(t, 3, harness.Options{Shards: 1, Scale: raceScale})
 	c.WaitReady()
@@ -80,7 +80,7 @@ func TestDeadNodeIsNotShownAlive(t *testing.T) {
 // TestWaitingNodeThatDiesLeavesTheList starts a node that gossips but is
 // never added: removing it says it is waiting, not a member (it said
 // NotFound while node list showed it), and once it dies the list drops it
-// (issue 16 item 5: it stayed listed, and could not be removed).
+// (it stayed listed, and could not be removed).
 func TestWaitingNodeThatDiesLeavesTheList(t *testing.T) {
 	c := harness.Start(t, 3, harness.Options{Shards: 1, Scale: raceScale})
 	c.WaitReady()

@@ -7,7 +7,7 @@ import (
 
 // waiters are the claims parked on a shard's leader, per queue in arrival
 // order. The leader wakes only as many of them as there are tasks to take
-// (issue 19 item 6: waking all of them made every insert cost one log entry
+// (waking all of them made every insert cost one log entry
 // per parked claim), first come first served:
 //
 //   - A waiter is woken (w.woken) while it has a claim to propose: from

@@ -10,7 +10,7 @@ import (
 
 // CheckpointEvery is how much log time passes between two state
 // checkpoints. Replicas compare checkpoints to find one whose state
-// diverged from the others' (issue 22), so every replica must use the same
+// diverged from the others', so every replica must use the same
 // value: it is a constant of the log's meaning, not a setting.
 const CheckpointEvery = int64(time.Minute)
 

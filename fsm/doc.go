@@ -3,7 +3,7 @@ Package fsm is the replicated state machine of one Taskstore shard: tasks,
 their indexes, exactly-once sessions, snapshots. Every replica of a shard runs
 a Machine fed by hashicorp/raft; the rules below hold on every replica
 because the machine is deterministic. docs/semantics.md says the same for
-users; DESIGN.md §1 is the contract.
+users.
 
 # Rules
 

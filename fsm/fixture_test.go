@@ -14,7 +14,7 @@ import (
 // snapshotFixture is a snapshot written by the in-memory state machine of
 // November 2026 (the format snapshot.go describes), kept so that every later
 // version proves it still loads what nodes have on disk: the state on disk
-// (issue 21) and tasks keyed by group and id (issue 15) both change the
+// and tasks keyed by group and id both change the
 // state, and both must migrate this. Rewrite it only on purpose (go test
 // -run TestSnapshotFixture -update), never to make a failing load pass.
 const snapshotFixture = "testdata/snapshot-2026-11.bin"
@@ -60,7 +60,7 @@ func fixtureMachine(t *testing.T) *Machine {
 // checks that it holds exactly the state its log builds: the same digest
 // (tasks, clock, sessions), the same answers to reads, and a retried request
 // answered from its stored session. It loads into the on-disk store too:
-// that is how a data directory of today's snapshots migrates (issue 21).
+// that is how a data directory of today's snapshots migrates.
 func TestSnapshotFixture(t *testing.T) {
 	t.Run("memory", func(t *testing.T) { snapshotFixture2026(t, memMachine) })
 	if !*update {

@@ -8,7 +8,7 @@ import (
 	"github.com/e1158ecb/taskstore/fsm/fsmpb"
 )
 
-// TestListFilters lists one queue with each filter (issue 18 item 4): the
+// TestListFilters lists one queue with each filter: the
 // tasks returned are exactly those that match, in claim order.
 func TestListFilters(t *testing.T) {
 	m := newMachine(t, Options{})

@@ -97,7 +97,7 @@ func TestSessionTTLAndEviction(t *testing.T) {
 // TestSessionsBoundedByBytes: answers that carry large values evict the
 // least recently seen sessions once their sizes pass MaxSessionBytes, the
 // newest answer is still replayed, and a snapshot restores the same count
-// (issue 20: three requests with 1 GB answers grew a snapshot to 3.1 GB).
+// (three requests with 1 GB answers grew a snapshot to 3.1 GB).
 func TestSessionsBoundedByBytes(t *testing.T) {
 	const limit = 3 << 20
 	m := newMachine(t, Options{MaxSessionBytes: limit})

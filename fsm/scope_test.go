@@ -12,7 +12,7 @@ import (
 
 // TestModifyScope: a caller limited to "demo/" that routes a request by a
 // queue under it must not reach, by id, a task of the same group in a queue
-// outside it (issue 20: a token scoped to demo/ moved a task of queue "demo",
+// outside it (a token scoped to demo/ moved a task of queue "demo",
 // the group's root queue, to "demo/stolen"). Every operation that names a
 // task by id is refused whole; inside the scope the same operations apply,
 // and without a scope nothing is checked.

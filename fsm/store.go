@@ -6,7 +6,7 @@ import "github.com/e1158ecb/taskstore/fsm/fsmpb"
 // their indexes, the exactly-once sessions and the key reservations. The
 // rest of the state (clock, format, pauses, limits, schedules, slot states)
 // is small and stays in state. memStore keeps everything in memory; the
-// on-disk state of issue 21 (fsm/ondisk/DESIGN.md) implements the same
+// on-disk state (fsm/ondisk/DESIGN.md) implements the same
 // operations over Pebble, so that one applier serves both.
 //
 // Tasks cross it as *task values: a store may hand out the version it holds

@@ -14,8 +14,7 @@ import (
 // FuzzHTTPGateway sends arbitrary requests (method, path with query, body)
 // to a proxy's HTTP handler in front of a real cluster: nothing panics,
 // and nothing is the proxy's fault (500) — a request the API cannot take
-// is 4xx, and only an unreachable cluster may be 503/504 (issue 20,
-// item 7).
+// is 4xx, and only an unreachable cluster may be 503/504.
 func FuzzHTTPGateway(f *testing.F) {
 	f.Add("POST", "/v1/modify", []byte(`{"inserts":[{"queue":"fz/q","value":"aGk="}]}`))
 	f.Add("POST", "/v1/claim", []byte(`{"queues":["fz/q"],"claimant":"w","wait":"0s"}`))

@@ -18,7 +18,7 @@ import (
 	"github.com/e1158ecb/taskstore/testing/harness"
 )
 
-// TestLargeAnswers (issue 19, item 1): answers over gRPC's default 4 MiB
+// TestLargeAnswers: answers over gRPC's default 4 MiB
 // receive size must reach the caller, directly, through the proxy over gRPC
 // and over HTTP/JSON. Five inserts of 1 MiB in one request, a claim of five
 // such tasks, and a commit that claims five more each answer about 5 MiB;

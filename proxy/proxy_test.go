@@ -972,7 +972,7 @@ func TestHTTPEndpoints(t *testing.T) {
 		t.Errorf("unknown field: HTTP %d, want 400", res.StatusCode)
 	}
 	// A Go duration ("1m") is refused saying what a duration looks like
-	// in JSON (issue 16 item 12: the refusal named only the type).
+	// in JSON (the refusal named only the type).
 	res, err = http.Post(base+"/v1/claim", "application/json", strings.NewReader(`{"queues":["web/q"],"claimant":"w","lease":"1m"}`))
 	if err != nil {
 		t.Fatal(err)
@@ -1008,7 +1008,7 @@ func TestMaxWaitIsTheNodes(t *testing.T) {
 	}
 }
 
-// TestHTTPBodyLimit (issue 20, item 5): the HTTP/JSON API refuses a body
+// TestHTTPBodyLimit: the HTTP/JSON API refuses a body
 // over MaxJSONBodyBytes with 413 before decoding it, whether it says its
 // length or is chunked, and a body within it still works.
 func TestHTTPBodyLimit(t *testing.T) {
@@ -1046,7 +1046,7 @@ func TestHTTPBodyLimit(t *testing.T) {
 	}
 }
 
-// TestProxyRefusesWhatNodesRefuseAtOnce (issue 20, item 6): a queue that
+// TestProxyRefusesWhatNodesRefuseAtOnce: a queue that
 // names no consistency group ("/x") and a negative claim wait are refused
 // by the proxy as by a node, with the node's InvalidArgument and at once;
 // the proxy used to retry routing "/x" for 30 s and then answer 503, and to
@@ -1086,7 +1086,7 @@ func TestProxyRefusesWhatNodesRefuseAtOnce(t *testing.T) {
 	}
 }
 
-// TestHTTPUnknownQueryParameter (issue 20, item 6): a query parameter that
+// TestHTTPUnknownQueryParameter: a query parameter that
 // names no field (a typo) is a 400 naming it, not silently dropped; the
 // known ones, by JSON or proto name, still work.
 func TestHTTPUnknownQueryParameter(t *testing.T) {

@@ -22,7 +22,7 @@ const selfConnBuffer = 1 << 20
 // selfConn connects the HTTP gateway to the proxy's own gRPC server through
 // an in-memory listener, so that an HTTP/JSON call passes the interceptors
 // a gRPC call passes (metrics, authentication, authorization, rate limits)
-// instead of calling the handlers directly (issue 17 item 6: with callers
+// instead of calling the handlers directly (with callers
 // checked, the HTTP/JSON API had to be off because it skipped them).
 //
 // With TLS, the gRPC server wants TLS on every listener, so the gateway

@@ -19,7 +19,7 @@ import (
 // TestSmallRequestsCannotAskForHugeAnswers: requests of a few kilobytes that
 // name one large task many times, or many large tasks, are refused or paged
 // before anything is encoded, and the nodes allocate a small multiple of the
-// message limit, not a gigabyte (issue 20, item 4: 1000 if_absent inserts of
+// message limit, not a gigabyte (1000 if_absent inserts of
 // one key whose holder had a 1 MiB value made the leader allocate 1 GB).
 func TestSmallRequestsCannotAskForHugeAnswers(t *testing.T) {
 	if testing.Short() {

@@ -1,5 +1,4 @@
-// Package schedule reads the timing of periodic schedules (issue 18 item
-// 1): a cron expression in a time zone, or a fixed interval, and the ticks
+// Package schedule reads the timing of periodic schedules: a cron expression in a time zone, or a fixed interval, and the ticks
 // they give. Only a shard's leader evaluates them: it writes each tick it
 // computes into the log (fsmpb.Fire), so replicas never read a clock or a
 // time zone database. The zone database is compiled in (time/tzdata) as a

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# capacity.sh: issue 21's capacity run. It loads TASKS tasks (64-byte
+# capacity.sh: the capacity run (docs/performance.md). It loads TASKS tasks (64-byte
 # values, 500 per request, over 100,000 queues in 1,000 groups) into a
 # `taskstored dev` cluster (three nodes on this machine, the state where
 # STATE says), then reports:

@@ -20,7 +20,7 @@ func (rawCodec) Marshal(v any) ([]byte, error)      { return *(v.(*[]byte)), nil
 func (rawCodec) Unmarshal(data []byte, v any) error { *(v.(*[]byte)) = data; return nil }
 func (rawCodec) Name() string                       { return "proto" }
 
-// TestUndecodableRequestIsInvalidArgument (issue 20, item 6): a request
+// TestUndecodableRequestIsInvalidArgument: a request
 // with invalid UTF-8 in a string field, or cut short, is the caller's
 // fault: InvalidArgument, where grpc-go says Internal. A request that
 // decodes reaches the service.

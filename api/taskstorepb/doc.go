@@ -1,4 +1,4 @@
-// Package taskstorepb is Taskstore's API contract (issue 17): the messages
+// Package taskstorepb is Taskstore's API contract: the messages
 // and services of api/proto/taskstore/v1/taskstore.proto and the code
 // generated from them (gRPC, and the HTTP/JSON gateway and its OpenAPI
 // description from taskstore_http.yaml; `make proto`), with the rules every side must apply

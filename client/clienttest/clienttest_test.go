@@ -17,7 +17,7 @@ import (
 )
 
 // TestFakeKeepsTheNodesRules sends the fake requests that a node refuses
-// or answers by rules its old in-memory copy did not have (issue 17: a
+// or answers by rules its old in-memory copy did not have (a
 // third copy of the rules that could drift). Each must get the node's
 // answer, because the fake now runs the node's TaskStore service over a
 // real state machine.

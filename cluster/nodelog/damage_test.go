@@ -46,7 +46,7 @@ func flip(t *testing.T, path string, at int64) {
 	}
 }
 
-// TestDamagedEntryStopsOnlyItsGroup (issue 19 item 3a): a flipped byte in
+// TestDamagedEntryStopsOnlyItsGroup: a flipped byte in
 // one entry of one group, in an older segment or in the middle of the
 // newest, makes that group damaged (it reads and stores nothing) while the
 // log opens and every other group reads its entries. A reset (the replica

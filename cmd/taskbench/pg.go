@@ -2,7 +2,7 @@ package main
 
 // --baseline postgres: the same workloads against a PostgreSQL queue table
 // claimed with FOR UPDATE SKIP LOCKED, the usual way to build a job queue on
-// one PostgreSQL server, so that issue 8's "at least 3x a single PostgreSQL"
+// one PostgreSQL server, so that the target "at least 3x a single PostgreSQL"
 // can be measured side by side on the same machine.
 //
 // The driver is github.com/jackc/pgx/v5 with its pool, pgxpool: it is the

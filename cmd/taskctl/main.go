@@ -3,7 +3,8 @@
 // client package: every command dials the cluster, makes one client call and
 // prints the response as a table or as protobuf JSON.
 //
-// The commands and flags follow DESIGN.md §5; docs/taskctl.md is the manual.
+// docs/taskctl.md is the manual; its command reference is generated from
+// this command tree (make docs).
 package main
 
 import (

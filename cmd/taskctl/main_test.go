@@ -330,7 +330,7 @@ func TestEveryCommandIsDocumented(t *testing.T) {
 
 // TestShardTableMarksThePreferredLeader: REPLICAS marks the preferred
 // leader with "*" (the list's order means nothing since the preference is
-// a field of the map, issue 17 item 3).
+// a field of the map).
 func TestShardTableMarksThePreferredLeader(t *testing.T) {
 	var out bytes.Buffer
 	err := printShards(&out, []*taskstorepb.ShardStatus{
@@ -346,7 +346,7 @@ func TestShardTableMarksThePreferredLeader(t *testing.T) {
 	}
 }
 
-// TestTaskByIDInTwoGroups: the same id in two consistency groups (issue 15:
+// TestTaskByIDInTwoGroups: the same id in two consistency groups (once,
 // `task delete ID --version V` removed one of them, whichever a lookup found
 // first), on two shards and on one (ids are unique per group). task get
 // prints both and says so; task delete without --queue is refused, names
@@ -402,7 +402,7 @@ func testTaskByIDInTwoGroups(t *testing.T, sameShard bool) {
 }
 
 // TestTaskListFilters finds tasks by state, claimant, key prefix, attempt
-// and err (issue 18 item 4), through the node's own TaskStore service; and
+// and err, through the node's own TaskStore service; and
 // a filter with ids is refused, not ignored.
 func TestTaskListFilters(t *testing.T) {
 	fc := clienttest.New(t, 3, 2)
@@ -475,7 +475,7 @@ func TestQueueMove(t *testing.T) {
 	}
 }
 
-// TestQueuePauseResume (issue 18 item 2): queue pause stops claims of the
+// TestQueuePauseResume: queue pause stops claims of the
 // queue (inserts go on), queue list and stats say so, a second pause says
 // it already was, and queue resume lets the task be claimed.
 func TestQueuePauseResume(t *testing.T) {
@@ -508,7 +508,7 @@ func TestQueuePauseResume(t *testing.T) {
 	}
 }
 
-// TestQueueLimit (issue 18 item 8): with queue limit 1, a claim of five
+// TestQueueLimit: with queue limit 1, a claim of five
 // takes one, the next finds nothing and says the limit is why, queue list
 // and stats show it, and deleting the claimed task lets the other be
 // claimed; a paused queue's empty claim says it is paused.
@@ -551,7 +551,7 @@ func TestQueueLimit(t *testing.T) {
 	}
 }
 
-// TestInsertHeld (issue 18 item 7): task insert --hold --delay inserts the
+// TestInsertHeld: task insert --hold --delay inserts the
 // task held by --claimant until its time: another claimant's delete is
 // refused as claimed, the holder's goes through; --hold without --delay is
 // refused.
@@ -571,7 +571,7 @@ func TestInsertHeld(t *testing.T) {
 	}
 }
 
-// TestDedupWindow (issue 18 item 5): a task inserted with a key and a dedup
+// TestDedupWindow: a task inserted with a key and a dedup
 // window, once deleted, keeps its key: inserting it again is refused, and
 // with --if-absent prints the deleted task and says nothing was inserted.
 func TestDedupWindow(t *testing.T) {
@@ -597,7 +597,7 @@ func TestDedupWindow(t *testing.T) {
 	}
 }
 
-// TestScheduleCommands (issue 18 item 1): schedule add prints the next tick,
+// TestScheduleCommands: schedule add prints the next tick,
 // list shows the timing, a bad cron expression or zone is refused, remove
 // of a name two groups use asks for --queue, and remove deletes it.
 func TestScheduleCommands(t *testing.T) {

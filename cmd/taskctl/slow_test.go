@@ -23,7 +23,7 @@ func (stuckAdmin) Status(ctx context.Context, _ *taskstorepb.StatusRequest) (*ta
 
 // TestTimeoutOfAReachedNodeSaysSlow: when the node was reached and did not
 // answer, taskctl says so and suggests a longer timeout, instead of
-// blaming --endpoints (issue 16 item 13: "the timeout message should say
+// blaming --endpoints ("the timeout message should say
 // what was slow").
 func TestTimeoutOfAReachedNodeSaysSlow(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

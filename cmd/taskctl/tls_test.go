@@ -11,7 +11,7 @@ import (
 // TestNoCertificateSaysSo runs taskctl with the cluster's CA but no
 // certificate against nodes that require one: the error says a client
 // certificate is required and how to give one. It said "broken pipe ...
-// the cluster did not answer in time: check --endpoints" (issue 16 item 10).
+// the cluster did not answer in time: check --endpoints".
 func TestNoCertificateSaysSo(t *testing.T) {
 	c := harness.Start(t, 3, harness.Options{Shards: 1, Scale: 2, Secure: true, ClientAuth: true})
 	c.WaitReady()

@@ -64,7 +64,7 @@ func tlsServer(t *testing.T, clientAuth bool) (addr string, files auth.TLSFiles)
 
 // TestProbeFindsCertificateRequired: a server that requires a client
 // certificate is diagnosed from its alert, whatever the gRPC call saw
-// (a "broken pipe" from the TLS 1.3 race in CI, issue 16 item 10).
+// (a "broken pipe" from the TLS 1.3 race in CI).
 func TestProbeFindsCertificateRequired(t *testing.T) {
 	addr, files := tlsServer(t, true)
 	cfg, err := files.ClientConfig()

@@ -132,7 +132,7 @@ func TestServesUntilStopped(t *testing.T) {
 	}
 }
 
-// TestRefusesAnonymousCallersInFrontOfASecuredCluster (issue 20, item 3):
+// TestRefusesAnonymousCallersInFrontOfASecuredCluster:
 // a proxy with a certificate for the cluster but no check of its own
 // callers would hand its rights to anyone; it refuses to start unless told
 // --allow-anonymous, and then says so loudly.

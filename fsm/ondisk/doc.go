@@ -1,4 +1,4 @@
-// Package ondisk is the on-disk layout of the shards' state (issue 21):
+// Package ondisk is the on-disk layout of the shards' state:
 // how tasks, their claim and due-time indexes, unique keys and the
 // state's incremental digest map onto one ordered key-value engine per
 // node, and the record codec. It is the first part of moving the state

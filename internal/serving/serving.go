@@ -2,7 +2,7 @@
 // proxy) sets up alike around its gRPC and HTTP listeners: the keepalive
 // policy clients rely on, gRPC health flipped for every service at once,
 // /healthz and /readyz, and the HTTPS side of --http. One copy, so that a
-// node and a proxy cannot drift apart (issue 17: four copies before).
+// node and a proxy cannot drift apart (four copies before).
 package serving
 
 import (

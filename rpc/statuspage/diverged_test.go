@@ -72,7 +72,7 @@ func (deadNodeFake) Status(ctx context.Context, localOnly bool) *taskstorepb.Sta
 }
 
 // With a member dead, the overview counts only members as nodes and says
-// plainly which shards lost redundancy (issue 16 item 3: it read "Nodes
+// plainly which shards lost redundancy (it read "Nodes
 // alive 3 of 5" and "8 of 8 shards with a leader, lag 0").
 func TestOverviewShowsUnderReplicatedShards(t *testing.T) {
 	code, body := fetch(t, New(deadNodeFake{}, fake{}), "/")

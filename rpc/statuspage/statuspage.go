@@ -285,7 +285,7 @@ type overviewData struct {
 	MaxLag          uint64
 	LagAlert        uint64
 	ReplicaRows     int
-	// Problems found by the replicas' state checkpoints (issue 22):
+	// Problems found by the replicas' state checkpoints:
 	// "shard 3 on n2" for each diverged replica, and shards whose voters
 	// disagree with no majority.
 	Diverged, Disagree []string

@@ -16,7 +16,7 @@ import (
 )
 
 // TestStatusPageInChromiumTellsTheTruth renders the pages of a real
-// cluster in headless Chromium (issue 16): a task whose delay ran out with
+// cluster in headless Chromium: a task whose delay ran out with
 // no write since shows as available, not delayed (item 1: "Delayed 1"
 // stayed for minutes); with a node down, the overview says which shard is
 // under-replicated and counts the members alive (item 3).

@@ -10,7 +10,7 @@ import (
 )
 
 // growScenario takes the cluster from 2 shards to 6 and back to 3 while the
-// workload runs (issue 15's target): 4 shards added and every slot spread
+// workload runs (the resharding target): 4 shards added and every slot spread
 // over the six (about 680 slot moves, the workload's among them), then the
 // first three shards removed, their slots moved to the others. One kill -9
 // of the meta leader, which drives the moves, lands in the middle of the

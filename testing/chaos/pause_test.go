@@ -18,7 +18,7 @@ import (
 )
 
 // TestChaosProcessPause is the scenario that found replicas diverging
-// (issue 22, hashicorp/raft#695): real taskstored processes and a proxy,
+// (hashicorp/raft#695): real taskstored processes and a proxy,
 // workers claiming and committing through the proxy and directly with
 // short attempt timeouts (so outcomes go unknown), while shard leaders are
 // frozen with SIGSTOP for 3-8 s at a time. A frozen leader keeps its
@@ -102,7 +102,7 @@ func runPause(t *testing.T, faultFor time.Duration, shards int) pauseStats {
 	// unknown and are retried elsewhere; straight to the nodes at the
 	// client's default attempt timeout, so that requests wait in a frozen
 	// leader's sockets and reach it the moment it wakes, together with the
-	// new leader's heartbeats (wrk3's claim in issue 22).
+	// new leader's heartbeats (as was claimed of the recorded divergence).
 	var n atomic.Int64
 	dial := func(ctx context.Context) (*client.Client, error) {
 		switch n.Add(1) % 3 {

@@ -17,7 +17,7 @@ import (
 )
 
 // reshardScenario moves the hash slots of the workload's own consistency
-// groups between the two shards while the workload runs (issue 15): four
+// groups between the two shards while the workload runs: four
 // rounds (every workload slot of shard A to B; half of them back; the rest
 // back; all to B again), and during the first three a kill -9 hits a move
 // under way: of the source shard's leader while the source holds the slot

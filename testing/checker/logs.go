@@ -136,7 +136,7 @@ func ReadDataDir(node, dataDir string) ([]ReplicaLog, error) {
 // the same index and term hold the same entries up to it; so at each index
 // every replica must have the same term, type and data. The first index
 // that breaks it is reported per shard, with each replica's entry: that is
-// how hashicorp/raft#695 looked (../shared/evidence/replica-divergence),
+// how hashicorp/raft#695 looked (testdata/replica-divergence),
 // and why Raft's own check could not notice it. It returns the violations
 // and how many entries it compared.
 func LogAgreement(logs []ReplicaLog) ([]Violation, int) {

@@ -149,7 +149,7 @@ var scenarios = []scenario{
 			e.killLeader(k)
 			// A frozen leader wakes up believing it still leads, with
 			// requests and the new leader's heartbeats arriving together
-			// (issue 22, hashicorp/raft#695).
+			// (hashicorp/raft#695).
 			p, term := e.c.Leader(s)
 			e.fault("docker pause %s (leader of shard %d) for %v", p.ID, s, frozen)
 			e.c.Pause(p)

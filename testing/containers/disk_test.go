@@ -17,7 +17,7 @@ import (
 const diskSize = 384 << 20
 
 // TestContainersFullDisk fills one node's data disk (a size-limited tmpfs)
-// with the cluster's own writes while the others have room (issue 19 item 2:
+// with the cluster's own writes while the others have room (once,
 // a follower whose disk filled took its shards down cluster-wide for
 // minutes, because leadership was handed to it on gossip health alone and
 // the transfer stuck). The node must notice, hand away what it leads and

@@ -41,7 +41,7 @@ func (l *lockedBuffer) String() string {
 // on `taskstored dev` (what `make run` runs), as written: kill -9 the node
 // process named in data/dev/n1.pid; writes go on; dev starts the node again
 // and every acknowledged write is there; Ctrl-C then stops the whole cluster
-// with exit 0 and no WARN or ERROR line (issue 16 items 6 and 11: the dev
+// with exit 0 and no WARN or ERROR line (the dev
 // cluster was one process, so no node could be killed, and Ctrl-C printed a
 // screen of warnings).
 func TestDevClusterFailsOverAndStopsCleanly(t *testing.T) {

@@ -17,7 +17,7 @@ import (
 )
 
 // TestMeasureSlotMovePause prints the pause a slot's writers see while the
-// slot moves (issue 15: p99 < 1 s for a slot of 10,000 tasks), beside the
+// slot moves (p99 < 1 s for a slot of 10,000 tasks), beside the
 // latency of writers of another slot of the same shard, which should see
 // none. Real taskstored processes; it measures, it does not judge
 // (TASKSTORE_MEASURE_TASKS=100000 for a larger slot):

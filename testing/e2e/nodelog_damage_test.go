@@ -18,7 +18,7 @@ import (
 	"github.com/e1158ecb/taskstore/testing/harness"
 )
 
-// TestDamagedReplicaFilesProcesses (issue 19, item 3) with real processes:
+// TestDamagedReplicaFilesProcesses with real processes:
 // one replica's files damaged on a stopped node: a byte flipped in one of
 // its entries in the node's shared Raft log (3a; before, the whole node
 // refused to start), its raft.db cut short (3b; before, bbolt panicked the

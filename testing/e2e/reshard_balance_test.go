@@ -12,7 +12,7 @@ import (
 	"github.com/e1158ecb/taskstore/testing/harness"
 )
 
-// TestGrowBalancesLeadersAndReplicas is issue 15's third target: after
+// TestGrowBalancesLeadersAndReplicas is the resharding's third target: after
 // two nodes join a 3-node cluster of 3 shards, and 2 shards are added and
 // the slots rebalanced, every node leads shards within one of every other
 // node and holds replicas within one, and every shard serves its share of

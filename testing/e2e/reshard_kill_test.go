@@ -21,7 +21,7 @@ import (
 	"github.com/e1158ecb/taskstore/testing/workload"
 )
 
-// Slot moves survive kill -9 (issue 15): three taskstored processes with
+// Slot moves survive kill -9: three taskstored processes with
 // two shards; a slot holding a few thousand tasks moves between the shards
 // while writers insert into its groups (client-chosen ids) and claimers
 // claim and delete its tasks, and the leader of the source shard, of the

@@ -8,7 +8,7 @@ import (
 	"github.com/e1158ecb/taskstore/fsm/fsmpb"
 )
 
-// Helpers for the run-time divergence checks (issue 22): make one replica's
+// Helpers for the run-time divergence checks: make one replica's
 // state differ, force a checkpoint, run the comparison.
 
 // Diverge applies cmd to node i's replica of a shard directly, bypassing

@@ -1,4 +1,4 @@
-// Package security holds the tests of a secured cluster (issue 9): TLS
+// Package security holds the tests of a secured cluster: TLS
 // everywhere, certificate roles, bearer tokens, queue-prefix limits, Raft
 // admitting only the cluster's nodes, and proxies speaking for their
 // callers. The code under test is auth and its wiring in cluster, rpc

@@ -422,7 +422,7 @@ func TestProxySpeaksForItsCallers(t *testing.T) {
 // by id, routing by a queue under demo/, while the task lives in "demo" (the
 // group's root queue, outside the prefix). Every operation that names it is
 // PermissionDenied, directly and through a proxy, and the task is untouched;
-// the same operations on a task under demo/ work (issue 20, item 1).
+// the same operations on a task under demo/ work.
 func TestScopedTokenReachesOnlyItsQueues(t *testing.T) {
 	c := harness.Start(t, 3, harness.Options{Shards: 2, Scale: 2, Secure: true})
 	c.WaitReady()
@@ -507,8 +507,8 @@ func TestScopedTokenReachesOnlyItsQueues(t *testing.T) {
 
 // TestHTTPPortNeedsAdmin: on a secured node the --http port speaks HTTPS,
 // the status page (task values) and value downloads need an admin
-// credential, pprof is off, and metrics and health stay open (issue 20,
-// item 2: the port served values, heap profiles and the gossip key in
+// credential, pprof is off, and metrics and health stay open (the
+// port once served values, heap profiles and the gossip key in
 // /debug/pprof/cmdline to anyone).
 func TestHTTPPortNeedsAdmin(t *testing.T) {
 	c := harness.Start(t, 3, harness.Options{Shards: 1, Scale: 2, Secure: true, HTTP: true})
@@ -602,8 +602,7 @@ func TestHTTPPortNeedsAdmin(t *testing.T) {
 }
 
 // TestProxyHTTPChecksCallers: a proxy that checks callers serves its
-// HTTP/JSON API over HTTPS through the same checks as gRPC (issue 17 item
-// 6: the API was switched off instead, because the in-process gateway
+// HTTP/JSON API over HTTPS through the same checks as gRPC (the API was switched off instead, because the in-process gateway
 // skipped the interceptors). No credential is 401; a scoped token reaches
 // only its queues (403 elsewhere); a client certificate works and may not
 // purge; the admin token, as a basic-auth password, may; the refusals are
