@@ -300,7 +300,7 @@ BENCHTIME ?= 10s
 bench: build
 	$(BIN)/taskbench suite --benchtime $(BENCHTIME)
 
-# Issue 21's capacity run: load TASKS tasks into a 3-node dev cluster on
+# The capacity run: load TASKS tasks into a 3-node dev cluster on
 # disk, then RSS and disk per node, restart time, and claims beside the load
 # against alone (scripts/capacity.sh says what it prints; ~12 min at 10M).
 .PHONY: capacity

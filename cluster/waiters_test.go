@@ -14,7 +14,7 @@ import (
 	"github.com/e1158ecb/taskstore/testing/harness"
 )
 
-// Issue 19 item 6: with many claims waiting on a queue, one task must not
+// With many claims waiting on a queue, one task must not
 // cost one log entry per waiting claim.
 
 func leaderShard(t *testing.T, c *harness.Cluster, queue string) *cluster.Shard {

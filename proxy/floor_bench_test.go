@@ -19,7 +19,7 @@ import (
 //
 //	go test -run '^$' -bench RelayFloor -benchtime 5s ./proxy/
 //
-// Issue 8's first target (claim+delete through a proxy at 3x PostgreSQL)
+// The first throughput target (claim+delete through a proxy at 3x PostgreSQL)
 // needs two proxied calls per task; docs/performance.md compares that with
 // this floor.
 func BenchmarkRelayFloor(b *testing.B) {

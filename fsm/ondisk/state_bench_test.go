@@ -17,8 +17,8 @@ import (
 // queues through State, then times the worker's steady step as one
 // transaction (claim the first available task, commit it, insert one more
 // so the queue keeps its size) on a queue of 1,000 beside them and on a
-// big one. Issue 21's target: the big-state step at least 0.7x as fast as
-// the small. For DESIGN.md:
+// big one. The capacity target: the big-state step at least 0.7x as fast as
+// the small. For fsm/ondisk/DESIGN.md:
 //
 //	go test -run '^$' -bench StateClaimCommit -benchtime 20000x -timeout 2h ./fsm/ondisk/ -ondisk.tasks 10000000 -ondisk.queues 10000
 func BenchmarkStateClaimCommit(b *testing.B) {

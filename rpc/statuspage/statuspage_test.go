@@ -420,7 +420,7 @@ func TestStatusPage(t *testing.T) {
 	})
 
 	t.Run("paused", func(t *testing.T) {
-		// Issue 18 item 2: a paused queue says so in the list and on its
+		// A paused queue says so in the list and on its
 		// page; one that is not, does not.
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
@@ -443,7 +443,7 @@ func TestStatusPage(t *testing.T) {
 	})
 
 	t.Run("schedules", func(t *testing.T) {
-		// Issue 18 item 1: a queue's page lists the schedules that insert
+		// A queue's page lists the schedules that insert
 		// into it.
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
