@@ -1161,3 +1161,38 @@ func TestHTTPClaimSaysWhyEmpty(t *testing.T) {
 		}
 	}
 }
+
+// TestHTTPDedupSaysKeyTaskDeleted: an insert refused for a key whose task
+// was deleted within its dedup window says so in the refusal
+// (existing_deleted), and an if_absent insert answered with that task names
+// it in coalesced_deleted; a key held by a live task says neither.
+func TestHTTPDedupSaysKeyTaskDeleted(t *testing.T) {
+	c := startCluster(t)
+	p := startProxy(t, c)
+	base := "http://" + p.HTTPAddr()
+	post := func(body string) (int, string) {
+		t.Helper()
+		res, err := http.Post(base+"/v1/modify", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	if code, body := post(`{"inserts":[{"queue":"dd/q","id":"t1","key":"k","dedupWindow":"600s"},{"queue":"dd/q","id":"t2","key":"live"}]}`); code != 200 {
+		t.Fatalf("insert: %d %s", code, body)
+	}
+	if code, body := post(`{"deletes":[{"id":"t1","queue":"dd/q","version":"1"}]}`); code != 200 {
+		t.Fatalf("delete: %d %s", code, body)
+	}
+	if code, body := post(`{"inserts":[{"queue":"dd/q","id":"t3","key":"k"}]}`); code != 400 || !strings.Contains(body, `"existingId":"t1"`) || !strings.Contains(body, `"existingDeleted":true`) {
+		t.Errorf("insert of a reserved key: %d %s, want refused with existingDeleted", code, body)
+	}
+	if code, body := post(`{"inserts":[{"queue":"dd/q","id":"t4","key":"live"}]}`); code != 400 || strings.Contains(body, `existingDeleted`) {
+		t.Errorf("insert of a live task's key: %d %s, want refused without existingDeleted", code, body)
+	}
+	if code, body := post(`{"inserts":[{"queue":"dd/q","key":"k","ifAbsent":true},{"queue":"dd/q","key":"live","ifAbsent":true}]}`); code != 200 || !strings.Contains(body, `"coalescedDeleted":[0]`) {
+		t.Errorf("if_absent inserts of a reserved and a live key: %d %s, want coalescedDeleted [0]", code, body)
+	}
+}

@@ -27,7 +27,12 @@ func invalid(field, format string, args ...any) error {
 
 // refusedError is a transaction or request the state machine refused:
 // FailedPrecondition, with every offending reference as a ModifyError detail.
-type refusedError struct{ failure *fsmpb.Failure }
+type refusedError struct {
+	failure *fsmpb.Failure
+	// deleted: the ids of INSERT_DUPLICATE_KEY holders that were deleted
+	// within their key's dedup window (RefError.existing_deleted).
+	deleted map[string]bool
+}
 
 // upgradingError refuses what a shard's state format does not take yet
 // (needFormat). It maps to Unavailable, which clients retry: a new cluster
@@ -94,7 +99,7 @@ func toStatus(err error) error {
 	case errors.As(err, &refused):
 		st := status.New(codes.FailedPrecondition, err.Error())
 		if len(refused.failure.Errors) > 0 {
-			if d, derr := st.WithDetails(modifyErrorToAPI(refused.failure)); derr == nil {
+			if d, derr := st.WithDetails(modifyErrorToAPI(refused.failure, refused.deleted)); derr == nil {
 				st = d
 			}
 		}
@@ -127,18 +132,19 @@ func toStatus(err error) error {
 	return status.Error(codes.Internal, err.Error())
 }
 
-func modifyErrorToAPI(f *fsmpb.Failure) *taskstorepb.ModifyError {
+func modifyErrorToAPI(f *fsmpb.Failure, deleted map[string]bool) *taskstorepb.ModifyError {
 	out := &taskstorepb.ModifyError{}
 	for _, e := range f.Errors {
 		re := &taskstorepb.RefError{
-			Category:       taskstorepb.RefError_Category(e.Category),
-			Id:             e.Id,
-			Version:        e.Version,
-			CurrentVersion: e.CurrentVersion,
-			Queue:          e.Queue,
-			Key:            e.Key,
-			Claimant:       e.Claimant,
-			ExistingId:     e.ExistingId,
+			Category:        taskstorepb.RefError_Category(e.Category),
+			Id:              e.Id,
+			Version:         e.Version,
+			CurrentVersion:  e.CurrentVersion,
+			Queue:           e.Queue,
+			Key:             e.Key,
+			Claimant:        e.Claimant,
+			ExistingId:      e.ExistingId,
+			ExistingDeleted: e.Category == fsmpb.RefError_INSERT_DUPLICATE_KEY && deleted[e.ExistingId],
 		}
 		if e.LeaseUntil != 0 {
 			re.LeaseUntil = nanosToTimestamp(e.LeaseUntil)

@@ -296,7 +296,13 @@ func (srv *Server) modify(ctx context.Context, req *taskstorepb.ModifyRequest) (
 		if strings.HasPrefix(res.Failure.Message, fsm.AnswerTooLarge) {
 			return nil, &fsm.ValidationError{Field: "request", Rule: res.Failure.Message, Kind: fsm.ErrTooLarge}
 		}
-		return nil, &refusedError{failure: res.Failure}
+		var holders []string
+		for _, e := range res.Failure.Errors {
+			if e.Category == fsmpb.RefError_INSERT_DUPLICATE_KEY && e.ExistingId != "" {
+				holders = append(holders, e.ExistingId)
+			}
+		}
+		return nil, &refusedError{failure: res.Failure, deleted: deletedHolders(ctx, shard, g.group, holders)}
 	}
 	mr := res.GetModify()
 	if !res.Replayed { // a retry's answer: counted when it was applied
@@ -304,6 +310,19 @@ func (srv *Server) modify(ctx context.Context, req *taskstorepb.ModifyRequest) (
 		srv.rates.modified(req, mr)
 	}
 	resp := &taskstorepb.ModifyResponse{Inserted: tasksToAPI(mr.GetInserted()), Changed: tasksToAPI(mr.GetChanged()), Coalesced: mr.GetCoalesced()}
+	if len(resp.Coalesced) > 0 {
+		holders := make([]string, 0, len(resp.Coalesced))
+		for _, i := range resp.Coalesced {
+			holders = append(holders, resp.Inserted[i].Id)
+		}
+		if deleted := deletedHolders(ctx, shard, g.group, holders); len(deleted) > 0 {
+			for _, i := range resp.Coalesced {
+				if deleted[resp.Inserted[i].Id] {
+					resp.CoalescedDeleted = append(resp.CoalescedDeleted, i)
+				}
+			}
+		}
+	}
 	// A task named by many if_absent inserts goes out in full once.
 	taskstorepb.CompactInserted(resp)
 	if claim != nil {
@@ -433,6 +452,38 @@ func (srv *Server) claim(ctx context.Context, req *taskstorepb.ClaimRequest) (*t
 		resp.EmptyReason = emptyClaimReason(ctx, shard, req.Queues)
 	}
 	return resp, srv.fits("Claim", resp)
+}
+
+// deletedHolders returns which of ids, the tasks that hold keys a Modify
+// found taken, no task of group has now: deleted within their key's dedup
+// window, which keeps the key reserved. It reads this replica's state
+// after the Modify applied (no log entry); nil when none or on an error.
+func deletedHolders(ctx context.Context, shard Shard, group string, ids []string) map[string]bool {
+	if len(ids) == 0 {
+		return nil
+	}
+	var out map[string]bool
+	err := shard.Read(ctx, true, func(m *fsm.Machine) error {
+		live := map[string]bool{}
+		for _, t := range m.Get(ids) {
+			if taskstorepb.GroupOf(t.Queue) == group {
+				live[t.Id] = true
+			}
+		}
+		for _, id := range ids {
+			if !live[id] {
+				if out == nil {
+					out = map[string]bool{}
+				}
+				out[id] = true
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil
+	}
+	return out
 }
 
 // emptyClaimReason says why a claim of queues that took nothing may have

@@ -944,9 +944,13 @@ type ModifyResponse struct {
 	// entry comes without its value, so that a request naming one large task
 	// many times cannot ask for an answer many times its size. The Go client
 	// fills the values back in (taskstorepb.ExpandInserted).
-	SameAs        map[uint32]uint32 `protobuf:"bytes,5,rep,name=same_as,json=sameAs,proto3" json:"same_as,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	SameAs map[uint32]uint32 `protobuf:"bytes,5,rep,name=same_as,json=sameAs,proto3" json:"same_as,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// Indexes into inserts (among coalesced) whose returned task was deleted
+	// within its key's dedup window: the key stays reserved until the window
+	// ends, and the task is as it was when deleted.
+	CoalescedDeleted []uint32 `protobuf:"varint,6,rep,packed,name=coalesced_deleted,json=coalescedDeleted,proto3" json:"coalesced_deleted,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ModifyResponse) Reset() {
@@ -1014,6 +1018,13 @@ func (x *ModifyResponse) GetSameAs() map[uint32]uint32 {
 	return nil
 }
 
+func (x *ModifyResponse) GetCoalescedDeleted() []uint32 {
+	if x != nil {
+		return x.CoalescedDeleted
+	}
+	return nil
+}
+
 // ModifyError is the detail of a FailedPrecondition from Modify.
 type ModifyError struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1073,9 +1084,13 @@ type RefError struct {
 	Claimant   string                 `protobuf:"bytes,7,opt,name=claimant,proto3" json:"claimant,omitempty"`
 	LeaseUntil *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=lease_until,json=leaseUntil,proto3" json:"lease_until,omitempty"`
 	// For INSERT_DUPLICATE_KEY: the task that holds the key.
-	ExistingId    string `protobuf:"bytes,9,opt,name=existing_id,json=existingId,proto3" json:"existing_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ExistingId string `protobuf:"bytes,9,opt,name=existing_id,json=existingId,proto3" json:"existing_id,omitempty"`
+	// For INSERT_DUPLICATE_KEY: the task that holds the key was deleted
+	// within its key's dedup window, which keeps the key reserved until the
+	// window ends.
+	ExistingDeleted bool `protobuf:"varint,10,opt,name=existing_deleted,json=existingDeleted,proto3" json:"existing_deleted,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *RefError) Reset() {
@@ -1169,6 +1184,13 @@ func (x *RefError) GetExistingId() string {
 		return x.ExistingId
 	}
 	return ""
+}
+
+func (x *RefError) GetExistingDeleted() bool {
+	if x != nil {
+		return x.ExistingDeleted
+	}
+	return false
 }
 
 type ClaimRequest struct {
@@ -5075,18 +5097,19 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\vModifyClaim\x12\x16\n" +
 	"\x06queues\x18\x01 \x03(\tR\x06queues\x12/\n" +
 	"\x05lease\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x05lease\x12\x14\n" +
-	"\x05limit\x18\x03 \x01(\rR\x05limit\"\xb8\x02\n" +
+	"\x05limit\x18\x03 \x01(\rR\x05limit\"\xe5\x02\n" +
 	"\x0eModifyResponse\x12.\n" +
 	"\binserted\x18\x01 \x03(\v2\x12.taskstore.v1.TaskR\binserted\x12,\n" +
 	"\achanged\x18\x02 \x03(\v2\x12.taskstore.v1.TaskR\achanged\x12\x1c\n" +
 	"\tcoalesced\x18\x03 \x03(\rR\tcoalesced\x12,\n" +
 	"\aclaimed\x18\x04 \x03(\v2\x12.taskstore.v1.TaskR\aclaimed\x12A\n" +
-	"\asame_as\x18\x05 \x03(\v2(.taskstore.v1.ModifyResponse.SameAsEntryR\x06sameAs\x1a9\n" +
+	"\asame_as\x18\x05 \x03(\v2(.taskstore.v1.ModifyResponse.SameAsEntryR\x06sameAs\x12+\n" +
+	"\x11coalesced_deleted\x18\x06 \x03(\rR\x10coalescedDeleted\x1a9\n" +
 	"\vSameAsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\rR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"=\n" +
 	"\vModifyError\x12.\n" +
-	"\x06errors\x18\x01 \x03(\v2\x16.taskstore.v1.RefErrorR\x06errors\"\x95\x04\n" +
+	"\x06errors\x18\x01 \x03(\v2\x16.taskstore.v1.RefErrorR\x06errors\"\xc0\x04\n" +
 	"\bRefError\x12;\n" +
 	"\bcategory\x18\x01 \x01(\x0e2\x1f.taskstore.v1.RefError.CategoryR\bcategory\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x18\n" +
@@ -5098,7 +5121,9 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\vlease_until\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"leaseUntil\x12\x1f\n" +
 	"\vexisting_id\x18\t \x01(\tR\n" +
-	"existingId\"\xd6\x01\n" +
+	"existingId\x12)\n" +
+	"\x10existing_deleted\x18\n" +
+	" \x01(\bR\x0fexistingDeleted\"\xd6\x01\n" +
 	"\bCategory\x12\x18\n" +
 	"\x14CATEGORY_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eCHANGE_MISSING\x10\x01\x12\x10\n" +

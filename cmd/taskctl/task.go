@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -135,7 +136,7 @@ With -o json it prints {"tasks":[TASK]}.`,
 				var dep *client.DependencyError
 				if errors.As(err, &dep) {
 					for _, r := range dep.Duplicates() {
-						if r.Category == taskstorepb.RefError_INSERT_DUPLICATE_KEY && r.ExistingId != "" && deletedHolder(ctx, c, args[0], r.ExistingId) {
+						if r.Category == taskstorepb.RefError_INSERT_DUPLICATE_KEY && r.ExistingId != "" && (r.ExistingDeleted || deletedHolder(ctx, c, args[0], r.ExistingId)) {
 							// printError words the refusal itself from its references.
 							fmt.Fprintln(a.stderr, keyReservedHint(key, r.ExistingId))
 							return err
@@ -151,7 +152,7 @@ With -o json it prints {"tasks":[TASK]}.`,
 				if len(resp.Coalesced) > 0 {
 					// --if-absent found the key taken: say so, or the holder
 					// reads as a new task.
-					if holder := resp.Inserted[0]; deletedHolder(ctx, c, args[0], holder.Id) {
+					if holder := resp.Inserted[0]; slices.Contains(resp.CoalescedDeleted, 0) || deletedHolder(ctx, c, args[0], holder.Id) {
 						fmt.Fprintf(a.stderr, "key %q is taken in %s: nothing inserted; this is the task that held it, as it was deleted (%s)\n",
 							key, args[0], keyReservedHint(key, holder.Id))
 					} else {
@@ -179,7 +180,8 @@ With -o json it prints {"tasks":[TASK]}.`,
 
 // deletedHolder reports whether the task id that a refused key names is
 // gone from queue: deleted within its key's dedup window, which keeps the
-// key reserved.
+// key reserved. A server that says so itself (RefError.existing_deleted,
+// ModifyResponse.coalesced_deleted) spares the lookup; an older one does not.
 func deletedHolder(ctx context.Context, c *client.Client, queue, id string) bool {
 	_, err := c.GetIn(ctx, queue, id)
 	return errors.Is(err, client.ErrNotFound)
