@@ -168,13 +168,13 @@ func TestFailoverWriteGap(t *testing.T) {
 		return "", fmt.Errorf("shard %d not in the routing table", shard)
 	}
 	gaps := make([][]time.Duration, len(writers))
-	for round := 0; round < kills; round++ {
+	for r, missed := 0, 0; r < kills; r++ {
 		// A leader that every replica follows and a restarted node that
 		// is ready: the kill is the only fault.
 		var victim *harness.Process
 		for end := time.Now().Add(time.Minute); victim == nil; time.Sleep(200 * time.Millisecond) {
 			if time.Now().After(end) {
-				t.Fatalf("round %d: no leader of group %q's shard for a minute", round, group)
+				t.Fatalf("round %d: no leader of group %q's shard for a minute", r, group)
 			}
 			if id, err := leaderOf(); err == nil && id != "" {
 				victim = pc.Node(id)
@@ -183,20 +183,34 @@ func TestFailoverWriteGap(t *testing.T) {
 		killed := time.Now()
 		victim.Kill()
 		got := make([]string, len(writers))
+		this := make([]time.Duration, len(writers))
 		for i, w := range writers {
 			for {
 				if g, ok := w.gap(killed); ok {
 					got[i] = fmt.Sprintf("%s %v", w.name, g.Round(time.Millisecond))
-					gaps[i] = append(gaps[i], g)
+					this[i] = g
 					break
 				}
 				if time.Since(killed) > time.Minute {
-					t.Fatalf("round %d: no %s insert acknowledged within a minute of killing %s", round, w.name, victim.ID)
+					t.Fatalf("round %d: no %s insert acknowledged within a minute of killing %s", r, w.name, victim.ID)
 				}
 				time.Sleep(10 * time.Millisecond)
 			}
 		}
-		t.Logf("round %d: killed %s, write gap %s", round, victim.ID, strings.Join(got, ", "))
+		// Followers wait at least the leader lease (0.5 s at default
+		// flags) before they elect: writes that went on sooner mean the
+		// victim had handed its leadership on (balancing) before the
+		// kill. Such a round is not a fail-over; it is done again.
+		if slices.Min(this) < 250*time.Millisecond && missed < kills {
+			missed++
+			t.Logf("round %d: killed %s, but writes went on (%s): it no longer led; not counted", r, victim.ID, strings.Join(got, ", "))
+			r--
+		} else {
+			for i, g := range this {
+				gaps[i] = append(gaps[i], g)
+			}
+			t.Logf("round %d: killed %s, write gap %s", r, victim.ID, strings.Join(got, ", "))
+		}
 		if err := victim.Start(); err != nil {
 			t.Fatal(err)
 		}
