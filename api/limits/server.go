@@ -239,8 +239,24 @@ func (r *rateLimiter) unary(ctx context.Context, req any, info *grpc.UnaryServer
 }
 
 func (r *rateLimiter) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if info.FullMethod == taskstorepb.TaskStore_Produce_FullMethodName {
+		// A Produce stream carries many requests: each item is charged
+		// as the unary call it stands for, and refused alone, not the
+		// stream's opening.
+		ctx := ss.Context()
+		gate := func() error { return r.check(ctx, info.FullMethod) }
+		return handler(srv, &gatedStream{ServerStream: ss, ctx: taskstorepb.WithItemGate(ctx, gate)})
+	}
 	if err := r.check(ss.Context(), info.FullMethod); err != nil {
 		return err
 	}
 	return handler(srv, ss)
 }
+
+// gatedStream is a server stream whose context carries an item gate.
+type gatedStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *gatedStream) Context() context.Context { return s.ctx }

@@ -52,6 +52,17 @@ func Undecoded(m any) error {
 	return nil
 }
 
+type itemGateKey struct{}
+
+// WithItemGate returns ctx, a Produce stream's context, carrying gate:
+// ServeProduce calls it before it handles each item, and an error refuses
+// that item alone, answered with the error. A server's per-client rate
+// limit charges each item through it, as the unary call the item stands
+// for, so a stream is no way around the limit.
+func WithItemGate(ctx context.Context, gate func() error) context.Context {
+	return context.WithValue(ctx, itemGateKey{}, gate)
+}
+
 // ServeProduce serves a Produce stream (a node's, a proxy's): each item is
 // handled in its own goroutine under its own context (the stream's, with
 // the item's timeout, canceled by the caller's cancel ids), so that items
@@ -61,6 +72,7 @@ func Undecoded(m any) error {
 // refused. The stream ends when the caller closes its side and every item
 // it sent is answered.
 func ServeProduce(stream TaskStore_ProduceServer, limit int, handle func(ctx context.Context, it *ProduceItem) *ProduceAnswer) error {
+	gate, _ := stream.Context().Value(itemGateKey{}).(func() error)
 	ctx, cancelAll := context.WithCancel(stream.Context())
 	defer cancelAll()
 	out := newAnswerSender(stream, limit)
@@ -103,6 +115,12 @@ func ServeProduce(stream TaskStore_ProduceServer, limit int, handle func(ctx con
 				// apart by their answers.
 				out.add(FailedAnswer(it.Id, grpcstatus.Errorf(codes.InvalidArgument, "item id %d is already in flight on this stream", it.Id)))
 				continue
+			}
+			if gate != nil {
+				if err := gate(); err != nil {
+					out.add(FailedAnswer(it.Id, err))
+					continue
+				}
 			}
 			var (
 				ictx   context.Context
