@@ -267,7 +267,7 @@ test-chaos: build
 	TASKSTORE_CHAOS=1 TASKSTORE_BIN=$(CURDIR)/$(BIN) $(GO) test -race -count=1 -timeout $(CHAOS_TIMEOUT) -v -run '^TestChaos' ./testing/chaos/
 
 test-failover: build
-	TASKSTORE_FAILOVER_FLAGS='$(FAILOVER_FLAGS)' TASKSTORE_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 15m -v -run '^TestFailoverWriteGap$$' ./testing/e2e/
+	TASKSTORE_FAILOVER_TARGETS=1 TASKSTORE_FAILOVER_FLAGS='$(FAILOVER_FLAGS)' TASKSTORE_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 15m -v -run '^TestFailoverWriteGap$$' ./testing/e2e/
 
 soak: build
 	TASKSTORE_CHAOS=1 TASKSTORE_SOAK=$(DURATION) TASKSTORE_LOAD=$(LOAD) TASKSTORE_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout $(SOAK_TIMEOUT) -v -run '^TestSoak$$' ./testing/chaos/

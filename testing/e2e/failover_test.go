@@ -93,16 +93,24 @@ func (w *failoverWriter) gap(killed time.Time) (time.Duration, bool) {
 //	make test-failover
 //	TASKSTORE_FAILOVER_FLAGS='--raft-timeout-scale 2' go test -run TestFailoverWriteGap -v ./testing/e2e/
 //
-// At default flags it asserts the median target (p50 <= 2 s; 1.2-1.3 s
-// measured on a loaded machine, 2.6 s before followers noticed a dead
-// leader by its refused connections, 3.9 s with the old 1.5 s heartbeat
-// timeout) and, for the max (target 4 s), a loaded machine's margin: every
-// gap within 6 s.
+// In the full suite it kills 5 times and fails only when writes do not
+// come back (a minute per kill): a timed assertion would fail on a
+// starved machine, not on a slow fail-over. make test-failover
+// (TASKSTORE_FAILOVER_TARGETS=1) kills 20 times and, at default flags,
+// asserts the targets: the median (p50 <= 2 s; 1.2-1.3 s measured on a
+// loaded machine, 2.6 s before followers noticed a dead leader by its
+// refused connections, 3.9 s with the old 1.5 s heartbeat timeout) and,
+// for the max (target 4 s), a loaded machine's margin: every gap within
+// 6 s.
 func TestFailoverWriteGap(t *testing.T) {
 	if testing.Short() {
-		t.Skip("20 kills of real processes: a few minutes (make test-failover)")
+		t.Skip("kills of real processes: a few minutes (make test-failover)")
 	}
-	kills := 20
+	targets := os.Getenv("TASKSTORE_FAILOVER_TARGETS") == "1"
+	kills := 5
+	if targets {
+		kills = 20
+	}
 	if v := os.Getenv("TASKSTORE_FAILOVER_KILLS"); v != "" {
 		var err error
 		if kills, err = strconv.Atoi(v); err != nil || kills < 1 {
@@ -229,12 +237,12 @@ func TestFailoverWriteGap(t *testing.T) {
 		p50, mx := g[len(g)/2], g[len(g)-1]
 		t.Logf("MEASURE failover write gap %s flags=%q kills=%d: p50 %v max %v min %v", name, strings.Join(flags, " "), len(g),
 			p50.Round(time.Millisecond), mx.Round(time.Millisecond), g[0].Round(time.Millisecond))
-		if len(flags) == 0 && p50 > 2*time.Second {
+		if targets && len(flags) == 0 && p50 > 2*time.Second {
 			t.Errorf("%s: p50 write gap %v, want <= 2 s", name, p50)
 		}
 		worst = max(worst, mx)
 	}
-	if len(flags) == 0 && worst > 6*time.Second {
+	if targets && len(flags) == 0 && worst > 6*time.Second {
 		t.Errorf("max write gap %v, want <= 4 s (6 s with a loaded machine's margin)", worst)
 	}
 }
