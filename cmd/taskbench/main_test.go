@@ -191,7 +191,7 @@ func TestLocalEndToEnd(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatalf("not JSON: %v\n%s", err, out)
 	}
-	if r.Ops == 0 || r.Tasks == 0 || r.Latency.P50 <= 0 || r.MetricsError != "" || r.LogEntries < float64(r.Tasks) {
+	if r.Ops == 0 || r.Tasks == 0 || r.Latency.P50 <= 0 || r.MetricsError != "" || r.LogEntries <= 0 { // entries may be fewer than tasks: the leader coalesces writes, and an empty claim writes none
 		t.Errorf("implausible result: %s", out)
 	}
 	if r.FailedOps > 0 {
