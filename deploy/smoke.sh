@@ -90,9 +90,11 @@ log "project $PROJECT, network $TASKSTORE_NET.0/24, host ports $BASE+, logs in $
 
 if [[ -z "${SMOKE_SKIP_BUILD:-}" ]]; then
 	log "building images and bin/taskctl"
-	timeout 600 make -s image >"$LOGDIR/image.log" 2>&1 || fail "make image (see $LOGDIR/image.log)"
-	timeout 300 make -s prometheus-image >"$LOGDIR/prometheus-image.log" 2>&1 || fail "make prometheus-image (see $LOGDIR/prometheus-image.log)"
-	timeout 600 make -s build >"$LOGDIR/build.log" 2>&1 || fail "make build (see $LOGDIR/build.log)"
+	# Generous limits: a cold build on a loaded 2-core machine takes minutes;
+	# the limits only stop a hung build, they do not judge its speed.
+	timeout 1800 make -s image >"$LOGDIR/image.log" 2>&1 || fail "make image (see $LOGDIR/image.log)"
+	timeout 900 make -s prometheus-image >"$LOGDIR/prometheus-image.log" 2>&1 || fail "make prometheus-image (see $LOGDIR/prometheus-image.log)"
+	timeout 1800 make -s build >"$LOGDIR/build.log" 2>&1 || fail "make build (see $LOGDIR/build.log)"
 fi
 [[ -x $TASKCTL ]] || fail "$TASKCTL missing: make build"
 docker image inspect taskstore:dev >/dev/null || fail "image taskstore:dev missing"
