@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -392,7 +391,7 @@ func (n *Node) slotStep(ctx context.Context, shard uint32, c *fsmpb.SlotCommand)
 		return nil, err
 	}
 	if f := res.GetFailure(); f != nil {
-		if strings.HasPrefix(f.Message, fsm.SlotNeedsFormat) {
+		if fsm.KindOf(f) == fsmpb.Failure_SLOT_NEEDS_FORMAT {
 			// A shard added a moment ago: its leader raises the format
 			// within Tuning.FormatEvery.
 			return nil, fmt.Errorf("shard %d: %s: waiting for its leader to raise it", shard, f.Message)

@@ -3,14 +3,13 @@ package fsm
 import (
 	"fmt"
 	"slices"
-	"strings"
 
 	"google.golang.org/protobuf/proto"
 
 	"github.com/e1158ecb/taskstore/fsm/fsmpb"
 )
 
-// StaleSequenceMessage is Failure.message for a request whose sequence
+// StaleSequenceMessage is the message of a STALE_SEQUENCE failure: a request whose sequence
 // number is below the last one applied for its client.
 const StaleSequenceMessage = "stale request sequence"
 
@@ -53,15 +52,17 @@ type applier struct {
 	budget *fsmpb.MemoryBudget // the entry's (an OP_BATCH's commands take it)
 }
 
-func failuref(format string, args ...any) *fsmpb.Result {
-	return &fsmpb.Result{Failure: &fsmpb.Failure{Message: fmt.Sprintf(format, args...)}}
+// failuref is a failure of the kind the caller decided, with a message for
+// people (nothing above the state machine reads it to decide).
+func failuref(kind fsmpb.Failure_Kind, format string, args ...any) *fsmpb.Result {
+	return &fsmpb.Result{Failure: &fsmpb.Failure{Kind: kind, Message: fmt.Sprintf(format, args...)}}
 }
 
 // command applies one command, with its clock update and exactly-once
 // handling.
 func (a *applier) command(cmd *fsmpb.Command) *fsmpb.Result {
 	if cmd == nil {
-		return failuref("empty command")
+		return failuref(fsmpb.Failure_INVALID, "empty command")
 	}
 	a.st.advance(cmd.Now, a.n.add)
 	a.expireSessions()
@@ -92,7 +93,7 @@ func (a *applier) command(cmd *fsmpb.Command) *fsmpb.Result {
 				r.Replayed = true
 				return r
 			case cmd.Seq < s.seq:
-				return &fsmpb.Result{Failure: &fsmpb.Failure{Message: StaleSequenceMessage}}
+				return &fsmpb.Result{Failure: &fsmpb.Failure{Message: StaleSequenceMessage, Kind: fsmpb.Failure_STALE_SEQUENCE}}
 			}
 		}
 	}
@@ -138,7 +139,7 @@ func emptyClaim(res *fsmpb.Result) bool {
 // nothing and is not remembered either: a retry with the same sequence
 // number applies once claims or deletes have made room.
 func memoryFull(res *fsmpb.Result) bool {
-	return res.Failure != nil && strings.HasPrefix(res.Failure.Message, MemoryFull)
+	return res.Failure.GetKind() == fsmpb.Failure_MEMORY_FULL
 }
 
 func (a *applier) dispatch(cmd *fsmpb.Command) *fsmpb.Result {
@@ -147,17 +148,17 @@ func (a *applier) dispatch(cmd *fsmpb.Command) *fsmpb.Result {
 		// The ops differ only for older binaries (which refuse the second):
 		// here the claim part applies whenever it is present.
 		if cmd.Modify == nil {
-			return failuref("%v without a modify body", cmd.Op)
+			return failuref(fsmpb.Failure_INVALID, "%v without a modify body", cmd.Op)
 		}
 		return a.modify(cmd.Modify)
 	case fsmpb.Op_OP_CLAIM:
 		if cmd.Claim == nil {
-			return failuref("OP_CLAIM without a claim body")
+			return failuref(fsmpb.Failure_INVALID, "OP_CLAIM without a claim body")
 		}
 		return a.claim(cmd.Claim)
 	case fsmpb.Op_OP_PURGE:
 		if cmd.Purge == nil {
-			return failuref("OP_PURGE without a purge body")
+			return failuref(fsmpb.Failure_INVALID, "OP_PURGE without a purge body")
 		}
 		return a.purge(cmd.Purge)
 	case fsmpb.Op_OP_TICK:
@@ -166,27 +167,27 @@ func (a *applier) dispatch(cmd *fsmpb.Command) *fsmpb.Result {
 		return a.setFormat(cmd.Format)
 	case fsmpb.Op_OP_PAUSE:
 		if cmd.Pause == nil || cmd.Pause.Queue == "" {
-			return failuref("OP_PAUSE without a queue")
+			return failuref(fsmpb.Failure_INVALID, "OP_PAUSE without a queue")
 		}
 		return a.pause(cmd.Pause)
 	case fsmpb.Op_OP_SCHEDULE:
 		if cmd.Schedule == nil || cmd.Schedule.Queue == "" || cmd.Schedule.Name == "" {
-			return failuref("OP_SCHEDULE without a queue and name")
+			return failuref(fsmpb.Failure_INVALID, "OP_SCHEDULE without a queue and name")
 		}
 		return a.schedule(cmd.Schedule)
 	case fsmpb.Op_OP_FIRE:
 		if cmd.Fire == nil {
-			return failuref("OP_FIRE without a body")
+			return failuref(fsmpb.Failure_INVALID, "OP_FIRE without a body")
 		}
 		return a.fire(cmd.Fire)
 	case fsmpb.Op_OP_LIMIT:
 		if cmd.Limit == nil || cmd.Limit.Queue == "" {
-			return failuref("OP_LIMIT without a queue")
+			return failuref(fsmpb.Failure_INVALID, "OP_LIMIT without a queue")
 		}
 		return a.limit(cmd.Limit)
 	case fsmpb.Op_OP_SLOT:
 		if cmd.Slot == nil {
-			return failuref("OP_SLOT without a body")
+			return failuref(fsmpb.Failure_INVALID, "OP_SLOT without a body")
 		}
 		return a.slotCommand(cmd.Slot)
 	case fsmpb.Op_OP_BATCH:
@@ -232,6 +233,9 @@ func (a *applier) touch(s *session) {
 // recently seen sessions beyond MaxSessions or MaxSessionBytes (never the
 // one just stored). group is the request's consistency group, if any.
 func (a *applier) remember(clientID string, seq uint64, res *fsmpb.Result, group string) {
+	if a.st.format < FormatFailureKinds {
+		res = withoutKinds(res)
+	}
 	a.keep(&session{clientID: clientID, seq: seq, group: group, lastSeen: a.st.clock, result: res, size: sessionSize(clientID, res)})
 }
 
@@ -242,4 +246,38 @@ func (a *applier) keep(s *session) {
 	for n := st.store.sessionCount(); n > a.opts.MaxSessions || st.store.sessionBytes() > a.opts.MaxSessionBytes && n > 1; n = st.store.sessionCount() {
 		st.dropOldestSession()
 	}
+}
+
+// withoutKinds is res as a binary without failure kinds stores it (below
+// FormatFailureKinds): the stored answer is state (snapshots, the digest,
+// a session's size), so it stays byte for byte what such a replica stores.
+// The caller's answer keeps its kinds; res is copied only when it has any.
+func withoutKinds(res *fsmpb.Result) *fsmpb.Result {
+	if !hasKind(res) {
+		return res
+	}
+	res = proto.Clone(res).(*fsmpb.Result)
+	var clear func(*fsmpb.Result)
+	clear = func(r *fsmpb.Result) {
+		if r.Failure != nil {
+			r.Failure.Kind = fsmpb.Failure_KIND_UNSPECIFIED
+		}
+		for _, b := range r.Batch {
+			clear(b)
+		}
+	}
+	clear(res)
+	return res
+}
+
+func hasKind(r *fsmpb.Result) bool {
+	if r.GetFailure().GetKind() != fsmpb.Failure_KIND_UNSPECIFIED {
+		return true
+	}
+	for _, b := range r.GetBatch() {
+		if hasKind(b) {
+			return true
+		}
+	}
+	return false
 }

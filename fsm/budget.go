@@ -23,7 +23,7 @@ import (
 // estimate changes how later entries apply, never how replicas of one
 // entry do.
 
-// MemoryFull starts the Failure.message of a Modify refused because its
+// MemoryFull starts the message of a MEMORY_FULL failure: a Modify refused because its
 // tasks would take the shard past its memory budget.
 const MemoryFull = "memory budget reached"
 
@@ -72,7 +72,7 @@ func (s *state) overBudget(b *fsmpb.MemoryBudget, tasks, bytes int64) *fsmpb.Res
 	if used+uint64(growth) <= b.Bytes {
 		return nil
 	}
-	return failuref("%s: the shard's tasks take %s of the %s this shard may hold in memory, and this request needs %s more; "+
+	return failuref(fsmpb.Failure_MEMORY_FULL, "%s: the shard's tasks take %s of the %s this shard may hold in memory, and this request needs %s more; "+
 		"claim and commit or delete tasks, purge a queue, or run the nodes with --state disk (or a larger --memory-limit)",
 		MemoryFull, formatBytes(used), formatBytes(b.Bytes), formatBytes(uint64(growth)))
 }

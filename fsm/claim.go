@@ -8,7 +8,7 @@ import (
 
 func (a *applier) claim(c *fsmpb.Claim) *fsmpb.Result {
 	if len(c.Queues) == 0 {
-		return failuref("claim.queues: required")
+		return failuref(fsmpb.Failure_INVALID, "claim.queues: required")
 	}
 	if f := checkClaimQueues(c, groupOf(c.Queues[0]), "claim"); f != nil {
 		return f
@@ -21,7 +21,7 @@ func (a *applier) claim(c *fsmpb.Claim) *fsmpb.Result {
 func checkClaimQueues(c *fsmpb.Claim, group, path string) *fsmpb.Result {
 	for i, name := range c.Queues {
 		if name == "" || groupOf(name) != group {
-			return failuref("%s.queues[%d]: %q is not in group %q", path, i, name, group)
+			return failuref(fsmpb.Failure_INVALID, "%s.queues[%d]: %q is not in group %q", path, i, name, group)
 		}
 	}
 	return nil
@@ -134,7 +134,7 @@ func (a *applier) purge(p *fsmpb.Purge) *fsmpb.Result {
 	return &fsmpb.Result{Purge: &fsmpb.PurgeResult{Deleted: uint64(n)}}
 }
 
-// AnswerTooLarge starts the Failure.message of a transaction refused
+// AnswerTooLarge starts the message of an ANSWER_TOO_LARGE failure: a transaction refused
 // because its answer would exceed Modify.max_answer_bytes.
 const AnswerTooLarge = "answer too large"
 

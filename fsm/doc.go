@@ -67,8 +67,8 @@ users.
  10. Exactly once. A command with a client_id is answered once per
     (client_id, seq): the same seq again returns the stored result without
     applying (a Modify's claimed tasks included), marked Result.replayed so
-    that counters count the request once; a lower seq fails with
-    StaleSequenceMessage. A claim that claimed nothing is not stored, so a waiting claim may re-propose its
+    that counters count the request once; a lower seq fails with kind
+    STALE_SEQUENCE. A claim that claimed nothing is not stored, so a waiting claim may re-propose its
     seq. Sessions are bounded (MaxSessions, least recently seen evicted,
     ties by client id) and expire SessionTTL of log time after they were
     last seen; they are part of snapshots and the Digest. Each command of an
@@ -79,7 +79,7 @@ users.
     and proto fields are append-only, so old logs replay on new code.
     Apply does not enforce Limits (they may change between versions);
     Validate enforces them at the API edge, before proposing. Apply only
-    refuses (with Failure.message) shapes the state cannot hold.
+    refuses (with Failure.kind INVALID) shapes the state cannot hold.
 
  12. Snapshots. Snapshot copies task and session pointers under the lock
     (tasks are immutable; a change replaces the task); Persist streams the
@@ -154,7 +154,7 @@ users.
 
  20. Memory budget. From FormatMemoryBudget, a Modify whose command carries
     a budget (Command.budget: bytes and a per-task overhead, stamped by the
-    leader) is refused with a Failure.message starting MemoryFull when it
+    leader) is refused with Failure.kind MEMORY_FULL when it
     would grow the shard's tasks past it: each task counts its id, key,
     value and error (taskSize) plus the overhead. A Modify that does not
     grow them (claims, commits, deletes, a delete with an insert as large)
@@ -163,5 +163,22 @@ users.
     snapshots or the Digest; the on-disk store keeps it in its small
     record. A refusal is not remembered as a session's answer, like an
     empty claim, so a retry applies once there is room (budget.go).
+
+ 21. Failure kinds. Every failure the machine decides carries its kind
+    (Failure.kind, an append-only enum), set where the failure is decided;
+    the layers above decide by it (rpc maps kinds to gRPC codes in one
+    place, the slot mover waits out SLOT_NEEDS_FORMAT), and the message is
+    for people. A stored answer is replicated state: it is in snapshots and
+    the Digest, and its size counts toward MaxSessionBytes, which decides
+    evictions. A replica of a binary without kinds stores the answer
+    without one, so storing it would make replicas of mixed versions hold
+    different state: the kind is kept in a stored answer only from
+    FormatFailureKinds on, and below it the stored copy has its kinds
+    cleared (withoutKinds), byte for byte what the older binary stores. The
+    answer to the request itself is not state and carries its kind at any
+    format. An answer without a kind (stored below the format, or applied
+    by an older leader) is classified by KindOf from the fields and the
+    frozen message prefixes older binaries wrote: the one place that reads
+    a failure's message.
 */
 package fsm

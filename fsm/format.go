@@ -45,9 +45,14 @@ const (
 	// the leader) is refused (budget.go). Below it the stamp is ignored.
 	// Raising the format recounts what the tasks take.
 	FormatMemoryBudget uint32 = 4
+	// FormatFailureKinds: a session's stored answer keeps its failure's
+	// kind (Failure.kind). Below it the kind is cleared from the stored
+	// copy, which stays what a binary without kinds stores; the answer
+	// to the request itself carries its kind either way.
+	FormatFailureKinds uint32 = 5
 
 	// MaxFormat is the highest format this binary applies.
-	MaxFormat = FormatMemoryBudget
+	MaxFormat = FormatFailureKinds
 )
 
 // Format is the state format the log has raised the machine to.

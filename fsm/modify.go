@@ -98,21 +98,21 @@ func (md *modifier) checkClaim(t *task, version uint64) bool {
 func (a *applier) modify(m *fsmpb.Modify) *fsmpb.Result {
 	st := a.st
 	if m.Group == "" {
-		return failuref("modify.group: required")
+		return failuref(fsmpb.Failure_INVALID, "modify.group: required")
 	}
 	// Shape rules the state depends on (Validate checks them and more at
 	// the edge; these hold whatever reached the log).
 	for i, in := range m.Inserts {
 		if in.Id == "" {
-			return failuref("inserts[%d].id: required", i)
+			return failuref(fsmpb.Failure_INVALID, "inserts[%d].id: required", i)
 		}
 		if in.Queue == "" || groupOf(in.Queue) != m.Group {
-			return failuref("inserts[%d].queue: %q is not in group %q", i, in.Queue, m.Group)
+			return failuref(fsmpb.Failure_INVALID, "inserts[%d].queue: %q is not in group %q", i, in.Queue, m.Group)
 		}
 	}
 	for i, c := range m.Changes {
 		if c.Queue != "" && groupOf(c.Queue) != m.Group {
-			return failuref("changes[%d].queue: %q is not in group %q", i, c.Queue, m.Group)
+			return failuref(fsmpb.Failure_INVALID, "changes[%d].queue: %q is not in group %q", i, c.Queue, m.Group)
 		}
 	}
 	if m.Claim != nil {
@@ -259,7 +259,7 @@ func (a *applier) modify(m *fsmpb.Modify) *fsmpb.Result {
 		inserted[i] = nt
 	}
 	if len(md.errs) > 0 {
-		return &fsmpb.Result{Failure: &fsmpb.Failure{Errors: md.errs}}
+		return &fsmpb.Result{Failure: &fsmpb.Failure{Errors: md.errs, Kind: fsmpb.Failure_REFERENCES}}
 	}
 	if m.MaxAnswerBytes > 0 {
 		// The answer echoes every inserted and changed task, values
@@ -274,7 +274,7 @@ func (a *applier) modify(m *fsmpb.Modify) *fsmpb.Result {
 			n += taskAnswerBytes(t, t.claimant)
 		}
 		if n > m.MaxAnswerBytes {
-			return failuref("%s: the inserted and changed tasks take about %d bytes, over the limit of %d; split the transaction", AnswerTooLarge, n, m.MaxAnswerBytes)
+			return failuref(fsmpb.Failure_ANSWER_TOO_LARGE, "%s: the inserted and changed tasks take about %d bytes, over the limit of %d; split the transaction", AnswerTooLarge, n, m.MaxAnswerBytes)
 		}
 	}
 
@@ -357,7 +357,7 @@ func (a *applier) modify(m *fsmpb.Modify) *fsmpb.Result {
 	return &fsmpb.Result{Modify: res}
 }
 
-// OutOfScope starts the Failure.message of a Modify refused because it
+// OutOfScope starts the message of an OUT_OF_SCOPE failure: a Modify refused because it
 // names a task outside the caller's queue prefixes (Modify.scope).
 const OutOfScope = "out of scope"
 
@@ -373,7 +373,7 @@ func outOfScope(st *state, m *fsmpb.Modify) *fsmpb.Result {
 		if t == nil || InScope(t.q.name, m.Scope) {
 			return nil
 		}
-		return failuref("%s: task %q is not in a queue under %s", OutOfScope, id, strings.Join(m.Scope, ", "))
+		return failuref(fsmpb.Failure_OUT_OF_SCOPE, "%s: task %q is not in a queue under %s", OutOfScope, id, strings.Join(m.Scope, ", "))
 	}
 	for _, r := range m.Depends {
 		if f := check(r.Id); f != nil {

@@ -67,7 +67,7 @@ func (r *refModel) apply(cmd *fsmpb.Command) *fsmpb.Result {
 				return r
 			}
 			if cmd.Seq < s.seq {
-				return &fsmpb.Result{Failure: &fsmpb.Failure{Message: "stale request sequence"}}
+				return &fsmpb.Result{Failure: &fsmpb.Failure{Kind: fsmpb.Failure_STALE_SEQUENCE, Message: "stale request sequence"}}
 			}
 		}
 	}
@@ -109,7 +109,13 @@ func (r *refModel) apply(cmd *fsmpb.Command) *fsmpb.Result {
 		}
 	}
 	if cmd.ClientId != "" && !(res.Claim != nil && len(res.Claim.Tasks) == 0) {
-		r.sessions[cmd.ClientId] = &refSession{seq: cmd.Seq, lastSeen: r.clock, result: res}
+		stored := res
+		if res.Failure != nil && r.format < FormatFailureKinds {
+			// Stored as a binary without kinds stores it; answered with one.
+			stored = proto.Clone(res).(*fsmpb.Result)
+			stored.Failure.Kind = fsmpb.Failure_KIND_UNSPECIFIED
+		}
+		r.sessions[cmd.ClientId] = &refSession{seq: cmd.Seq, lastSeen: r.clock, result: stored}
 		for len(r.sessions) > r.maxSessions {
 			oldest := ""
 			for id, s := range r.sessions {
@@ -131,7 +137,7 @@ func (r *refModel) schedule(s *fsmpb.Schedule) *fsmpb.Result {
 	k := refGroup(s.Queue) + "\x00" + s.Name
 	old := r.schedules[k]
 	if old != nil && old.Queue != s.Queue {
-		return &fsmpb.Result{Failure: &fsmpb.Failure{Message: fmt.Sprintf("%s: schedule %q belongs to queue %q; name that queue (or remove it first)", ScheduleElsewhere, s.Name, old.Queue)}}
+		return &fsmpb.Result{Failure: &fsmpb.Failure{Kind: fsmpb.Failure_SCHEDULE_ELSEWHERE, Message: fmt.Sprintf("%s: schedule %q belongs to queue %q; name that queue (or remove it first)", ScheduleElsewhere, s.Name, old.Queue)}}
 	}
 	if s.Remove {
 		delete(r.schedules, k)
@@ -205,7 +211,7 @@ func (r *refModel) modify(m *fsmpb.Modify) *fsmpb.Result {
 	if m.Claim != nil {
 		for i, q := range m.Claim.Queues {
 			if refGroup(q) != m.Group {
-				return &fsmpb.Result{Failure: &fsmpb.Failure{Message: fmt.Sprintf("claim.queues[%d]: %q is not in group %q", i, q, m.Group)}}
+				return &fsmpb.Result{Failure: &fsmpb.Failure{Kind: fsmpb.Failure_INVALID, Message: fmt.Sprintf("claim.queues[%d]: %q is not in group %q", i, q, m.Group)}}
 			}
 		}
 	}
@@ -372,7 +378,7 @@ func (r *refModel) modify(m *fsmpb.Modify) *fsmpb.Result {
 		inserted = append(inserted, nt)
 	}
 	if len(errs) > 0 {
-		return &fsmpb.Result{Failure: &fsmpb.Failure{Errors: errs}}
+		return &fsmpb.Result{Failure: &fsmpb.Failure{Kind: fsmpb.Failure_REFERENCES, Errors: errs}}
 	}
 	r.tasks = work
 	for _, t := range deleted {

@@ -13,7 +13,7 @@ import (
 // scheduleKey names a schedule in the state: its group, then its name.
 func scheduleKey(queue, name string) string { return groupOf(queue) + "\x00" + name }
 
-// ScheduleElsewhere starts the Failure.message of an OP_SCHEDULE that names
+// ScheduleElsewhere starts the message of a SCHEDULE_ELSEWHERE failure: an OP_SCHEDULE that names
 // a schedule of the group by another queue than its own.
 const ScheduleElsewhere = "schedule of another queue"
 
@@ -33,7 +33,7 @@ func (a *applier) schedule(s *fsmpb.Schedule) *fsmpb.Result {
 		// The name is the group's, but the API authorizes by the queue the
 		// request names: only that queue's schedule may be replaced or
 		// removed by it.
-		return failuref("%s: schedule %q belongs to queue %q; name that queue (or remove it first)", ScheduleElsewhere, s.Name, old.Queue)
+		return failuref(fsmpb.Failure_SCHEDULE_ELSEWHERE, "%s: schedule %q belongs to queue %q; name that queue (or remove it first)", ScheduleElsewhere, s.Name, old.Queue)
 	}
 	if s.Remove {
 		delete(a.st.schedules, k)

@@ -38,7 +38,7 @@ import (
 // group's slot is not served by this shard (Failure.moved says how).
 const SlotMoved = "slot moved"
 
-// SlotNeedsFormat starts the Failure.message of an OP_SLOT applied below
+// SlotNeedsFormat starts the message of a SLOT_NEEDS_FORMAT failure: an OP_SLOT applied below
 // FormatSlotMoves (a shard whose leader has not raised its format yet).
 const SlotNeedsFormat = "OP_SLOT needs state format"
 
@@ -121,7 +121,7 @@ func movedFailure(ss *fsmpb.SlotState, group string) *fsmpb.Result {
 		}
 	}
 	msg := fmt.Sprintf("%s: group %q is in slot %d, which this shard does not serve (%s); retry", SlotMoved, group, ss.Slot, where)
-	return &fsmpb.Result{Failure: &fsmpb.Failure{Message: msg, Moved: ss}}
+	return &fsmpb.Result{Failure: &fsmpb.Failure{Message: msg, Moved: ss, Kind: fsmpb.Failure_MOVED}}
 }
 
 // slotQueues calls visit with each queue of the slot, in name order.
@@ -155,11 +155,11 @@ func (a *applier) slotCommand(c *fsmpb.SlotCommand) *fsmpb.Result {
 	st := a.st
 	switch {
 	case st.format < FormatSlotMoves:
-		return failuref("%s %d; the shard is at %d", SlotNeedsFormat, FormatSlotMoves, st.format)
+		return failuref(fsmpb.Failure_SLOT_NEEDS_FORMAT, "%s %d; the shard is at %d", SlotNeedsFormat, FormatSlotMoves, st.format)
 	case c.Slots == 0 || c.Slot >= c.Slots || c.Move == 0:
-		return failuref("OP_SLOT: slot %d of %d, move %d: out of range", c.Slot, c.Slots, c.Move)
+		return failuref(fsmpb.Failure_SLOT_REFUSED, "OP_SLOT: slot %d of %d, move %d: out of range", c.Slot, c.Slots, c.Move)
 	case st.slotTable != 0 && st.slotTable != c.Slots:
-		return failuref("OP_SLOT: the shard's slot table has %d slots, the command says %d", st.slotTable, c.Slots)
+		return failuref(fsmpb.Failure_SLOT_REFUSED, "OP_SLOT: the shard's slot table has %d slots, the command says %d", st.slotTable, c.Slots)
 	}
 	if st.slotTable == 0 {
 		st.slotTable = c.Slots // a table size is set once, whatever follows
@@ -174,7 +174,7 @@ func (a *applier) slotCommand(c *fsmpb.SlotCommand) *fsmpb.Result {
 				state += fmt.Sprintf(" (%d chunks in)", cur.Chunks)
 			}
 		}
-		return failuref("OP_SLOT %v of slot %d (move %d): the slot is %s, want %s", c.Action, c.Slot, c.Move, state, want)
+		return failuref(fsmpb.Failure_SLOT_REFUSED, "OP_SLOT %v of slot %d (move %d): the slot is %s, want %s", c.Action, c.Slot, c.Move, state, want)
 	}
 	set := func(phase fsmpb.SlotState_Phase, to uint32) {
 		st.slotStates[c.Slot] = &fsmpb.SlotState{Slot: c.Slot, Phase: phase, Move: c.Move, To: to}
@@ -209,7 +209,7 @@ func (a *applier) slotCommand(c *fsmpb.SlotCommand) *fsmpb.Result {
 		if begin {
 			switch {
 			case cur == nil && st.slotHolds(c.Slot):
-				return failuref("OP_SLOT IMPORT begin of slot %d (move %d): the shard serves the slot and holds its tasks", c.Slot, c.Move)
+				return failuref(fsmpb.Failure_SLOT_REFUSED, "OP_SLOT IMPORT begin of slot %d (move %d): the shard serves the slot and holds its tasks", c.Slot, c.Move)
 			case cur == nil || cur.Phase == fsmpb.SlotState_GONE:
 				set(fsmpb.SlotState_IMPORTING, 0)
 			default:
@@ -225,7 +225,7 @@ func (a *applier) slotCommand(c *fsmpb.SlotCommand) *fsmpb.Result {
 					delete(st.slotStates, c.Slot)
 				}
 			}
-			return failuref("OP_SLOT IMPORT of slot %d (move %d): %v", c.Slot, c.Move, err)
+			return failuref(fsmpb.Failure_SLOT_REFUSED, "OP_SLOT IMPORT of slot %d (move %d): %v", c.Slot, c.Move, err)
 		}
 		a.importRecords(c.Records)
 		in := st.slotStates[c.Slot] // immutable: snapshots share them
@@ -262,7 +262,7 @@ func (a *applier) slotCommand(c *fsmpb.SlotCommand) *fsmpb.Result {
 		}
 		return ok
 	}
-	return failuref("OP_SLOT: unknown action %d", int32(c.Action))
+	return failuref(fsmpb.Failure_INVALID, "OP_SLOT: unknown action %d", int32(c.Action))
 }
 
 // slotHolds reports whether the state holds anything of the slot's groups.

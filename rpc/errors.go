@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -77,7 +76,6 @@ func toStatus(err error) error {
 		inv       *invalidError
 		refused   *refusedError
 		notFound  *cluster.NotFoundError
-		denied    *deniedError
 		upgrading *upgradingError
 		moved     *movedError
 	)
@@ -88,26 +86,10 @@ func toStatus(err error) error {
 			st = d
 		}
 		return st.Err()
-	case errors.As(err, &refused) && strings.HasPrefix(refused.failure.Message, fsm.MemoryFull):
-		// The shard's tasks reached its memory budget: the producer
-		// backs off until consumers make room (fsm/budget.go).
-		return status.Error(codes.ResourceExhausted, err.Error())
-	case errors.As(err, &refused) && refused.failure.Moved != nil:
-		// The group's slot moved or is moving: the shard that serves it
-		// applies the retry (clients refresh their routing on Unavailable).
-		return status.Error(codes.Unavailable, err.Error())
 	case errors.As(err, &refused):
-		st := status.New(codes.FailedPrecondition, err.Error())
-		if len(refused.failure.Errors) > 0 {
-			if d, derr := st.WithDetails(modifyErrorToAPI(refused.failure, refused.deleted)); derr == nil {
-				st = d
-			}
-		}
-		return st.Err()
+		return refusedStatus(refused)
 	case errors.As(err, &upgrading), errors.As(err, &moved):
 		return status.Error(codes.Unavailable, err.Error())
-	case errors.As(err, &denied):
-		return status.Error(codes.PermissionDenied, err.Error())
 	case errors.As(err, &inv):
 		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, fsm.ErrTooLarge):
@@ -130,6 +112,35 @@ func toStatus(err error) error {
 		return status.Error(codes.Canceled, err.Error())
 	}
 	return status.Error(codes.Internal, err.Error())
+}
+
+// refusedStatus maps a failure the state machine decided by its kind
+// (fsm.KindOf), never by its message.
+func refusedStatus(e *refusedError) error {
+	switch fsm.KindOf(e.failure) {
+	case fsmpb.Failure_MEMORY_FULL:
+		// The shard's tasks reached its memory budget: the producer
+		// backs off until consumers make room (fsm/budget.go).
+		return status.Error(codes.ResourceExhausted, e.Error())
+	case fsmpb.Failure_ANSWER_TOO_LARGE:
+		// The transaction's answer would be over the node's send limit:
+		// split it.
+		return status.Error(codes.ResourceExhausted, e.Error())
+	case fsmpb.Failure_MOVED:
+		// The group's slot moved or is moving: the shard that serves it
+		// applies the retry (clients refresh their routing on Unavailable).
+		return status.Error(codes.Unavailable, e.Error())
+	case fsmpb.Failure_OUT_OF_SCOPE:
+		// The request names a task outside the caller's queue prefixes.
+		return status.Error(codes.PermissionDenied, e.Error())
+	}
+	st := status.New(codes.FailedPrecondition, e.Error())
+	if len(e.failure.Errors) > 0 {
+		if d, derr := st.WithDetails(modifyErrorToAPI(e.failure, e.deleted)); derr == nil {
+			st = d
+		}
+	}
+	return st.Err()
 }
 
 func modifyErrorToAPI(f *fsmpb.Failure, deleted map[string]bool) *taskstorepb.ModifyError {
@@ -160,12 +171,6 @@ func nanosToTimestamp(ns int64) *timestamppb.Timestamp {
 	}
 	return timestamppb.New(timeFromNanos(ns))
 }
-
-// deniedError: the state machine refused a request that names a task
-// outside the caller's queue prefixes (fsm.OutOfScope).
-type deniedError struct{ msg string }
-
-func (e *deniedError) Error() string { return e.msg }
 
 // leaderID is the leader a NotLeader detail names: none when the node only
 // pointed at a replica of a shard it does not host.

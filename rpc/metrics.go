@@ -1,7 +1,6 @@
 package rpc
 
 import (
-	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -60,7 +59,7 @@ func (m *apiMetrics) modified(group string, req *taskstorepb.ModifyRequest, res 
 }
 
 func (m *apiMetrics) refusal(f *fsmpb.Failure) {
-	if strings.HasPrefix(f.Message, fsm.MemoryFull) {
+	if fsm.KindOf(f) == fsmpb.Failure_MEMORY_FULL {
 		m.refused.WithLabelValues("MEMORY_FULL").Inc()
 	}
 	for _, e := range f.Errors {

@@ -287,14 +287,8 @@ func (srv *Server) modify(ctx context.Context, req *taskstorepb.ModifyRequest) (
 		return nil, err
 	}
 	if res.Failure != nil {
-		if !res.Replayed && res.Failure.Moved == nil {
+		if !res.Replayed && fsm.KindOf(res.Failure) != fsmpb.Failure_MOVED {
 			srv.metrics.refusal(res.Failure)
-		}
-		if strings.HasPrefix(res.Failure.Message, fsm.OutOfScope) {
-			return nil, &deniedError{msg: res.Failure.Message}
-		}
-		if strings.HasPrefix(res.Failure.Message, fsm.AnswerTooLarge) {
-			return nil, &fsm.ValidationError{Field: "request", Rule: res.Failure.Message, Kind: fsm.ErrTooLarge}
 		}
 		var holders []string
 		for _, e := range res.Failure.Errors {

@@ -243,6 +243,92 @@ func (SlotState_Phase) EnumDescriptor() ([]byte, []int) {
 	return file_fsm_proto_rawDescGZIP(), []int{3, 0}
 }
 
+// Append-only, like Op: stored answers keep the numbers.
+type Failure_Kind int32
+
+const (
+	// An answer recorded without a kind (fsm.KindOf reads it).
+	Failure_KIND_UNSPECIFIED Failure_Kind = 0
+	// A malformed command, refused whole (a missing body or field).
+	Failure_INVALID Failure_Kind = 1
+	// References that do not hold (errors lists each): missing or stale
+	// versions, duplicate ids or keys, claimed tasks.
+	Failure_REFERENCES Failure_Kind = 2
+	// The request's sequence number is below its client's last.
+	Failure_STALE_SEQUENCE Failure_Kind = 3
+	// The group's slot is not served by this shard (moved is set).
+	Failure_MOVED Failure_Kind = 4
+	// The shard's tasks reached the memory budget (fsm/budget.go).
+	Failure_MEMORY_FULL Failure_Kind = 5
+	// The Modify names a task outside its scope (Modify.scope).
+	Failure_OUT_OF_SCOPE Failure_Kind = 6
+	// The answer would be over Modify.max_answer_bytes.
+	Failure_ANSWER_TOO_LARGE Failure_Kind = 7
+	// An OP_SCHEDULE names a schedule another queue holds.
+	Failure_SCHEDULE_ELSEWHERE Failure_Kind = 8
+	// An OP_SLOT below state format FormatSlotMoves.
+	Failure_SLOT_NEEDS_FORMAT Failure_Kind = 9
+	// An OP_SLOT the slot's state or the shard's slot table refuses.
+	Failure_SLOT_REFUSED Failure_Kind = 10
+)
+
+// Enum value maps for Failure_Kind.
+var (
+	Failure_Kind_name = map[int32]string{
+		0:  "KIND_UNSPECIFIED",
+		1:  "INVALID",
+		2:  "REFERENCES",
+		3:  "STALE_SEQUENCE",
+		4:  "MOVED",
+		5:  "MEMORY_FULL",
+		6:  "OUT_OF_SCOPE",
+		7:  "ANSWER_TOO_LARGE",
+		8:  "SCHEDULE_ELSEWHERE",
+		9:  "SLOT_NEEDS_FORMAT",
+		10: "SLOT_REFUSED",
+	}
+	Failure_Kind_value = map[string]int32{
+		"KIND_UNSPECIFIED":   0,
+		"INVALID":            1,
+		"REFERENCES":         2,
+		"STALE_SEQUENCE":     3,
+		"MOVED":              4,
+		"MEMORY_FULL":        5,
+		"OUT_OF_SCOPE":       6,
+		"ANSWER_TOO_LARGE":   7,
+		"SCHEDULE_ELSEWHERE": 8,
+		"SLOT_NEEDS_FORMAT":  9,
+		"SLOT_REFUSED":       10,
+	}
+)
+
+func (x Failure_Kind) Enum() *Failure_Kind {
+	p := new(Failure_Kind)
+	*p = x
+	return p
+}
+
+func (x Failure_Kind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Failure_Kind) Descriptor() protoreflect.EnumDescriptor {
+	return file_fsm_proto_enumTypes[3].Descriptor()
+}
+
+func (Failure_Kind) Type() protoreflect.EnumType {
+	return &file_fsm_proto_enumTypes[3]
+}
+
+func (x Failure_Kind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Failure_Kind.Descriptor instead.
+func (Failure_Kind) EnumDescriptor() ([]byte, []int) {
+	return file_fsm_proto_rawDescGZIP(), []int{23, 0}
+}
+
 // Same numbering as taskstore.v1.RefError.Category.
 type RefError_Category int32
 
@@ -298,11 +384,11 @@ func (x RefError_Category) String() string {
 }
 
 func (RefError_Category) Descriptor() protoreflect.EnumDescriptor {
-	return file_fsm_proto_enumTypes[3].Descriptor()
+	return file_fsm_proto_enumTypes[4].Descriptor()
 }
 
 func (RefError_Category) Type() protoreflect.EnumType {
-	return &file_fsm_proto_enumTypes[3]
+	return &file_fsm_proto_enumTypes[4]
 }
 
 func (x RefError_Category) Number() protoreflect.EnumNumber {
@@ -2250,7 +2336,13 @@ type Failure struct {
 	// Set when the request's group is in a slot this shard does not serve
 	// (moved or moving): retry where the routing table says. Never stored
 	// as a session's answer.
-	Moved         *SlotState `protobuf:"bytes,3,opt,name=moved,proto3" json:"moved,omitempty"`
+	Moved *SlotState `protobuf:"bytes,3,opt,name=moved,proto3" json:"moved,omitempty"`
+	// What failed: the layers above decide by the kind, never by the
+	// message, which is for people. Set by the state machine where it
+	// decides the failure. Kept in a session's stored answer from state
+	// format FormatFailureKinds on; answers stored before it (and by older
+	// binaries) have none, and fsm.KindOf classifies those.
+	Kind          Failure_Kind `protobuf:"varint,4,opt,name=kind,proto3,enum=taskstore.fsm.v1.Failure_Kind" json:"kind,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2304,6 +2396,13 @@ func (x *Failure) GetMoved() *SlotState {
 		return x.Moved
 	}
 	return nil
+}
+
+func (x *Failure) GetKind() Failure_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return Failure_KIND_UNSPECIFIED
 }
 
 type RefError struct {
@@ -3043,11 +3142,26 @@ const file_fsm_proto_rawDesc = "" +
 	"\adeleted\x18\x01 \x01(\x04R\adeleted\",\n" +
 	"\vPauseResult\x12\x1d\n" +
 	"\n" +
-	"was_paused\x18\x01 \x01(\bR\twasPaused\"\x8a\x01\n" +
+	"was_paused\x18\x01 \x01(\bR\twasPaused\"\x93\x03\n" +
 	"\aFailure\x122\n" +
 	"\x06errors\x18\x01 \x03(\v2\x1a.taskstore.fsm.v1.RefErrorR\x06errors\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x121\n" +
-	"\x05moved\x18\x03 \x01(\v2\x1b.taskstore.fsm.v1.SlotStateR\x05moved\"\xfd\x03\n" +
+	"\x05moved\x18\x03 \x01(\v2\x1b.taskstore.fsm.v1.SlotStateR\x05moved\x122\n" +
+	"\x04kind\x18\x04 \x01(\x0e2\x1e.taskstore.fsm.v1.Failure.KindR\x04kind\"\xd2\x01\n" +
+	"\x04Kind\x12\x14\n" +
+	"\x10KIND_UNSPECIFIED\x10\x00\x12\v\n" +
+	"\aINVALID\x10\x01\x12\x0e\n" +
+	"\n" +
+	"REFERENCES\x10\x02\x12\x12\n" +
+	"\x0eSTALE_SEQUENCE\x10\x03\x12\t\n" +
+	"\x05MOVED\x10\x04\x12\x0f\n" +
+	"\vMEMORY_FULL\x10\x05\x12\x10\n" +
+	"\fOUT_OF_SCOPE\x10\x06\x12\x14\n" +
+	"\x10ANSWER_TOO_LARGE\x10\a\x12\x16\n" +
+	"\x12SCHEDULE_ELSEWHERE\x10\b\x12\x15\n" +
+	"\x11SLOT_NEEDS_FORMAT\x10\t\x12\x10\n" +
+	"\fSLOT_REFUSED\x10\n" +
+	"\"\xfd\x03\n" +
 	"\bRefError\x12?\n" +
 	"\bcategory\x18\x01 \x01(\x0e2#.taskstore.fsm.v1.RefError.CategoryR\bcategory\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x18\n" +
@@ -3139,95 +3253,97 @@ func file_fsm_proto_rawDescGZIP() []byte {
 	return file_fsm_proto_rawDescData
 }
 
-var file_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
 var file_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_fsm_proto_goTypes = []any{
 	(Op)(0),                 // 0: taskstore.fsm.v1.Op
 	(SlotCommand_Action)(0), // 1: taskstore.fsm.v1.SlotCommand.Action
 	(SlotState_Phase)(0),    // 2: taskstore.fsm.v1.SlotState.Phase
-	(RefError_Category)(0),  // 3: taskstore.fsm.v1.RefError.Category
-	(*Command)(nil),         // 4: taskstore.fsm.v1.Command
-	(*MemoryBudget)(nil),    // 5: taskstore.fsm.v1.MemoryBudget
-	(*SlotCommand)(nil),     // 6: taskstore.fsm.v1.SlotCommand
-	(*SlotState)(nil),       // 7: taskstore.fsm.v1.SlotState
-	(*SlotResult)(nil),      // 8: taskstore.fsm.v1.SlotResult
-	(*Schedule)(nil),        // 9: taskstore.fsm.v1.Schedule
-	(*Fire)(nil),            // 10: taskstore.fsm.v1.Fire
-	(*Modify)(nil),          // 11: taskstore.fsm.v1.Modify
-	(*Insert)(nil),          // 12: taskstore.fsm.v1.Insert
-	(*Change)(nil),          // 13: taskstore.fsm.v1.Change
-	(*Ref)(nil),             // 14: taskstore.fsm.v1.Ref
-	(*Claim)(nil),           // 15: taskstore.fsm.v1.Claim
-	(*Purge)(nil),           // 16: taskstore.fsm.v1.Purge
-	(*QueueLimit)(nil),      // 17: taskstore.fsm.v1.QueueLimit
-	(*Pause)(nil),           // 18: taskstore.fsm.v1.Pause
-	(*Task)(nil),            // 19: taskstore.fsm.v1.Task
-	(*Result)(nil),          // 20: taskstore.fsm.v1.Result
-	(*ScheduleResult)(nil),  // 21: taskstore.fsm.v1.ScheduleResult
-	(*LimitResult)(nil),     // 22: taskstore.fsm.v1.LimitResult
-	(*ModifyResult)(nil),    // 23: taskstore.fsm.v1.ModifyResult
-	(*ClaimResult)(nil),     // 24: taskstore.fsm.v1.ClaimResult
-	(*PurgeResult)(nil),     // 25: taskstore.fsm.v1.PurgeResult
-	(*PauseResult)(nil),     // 26: taskstore.fsm.v1.PauseResult
-	(*Failure)(nil),         // 27: taskstore.fsm.v1.Failure
-	(*RefError)(nil),        // 28: taskstore.fsm.v1.RefError
-	(*SnapshotRecord)(nil),  // 29: taskstore.fsm.v1.SnapshotRecord
-	(*KeyReservation)(nil),  // 30: taskstore.fsm.v1.KeyReservation
-	(*SnapshotHeader)(nil),  // 31: taskstore.fsm.v1.SnapshotHeader
-	(*Session)(nil),         // 32: taskstore.fsm.v1.Session
-	(*SnapshotTrailer)(nil), // 33: taskstore.fsm.v1.SnapshotTrailer
+	(Failure_Kind)(0),       // 3: taskstore.fsm.v1.Failure.Kind
+	(RefError_Category)(0),  // 4: taskstore.fsm.v1.RefError.Category
+	(*Command)(nil),         // 5: taskstore.fsm.v1.Command
+	(*MemoryBudget)(nil),    // 6: taskstore.fsm.v1.MemoryBudget
+	(*SlotCommand)(nil),     // 7: taskstore.fsm.v1.SlotCommand
+	(*SlotState)(nil),       // 8: taskstore.fsm.v1.SlotState
+	(*SlotResult)(nil),      // 9: taskstore.fsm.v1.SlotResult
+	(*Schedule)(nil),        // 10: taskstore.fsm.v1.Schedule
+	(*Fire)(nil),            // 11: taskstore.fsm.v1.Fire
+	(*Modify)(nil),          // 12: taskstore.fsm.v1.Modify
+	(*Insert)(nil),          // 13: taskstore.fsm.v1.Insert
+	(*Change)(nil),          // 14: taskstore.fsm.v1.Change
+	(*Ref)(nil),             // 15: taskstore.fsm.v1.Ref
+	(*Claim)(nil),           // 16: taskstore.fsm.v1.Claim
+	(*Purge)(nil),           // 17: taskstore.fsm.v1.Purge
+	(*QueueLimit)(nil),      // 18: taskstore.fsm.v1.QueueLimit
+	(*Pause)(nil),           // 19: taskstore.fsm.v1.Pause
+	(*Task)(nil),            // 20: taskstore.fsm.v1.Task
+	(*Result)(nil),          // 21: taskstore.fsm.v1.Result
+	(*ScheduleResult)(nil),  // 22: taskstore.fsm.v1.ScheduleResult
+	(*LimitResult)(nil),     // 23: taskstore.fsm.v1.LimitResult
+	(*ModifyResult)(nil),    // 24: taskstore.fsm.v1.ModifyResult
+	(*ClaimResult)(nil),     // 25: taskstore.fsm.v1.ClaimResult
+	(*PurgeResult)(nil),     // 26: taskstore.fsm.v1.PurgeResult
+	(*PauseResult)(nil),     // 27: taskstore.fsm.v1.PauseResult
+	(*Failure)(nil),         // 28: taskstore.fsm.v1.Failure
+	(*RefError)(nil),        // 29: taskstore.fsm.v1.RefError
+	(*SnapshotRecord)(nil),  // 30: taskstore.fsm.v1.SnapshotRecord
+	(*KeyReservation)(nil),  // 31: taskstore.fsm.v1.KeyReservation
+	(*SnapshotHeader)(nil),  // 32: taskstore.fsm.v1.SnapshotHeader
+	(*Session)(nil),         // 33: taskstore.fsm.v1.Session
+	(*SnapshotTrailer)(nil), // 34: taskstore.fsm.v1.SnapshotTrailer
 }
 var file_fsm_proto_depIdxs = []int32{
 	0,  // 0: taskstore.fsm.v1.Command.op:type_name -> taskstore.fsm.v1.Op
-	11, // 1: taskstore.fsm.v1.Command.modify:type_name -> taskstore.fsm.v1.Modify
-	15, // 2: taskstore.fsm.v1.Command.claim:type_name -> taskstore.fsm.v1.Claim
-	16, // 3: taskstore.fsm.v1.Command.purge:type_name -> taskstore.fsm.v1.Purge
-	4,  // 4: taskstore.fsm.v1.Command.batch:type_name -> taskstore.fsm.v1.Command
-	18, // 5: taskstore.fsm.v1.Command.pause:type_name -> taskstore.fsm.v1.Pause
-	17, // 6: taskstore.fsm.v1.Command.limit:type_name -> taskstore.fsm.v1.QueueLimit
-	9,  // 7: taskstore.fsm.v1.Command.schedule:type_name -> taskstore.fsm.v1.Schedule
-	10, // 8: taskstore.fsm.v1.Command.fire:type_name -> taskstore.fsm.v1.Fire
-	6,  // 9: taskstore.fsm.v1.Command.slot:type_name -> taskstore.fsm.v1.SlotCommand
-	5,  // 10: taskstore.fsm.v1.Command.budget:type_name -> taskstore.fsm.v1.MemoryBudget
+	12, // 1: taskstore.fsm.v1.Command.modify:type_name -> taskstore.fsm.v1.Modify
+	16, // 2: taskstore.fsm.v1.Command.claim:type_name -> taskstore.fsm.v1.Claim
+	17, // 3: taskstore.fsm.v1.Command.purge:type_name -> taskstore.fsm.v1.Purge
+	5,  // 4: taskstore.fsm.v1.Command.batch:type_name -> taskstore.fsm.v1.Command
+	19, // 5: taskstore.fsm.v1.Command.pause:type_name -> taskstore.fsm.v1.Pause
+	18, // 6: taskstore.fsm.v1.Command.limit:type_name -> taskstore.fsm.v1.QueueLimit
+	10, // 7: taskstore.fsm.v1.Command.schedule:type_name -> taskstore.fsm.v1.Schedule
+	11, // 8: taskstore.fsm.v1.Command.fire:type_name -> taskstore.fsm.v1.Fire
+	7,  // 9: taskstore.fsm.v1.Command.slot:type_name -> taskstore.fsm.v1.SlotCommand
+	6,  // 10: taskstore.fsm.v1.Command.budget:type_name -> taskstore.fsm.v1.MemoryBudget
 	1,  // 11: taskstore.fsm.v1.SlotCommand.action:type_name -> taskstore.fsm.v1.SlotCommand.Action
-	29, // 12: taskstore.fsm.v1.SlotCommand.records:type_name -> taskstore.fsm.v1.SnapshotRecord
+	30, // 12: taskstore.fsm.v1.SlotCommand.records:type_name -> taskstore.fsm.v1.SnapshotRecord
 	2,  // 13: taskstore.fsm.v1.SlotState.phase:type_name -> taskstore.fsm.v1.SlotState.Phase
-	12, // 14: taskstore.fsm.v1.Modify.inserts:type_name -> taskstore.fsm.v1.Insert
-	13, // 15: taskstore.fsm.v1.Modify.changes:type_name -> taskstore.fsm.v1.Change
-	14, // 16: taskstore.fsm.v1.Modify.deletes:type_name -> taskstore.fsm.v1.Ref
-	14, // 17: taskstore.fsm.v1.Modify.depends:type_name -> taskstore.fsm.v1.Ref
-	15, // 18: taskstore.fsm.v1.Modify.claim:type_name -> taskstore.fsm.v1.Claim
-	23, // 19: taskstore.fsm.v1.Result.modify:type_name -> taskstore.fsm.v1.ModifyResult
-	24, // 20: taskstore.fsm.v1.Result.claim:type_name -> taskstore.fsm.v1.ClaimResult
-	25, // 21: taskstore.fsm.v1.Result.purge:type_name -> taskstore.fsm.v1.PurgeResult
-	27, // 22: taskstore.fsm.v1.Result.failure:type_name -> taskstore.fsm.v1.Failure
-	20, // 23: taskstore.fsm.v1.Result.batch:type_name -> taskstore.fsm.v1.Result
-	26, // 24: taskstore.fsm.v1.Result.pause:type_name -> taskstore.fsm.v1.PauseResult
-	22, // 25: taskstore.fsm.v1.Result.limit:type_name -> taskstore.fsm.v1.LimitResult
-	21, // 26: taskstore.fsm.v1.Result.schedule:type_name -> taskstore.fsm.v1.ScheduleResult
-	8,  // 27: taskstore.fsm.v1.Result.slot:type_name -> taskstore.fsm.v1.SlotResult
-	19, // 28: taskstore.fsm.v1.ModifyResult.inserted:type_name -> taskstore.fsm.v1.Task
-	19, // 29: taskstore.fsm.v1.ModifyResult.changed:type_name -> taskstore.fsm.v1.Task
-	24, // 30: taskstore.fsm.v1.ModifyResult.claim:type_name -> taskstore.fsm.v1.ClaimResult
-	19, // 31: taskstore.fsm.v1.ClaimResult.tasks:type_name -> taskstore.fsm.v1.Task
-	28, // 32: taskstore.fsm.v1.Failure.errors:type_name -> taskstore.fsm.v1.RefError
-	7,  // 33: taskstore.fsm.v1.Failure.moved:type_name -> taskstore.fsm.v1.SlotState
-	3,  // 34: taskstore.fsm.v1.RefError.category:type_name -> taskstore.fsm.v1.RefError.Category
-	31, // 35: taskstore.fsm.v1.SnapshotRecord.header:type_name -> taskstore.fsm.v1.SnapshotHeader
-	19, // 36: taskstore.fsm.v1.SnapshotRecord.task:type_name -> taskstore.fsm.v1.Task
-	32, // 37: taskstore.fsm.v1.SnapshotRecord.session:type_name -> taskstore.fsm.v1.Session
-	33, // 38: taskstore.fsm.v1.SnapshotRecord.trailer:type_name -> taskstore.fsm.v1.SnapshotTrailer
-	17, // 39: taskstore.fsm.v1.SnapshotRecord.queue_limit:type_name -> taskstore.fsm.v1.QueueLimit
-	30, // 40: taskstore.fsm.v1.SnapshotRecord.reservation:type_name -> taskstore.fsm.v1.KeyReservation
-	9,  // 41: taskstore.fsm.v1.SnapshotRecord.schedule:type_name -> taskstore.fsm.v1.Schedule
-	7,  // 42: taskstore.fsm.v1.SnapshotRecord.slot_state:type_name -> taskstore.fsm.v1.SlotState
-	19, // 43: taskstore.fsm.v1.KeyReservation.task:type_name -> taskstore.fsm.v1.Task
-	20, // 44: taskstore.fsm.v1.Session.result:type_name -> taskstore.fsm.v1.Result
-	45, // [45:45] is the sub-list for method output_type
-	45, // [45:45] is the sub-list for method input_type
-	45, // [45:45] is the sub-list for extension type_name
-	45, // [45:45] is the sub-list for extension extendee
-	0,  // [0:45] is the sub-list for field type_name
+	13, // 14: taskstore.fsm.v1.Modify.inserts:type_name -> taskstore.fsm.v1.Insert
+	14, // 15: taskstore.fsm.v1.Modify.changes:type_name -> taskstore.fsm.v1.Change
+	15, // 16: taskstore.fsm.v1.Modify.deletes:type_name -> taskstore.fsm.v1.Ref
+	15, // 17: taskstore.fsm.v1.Modify.depends:type_name -> taskstore.fsm.v1.Ref
+	16, // 18: taskstore.fsm.v1.Modify.claim:type_name -> taskstore.fsm.v1.Claim
+	24, // 19: taskstore.fsm.v1.Result.modify:type_name -> taskstore.fsm.v1.ModifyResult
+	25, // 20: taskstore.fsm.v1.Result.claim:type_name -> taskstore.fsm.v1.ClaimResult
+	26, // 21: taskstore.fsm.v1.Result.purge:type_name -> taskstore.fsm.v1.PurgeResult
+	28, // 22: taskstore.fsm.v1.Result.failure:type_name -> taskstore.fsm.v1.Failure
+	21, // 23: taskstore.fsm.v1.Result.batch:type_name -> taskstore.fsm.v1.Result
+	27, // 24: taskstore.fsm.v1.Result.pause:type_name -> taskstore.fsm.v1.PauseResult
+	23, // 25: taskstore.fsm.v1.Result.limit:type_name -> taskstore.fsm.v1.LimitResult
+	22, // 26: taskstore.fsm.v1.Result.schedule:type_name -> taskstore.fsm.v1.ScheduleResult
+	9,  // 27: taskstore.fsm.v1.Result.slot:type_name -> taskstore.fsm.v1.SlotResult
+	20, // 28: taskstore.fsm.v1.ModifyResult.inserted:type_name -> taskstore.fsm.v1.Task
+	20, // 29: taskstore.fsm.v1.ModifyResult.changed:type_name -> taskstore.fsm.v1.Task
+	25, // 30: taskstore.fsm.v1.ModifyResult.claim:type_name -> taskstore.fsm.v1.ClaimResult
+	20, // 31: taskstore.fsm.v1.ClaimResult.tasks:type_name -> taskstore.fsm.v1.Task
+	29, // 32: taskstore.fsm.v1.Failure.errors:type_name -> taskstore.fsm.v1.RefError
+	8,  // 33: taskstore.fsm.v1.Failure.moved:type_name -> taskstore.fsm.v1.SlotState
+	3,  // 34: taskstore.fsm.v1.Failure.kind:type_name -> taskstore.fsm.v1.Failure.Kind
+	4,  // 35: taskstore.fsm.v1.RefError.category:type_name -> taskstore.fsm.v1.RefError.Category
+	32, // 36: taskstore.fsm.v1.SnapshotRecord.header:type_name -> taskstore.fsm.v1.SnapshotHeader
+	20, // 37: taskstore.fsm.v1.SnapshotRecord.task:type_name -> taskstore.fsm.v1.Task
+	33, // 38: taskstore.fsm.v1.SnapshotRecord.session:type_name -> taskstore.fsm.v1.Session
+	34, // 39: taskstore.fsm.v1.SnapshotRecord.trailer:type_name -> taskstore.fsm.v1.SnapshotTrailer
+	18, // 40: taskstore.fsm.v1.SnapshotRecord.queue_limit:type_name -> taskstore.fsm.v1.QueueLimit
+	31, // 41: taskstore.fsm.v1.SnapshotRecord.reservation:type_name -> taskstore.fsm.v1.KeyReservation
+	10, // 42: taskstore.fsm.v1.SnapshotRecord.schedule:type_name -> taskstore.fsm.v1.Schedule
+	8,  // 43: taskstore.fsm.v1.SnapshotRecord.slot_state:type_name -> taskstore.fsm.v1.SlotState
+	20, // 44: taskstore.fsm.v1.KeyReservation.task:type_name -> taskstore.fsm.v1.Task
+	21, // 45: taskstore.fsm.v1.Session.result:type_name -> taskstore.fsm.v1.Result
+	46, // [46:46] is the sub-list for method output_type
+	46, // [46:46] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_fsm_proto_init() }
@@ -3241,7 +3357,7 @@ func file_fsm_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fsm_proto_rawDesc), len(file_fsm_proto_rawDesc)),
-			NumEnums:      4,
+			NumEnums:      5,
 			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   0,
