@@ -31,7 +31,7 @@ const (
 // DefaultStateStore is Config.StateStore when empty. Memory, for now: on
 // disk a 3-node cluster moves 0.59-0.78x the claims+commits it moves in
 // memory via a proxy, and 0.41-0.51x its batched inserts
-// (docs/performance.md, "the state on disk at 10 and 20 million tasks").
+// (docs/performance-history.md, "the state on disk at 10 and 20 million tasks").
 // --state disk is for queues larger than memory until that cost comes
 // down; memory is bounded by the node's budget either way (memory.go).
 const DefaultStateStore = StateInMemory
