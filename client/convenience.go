@@ -50,6 +50,15 @@ func WithDedupWindow(d time.Duration) InsertOption {
 	return func(in *taskstorepb.TaskInsert) { in.DedupWindow = durationpb.New(d) }
 }
 
+// WithHeaders sets the task's headers: string pairs kept with it (trace
+// context such as a W3C traceparent, user tags), shown in listings and
+// filterable (TasksRequest.headers). At most 32 pairs and 4 KiB; keys and
+// values non-empty. TaskInsert.Headers and TaskChange.Headers are the same
+// field for callers that build requests themselves.
+func WithHeaders(h map[string]string) InsertOption {
+	return func(in *taskstorepb.TaskInsert) { in.Headers = h }
+}
+
 // IfAbsent, with a key, returns the task that already holds the key instead
 // of failing.
 func IfAbsent() InsertOption { return func(in *taskstorepb.TaskInsert) { in.IfAbsent = true } }

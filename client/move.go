@@ -13,7 +13,7 @@ import (
 // MoveOptions shape MoveQueue.
 type MoveOptions struct {
 	// Filter selects the tasks to move: its state, claimant, key_prefix,
-	// min_attempt and err_contains fields (queue, ids and paging are
+	// min_attempt, err_contains and headers fields (queue, ids and paging are
 	// MoveQueue's). Tasks with a live lease are never moved (their holder
 	// would lose them), so a filter for claimed tasks is refused.
 	Filter *taskstorepb.TasksRequest
@@ -120,7 +120,7 @@ func moveQueue(ctx context.Context, c MoveCalls, src, dst string, opts MoveOptio
 		if f.State == taskstorepb.TaskState_TASK_STATE_CLAIMED || f.GetClaimed() {
 			return res, fmt.Errorf("move %s: claimed tasks are never moved (their holders would lose them): %w", src, ErrInvalid)
 		}
-		list = &taskstorepb.TasksRequest{State: f.State, Claimant: f.Claimant, KeyPrefix: f.KeyPrefix, MinAttempt: f.MinAttempt, ErrContains: f.ErrContains}
+		list = &taskstorepb.TasksRequest{State: f.State, Claimant: f.Claimant, KeyPrefix: f.KeyPrefix, MinAttempt: f.MinAttempt, ErrContains: f.ErrContains, Headers: f.Headers}
 	}
 	unclaimed := false
 	list.Queue, list.Limit, list.OmitValues, list.Claimed = src, uint32(batch), true, &unclaimed
@@ -268,5 +268,16 @@ func matches(t *taskstorepb.Task, f *taskstorepb.TasksRequest) bool {
 	return (f.Claimant == "" || t.Claimant == f.Claimant) &&
 		(f.KeyPrefix == "" || strings.HasPrefix(t.Key, f.KeyPrefix)) &&
 		t.Attempt >= f.MinAttempt &&
-		(f.ErrContains == "" || strings.Contains(t.Err, f.ErrContains))
+		(f.ErrContains == "" || strings.Contains(t.Err, f.ErrContains)) &&
+		hasHeaders(t.Headers, f.Headers)
+}
+
+// hasHeaders reports whether h holds every pair of want.
+func hasHeaders(h, want map[string]string) bool {
+	for k, v := range want {
+		if hv, ok := h[k]; !ok || hv != v {
+			return false
+		}
+	}
+	return true
 }

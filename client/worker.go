@@ -24,6 +24,7 @@ import (
 // More aliases of the API's messages, for Results.
 type (
 	TaskInsert = taskstorepb.TaskInsert
+	TaskChange = taskstorepb.TaskChange
 	TaskRef    = taskstorepb.TaskRef
 )
 

@@ -28,11 +28,15 @@ import (
 const MemoryFull = "memory budget reached"
 
 // taskSize is what a task is counted as beyond the budget's per-task
-// overhead: its id, key, value and error. Not its claimant, so a claim
+// overhead: its id, key, value, error and headers. Not its claimant, so a claim
 // does not change the count (and the on-disk store does not rewrite its
 // small record for claims); a claimant is at most MaxNameBytes.
 func taskSize(t *task) int64 {
-	return int64(len(t.id) + len(t.key) + len(t.value) + len(t.err))
+	n := len(t.id) + len(t.key) + len(t.value) + len(t.err)
+	for k, v := range t.headers() {
+		n += len(k) + len(v)
+	}
+	return int64(n)
 }
 
 // used is what the tasks take by the budget's count.

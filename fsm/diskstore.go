@@ -247,7 +247,7 @@ func (d *diskStore) toTask(tx *ondisk.Txn, id string, tk *ondisk.Task, q *queue)
 
 // fillTask sets t to the task record tk of queue q.
 func fillTask(t *task, id string, tk *ondisk.Task, q *queue) {
-	*t = task{id: id, key: tk.Key, claimant: tk.Claimant, err: tk.Err, value: tk.Value, dedup: tk.Dedup, q: q,
+	*t = task{id: id, key: tk.Key, claimant: tk.Claimant, err: tk.Err, value: tk.Value, ext: newTaskExt(tk.Dedup, tk.Headers), q: q,
 		version: tk.Version, at: tk.At, created: tk.Created, modified: tk.Modified, priority: tk.Priority,
 		claims: tk.Claims, attempt: tk.Attempt}
 }
@@ -255,7 +255,7 @@ func fillTask(t *task, id string, tk *ondisk.Task, q *queue) {
 func fromTask(t *task) *ondisk.Task {
 	return &ondisk.Task{Version: t.version, At: t.at, Claimant: t.claimant, Priority: t.priority, Key: t.key,
 		Value: t.value, Created: t.created, Modified: t.modified, Claims: t.claims, Attempt: t.attempt, Err: t.err,
-		Dedup: t.dedup}
+		Dedup: t.dedupWindow(), Headers: t.headers()}
 }
 
 // refresh copies q's counts from tx into its record.
@@ -480,7 +480,7 @@ func (d *diskStore) purge(q *queue, clock int64) (int, int64, []*task) {
 		t := d.toTask(tx, id, tk, q)
 		all = append(all, t)
 		size += taskSize(t)
-		if t.key != "" && t.dedup > 0 {
+		if t.key != "" && t.dedupWindow() > 0 {
 			keyed = append(keyed, t)
 		}
 		return true
@@ -612,7 +612,7 @@ func (d *diskStore) ascendSessions(fn func(*session) bool) {
 
 func (d *diskStore) toReservation(name string, r *ondisk.Reservation) *reservation {
 	q := &queue{name: name, group: groupOf(name)} // detached: only the name counts
-	t := &task{id: r.ID, key: r.Task.Key, claimant: r.Task.Claimant, err: r.Task.Err, value: r.Task.Value, dedup: r.Task.Dedup,
+	t := &task{id: r.ID, key: r.Task.Key, claimant: r.Task.Claimant, err: r.Task.Err, value: r.Task.Value, ext: newTaskExt(r.Task.Dedup, r.Task.Headers),
 		q: q, version: r.Task.Version, at: r.Task.At, created: r.Task.Created, modified: r.Task.Modified,
 		priority: r.Task.Priority, claims: r.Task.Claims, attempt: r.Task.Attempt}
 	return &reservation{last: t, until: r.Until}

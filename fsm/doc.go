@@ -180,5 +180,15 @@ users.
     by an older leader) is classified by KindOf from the fields and the
     frozen message prefixes older binaries wrote: the one place that reads
     a failure's message.
+
+ 22. Headers. From FormatHeaders, an insert's headers (string pairs) are
+    kept with the task; a change with headers replaces them all, one with
+    clear_headers removes them, and any other change, claim or move keeps
+    them. Validate bounds them (MaxHeaders, MaxHeaderBytes,
+    MaxHeaderKeyBytes); Apply does not. They count in taskSize, are in
+    snapshots (Task.headers), in the on-disk record (field 14) and in the
+    Digest only for tasks that have them. Below the format they are
+    ignored. The few fields most tasks leave unset (the dedup window, the
+    headers) live in task.ext, so the task struct keeps its size class.
 */
 package fsm

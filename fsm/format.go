@@ -50,9 +50,14 @@ const (
 	// copy, which stays what a binary without kinds stores; the answer
 	// to the request itself carries its kind either way.
 	FormatFailureKinds uint32 = 5
+	// FormatHeaders: a task keeps the string pairs its insert gives it
+	// (Insert.headers) and a change may replace or clear them
+	// (Change.headers, Change.clear_headers). Below it both are ignored,
+	// and the API refuses them.
+	FormatHeaders uint32 = 6
 
 	// MaxFormat is the highest format this binary applies.
-	MaxFormat = FormatFailureKinds
+	MaxFormat = FormatHeaders
 )
 
 // Format is the state format the log has raised the machine to.

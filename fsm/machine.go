@@ -62,6 +62,14 @@ var DefaultLimits = limits.DefaultCommands
 // after its task is done covers any producer's retries.
 const MaxDedupWindow = int64(7 * 24 * time.Hour)
 
+// Bounds of a task's headers (Insert.headers, Change.headers): a few dozen
+// short pairs carry trace context and tags; anything larger is a value.
+const (
+	MaxHeaders        = 32
+	MaxHeaderBytes    = 4096 // keys and values together
+	MaxHeaderKeyBytes = 256
+)
+
 // Default exactly-once bounds.
 const (
 	DefaultMaxSessions = 100000

@@ -425,6 +425,8 @@ func TestTaskCodecMatchesProto(t *testing.T) {
 		{id: "a", q: q},
 		{id: "b", q: q, key: "k", claimant: "w", err: "e", value: []byte{0, 1, 2}, version: 9, at: -5,
 			created: 1 << 62, modified: 3, priority: -7, claims: 1 << 31, attempt: 4},
+		{id: "c", q: q, key: "k", ext: newTaskExt(5, map[string]string{"traceparent": "00-ab-cd-01", "b": "2", "a": "1"})},
+		{id: "d", q: q, ext: newTaskExt(0, map[string]string{"x": "y"})},
 	}
 	for _, tk := range tasks {
 		rec := &fsmpb.SnapshotRecord{Task: tk.toProto(false)}

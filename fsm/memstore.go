@@ -337,7 +337,7 @@ func (s *memStore) purge(q *queue, clock int64) (int, int64, []*task) {
 	q.byClaim.Ascend(func(t *task) bool {
 		size += taskSize(t)
 		s.unlink(t)
-		if t.key != "" && t.dedup > 0 {
+		if t.key != "" && t.dedupWindow() > 0 {
 			keyed = append(keyed, t)
 		}
 		if t.at > clock {

@@ -183,6 +183,9 @@ func (a *applier) modify(m *fsmpb.Modify) *fsmpb.Result {
 		if c.Err != nil {
 			nt.err = *c.Err
 		}
+		if st.format >= FormatHeaders && (len(c.Headers) > 0 || c.ClearHeaders) {
+			nt.ext = newTaskExt(t.dedupWindow(), c.Headers)
+		}
 		if nt.key != "" && nt.q != t.q {
 			if owner := md.keyOwner(nt.q.name, nt.key); owner != "" && owner != nt.id {
 				md.fail(&fsmpb.RefError{Category: fsmpb.RefError_INSERT_DUPLICATE_KEY, Id: nt.id, Version: c.Version,
@@ -243,7 +246,12 @@ func (a *applier) modify(m *fsmpb.Modify) *fsmpb.Result {
 			if in.Held && at > md.now {
 				nt.claimant = m.Claimant // held by its producer until at
 			}
-			nt.dedup = max(in.DedupWindow, 0)
+			dedup := max(in.DedupWindow, 0)
+			var headers map[string]string
+			if st.format >= FormatHeaders {
+				headers = in.Headers
+			}
+			nt.ext = newTaskExt(dedup, headers)
 		}
 		md.touched = append(md.touched, in.Queue)
 		if in.Key != "" {

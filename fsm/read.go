@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -69,12 +70,13 @@ type ListFilter struct {
 	Claimant    string // exactly this claimant, lease live or not
 	KeyPrefix   string // a key starting with this ("" also matches no key)
 	MinAttempt  uint32
-	ErrContains string // err containing this text
+	ErrContains string            // err containing this text
+	Headers     map[string]string // every one of these headers, with this value
 }
 
 // Any reports whether f filters at all.
 func (f ListFilter) Any() bool {
-	return f.Claimed != nil || f.State != AnyState || f.Claimant != "" || f.KeyPrefix != "" || f.MinAttempt > 0 || f.ErrContains != ""
+	return f.Claimed != nil || f.State != AnyState || f.Claimant != "" || f.KeyPrefix != "" || f.MinAttempt > 0 || f.ErrContains != "" || len(f.Headers) > 0
 }
 
 func (f ListFilter) match(t *task, clock int64) bool {
@@ -89,6 +91,14 @@ func (f ListFilter) match(t *task, clock int64) bool {
 		t.attempt < f.MinAttempt,
 		f.ErrContains != "" && !strings.Contains(t.err, f.ErrContains):
 		return false
+	}
+	if len(f.Headers) > 0 {
+		h := t.headers()
+		for k, v := range f.Headers {
+			if hv, ok := h[k]; !ok || hv != v {
+				return false
+			}
+		}
 	}
 	return true
 }
@@ -364,10 +374,19 @@ func digestOf(snap *snapshot) [32]byte {
 		u(uint64(t.claims))
 		u(uint64(t.attempt))
 		str(t.err)
-		if t.dedup != 0 {
+		if t.dedupWindow() != 0 {
 			// Only then: digests of tasks without one stay as they were.
 			str("dedup")
-			u(uint64(t.dedup))
+			u(uint64(t.dedupWindow()))
+		}
+		if h := t.headers(); len(h) > 0 {
+			// Only then, like dedup.
+			str("headers")
+			u(uint64(len(h)))
+			for _, k := range slices.Sorted(maps.Keys(h)) {
+				str(k)
+				str(h[k])
+			}
 		}
 		flush()
 	}

@@ -441,7 +441,7 @@ func (a *applier) importRecords(recs []*fsmpb.SnapshotRecord) {
 func taskFromProto(tp *fsmpb.Task) *task {
 	return &task{id: tp.Id, key: tp.Key, claimant: tp.Claimant, err: tp.Err, value: tp.Value,
 		version: tp.Version, at: tp.At, created: tp.Created, modified: tp.Modified,
-		priority: tp.Priority, claims: tp.Claims, attempt: tp.Attempt, dedup: tp.DedupWindow}
+		priority: tp.Priority, claims: tp.Claims, attempt: tp.Attempt, ext: newTaskExt(tp.DedupWindow, tp.Headers)}
 }
 
 // SlotCursor is where an ExportSlot chunk ends and the next begins; the

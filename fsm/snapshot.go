@@ -864,7 +864,7 @@ func (s *state) restoreReservation(p *fsmpb.KeyReservation) error {
 	// The deleted version's queue record is detached: only its name counts.
 	t := &task{id: tp.Id, key: tp.Key, claimant: tp.Claimant, err: tp.Err, value: tp.Value,
 		q: &queue{name: tp.Queue, group: groupOf(tp.Queue)}, version: tp.Version, at: tp.At, created: tp.Created,
-		modified: tp.Modified, priority: tp.Priority, claims: tp.Claims, attempt: tp.Attempt, dedup: tp.DedupWindow}
+		modified: tp.Modified, priority: tp.Priority, claims: tp.Claims, attempt: tp.Attempt, ext: newTaskExt(tp.DedupWindow, tp.Headers)}
 	s.store.putReservation(&reservation{last: t, until: p.Until})
 	return nil
 }

@@ -26,8 +26,8 @@ type task struct {
 	key      string
 	claimant string
 	err      string
-	value    []byte // shared with results and snapshots; never modified
-	dedup    int64  // the key's reservation after deletion (Insert.dedup_window)
+	value    []byte   // shared with results and snapshots; never modified
+	ext      *taskExt // rarely set fields; nil when none is
 	q        *queue
 	slot     *slot // the id's entry in state.tasks, shared by every version
 	version  uint64
@@ -37,6 +37,41 @@ type task struct {
 	priority int32
 	claims   uint32
 	attempt  uint32
+}
+
+// taskExt holds the fields few tasks set, so that the task struct stays in
+// its size class. Immutable and shared between versions: a change that sets
+// one builds a new taskExt.
+type taskExt struct {
+	dedup   int64             // the key's reservation after deletion (Insert.dedup_window)
+	headers map[string]string // Insert.headers (FormatHeaders); never modified
+}
+
+// newTaskExt is the ext of a task with these fields: nil when all are zero.
+func newTaskExt(dedup int64, headers map[string]string) *taskExt {
+	if dedup == 0 && len(headers) == 0 {
+		return nil
+	}
+	if len(headers) == 0 {
+		headers = nil
+	}
+	return &taskExt{dedup: dedup, headers: headers}
+}
+
+// dedupWindow is the key's reservation after the task's deletion.
+func (t *task) dedupWindow() int64 {
+	if t.ext == nil {
+		return 0
+	}
+	return t.ext.dedup
+}
+
+// headers are the task's string pairs (shared: never modify them).
+func (t *task) headers() map[string]string {
+	if t.ext == nil {
+		return nil
+	}
+	return t.ext.headers
 }
 
 // slot is the id map's entry for one task: it points at the current
@@ -198,13 +233,13 @@ func reservationLess(a, b *reservation) bool {
 // reserve keeps t's key taken for its dedup window after t was deleted,
 // unless a live task holds the key again.
 func (s *state) reserve(t *task) {
-	if t.key == "" || t.dedup <= 0 {
+	if t.key == "" || t.dedupWindow() <= 0 {
 		return
 	}
 	if s.store.keyOwner(t.q.name, t.key) != "" {
 		return
 	}
-	s.store.putReservation(&reservation{last: t, until: addSat(s.clock, t.dedup)})
+	s.store.putReservation(&reservation{last: t, until: addSat(s.clock, t.dedupWindow())})
 }
 
 // reservedKey returns the unexpired reservation of key in queue, if any.
@@ -391,7 +426,8 @@ func (t *task) toProto(omitValue bool) *fsmpb.Task {
 		Claims:      t.claims,
 		Attempt:     t.attempt,
 		Err:         t.err,
-		DedupWindow: t.dedup,
+		DedupWindow: t.dedupWindow(),
+		Headers:     t.headers(),
 	}
 	if !omitValue {
 		p.Value = t.value

@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/e1158ecb/taskstore/fsm/ondisk"
 )
 
 // Snapshots hold a million task records; encoding them through the
@@ -29,6 +31,7 @@ const (
 	taskAttempt  protowire.Number = 12
 	taskErr      protowire.Number = 13
 	taskDedup    protowire.Number = 14
+	taskHeaders  protowire.Number = 15
 )
 
 // appendTask appends t as a Task message, fields in number order, zero
@@ -50,7 +53,8 @@ func appendTask(b []byte, t *task) []byte {
 	b = appendVarint(b, taskClaims, uint64(t.claims))
 	b = appendVarint(b, taskAttempt, uint64(t.attempt))
 	b = appendString(b, taskErr, t.err)
-	return appendVarint(b, taskDedup, uint64(t.dedup))
+	b = appendVarint(b, taskDedup, uint64(t.dedupWindow()))
+	return ondisk.AppendStringMap(b, taskHeaders, t.headers())
 }
 
 func appendString(b []byte, num protowire.Number, s string) []byte {
@@ -75,6 +79,8 @@ func appendVarint(b []byte, num protowire.Number, v uint64) []byte {
 func decodeTask(data []byte) (*task, []byte, error) {
 	t := &task{}
 	var queue []byte
+	var dedup int64
+	var headers map[string]string
 	for len(data) > 0 {
 		num, typ, n := protowire.ConsumeTag(data)
 		if n < 0 {
@@ -82,7 +88,7 @@ func decodeTask(data []byte) (*task, []byte, error) {
 		}
 		data = data[n:]
 		switch num {
-		case taskID, taskQueue, taskClaimant, taskKey, taskValue, taskErr:
+		case taskID, taskQueue, taskClaimant, taskKey, taskValue, taskErr, taskHeaders:
 			if typ != protowire.BytesType {
 				return nil, nil, fmt.Errorf("task field %d has wire type %d", num, typ)
 			}
@@ -104,6 +110,11 @@ func decodeTask(data []byte) (*task, []byte, error) {
 				t.value = append([]byte(nil), v...)
 			case taskErr:
 				t.err = string(v)
+			case taskHeaders:
+				var err error
+				if headers, err = ondisk.ConsumeStringMapEntry(headers, v); err != nil {
+					return nil, nil, err
+				}
 			}
 		case taskVersion, taskAt, taskPriority, taskCreated, taskModified, taskClaims, taskAttempt, taskDedup:
 			if typ != protowire.VarintType {
@@ -130,7 +141,7 @@ func decodeTask(data []byte) (*task, []byte, error) {
 			case taskAttempt:
 				t.attempt = uint32(v)
 			case taskDedup:
-				t.dedup = int64(v)
+				dedup = int64(v)
 			}
 		default:
 			n := protowire.ConsumeFieldValue(num, typ, data)
@@ -140,5 +151,6 @@ func decodeTask(data []byte) (*task, []byte, error) {
 			data = data[n:]
 		}
 	}
+	t.ext = newTaskExt(dedup, headers)
 	return t, queue, nil
 }

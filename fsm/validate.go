@@ -3,6 +3,7 @@ package fsm
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -35,6 +36,41 @@ func (e *ValidationError) Unwrap() error { return e.Kind }
 
 func invalidf(field, format string, args ...any) error {
 	return &ValidationError{Field: field, Rule: fmt.Sprintf(format, args...), Kind: ErrInvalid}
+}
+
+// ValidateHeaders checks a task's headers against MaxHeaders,
+// MaxHeaderBytes and MaxHeaderKeyBytes: keys non-empty, values non-empty
+// (an empty value would be indistinguishable from an absent key over
+// HTTP), both valid UTF-8. The error is a *ValidationError wrapping
+// ErrInvalid; keys are named in sorted order, so the answer is stable.
+func ValidateHeaders(field string, h map[string]string) error {
+	if len(h) > MaxHeaders {
+		return invalidf(field, "%d headers exceed the limit of %d", len(h), MaxHeaders)
+	}
+	keys := make([]string, 0, len(h))
+	total := 0
+	for k, val := range h {
+		keys = append(keys, k)
+		total += len(k) + len(val)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		val := h[k]
+		switch {
+		case k == "":
+			return invalidf(field, "a header key must not be empty")
+		case len(k) > MaxHeaderKeyBytes:
+			return invalidf(field, "header key %.32q...: %d bytes exceeds the limit of %d", k, len(k), MaxHeaderKeyBytes)
+		case val == "":
+			return invalidf(field, "header %q has an empty value", k)
+		case !utf8.ValidString(k) || !utf8.ValidString(val):
+			return invalidf(field, "header %q is not valid UTF-8", k)
+		}
+	}
+	if total > MaxHeaderBytes {
+		return invalidf(field, "headers take %d bytes (keys and values), over the limit of %d", total, MaxHeaderBytes)
+	}
+	return nil
 }
 
 func tooLarge(field string, n, limit int) error {
@@ -308,6 +344,9 @@ func (v *validator) modify(m *fsmpb.Modify, path string) error {
 		if len(in.Err) > v.l.MaxErrBytes {
 			return tooLarge(f+"err", len(in.Err), v.l.MaxErrBytes)
 		}
+		if err := ValidateHeaders(f+"headers", in.Headers); err != nil {
+			return err
+		}
 	}
 	for i, c := range m.Changes {
 		f := fmt.Sprintf("%schanges[%d].", path, i)
@@ -330,6 +369,12 @@ func (v *validator) modify(m *fsmpb.Modify, path string) error {
 		}
 		if c.Err != nil && len(*c.Err) > v.l.MaxErrBytes {
 			return tooLarge(f+"err", len(*c.Err), v.l.MaxErrBytes)
+		}
+		if err := ValidateHeaders(f+"headers", c.Headers); err != nil {
+			return err
+		}
+		if c.ClearHeaders && len(c.Headers) > 0 {
+			return invalidf(f+"clear_headers", "headers replace the task's: give one or the other")
 		}
 	}
 	for i, r := range m.Deletes {

@@ -192,9 +192,14 @@ func (p strictQueryParser) Parse(msg proto.Message, values url.Values, filter *u
 }
 
 // knownField checks that a dotted query key (by JSON or proto field names)
-// names a field of md.
+// names a field of md; a map field takes its entries as FIELD[KEY] (the
+// gateway's syntax: headers[tenant]=acme).
 func knownField(md protoreflect.MessageDescriptor, key string) error {
-	path := strings.Split(key, ".")
+	field := key
+	if i := strings.IndexByte(key, '['); i > 0 && strings.HasSuffix(key, "]") {
+		field = key[:i]
+	}
+	path := strings.Split(field, ".")
 	for i, name := range path {
 		fd := md.Fields().ByJSONName(name)
 		if fd == nil {
@@ -202,6 +207,9 @@ func knownField(md protoreflect.MessageDescriptor, key string) error {
 		}
 		if fd == nil {
 			return fmt.Errorf("unknown query parameter %q: %s has no field %q", key, md.FullName(), name)
+		}
+		if field != key && i == len(path)-1 && !fd.IsMap() {
+			return fmt.Errorf("unknown query parameter %q: %s is not a map", key, fd.FullName())
 		}
 		if i < len(path)-1 {
 			if fd.Message() == nil {

@@ -27,6 +27,7 @@ func taskToAPI(t *fsmpb.Task) *taskstorepb.Task {
 		Attempt:     t.Attempt,
 		Err:         t.Err,
 		DedupWindow: nanosToDuration(t.DedupWindow),
+		Headers:     t.Headers,
 	}
 }
 

@@ -236,6 +236,7 @@ func (srv *Server) modify(ctx context.Context, req *taskstorepb.ModifyRequest) (
 		m.Scope = p.Prefixes
 	}
 	controls := false // an insert needs FormatQueueControls
+	headers := false  // an insert or a change needs FormatHeaders
 	for i, in := range req.Inserts {
 		at, err := availability(field("inserts", i, ""), in.At, in.Delay, now)
 		if err != nil {
@@ -247,11 +248,12 @@ func (srv *Server) modify(ctx context.Context, req *taskstorepb.ModifyRequest) (
 		}
 		m.Inserts = append(m.Inserts, &fsmpb.Insert{Id: id, Queue: in.Queue, At: at, Priority: in.Priority, Key: in.Key,
 			Value: in.Value, Attempt: in.Attempt, Err: in.Err, IfAbsent: in.IfAbsent, Held: in.Held,
-			DedupWindow: in.DedupWindow.AsDuration().Nanoseconds(), IdChosenByLeader: chosen})
+			DedupWindow: in.DedupWindow.AsDuration().Nanoseconds(), IdChosenByLeader: chosen, Headers: in.Headers})
 		if in.DedupWindow != nil && in.DedupWindow.CheckValid() != nil {
 			return nil, invalid(field("inserts", i, "dedup_window"), "not a valid duration")
 		}
 		controls = controls || in.Held || in.DedupWindow != nil
+		headers = headers || len(in.Headers) > 0
 	}
 	if controls {
 		if err := needFormat(ctx, shard, fsm.FormatQueueControls, "a held insert or a dedup window"); err != nil {
@@ -264,7 +266,13 @@ func (srv *Server) modify(ctx context.Context, req *taskstorepb.ModifyRequest) (
 			return nil, err
 		}
 		m.Changes = append(m.Changes, &fsmpb.Change{Id: c.Id, Version: c.Version, Queue: c.NewQueue, At: at, Value: c.Value,
-			Priority: c.Priority, Attempt: c.Attempt, Err: c.Err, KeepClaim: c.KeepClaim})
+			Priority: c.Priority, Attempt: c.Attempt, Err: c.Err, KeepClaim: c.KeepClaim, Headers: c.Headers, ClearHeaders: c.ClearHeaders})
+		headers = headers || len(c.Headers) > 0 || c.ClearHeaders
+	}
+	if headers {
+		if err := needFormat(ctx, shard, fsm.FormatHeaders, "task headers"); err != nil {
+			return nil, err
+		}
 	}
 	for _, r := range req.Deletes {
 		m.Deletes = append(m.Deletes, &fsmpb.Ref{Id: r.Id, Version: r.Version})
@@ -637,7 +645,10 @@ func (srv *Server) readTasks(m *fsm.Machine, req *taskstorepb.TasksRequest, f fs
 // listFilter converts and checks a listing's filters. They filter a queue
 // listing; with ids they are refused rather than ignored.
 func (srv *Server) listFilter(req *taskstorepb.TasksRequest) (fsm.ListFilter, error) {
-	f := fsm.ListFilter{Claimed: req.Claimed, Claimant: req.Claimant, KeyPrefix: req.KeyPrefix, MinAttempt: req.MinAttempt, ErrContains: req.ErrContains}
+	f := fsm.ListFilter{Claimed: req.Claimed, Claimant: req.Claimant, KeyPrefix: req.KeyPrefix, MinAttempt: req.MinAttempt, ErrContains: req.ErrContains, Headers: req.Headers}
+	if err := fsm.ValidateHeaders("headers", req.Headers); err != nil {
+		return f, err
+	}
 	switch req.State {
 	case taskstorepb.TaskState_TASK_STATE_UNSPECIFIED:
 	case taskstorepb.TaskState_TASK_STATE_AVAILABLE:
@@ -661,7 +672,7 @@ func (srv *Server) listFilter(req *taskstorepb.TasksRequest) (fsm.ListFilter, er
 	listing := f
 	listing.Claimed = nil // the older filter, which a lookup by ids has always ignored
 	if len(req.Ids) > 0 && listing.Any() {
-		return f, invalid("ids", "state, claimant, key_prefix, min_attempt and err_contains filter a queue listing, not a lookup by ids")
+		return f, invalid("ids", "state, claimant, key_prefix, min_attempt, err_contains and headers filter a queue listing, not a lookup by ids")
 	}
 	return f, nil
 }

@@ -232,7 +232,11 @@ type Task struct {
 	Attempt uint32 `protobuf:"varint,12,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	Err     string `protobuf:"bytes,13,opt,name=err,proto3" json:"err,omitempty"`
 	// The key's reservation after deletion (TaskInsert.dedup_window).
-	DedupWindow   *durationpb.Duration `protobuf:"bytes,14,opt,name=dedup_window,json=dedupWindow,proto3" json:"dedup_window,omitempty"`
+	DedupWindow *durationpb.Duration `protobuf:"bytes,14,opt,name=dedup_window,json=dedupWindow,proto3" json:"dedup_window,omitempty"`
+	// String pairs set by the producer and by changes (TaskInsert.headers):
+	// trace context (W3C traceparent, tracestate), user tags. Kept through
+	// moves, snapshots, backups and restarts.
+	Headers       map[string]string `protobuf:"bytes,15,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -361,6 +365,13 @@ func (x *Task) GetErr() string {
 func (x *Task) GetDedupWindow() *durationpb.Duration {
 	if x != nil {
 		return x.DedupWindow
+	}
+	return nil
+}
+
+func (x *Task) GetHeaders() map[string]string {
+	if x != nil {
+		return x.Headers
 	}
 	return nil
 }
@@ -514,7 +525,11 @@ type TaskInsert struct {
 	// within the window fails as INSERT_DUPLICATE_KEY naming the deleted
 	// task, or with if_absent returns the task as it was deleted. At most 7
 	// days.
-	DedupWindow   *durationpb.Duration `protobuf:"bytes,12,opt,name=dedup_window,json=dedupWindow,proto3" json:"dedup_window,omitempty"`
+	DedupWindow *durationpb.Duration `protobuf:"bytes,12,opt,name=dedup_window,json=dedupWindow,proto3" json:"dedup_window,omitempty"`
+	// String pairs kept with the task (trace context, user tags): at most 32
+	// pairs and 4 KiB of keys and values together; keys are non-empty, at
+	// most 256 bytes, values non-empty.
+	Headers       map[string]string `protobuf:"bytes,13,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -633,6 +648,13 @@ func (x *TaskInsert) GetDedupWindow() *durationpb.Duration {
 	return nil
 }
 
+func (x *TaskInsert) GetHeaders() map[string]string {
+	if x != nil {
+		return x.Headers
+	}
+	return nil
+}
+
 type TaskChange struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Id      string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -650,7 +672,12 @@ type TaskChange struct {
 	Err      *string                `protobuf:"bytes,10,opt,name=err,proto3,oneof" json:"err,omitempty"`
 	// Keep the claim (lease renewal). By default a change ends the claim:
 	// claimant is cleared.
-	KeepClaim     bool `protobuf:"varint,11,opt,name=keep_claim,json=keepClaim,proto3" json:"keep_claim,omitempty"`
+	KeepClaim bool `protobuf:"varint,11,opt,name=keep_claim,json=keepClaim,proto3" json:"keep_claim,omitempty"`
+	// Replace the task's headers with these (bounded as TaskInsert.headers).
+	// Empty keeps them, unless clear_headers.
+	Headers map[string]string `protobuf:"bytes,12,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Remove every header of the task (with headers empty).
+	ClearHeaders  bool `protobuf:"varint,13,opt,name=clear_headers,json=clearHeaders,proto3" json:"clear_headers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -758,6 +785,20 @@ func (x *TaskChange) GetErr() string {
 func (x *TaskChange) GetKeepClaim() bool {
 	if x != nil {
 		return x.KeepClaim
+	}
+	return false
+}
+
+func (x *TaskChange) GetHeaders() map[string]string {
+	if x != nil {
+		return x.Headers
+	}
+	return nil
+}
+
+func (x *TaskChange) GetClearHeaders() bool {
+	if x != nil {
+		return x.ClearHeaders
 	}
 	return false
 }
@@ -1369,7 +1410,9 @@ type TasksRequest struct {
 	// Only tasks whose attempt is at least this.
 	MinAttempt uint32 `protobuf:"varint,12,opt,name=min_attempt,json=minAttempt,proto3" json:"min_attempt,omitempty"`
 	// Only tasks whose err contains this text.
-	ErrContains   string `protobuf:"bytes,13,opt,name=err_contains,json=errContains,proto3" json:"err_contains,omitempty"`
+	ErrContains string `protobuf:"bytes,13,opt,name=err_contains,json=errContains,proto3" json:"err_contains,omitempty"`
+	// Only tasks that have every one of these headers with this value.
+	Headers       map[string]string `protobuf:"bytes,14,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1493,6 +1536,13 @@ func (x *TasksRequest) GetErrContains() string {
 		return x.ErrContains
 	}
 	return ""
+}
+
+func (x *TasksRequest) GetHeaders() map[string]string {
+	if x != nil {
+		return x.Headers
+	}
+	return nil
 }
 
 type TasksResponse struct {
@@ -5027,7 +5077,7 @@ var File_taskstore_v1_taskstore_proto protoreflect.FileDescriptor
 
 const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\n" +
-	"\x1ctaskstore/v1/taskstore.proto\x12\ftaskstore.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc2\x03\n" +
+	"\x1ctaskstore/v1/taskstore.proto\x12\ftaskstore.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb9\x04\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x14\n" +
@@ -5043,14 +5093,18 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\x06claims\x18\v \x01(\rR\x06claims\x12\x18\n" +
 	"\aattempt\x18\f \x01(\rR\aattempt\x12\x10\n" +
 	"\x03err\x18\r \x01(\tR\x03err\x12<\n" +
-	"\fdedup_window\x18\x0e \x01(\v2\x19.google.protobuf.DurationR\vdedupWindow\"I\n" +
+	"\fdedup_window\x18\x0e \x01(\v2\x19.google.protobuf.DurationR\vdedupWindow\x129\n" +
+	"\aheaders\x18\x0f \x03(\v2\x1f.taskstore.v1.Task.HeadersEntryR\aheaders\x1a:\n" +
+	"\fHeadersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"I\n" +
 	"\aTaskRef\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x14\n" +
 	"\x05queue\x18\x03 \x01(\tR\x05queue\":\n" +
 	"\tRequestID\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x10\n" +
-	"\x03seq\x18\x02 \x01(\x04R\x03seq\"\xee\x02\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\"\xeb\x03\n" +
 	"\n" +
 	"TaskInsert\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
@@ -5065,7 +5119,11 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\tif_absent\x18\n" +
 	" \x01(\bR\bifAbsent\x12\x12\n" +
 	"\x04held\x18\v \x01(\bR\x04held\x12<\n" +
-	"\fdedup_window\x18\f \x01(\v2\x19.google.protobuf.DurationR\vdedupWindow\"\x82\x03\n" +
+	"\fdedup_window\x18\f \x01(\v2\x19.google.protobuf.DurationR\vdedupWindow\x12?\n" +
+	"\aheaders\x18\r \x03(\v2%.taskstore.v1.TaskInsert.HeadersEntryR\aheaders\x1a:\n" +
+	"\fHeadersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa4\x04\n" +
 	"\n" +
 	"TaskChange\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
@@ -5080,7 +5138,12 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\x03err\x18\n" +
 	" \x01(\tH\x03R\x03err\x88\x01\x01\x12\x1d\n" +
 	"\n" +
-	"keep_claim\x18\v \x01(\bR\tkeepClaimB\b\n" +
+	"keep_claim\x18\v \x01(\bR\tkeepClaim\x12?\n" +
+	"\aheaders\x18\f \x03(\v2%.taskstore.v1.TaskChange.HeadersEntryR\aheaders\x12#\n" +
+	"\rclear_headers\x18\r \x01(\bR\fclearHeaders\x1a:\n" +
+	"\fHeadersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\b\n" +
 	"\x06_valueB\v\n" +
 	"\t_priorityB\n" +
 	"\n" +
@@ -5144,7 +5207,7 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\arequest\x18\x06 \x01(\v2\x17.taskstore.v1.RequestIDR\arequest\"\\\n" +
 	"\rClaimResponse\x12(\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x12.taskstore.v1.TaskR\x05tasks\x12!\n" +
-	"\fempty_reason\x18\x02 \x01(\tR\vemptyReason\"\x91\x03\n" +
+	"\fempty_reason\x18\x02 \x01(\tR\vemptyReason\"\x90\x04\n" +
 	"\fTasksRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x10\n" +
 	"\x03ids\x18\x02 \x03(\tR\x03ids\x12\x14\n" +
@@ -5163,7 +5226,11 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"key_prefix\x18\v \x01(\tR\tkeyPrefix\x12\x1f\n" +
 	"\vmin_attempt\x18\f \x01(\rR\n" +
 	"minAttempt\x12!\n" +
-	"\ferr_contains\x18\r \x01(\tR\verrContainsB\n" +
+	"\ferr_contains\x18\r \x01(\tR\verrContains\x12A\n" +
+	"\aheaders\x18\x0e \x03(\v2'.taskstore.v1.TasksRequest.HeadersEntryR\aheaders\x1a:\n" +
+	"\fHeadersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\n" +
 	"\n" +
 	"\b_claimed\"\x84\x01\n" +
 	"\rTasksResponse\x12(\n" +
@@ -5464,7 +5531,7 @@ func file_taskstore_v1_taskstore_proto_rawDescGZIP() []byte {
 }
 
 var file_taskstore_v1_taskstore_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_taskstore_v1_taskstore_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
+var file_taskstore_v1_taskstore_proto_msgTypes = make([]protoimpl.MessageInfo, 74)
 var file_taskstore_v1_taskstore_proto_goTypes = []any{
 	(TaskState)(0),                 // 0: taskstore.v1.TaskState
 	(MissedTicks)(0),               // 1: taskstore.v1.MissedTicks
@@ -5538,135 +5605,143 @@ var file_taskstore_v1_taskstore_proto_goTypes = []any{
 	(*RemoveNodeResponse)(nil),     // 69: taskstore.v1.RemoveNodeResponse
 	(*RebuildReplicaRequest)(nil),  // 70: taskstore.v1.RebuildReplicaRequest
 	(*RebuildReplicaResponse)(nil), // 71: taskstore.v1.RebuildReplicaResponse
-	nil,                            // 72: taskstore.v1.ModifyResponse.SameAsEntry
-	(*timestamppb.Timestamp)(nil),  // 73: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 74: google.protobuf.Duration
+	nil,                            // 72: taskstore.v1.Task.HeadersEntry
+	nil,                            // 73: taskstore.v1.TaskInsert.HeadersEntry
+	nil,                            // 74: taskstore.v1.TaskChange.HeadersEntry
+	nil,                            // 75: taskstore.v1.ModifyResponse.SameAsEntry
+	nil,                            // 76: taskstore.v1.TasksRequest.HeadersEntry
+	(*timestamppb.Timestamp)(nil),  // 77: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 78: google.protobuf.Duration
 }
 var file_taskstore_v1_taskstore_proto_depIdxs = []int32{
-	73, // 0: taskstore.v1.Task.at:type_name -> google.protobuf.Timestamp
-	73, // 1: taskstore.v1.Task.created:type_name -> google.protobuf.Timestamp
-	73, // 2: taskstore.v1.Task.modified:type_name -> google.protobuf.Timestamp
-	74, // 3: taskstore.v1.Task.dedup_window:type_name -> google.protobuf.Duration
-	73, // 4: taskstore.v1.TaskInsert.at:type_name -> google.protobuf.Timestamp
-	74, // 5: taskstore.v1.TaskInsert.delay:type_name -> google.protobuf.Duration
-	74, // 6: taskstore.v1.TaskInsert.dedup_window:type_name -> google.protobuf.Duration
-	73, // 7: taskstore.v1.TaskChange.at:type_name -> google.protobuf.Timestamp
-	74, // 8: taskstore.v1.TaskChange.delay:type_name -> google.protobuf.Duration
-	6,  // 9: taskstore.v1.ModifyRequest.inserts:type_name -> taskstore.v1.TaskInsert
-	7,  // 10: taskstore.v1.ModifyRequest.changes:type_name -> taskstore.v1.TaskChange
-	4,  // 11: taskstore.v1.ModifyRequest.deletes:type_name -> taskstore.v1.TaskRef
-	4,  // 12: taskstore.v1.ModifyRequest.depends:type_name -> taskstore.v1.TaskRef
-	5,  // 13: taskstore.v1.ModifyRequest.request:type_name -> taskstore.v1.RequestID
-	9,  // 14: taskstore.v1.ModifyRequest.claim:type_name -> taskstore.v1.ModifyClaim
-	74, // 15: taskstore.v1.ModifyClaim.lease:type_name -> google.protobuf.Duration
-	3,  // 16: taskstore.v1.ModifyResponse.inserted:type_name -> taskstore.v1.Task
-	3,  // 17: taskstore.v1.ModifyResponse.changed:type_name -> taskstore.v1.Task
-	3,  // 18: taskstore.v1.ModifyResponse.claimed:type_name -> taskstore.v1.Task
-	72, // 19: taskstore.v1.ModifyResponse.same_as:type_name -> taskstore.v1.ModifyResponse.SameAsEntry
-	12, // 20: taskstore.v1.ModifyError.errors:type_name -> taskstore.v1.RefError
-	2,  // 21: taskstore.v1.RefError.category:type_name -> taskstore.v1.RefError.Category
-	73, // 22: taskstore.v1.RefError.lease_until:type_name -> google.protobuf.Timestamp
-	74, // 23: taskstore.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
-	74, // 24: taskstore.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
-	5,  // 25: taskstore.v1.ClaimRequest.request:type_name -> taskstore.v1.RequestID
-	3,  // 26: taskstore.v1.ClaimResponse.tasks:type_name -> taskstore.v1.Task
-	0,  // 27: taskstore.v1.TasksRequest.state:type_name -> taskstore.v1.TaskState
-	3,  // 28: taskstore.v1.TasksResponse.tasks:type_name -> taskstore.v1.Task
-	74, // 29: taskstore.v1.QueueStats.oldest_available_age:type_name -> google.protobuf.Duration
-	74, // 30: taskstore.v1.QueueStats.avg_claim_to_commit:type_name -> google.protobuf.Duration
-	74, // 31: taskstore.v1.QueueStats.rate_window:type_name -> google.protobuf.Duration
-	18, // 32: taskstore.v1.QueuesResponse.queues:type_name -> taskstore.v1.QueueStats
-	5,  // 33: taskstore.v1.PurgeRequest.request:type_name -> taskstore.v1.RequestID
-	5,  // 34: taskstore.v1.QueuePauseRequest.request:type_name -> taskstore.v1.RequestID
-	74, // 35: taskstore.v1.Schedule.every:type_name -> google.protobuf.Duration
-	1,  // 36: taskstore.v1.Schedule.missed:type_name -> taskstore.v1.MissedTicks
-	73, // 37: taskstore.v1.Schedule.next:type_name -> google.protobuf.Timestamp
-	73, // 38: taskstore.v1.Schedule.last:type_name -> google.protobuf.Timestamp
-	23, // 39: taskstore.v1.PutScheduleRequest.schedule:type_name -> taskstore.v1.Schedule
-	5,  // 40: taskstore.v1.PutScheduleRequest.request:type_name -> taskstore.v1.RequestID
-	23, // 41: taskstore.v1.PutScheduleResponse.schedule:type_name -> taskstore.v1.Schedule
-	5,  // 42: taskstore.v1.DeleteScheduleRequest.request:type_name -> taskstore.v1.RequestID
-	23, // 43: taskstore.v1.SchedulesResponse.schedules:type_name -> taskstore.v1.Schedule
-	5,  // 44: taskstore.v1.QueueLimitRequest.request:type_name -> taskstore.v1.RequestID
-	73, // 45: taskstore.v1.TimeResponse.now:type_name -> google.protobuf.Timestamp
-	36, // 46: taskstore.v1.ProduceRequest.items:type_name -> taskstore.v1.ProduceItem
-	8,  // 47: taskstore.v1.ProduceItem.modify:type_name -> taskstore.v1.ModifyRequest
-	74, // 48: taskstore.v1.ProduceItem.timeout:type_name -> google.protobuf.Duration
-	38, // 49: taskstore.v1.ProduceResponse.answers:type_name -> taskstore.v1.ProduceAnswer
-	10, // 50: taskstore.v1.ProduceAnswer.modify:type_name -> taskstore.v1.ModifyResponse
-	39, // 51: taskstore.v1.ProduceAnswer.details:type_name -> taskstore.v1.ErrorDetail
-	44, // 52: taskstore.v1.ReplicaStatus.checkpoints:type_name -> taskstore.v1.Checkpoint
-	45, // 53: taskstore.v1.ReplicaStatus.divergence:type_name -> taskstore.v1.Divergence
-	73, // 54: taskstore.v1.Divergence.detected:type_name -> google.protobuf.Timestamp
-	43, // 55: taskstore.v1.ShardStatus.replica_status:type_name -> taskstore.v1.ReplicaStatus
-	42, // 56: taskstore.v1.StatusResponse.nodes:type_name -> taskstore.v1.NodeStatus
-	46, // 57: taskstore.v1.StatusResponse.shards:type_name -> taskstore.v1.ShardStatus
-	46, // 58: taskstore.v1.StatusResponse.meta:type_name -> taskstore.v1.ShardStatus
-	73, // 59: taskstore.v1.StatusResponse.now:type_name -> google.protobuf.Timestamp
-	56, // 60: taskstore.v1.StatusResponse.moves:type_name -> taskstore.v1.SlotMove
-	56, // 61: taskstore.v1.StatusResponse.finished_moves:type_name -> taskstore.v1.SlotMove
-	46, // 62: taskstore.v1.AddShardsResponse.shards:type_name -> taskstore.v1.ShardStatus
-	56, // 63: taskstore.v1.RemoveShardResponse.moves:type_name -> taskstore.v1.SlotMove
-	56, // 64: taskstore.v1.RebalanceSlotsResponse.moves:type_name -> taskstore.v1.SlotMove
-	56, // 65: taskstore.v1.MoveSlotsResponse.moves:type_name -> taskstore.v1.SlotMove
-	59, // 66: taskstore.v1.BackupChunk.info:type_name -> taskstore.v1.BackupInfo
-	61, // 67: taskstore.v1.ShardRoute.replicas:type_name -> taskstore.v1.Replica
-	62, // 68: taskstore.v1.RoutingResponse.shards:type_name -> taskstore.v1.ShardRoute
-	42, // 69: taskstore.v1.AddNodeResponse.node:type_name -> taskstore.v1.NodeStatus
-	42, // 70: taskstore.v1.RemoveNodeResponse.node:type_name -> taskstore.v1.NodeStatus
-	8,  // 71: taskstore.v1.TaskStore.Modify:input_type -> taskstore.v1.ModifyRequest
-	13, // 72: taskstore.v1.TaskStore.Claim:input_type -> taskstore.v1.ClaimRequest
-	15, // 73: taskstore.v1.TaskStore.Tasks:input_type -> taskstore.v1.TasksRequest
-	17, // 74: taskstore.v1.TaskStore.Queues:input_type -> taskstore.v1.QueuesRequest
-	33, // 75: taskstore.v1.TaskStore.Time:input_type -> taskstore.v1.TimeRequest
-	20, // 76: taskstore.v1.TaskStore.Purge:input_type -> taskstore.v1.PurgeRequest
-	22, // 77: taskstore.v1.TaskStore.PauseQueue:input_type -> taskstore.v1.QueuePauseRequest
-	22, // 78: taskstore.v1.TaskStore.ResumeQueue:input_type -> taskstore.v1.QueuePauseRequest
-	30, // 79: taskstore.v1.TaskStore.SetQueueLimit:input_type -> taskstore.v1.QueueLimitRequest
-	24, // 80: taskstore.v1.TaskStore.PutSchedule:input_type -> taskstore.v1.PutScheduleRequest
-	26, // 81: taskstore.v1.TaskStore.DeleteSchedule:input_type -> taskstore.v1.DeleteScheduleRequest
-	28, // 82: taskstore.v1.TaskStore.Schedules:input_type -> taskstore.v1.SchedulesRequest
-	35, // 83: taskstore.v1.TaskStore.Produce:input_type -> taskstore.v1.ProduceRequest
-	41, // 84: taskstore.v1.Admin.Status:input_type -> taskstore.v1.StatusRequest
-	60, // 85: taskstore.v1.Admin.Routing:input_type -> taskstore.v1.RoutingRequest
-	64, // 86: taskstore.v1.Admin.TransferLeader:input_type -> taskstore.v1.TransferLeaderRequest
-	66, // 87: taskstore.v1.Admin.AddNode:input_type -> taskstore.v1.AddNodeRequest
-	68, // 88: taskstore.v1.Admin.RemoveNode:input_type -> taskstore.v1.RemoveNodeRequest
-	70, // 89: taskstore.v1.Admin.RebuildReplica:input_type -> taskstore.v1.RebuildReplicaRequest
-	48, // 90: taskstore.v1.Admin.MoveSlots:input_type -> taskstore.v1.MoveSlotsRequest
-	49, // 91: taskstore.v1.Admin.AddShards:input_type -> taskstore.v1.AddShardsRequest
-	51, // 92: taskstore.v1.Admin.RemoveShard:input_type -> taskstore.v1.RemoveShardRequest
-	53, // 93: taskstore.v1.Admin.RebalanceSlots:input_type -> taskstore.v1.RebalanceSlotsRequest
-	57, // 94: taskstore.v1.Admin.Backup:input_type -> taskstore.v1.BackupRequest
-	10, // 95: taskstore.v1.TaskStore.Modify:output_type -> taskstore.v1.ModifyResponse
-	14, // 96: taskstore.v1.TaskStore.Claim:output_type -> taskstore.v1.ClaimResponse
-	16, // 97: taskstore.v1.TaskStore.Tasks:output_type -> taskstore.v1.TasksResponse
-	19, // 98: taskstore.v1.TaskStore.Queues:output_type -> taskstore.v1.QueuesResponse
-	34, // 99: taskstore.v1.TaskStore.Time:output_type -> taskstore.v1.TimeResponse
-	21, // 100: taskstore.v1.TaskStore.Purge:output_type -> taskstore.v1.PurgeResponse
-	32, // 101: taskstore.v1.TaskStore.PauseQueue:output_type -> taskstore.v1.QueuePauseResponse
-	32, // 102: taskstore.v1.TaskStore.ResumeQueue:output_type -> taskstore.v1.QueuePauseResponse
-	31, // 103: taskstore.v1.TaskStore.SetQueueLimit:output_type -> taskstore.v1.QueueLimitResponse
-	25, // 104: taskstore.v1.TaskStore.PutSchedule:output_type -> taskstore.v1.PutScheduleResponse
-	27, // 105: taskstore.v1.TaskStore.DeleteSchedule:output_type -> taskstore.v1.DeleteScheduleResponse
-	29, // 106: taskstore.v1.TaskStore.Schedules:output_type -> taskstore.v1.SchedulesResponse
-	37, // 107: taskstore.v1.TaskStore.Produce:output_type -> taskstore.v1.ProduceResponse
-	47, // 108: taskstore.v1.Admin.Status:output_type -> taskstore.v1.StatusResponse
-	63, // 109: taskstore.v1.Admin.Routing:output_type -> taskstore.v1.RoutingResponse
-	65, // 110: taskstore.v1.Admin.TransferLeader:output_type -> taskstore.v1.TransferLeaderResponse
-	67, // 111: taskstore.v1.Admin.AddNode:output_type -> taskstore.v1.AddNodeResponse
-	69, // 112: taskstore.v1.Admin.RemoveNode:output_type -> taskstore.v1.RemoveNodeResponse
-	71, // 113: taskstore.v1.Admin.RebuildReplica:output_type -> taskstore.v1.RebuildReplicaResponse
-	55, // 114: taskstore.v1.Admin.MoveSlots:output_type -> taskstore.v1.MoveSlotsResponse
-	50, // 115: taskstore.v1.Admin.AddShards:output_type -> taskstore.v1.AddShardsResponse
-	52, // 116: taskstore.v1.Admin.RemoveShard:output_type -> taskstore.v1.RemoveShardResponse
-	54, // 117: taskstore.v1.Admin.RebalanceSlots:output_type -> taskstore.v1.RebalanceSlotsResponse
-	58, // 118: taskstore.v1.Admin.Backup:output_type -> taskstore.v1.BackupChunk
-	95, // [95:119] is the sub-list for method output_type
-	71, // [71:95] is the sub-list for method input_type
-	71, // [71:71] is the sub-list for extension type_name
-	71, // [71:71] is the sub-list for extension extendee
-	0,  // [0:71] is the sub-list for field type_name
+	77, // 0: taskstore.v1.Task.at:type_name -> google.protobuf.Timestamp
+	77, // 1: taskstore.v1.Task.created:type_name -> google.protobuf.Timestamp
+	77, // 2: taskstore.v1.Task.modified:type_name -> google.protobuf.Timestamp
+	78, // 3: taskstore.v1.Task.dedup_window:type_name -> google.protobuf.Duration
+	72, // 4: taskstore.v1.Task.headers:type_name -> taskstore.v1.Task.HeadersEntry
+	77, // 5: taskstore.v1.TaskInsert.at:type_name -> google.protobuf.Timestamp
+	78, // 6: taskstore.v1.TaskInsert.delay:type_name -> google.protobuf.Duration
+	78, // 7: taskstore.v1.TaskInsert.dedup_window:type_name -> google.protobuf.Duration
+	73, // 8: taskstore.v1.TaskInsert.headers:type_name -> taskstore.v1.TaskInsert.HeadersEntry
+	77, // 9: taskstore.v1.TaskChange.at:type_name -> google.protobuf.Timestamp
+	78, // 10: taskstore.v1.TaskChange.delay:type_name -> google.protobuf.Duration
+	74, // 11: taskstore.v1.TaskChange.headers:type_name -> taskstore.v1.TaskChange.HeadersEntry
+	6,  // 12: taskstore.v1.ModifyRequest.inserts:type_name -> taskstore.v1.TaskInsert
+	7,  // 13: taskstore.v1.ModifyRequest.changes:type_name -> taskstore.v1.TaskChange
+	4,  // 14: taskstore.v1.ModifyRequest.deletes:type_name -> taskstore.v1.TaskRef
+	4,  // 15: taskstore.v1.ModifyRequest.depends:type_name -> taskstore.v1.TaskRef
+	5,  // 16: taskstore.v1.ModifyRequest.request:type_name -> taskstore.v1.RequestID
+	9,  // 17: taskstore.v1.ModifyRequest.claim:type_name -> taskstore.v1.ModifyClaim
+	78, // 18: taskstore.v1.ModifyClaim.lease:type_name -> google.protobuf.Duration
+	3,  // 19: taskstore.v1.ModifyResponse.inserted:type_name -> taskstore.v1.Task
+	3,  // 20: taskstore.v1.ModifyResponse.changed:type_name -> taskstore.v1.Task
+	3,  // 21: taskstore.v1.ModifyResponse.claimed:type_name -> taskstore.v1.Task
+	75, // 22: taskstore.v1.ModifyResponse.same_as:type_name -> taskstore.v1.ModifyResponse.SameAsEntry
+	12, // 23: taskstore.v1.ModifyError.errors:type_name -> taskstore.v1.RefError
+	2,  // 24: taskstore.v1.RefError.category:type_name -> taskstore.v1.RefError.Category
+	77, // 25: taskstore.v1.RefError.lease_until:type_name -> google.protobuf.Timestamp
+	78, // 26: taskstore.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
+	78, // 27: taskstore.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	5,  // 28: taskstore.v1.ClaimRequest.request:type_name -> taskstore.v1.RequestID
+	3,  // 29: taskstore.v1.ClaimResponse.tasks:type_name -> taskstore.v1.Task
+	0,  // 30: taskstore.v1.TasksRequest.state:type_name -> taskstore.v1.TaskState
+	76, // 31: taskstore.v1.TasksRequest.headers:type_name -> taskstore.v1.TasksRequest.HeadersEntry
+	3,  // 32: taskstore.v1.TasksResponse.tasks:type_name -> taskstore.v1.Task
+	78, // 33: taskstore.v1.QueueStats.oldest_available_age:type_name -> google.protobuf.Duration
+	78, // 34: taskstore.v1.QueueStats.avg_claim_to_commit:type_name -> google.protobuf.Duration
+	78, // 35: taskstore.v1.QueueStats.rate_window:type_name -> google.protobuf.Duration
+	18, // 36: taskstore.v1.QueuesResponse.queues:type_name -> taskstore.v1.QueueStats
+	5,  // 37: taskstore.v1.PurgeRequest.request:type_name -> taskstore.v1.RequestID
+	5,  // 38: taskstore.v1.QueuePauseRequest.request:type_name -> taskstore.v1.RequestID
+	78, // 39: taskstore.v1.Schedule.every:type_name -> google.protobuf.Duration
+	1,  // 40: taskstore.v1.Schedule.missed:type_name -> taskstore.v1.MissedTicks
+	77, // 41: taskstore.v1.Schedule.next:type_name -> google.protobuf.Timestamp
+	77, // 42: taskstore.v1.Schedule.last:type_name -> google.protobuf.Timestamp
+	23, // 43: taskstore.v1.PutScheduleRequest.schedule:type_name -> taskstore.v1.Schedule
+	5,  // 44: taskstore.v1.PutScheduleRequest.request:type_name -> taskstore.v1.RequestID
+	23, // 45: taskstore.v1.PutScheduleResponse.schedule:type_name -> taskstore.v1.Schedule
+	5,  // 46: taskstore.v1.DeleteScheduleRequest.request:type_name -> taskstore.v1.RequestID
+	23, // 47: taskstore.v1.SchedulesResponse.schedules:type_name -> taskstore.v1.Schedule
+	5,  // 48: taskstore.v1.QueueLimitRequest.request:type_name -> taskstore.v1.RequestID
+	77, // 49: taskstore.v1.TimeResponse.now:type_name -> google.protobuf.Timestamp
+	36, // 50: taskstore.v1.ProduceRequest.items:type_name -> taskstore.v1.ProduceItem
+	8,  // 51: taskstore.v1.ProduceItem.modify:type_name -> taskstore.v1.ModifyRequest
+	78, // 52: taskstore.v1.ProduceItem.timeout:type_name -> google.protobuf.Duration
+	38, // 53: taskstore.v1.ProduceResponse.answers:type_name -> taskstore.v1.ProduceAnswer
+	10, // 54: taskstore.v1.ProduceAnswer.modify:type_name -> taskstore.v1.ModifyResponse
+	39, // 55: taskstore.v1.ProduceAnswer.details:type_name -> taskstore.v1.ErrorDetail
+	44, // 56: taskstore.v1.ReplicaStatus.checkpoints:type_name -> taskstore.v1.Checkpoint
+	45, // 57: taskstore.v1.ReplicaStatus.divergence:type_name -> taskstore.v1.Divergence
+	77, // 58: taskstore.v1.Divergence.detected:type_name -> google.protobuf.Timestamp
+	43, // 59: taskstore.v1.ShardStatus.replica_status:type_name -> taskstore.v1.ReplicaStatus
+	42, // 60: taskstore.v1.StatusResponse.nodes:type_name -> taskstore.v1.NodeStatus
+	46, // 61: taskstore.v1.StatusResponse.shards:type_name -> taskstore.v1.ShardStatus
+	46, // 62: taskstore.v1.StatusResponse.meta:type_name -> taskstore.v1.ShardStatus
+	77, // 63: taskstore.v1.StatusResponse.now:type_name -> google.protobuf.Timestamp
+	56, // 64: taskstore.v1.StatusResponse.moves:type_name -> taskstore.v1.SlotMove
+	56, // 65: taskstore.v1.StatusResponse.finished_moves:type_name -> taskstore.v1.SlotMove
+	46, // 66: taskstore.v1.AddShardsResponse.shards:type_name -> taskstore.v1.ShardStatus
+	56, // 67: taskstore.v1.RemoveShardResponse.moves:type_name -> taskstore.v1.SlotMove
+	56, // 68: taskstore.v1.RebalanceSlotsResponse.moves:type_name -> taskstore.v1.SlotMove
+	56, // 69: taskstore.v1.MoveSlotsResponse.moves:type_name -> taskstore.v1.SlotMove
+	59, // 70: taskstore.v1.BackupChunk.info:type_name -> taskstore.v1.BackupInfo
+	61, // 71: taskstore.v1.ShardRoute.replicas:type_name -> taskstore.v1.Replica
+	62, // 72: taskstore.v1.RoutingResponse.shards:type_name -> taskstore.v1.ShardRoute
+	42, // 73: taskstore.v1.AddNodeResponse.node:type_name -> taskstore.v1.NodeStatus
+	42, // 74: taskstore.v1.RemoveNodeResponse.node:type_name -> taskstore.v1.NodeStatus
+	8,  // 75: taskstore.v1.TaskStore.Modify:input_type -> taskstore.v1.ModifyRequest
+	13, // 76: taskstore.v1.TaskStore.Claim:input_type -> taskstore.v1.ClaimRequest
+	15, // 77: taskstore.v1.TaskStore.Tasks:input_type -> taskstore.v1.TasksRequest
+	17, // 78: taskstore.v1.TaskStore.Queues:input_type -> taskstore.v1.QueuesRequest
+	33, // 79: taskstore.v1.TaskStore.Time:input_type -> taskstore.v1.TimeRequest
+	20, // 80: taskstore.v1.TaskStore.Purge:input_type -> taskstore.v1.PurgeRequest
+	22, // 81: taskstore.v1.TaskStore.PauseQueue:input_type -> taskstore.v1.QueuePauseRequest
+	22, // 82: taskstore.v1.TaskStore.ResumeQueue:input_type -> taskstore.v1.QueuePauseRequest
+	30, // 83: taskstore.v1.TaskStore.SetQueueLimit:input_type -> taskstore.v1.QueueLimitRequest
+	24, // 84: taskstore.v1.TaskStore.PutSchedule:input_type -> taskstore.v1.PutScheduleRequest
+	26, // 85: taskstore.v1.TaskStore.DeleteSchedule:input_type -> taskstore.v1.DeleteScheduleRequest
+	28, // 86: taskstore.v1.TaskStore.Schedules:input_type -> taskstore.v1.SchedulesRequest
+	35, // 87: taskstore.v1.TaskStore.Produce:input_type -> taskstore.v1.ProduceRequest
+	41, // 88: taskstore.v1.Admin.Status:input_type -> taskstore.v1.StatusRequest
+	60, // 89: taskstore.v1.Admin.Routing:input_type -> taskstore.v1.RoutingRequest
+	64, // 90: taskstore.v1.Admin.TransferLeader:input_type -> taskstore.v1.TransferLeaderRequest
+	66, // 91: taskstore.v1.Admin.AddNode:input_type -> taskstore.v1.AddNodeRequest
+	68, // 92: taskstore.v1.Admin.RemoveNode:input_type -> taskstore.v1.RemoveNodeRequest
+	70, // 93: taskstore.v1.Admin.RebuildReplica:input_type -> taskstore.v1.RebuildReplicaRequest
+	48, // 94: taskstore.v1.Admin.MoveSlots:input_type -> taskstore.v1.MoveSlotsRequest
+	49, // 95: taskstore.v1.Admin.AddShards:input_type -> taskstore.v1.AddShardsRequest
+	51, // 96: taskstore.v1.Admin.RemoveShard:input_type -> taskstore.v1.RemoveShardRequest
+	53, // 97: taskstore.v1.Admin.RebalanceSlots:input_type -> taskstore.v1.RebalanceSlotsRequest
+	57, // 98: taskstore.v1.Admin.Backup:input_type -> taskstore.v1.BackupRequest
+	10, // 99: taskstore.v1.TaskStore.Modify:output_type -> taskstore.v1.ModifyResponse
+	14, // 100: taskstore.v1.TaskStore.Claim:output_type -> taskstore.v1.ClaimResponse
+	16, // 101: taskstore.v1.TaskStore.Tasks:output_type -> taskstore.v1.TasksResponse
+	19, // 102: taskstore.v1.TaskStore.Queues:output_type -> taskstore.v1.QueuesResponse
+	34, // 103: taskstore.v1.TaskStore.Time:output_type -> taskstore.v1.TimeResponse
+	21, // 104: taskstore.v1.TaskStore.Purge:output_type -> taskstore.v1.PurgeResponse
+	32, // 105: taskstore.v1.TaskStore.PauseQueue:output_type -> taskstore.v1.QueuePauseResponse
+	32, // 106: taskstore.v1.TaskStore.ResumeQueue:output_type -> taskstore.v1.QueuePauseResponse
+	31, // 107: taskstore.v1.TaskStore.SetQueueLimit:output_type -> taskstore.v1.QueueLimitResponse
+	25, // 108: taskstore.v1.TaskStore.PutSchedule:output_type -> taskstore.v1.PutScheduleResponse
+	27, // 109: taskstore.v1.TaskStore.DeleteSchedule:output_type -> taskstore.v1.DeleteScheduleResponse
+	29, // 110: taskstore.v1.TaskStore.Schedules:output_type -> taskstore.v1.SchedulesResponse
+	37, // 111: taskstore.v1.TaskStore.Produce:output_type -> taskstore.v1.ProduceResponse
+	47, // 112: taskstore.v1.Admin.Status:output_type -> taskstore.v1.StatusResponse
+	63, // 113: taskstore.v1.Admin.Routing:output_type -> taskstore.v1.RoutingResponse
+	65, // 114: taskstore.v1.Admin.TransferLeader:output_type -> taskstore.v1.TransferLeaderResponse
+	67, // 115: taskstore.v1.Admin.AddNode:output_type -> taskstore.v1.AddNodeResponse
+	69, // 116: taskstore.v1.Admin.RemoveNode:output_type -> taskstore.v1.RemoveNodeResponse
+	71, // 117: taskstore.v1.Admin.RebuildReplica:output_type -> taskstore.v1.RebuildReplicaResponse
+	55, // 118: taskstore.v1.Admin.MoveSlots:output_type -> taskstore.v1.MoveSlotsResponse
+	50, // 119: taskstore.v1.Admin.AddShards:output_type -> taskstore.v1.AddShardsResponse
+	52, // 120: taskstore.v1.Admin.RemoveShard:output_type -> taskstore.v1.RemoveShardResponse
+	54, // 121: taskstore.v1.Admin.RebalanceSlots:output_type -> taskstore.v1.RebalanceSlotsResponse
+	58, // 122: taskstore.v1.Admin.Backup:output_type -> taskstore.v1.BackupChunk
+	99, // [99:123] is the sub-list for method output_type
+	75, // [75:99] is the sub-list for method input_type
+	75, // [75:75] is the sub-list for extension type_name
+	75, // [75:75] is the sub-list for extension extendee
+	0,  // [0:75] is the sub-list for field type_name
 }
 
 func init() { file_taskstore_v1_taskstore_proto_init() }
@@ -5682,7 +5757,7 @@ func file_taskstore_v1_taskstore_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_taskstore_v1_taskstore_proto_rawDesc), len(file_taskstore_v1_taskstore_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   70,
+			NumMessages:   74,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -124,15 +126,37 @@ func joinUint(ids []uint32) string {
 
 func u64(v uint64) string { return strconv.FormatUint(v, 10) }
 
-// printTasks writes tasks as a table, one row each.
+// printTasks writes tasks as a table, one row each; a HEADERS column when
+// any task has headers.
 func printTasks(w io.Writer, tasks []*taskstorepb.Task) error {
-	t := newTable(w, "ID", "VERSION", "QUEUE", "AT", "CLAIMANT", "PRIORITY", "CLAIMS", "ATTEMPT", "KEY", "ERR", "VALUE")
+	cols := []string{"ID", "VERSION", "QUEUE", "AT", "CLAIMANT", "PRIORITY", "CLAIMS", "ATTEMPT", "KEY", "ERR", "VALUE"}
+	withHeaders := slices.ContainsFunc(tasks, func(t *taskstorepb.Task) bool { return len(t.Headers) > 0 })
+	if withHeaders {
+		cols = slices.Insert(cols, len(cols)-1, "HEADERS")
+	}
+	t := newTable(w, cols...)
 	for _, task := range tasks {
-		t.row(task.Id, u64(task.Version), task.Queue, formatTime(task.At), orDash(task.Claimant),
+		row := []string{task.Id, u64(task.Version), task.Queue, formatTime(task.At), orDash(task.Claimant),
 			strconv.Itoa(int(task.Priority)), u64(uint64(task.Claims)), u64(uint64(task.Attempt)), orDash(task.Key),
-			formatValue([]byte(task.Err), errWidth), formatValue(task.Value, valueWidth))
+			formatValue([]byte(task.Err), errWidth), formatValue(task.Value, valueWidth)}
+		if withHeaders {
+			row = slices.Insert(row, len(row)-1, formatValue([]byte(formatHeaders(task.Headers)), valueWidth))
+		}
+		t.row(row...)
 	}
 	return t.flush()
+}
+
+// formatHeaders writes headers as KEY=VALUE pairs in key order, "-" for none.
+func formatHeaders(h map[string]string) string {
+	if len(h) == 0 {
+		return "-"
+	}
+	parts := make([]string, 0, len(h))
+	for _, k := range slices.Sorted(maps.Keys(h)) {
+		parts = append(parts, k+"="+h[k])
+	}
+	return strings.Join(parts, ",")
 }
 
 // printTask writes every field of one task, the value in full.
@@ -150,6 +174,9 @@ func printTask(w io.Writer, task *taskstorepb.Task) error {
 	t.row("claims:", u64(uint64(task.Claims)))
 	t.row("attempt:", u64(uint64(task.Attempt)))
 	t.row("err:", orDash(task.Err))
+	if len(task.Headers) > 0 {
+		t.row("headers:", formatHeaders(task.Headers))
+	}
 	t.row("value:", formatValue(task.Value, 0))
 	return t.flush()
 }

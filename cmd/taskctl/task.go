@@ -49,6 +49,7 @@ func (a *app) taskInsertCmd() *cobra.Command {
 		ifAbsent, held       bool
 		claimant             string
 		dedupWindow          time.Duration
+		headers              []string
 	)
 	cmd := &cobra.Command{
 		Use:   "insert QUEUE [--value V | --file F]",
@@ -70,6 +71,9 @@ task (no default: a name made up here could not be given again).
 after the task is deleted (committed) or purged: inserting the key again
 within it fails, or with --if-absent returns the task as it was deleted, so a
 producer retrying after the work is done does not create it again.
+--header KEY=VALUE (repeatable) sets a header: string pairs kept with the
+task (trace context, tags), shown by task get and filterable in task list
+(at most 32 pairs and 4 KiB).
 
 With -o json it prints {"tasks":[TASK]}.`,
 		Example: `  taskctl task insert crawl/fetch --value https://example.com
@@ -117,6 +121,13 @@ With -o json it prints {"tasks":[TASK]}.`,
 					return fmt.Errorf("--dedup-window needs --key and a positive duration")
 				}
 				opts = append(opts, client.WithDedupWindow(dedupWindow))
+			}
+			if len(headers) > 0 {
+				h, err := parseHeaders(headers)
+				if err != nil {
+					return err
+				}
+				opts = append(opts, client.WithHeaders(h))
 			}
 			if held {
 				if delay <= 0 {
@@ -175,7 +186,24 @@ With -o json it prints {"tasks":[TASK]}.`,
 	f.BoolVar(&held, "hold", false, "with --delay and --claimant: hold the task as --claimant until its time")
 	f.StringVar(&claimant, "claimant", "", "with --hold (required there): the producer that holds the task")
 	f.DurationVar(&dedupWindow, "dedup-window", 0, "with --key: keep the key reserved this long after the task is deleted")
+	f.StringArrayVar(&headers, "header", nil, "set a header KEY=VALUE (repeatable)")
 	return cmd
+}
+
+// parseHeaders turns KEY=VALUE flags into a header map.
+func parseHeaders(flags []string) (map[string]string, error) {
+	h := make(map[string]string, len(flags))
+	for _, f := range flags {
+		k, v, ok := strings.Cut(f, "=")
+		if !ok || k == "" || v == "" {
+			return nil, fmt.Errorf("--header %q: want KEY=VALUE, both non-empty", f)
+		}
+		if _, dup := h[k]; dup {
+			return nil, fmt.Errorf("--header %q: header %q is given twice", f, k)
+		}
+		h[k] = v
+	}
+	return h, nil
 }
 
 // deletedHolder reports whether the task id that a refused key names is
@@ -319,8 +347,9 @@ With -o json it prints the TasksResponse: {"tasks":[...],"nextPageToken":...}.`,
 
 // filterFlags are the filters of task list and queue move.
 type filterFlags struct {
-	state string
-	req   taskstorepb.TasksRequest
+	state   string
+	headers []string
+	req     taskstorepb.TasksRequest
 }
 
 func (f *filterFlags) add(cmd *cobra.Command, states string) {
@@ -330,17 +359,25 @@ func (f *filterFlags) add(cmd *cobra.Command, states string) {
 	fl.StringVar(&f.req.KeyPrefix, "key-prefix", "", "only tasks with a key starting with this")
 	fl.Uint32Var(&f.req.MinAttempt, "min-attempt", 0, "only tasks whose attempt is at least this")
 	fl.StringVar(&f.req.ErrContains, "err", "", "only tasks whose err contains this text")
+	fl.StringArrayVar(&f.headers, "header", nil, "only tasks with this header KEY=VALUE (repeatable: all must match)")
 }
 
 // set reports whether any filter was given.
 func (f *filterFlags) set() bool {
-	return f.state != "" || f.req.Claimant != "" || f.req.KeyPrefix != "" || f.req.MinAttempt > 0 || f.req.ErrContains != ""
+	return f.state != "" || f.req.Claimant != "" || f.req.KeyPrefix != "" || f.req.MinAttempt > 0 || f.req.ErrContains != "" || len(f.headers) > 0
 }
 
 // request returns a TasksRequest carrying the filters (claimed: whether
 // --state claimed is allowed).
 func (f *filterFlags) request(claimed bool) (*taskstorepb.TasksRequest, error) {
 	req := &taskstorepb.TasksRequest{Claimant: f.req.Claimant, KeyPrefix: f.req.KeyPrefix, MinAttempt: f.req.MinAttempt, ErrContains: f.req.ErrContains}
+	if len(f.headers) > 0 {
+		h, err := parseHeaders(f.headers)
+		if err != nil {
+			return nil, err
+		}
+		req.Headers = h
+	}
 	switch f.state {
 	case "":
 	case "available":
@@ -605,13 +642,17 @@ func (a *app) taskChangeCmd() *cobra.Command {
 		errText   string
 		priority  int32
 		keepClaim bool
+		headers   []string
+		clearHdrs bool
 	)
 	cmd := &cobra.Command{
 		Use:   "change ID --version V [--attempt N] [--err TEXT] [--priority P]",
 		Short: "Set a task's attempt, error or priority",
 		Long: `task change sets fields of version V of task ID, as a worker's change does:
 --attempt (the retry count a worker keeps), --err (the last error's text;
---err "" clears it) and --priority. Only the fields given change. Like any
+--err "" clears it), --priority, and the headers: --header KEY=VALUE
+(repeatable) replaces them all, --clear-headers removes them. Only the
+fields given change. Like any
 change it makes a new version and ends the claim, unless --keep-claim.
 
 As with delete, the task is looked up for its queue and the command acts as
@@ -634,8 +675,19 @@ With -o json it prints {"tasks":[TASK]} with the new version.`,
 			if f.Changed("priority") {
 				ch.Priority = &priority
 			}
-			if ch.Attempt == nil && ch.Err == nil && ch.Priority == nil {
-				return fmt.Errorf("nothing to change: give --attempt, --err or --priority")
+			if len(headers) > 0 {
+				h, err := parseHeaders(headers)
+				if err != nil {
+					return err
+				}
+				if clearHdrs {
+					return fmt.Errorf("--header replaces the headers and --clear-headers removes them: give one")
+				}
+				ch.Headers = h
+			}
+			ch.ClearHeaders = clearHdrs
+			if ch.Attempt == nil && ch.Err == nil && ch.Priority == nil && ch.Headers == nil && !ch.ClearHeaders {
+				return fmt.Errorf("nothing to change: give --attempt, --err, --priority, --header or --clear-headers")
 			}
 			return a.withClient(0, func(ctx context.Context, c *client.Client) error {
 				queue, claimant, err := ref.lookup(ctx, c, cmd, id)
@@ -657,5 +709,7 @@ With -o json it prints {"tasks":[TASK]} with the new version.`,
 	fl.StringVar(&errText, "err", "", "set the task's error text (\"\" clears it)")
 	fl.Int32Var(&priority, "priority", 0, "set the task's priority")
 	fl.BoolVar(&keepClaim, "keep-claim", false, "keep the claim (by default a change ends it)")
+	fl.StringArrayVar(&headers, "header", nil, "replace the task's headers with these KEY=VALUE (repeatable)")
+	fl.BoolVar(&clearHdrs, "clear-headers", false, "remove every header of the task")
 	return cmd
 }

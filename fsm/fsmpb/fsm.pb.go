@@ -1241,8 +1241,11 @@ type Insert struct {
 	// a batch of such inserts reads nothing from the state. Unset for ids a
 	// client chose and in entries of older leaders: those are looked up.
 	IdChosenByLeader bool `protobuf:"varint,12,opt,name=id_chosen_by_leader,json=idChosenByLeader,proto3" json:"id_chosen_by_leader,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// From state format 6 (fsm.FormatHeaders): string pairs kept with the
+	// task. Ignored below that format.
+	Headers       map[string]string `protobuf:"bytes,13,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Insert) Reset() {
@@ -1359,6 +1362,13 @@ func (x *Insert) GetIdChosenByLeader() bool {
 	return false
 }
 
+func (x *Insert) GetHeaders() map[string]string {
+	if x != nil {
+		return x.Headers
+	}
+	return nil
+}
+
 type Change struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Id      string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1367,12 +1377,16 @@ type Change struct {
 	Queue string `protobuf:"bytes,3,opt,name=queue,proto3" json:"queue,omitempty"`
 	// Absolute availability time; 0 keeps it, except that a change that ends
 	// an unexpired claim (keep_claim false) makes the task available at now.
-	At            int64   `protobuf:"varint,4,opt,name=at,proto3" json:"at,omitempty"`
-	Value         []byte  `protobuf:"bytes,5,opt,name=value,proto3,oneof" json:"value,omitempty"`
-	Priority      *int32  `protobuf:"varint,6,opt,name=priority,proto3,oneof" json:"priority,omitempty"`
-	Attempt       *uint32 `protobuf:"varint,7,opt,name=attempt,proto3,oneof" json:"attempt,omitempty"`
-	Err           *string `protobuf:"bytes,8,opt,name=err,proto3,oneof" json:"err,omitempty"`
-	KeepClaim     bool    `protobuf:"varint,9,opt,name=keep_claim,json=keepClaim,proto3" json:"keep_claim,omitempty"`
+	At        int64   `protobuf:"varint,4,opt,name=at,proto3" json:"at,omitempty"`
+	Value     []byte  `protobuf:"bytes,5,opt,name=value,proto3,oneof" json:"value,omitempty"`
+	Priority  *int32  `protobuf:"varint,6,opt,name=priority,proto3,oneof" json:"priority,omitempty"`
+	Attempt   *uint32 `protobuf:"varint,7,opt,name=attempt,proto3,oneof" json:"attempt,omitempty"`
+	Err       *string `protobuf:"bytes,8,opt,name=err,proto3,oneof" json:"err,omitempty"`
+	KeepClaim bool    `protobuf:"varint,9,opt,name=keep_claim,json=keepClaim,proto3" json:"keep_claim,omitempty"`
+	// From state format 6: non-empty replaces the task's headers; with
+	// clear_headers (and headers empty) removes them. Ignored below it.
+	Headers       map[string]string `protobuf:"bytes,10,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	ClearHeaders  bool              `protobuf:"varint,11,opt,name=clear_headers,json=clearHeaders,proto3" json:"clear_headers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1466,6 +1480,20 @@ func (x *Change) GetErr() string {
 func (x *Change) GetKeepClaim() bool {
 	if x != nil {
 		return x.KeepClaim
+	}
+	return false
+}
+
+func (x *Change) GetHeaders() map[string]string {
+	if x != nil {
+		return x.Headers
+	}
+	return nil
+}
+
+func (x *Change) GetClearHeaders() bool {
+	if x != nil {
+		return x.ClearHeaders
 	}
 	return false
 }
@@ -1772,7 +1800,9 @@ type Task struct {
 	Attempt  uint32                 `protobuf:"varint,12,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	Err      string                 `protobuf:"bytes,13,opt,name=err,proto3" json:"err,omitempty"`
 	// Insert.dedup_window, kept with the task.
-	DedupWindow   int64 `protobuf:"varint,14,opt,name=dedup_window,json=dedupWindow,proto3" json:"dedup_window,omitempty"`
+	DedupWindow int64 `protobuf:"varint,14,opt,name=dedup_window,json=dedupWindow,proto3" json:"dedup_window,omitempty"`
+	// Insert.headers / Change.headers (state format 6).
+	Headers       map[string]string `protobuf:"bytes,15,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1903,6 +1933,13 @@ func (x *Task) GetDedupWindow() int64 {
 		return x.DedupWindow
 	}
 	return 0
+}
+
+func (x *Task) GetHeaders() map[string]string {
+	if x != nil {
+		return x.Headers
+	}
+	return nil
 }
 
 // Result is what applying a command produced. Exactly one body is set.
@@ -3048,7 +3085,7 @@ const file_fsm_proto_rawDesc = "" +
 	"\adepends\x18\x06 \x03(\v2\x15.taskstore.fsm.v1.RefR\adepends\x12-\n" +
 	"\x05claim\x18\a \x01(\v2\x17.taskstore.fsm.v1.ClaimR\x05claim\x12(\n" +
 	"\x10max_answer_bytes\x18\b \x01(\x04R\x0emaxAnswerBytes\x12\x14\n" +
-	"\x05scope\x18\t \x03(\tR\x05scope\"\xb1\x02\n" +
+	"\x05scope\x18\t \x03(\tR\x05scope\"\xae\x03\n" +
 	"\x06Insert\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x0e\n" +
@@ -3062,7 +3099,11 @@ const file_fsm_proto_rawDesc = "" +
 	"\x04held\x18\n" +
 	" \x01(\bR\x04held\x12!\n" +
 	"\fdedup_window\x18\v \x01(\x03R\vdedupWindow\x12-\n" +
-	"\x13id_chosen_by_leader\x18\f \x01(\bR\x10idChosenByLeader\"\x94\x02\n" +
+	"\x13id_chosen_by_leader\x18\f \x01(\bR\x10idChosenByLeader\x12?\n" +
+	"\aheaders\x18\r \x03(\v2%.taskstore.fsm.v1.Insert.HeadersEntryR\aheaders\x1a:\n" +
+	"\fHeadersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb6\x03\n" +
 	"\x06Change\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x14\n" +
@@ -3073,7 +3114,13 @@ const file_fsm_proto_rawDesc = "" +
 	"\aattempt\x18\a \x01(\rH\x02R\aattempt\x88\x01\x01\x12\x15\n" +
 	"\x03err\x18\b \x01(\tH\x03R\x03err\x88\x01\x01\x12\x1d\n" +
 	"\n" +
-	"keep_claim\x18\t \x01(\bR\tkeepClaimB\b\n" +
+	"keep_claim\x18\t \x01(\bR\tkeepClaim\x12?\n" +
+	"\aheaders\x18\n" +
+	" \x03(\v2%.taskstore.fsm.v1.Change.HeadersEntryR\aheaders\x12#\n" +
+	"\rclear_headers\x18\v \x01(\bR\fclearHeaders\x1a:\n" +
+	"\fHeadersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\b\n" +
 	"\x06_valueB\v\n" +
 	"\t_priorityB\n" +
 	"\n" +
@@ -3097,7 +3144,7 @@ const file_fsm_proto_rawDesc = "" +
 	"maxClaimed\"5\n" +
 	"\x05Pause\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x16\n" +
-	"\x06paused\x18\x02 \x01(\bR\x06paused\"\xd3\x02\n" +
+	"\x06paused\x18\x02 \x01(\bR\x06paused\"\xce\x03\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x14\n" +
@@ -3113,7 +3160,11 @@ const file_fsm_proto_rawDesc = "" +
 	"\x06claims\x18\v \x01(\rR\x06claims\x12\x18\n" +
 	"\aattempt\x18\f \x01(\rR\aattempt\x12\x10\n" +
 	"\x03err\x18\r \x01(\tR\x03err\x12!\n" +
-	"\fdedup_window\x18\x0e \x01(\x03R\vdedupWindow\"\x85\x04\n" +
+	"\fdedup_window\x18\x0e \x01(\x03R\vdedupWindow\x12=\n" +
+	"\aheaders\x18\x0f \x03(\v2#.taskstore.fsm.v1.Task.HeadersEntryR\aheaders\x1a:\n" +
+	"\fHeadersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x85\x04\n" +
 	"\x06Result\x126\n" +
 	"\x06modify\x18\x01 \x01(\v2\x1e.taskstore.fsm.v1.ModifyResultR\x06modify\x123\n" +
 	"\x05claim\x18\x02 \x01(\v2\x1d.taskstore.fsm.v1.ClaimResultR\x05claim\x123\n" +
@@ -3254,7 +3305,7 @@ func file_fsm_proto_rawDescGZIP() []byte {
 }
 
 var file_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_fsm_proto_goTypes = []any{
 	(Op)(0),                 // 0: taskstore.fsm.v1.Op
 	(SlotCommand_Action)(0), // 1: taskstore.fsm.v1.SlotCommand.Action
@@ -3291,6 +3342,9 @@ var file_fsm_proto_goTypes = []any{
 	(*SnapshotHeader)(nil),  // 32: taskstore.fsm.v1.SnapshotHeader
 	(*Session)(nil),         // 33: taskstore.fsm.v1.Session
 	(*SnapshotTrailer)(nil), // 34: taskstore.fsm.v1.SnapshotTrailer
+	nil,                     // 35: taskstore.fsm.v1.Insert.HeadersEntry
+	nil,                     // 36: taskstore.fsm.v1.Change.HeadersEntry
+	nil,                     // 37: taskstore.fsm.v1.Task.HeadersEntry
 }
 var file_fsm_proto_depIdxs = []int32{
 	0,  // 0: taskstore.fsm.v1.Command.op:type_name -> taskstore.fsm.v1.Op
@@ -3312,38 +3366,41 @@ var file_fsm_proto_depIdxs = []int32{
 	15, // 16: taskstore.fsm.v1.Modify.deletes:type_name -> taskstore.fsm.v1.Ref
 	15, // 17: taskstore.fsm.v1.Modify.depends:type_name -> taskstore.fsm.v1.Ref
 	16, // 18: taskstore.fsm.v1.Modify.claim:type_name -> taskstore.fsm.v1.Claim
-	24, // 19: taskstore.fsm.v1.Result.modify:type_name -> taskstore.fsm.v1.ModifyResult
-	25, // 20: taskstore.fsm.v1.Result.claim:type_name -> taskstore.fsm.v1.ClaimResult
-	26, // 21: taskstore.fsm.v1.Result.purge:type_name -> taskstore.fsm.v1.PurgeResult
-	28, // 22: taskstore.fsm.v1.Result.failure:type_name -> taskstore.fsm.v1.Failure
-	21, // 23: taskstore.fsm.v1.Result.batch:type_name -> taskstore.fsm.v1.Result
-	27, // 24: taskstore.fsm.v1.Result.pause:type_name -> taskstore.fsm.v1.PauseResult
-	23, // 25: taskstore.fsm.v1.Result.limit:type_name -> taskstore.fsm.v1.LimitResult
-	22, // 26: taskstore.fsm.v1.Result.schedule:type_name -> taskstore.fsm.v1.ScheduleResult
-	9,  // 27: taskstore.fsm.v1.Result.slot:type_name -> taskstore.fsm.v1.SlotResult
-	20, // 28: taskstore.fsm.v1.ModifyResult.inserted:type_name -> taskstore.fsm.v1.Task
-	20, // 29: taskstore.fsm.v1.ModifyResult.changed:type_name -> taskstore.fsm.v1.Task
-	25, // 30: taskstore.fsm.v1.ModifyResult.claim:type_name -> taskstore.fsm.v1.ClaimResult
-	20, // 31: taskstore.fsm.v1.ClaimResult.tasks:type_name -> taskstore.fsm.v1.Task
-	29, // 32: taskstore.fsm.v1.Failure.errors:type_name -> taskstore.fsm.v1.RefError
-	8,  // 33: taskstore.fsm.v1.Failure.moved:type_name -> taskstore.fsm.v1.SlotState
-	3,  // 34: taskstore.fsm.v1.Failure.kind:type_name -> taskstore.fsm.v1.Failure.Kind
-	4,  // 35: taskstore.fsm.v1.RefError.category:type_name -> taskstore.fsm.v1.RefError.Category
-	32, // 36: taskstore.fsm.v1.SnapshotRecord.header:type_name -> taskstore.fsm.v1.SnapshotHeader
-	20, // 37: taskstore.fsm.v1.SnapshotRecord.task:type_name -> taskstore.fsm.v1.Task
-	33, // 38: taskstore.fsm.v1.SnapshotRecord.session:type_name -> taskstore.fsm.v1.Session
-	34, // 39: taskstore.fsm.v1.SnapshotRecord.trailer:type_name -> taskstore.fsm.v1.SnapshotTrailer
-	18, // 40: taskstore.fsm.v1.SnapshotRecord.queue_limit:type_name -> taskstore.fsm.v1.QueueLimit
-	31, // 41: taskstore.fsm.v1.SnapshotRecord.reservation:type_name -> taskstore.fsm.v1.KeyReservation
-	10, // 42: taskstore.fsm.v1.SnapshotRecord.schedule:type_name -> taskstore.fsm.v1.Schedule
-	8,  // 43: taskstore.fsm.v1.SnapshotRecord.slot_state:type_name -> taskstore.fsm.v1.SlotState
-	20, // 44: taskstore.fsm.v1.KeyReservation.task:type_name -> taskstore.fsm.v1.Task
-	21, // 45: taskstore.fsm.v1.Session.result:type_name -> taskstore.fsm.v1.Result
-	46, // [46:46] is the sub-list for method output_type
-	46, // [46:46] is the sub-list for method input_type
-	46, // [46:46] is the sub-list for extension type_name
-	46, // [46:46] is the sub-list for extension extendee
-	0,  // [0:46] is the sub-list for field type_name
+	35, // 19: taskstore.fsm.v1.Insert.headers:type_name -> taskstore.fsm.v1.Insert.HeadersEntry
+	36, // 20: taskstore.fsm.v1.Change.headers:type_name -> taskstore.fsm.v1.Change.HeadersEntry
+	37, // 21: taskstore.fsm.v1.Task.headers:type_name -> taskstore.fsm.v1.Task.HeadersEntry
+	24, // 22: taskstore.fsm.v1.Result.modify:type_name -> taskstore.fsm.v1.ModifyResult
+	25, // 23: taskstore.fsm.v1.Result.claim:type_name -> taskstore.fsm.v1.ClaimResult
+	26, // 24: taskstore.fsm.v1.Result.purge:type_name -> taskstore.fsm.v1.PurgeResult
+	28, // 25: taskstore.fsm.v1.Result.failure:type_name -> taskstore.fsm.v1.Failure
+	21, // 26: taskstore.fsm.v1.Result.batch:type_name -> taskstore.fsm.v1.Result
+	27, // 27: taskstore.fsm.v1.Result.pause:type_name -> taskstore.fsm.v1.PauseResult
+	23, // 28: taskstore.fsm.v1.Result.limit:type_name -> taskstore.fsm.v1.LimitResult
+	22, // 29: taskstore.fsm.v1.Result.schedule:type_name -> taskstore.fsm.v1.ScheduleResult
+	9,  // 30: taskstore.fsm.v1.Result.slot:type_name -> taskstore.fsm.v1.SlotResult
+	20, // 31: taskstore.fsm.v1.ModifyResult.inserted:type_name -> taskstore.fsm.v1.Task
+	20, // 32: taskstore.fsm.v1.ModifyResult.changed:type_name -> taskstore.fsm.v1.Task
+	25, // 33: taskstore.fsm.v1.ModifyResult.claim:type_name -> taskstore.fsm.v1.ClaimResult
+	20, // 34: taskstore.fsm.v1.ClaimResult.tasks:type_name -> taskstore.fsm.v1.Task
+	29, // 35: taskstore.fsm.v1.Failure.errors:type_name -> taskstore.fsm.v1.RefError
+	8,  // 36: taskstore.fsm.v1.Failure.moved:type_name -> taskstore.fsm.v1.SlotState
+	3,  // 37: taskstore.fsm.v1.Failure.kind:type_name -> taskstore.fsm.v1.Failure.Kind
+	4,  // 38: taskstore.fsm.v1.RefError.category:type_name -> taskstore.fsm.v1.RefError.Category
+	32, // 39: taskstore.fsm.v1.SnapshotRecord.header:type_name -> taskstore.fsm.v1.SnapshotHeader
+	20, // 40: taskstore.fsm.v1.SnapshotRecord.task:type_name -> taskstore.fsm.v1.Task
+	33, // 41: taskstore.fsm.v1.SnapshotRecord.session:type_name -> taskstore.fsm.v1.Session
+	34, // 42: taskstore.fsm.v1.SnapshotRecord.trailer:type_name -> taskstore.fsm.v1.SnapshotTrailer
+	18, // 43: taskstore.fsm.v1.SnapshotRecord.queue_limit:type_name -> taskstore.fsm.v1.QueueLimit
+	31, // 44: taskstore.fsm.v1.SnapshotRecord.reservation:type_name -> taskstore.fsm.v1.KeyReservation
+	10, // 45: taskstore.fsm.v1.SnapshotRecord.schedule:type_name -> taskstore.fsm.v1.Schedule
+	8,  // 46: taskstore.fsm.v1.SnapshotRecord.slot_state:type_name -> taskstore.fsm.v1.SlotState
+	20, // 47: taskstore.fsm.v1.KeyReservation.task:type_name -> taskstore.fsm.v1.Task
+	21, // 48: taskstore.fsm.v1.Session.result:type_name -> taskstore.fsm.v1.Result
+	49, // [49:49] is the sub-list for method output_type
+	49, // [49:49] is the sub-list for method input_type
+	49, // [49:49] is the sub-list for extension type_name
+	49, // [49:49] is the sub-list for extension extendee
+	0,  // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_fsm_proto_init() }
@@ -3358,7 +3415,7 @@ func file_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fsm_proto_rawDesc), len(file_fsm_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   30,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -3,6 +3,7 @@ package ondisk
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"google.golang.org/protobuf/encoding/protowire"
 )
@@ -26,6 +27,9 @@ type Task struct {
 	// Dedup is the key's reservation after the task's deletion
 	// (fsm's Insert.dedup_window), in nanoseconds.
 	Dedup int64
+	// Headers are the task's string pairs (fsm's Insert.headers), each an
+	// entry of field 14 in key order, as protobuf encodes a map.
+	Headers map[string]string
 }
 
 // Field numbers of the record (protobuf wire format, so that fields can
@@ -44,6 +48,7 @@ const (
 	fieldAttempt  protowire.Number = 11
 	fieldErr      protowire.Number = 12
 	fieldDedup    protowire.Number = 13
+	fieldHeaders  protowire.Number = 14
 )
 
 // AppendTask appends t's record to b, fields in number order, zero values
@@ -61,7 +66,68 @@ func AppendTask(b []byte, t *Task) []byte {
 	b = appendVarint(b, fieldClaims, uint64(t.Claims))
 	b = appendVarint(b, fieldAttempt, uint64(t.Attempt))
 	b = appendBytes(b, fieldErr, []byte(t.Err))
-	return appendVarint(b, fieldDedup, protowire.EncodeZigZag(t.Dedup))
+	b = appendVarint(b, fieldDedup, protowire.EncodeZigZag(t.Dedup))
+	return AppendStringMap(b, fieldHeaders, t.Headers)
+}
+
+// AppendStringMap appends m as the map<string, string> field num, entries
+// in key order (protobuf's deterministic encoding: equal maps encode to
+// equal bytes).
+func AppendStringMap(b []byte, num protowire.Number, m map[string]string) []byte {
+	if len(m) == 0 {
+		return b
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		v := m[k]
+		b = protowire.AppendTag(b, num, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(1+protowire.SizeBytes(len(k))+1+protowire.SizeBytes(len(v))))
+		b = protowire.AppendTag(b, 1, protowire.BytesType)
+		b = protowire.AppendString(b, k)
+		b = protowire.AppendTag(b, 2, protowire.BytesType)
+		b = protowire.AppendString(b, v)
+	}
+	return b
+}
+
+// ConsumeStringMapEntry parses one map<string, string> entry into m
+// (allocated when nil) and returns m.
+func ConsumeStringMapEntry(m map[string]string, entry []byte) (map[string]string, error) {
+	var k, v string
+	for len(entry) > 0 {
+		num, typ, n := protowire.ConsumeTag(entry)
+		if n < 0 {
+			return m, protowire.ParseError(n)
+		}
+		entry = entry[n:]
+		if (num == 1 || num == 2) && typ == protowire.BytesType {
+			s, n := protowire.ConsumeBytes(entry)
+			if n < 0 {
+				return m, protowire.ParseError(n)
+			}
+			entry = entry[n:]
+			if num == 1 {
+				k = string(s)
+			} else {
+				v = string(s)
+			}
+			continue
+		}
+		n = protowire.ConsumeFieldValue(num, typ, entry)
+		if n < 0 {
+			return m, protowire.ParseError(n)
+		}
+		entry = entry[n:]
+	}
+	if m == nil {
+		m = make(map[string]string)
+	}
+	m[k] = v
+	return m, nil
 }
 
 func appendVarint(b []byte, num protowire.Number, v uint64) []byte {
@@ -161,7 +227,7 @@ func (t *Task) setVarint(num protowire.Number, v uint64) error {
 		t.Attempt = uint32(v)
 	case fieldDedup:
 		t.Dedup = protowire.DecodeZigZag(v)
-	case fieldClaimant, fieldKey, fieldValue, fieldErr:
+	case fieldClaimant, fieldKey, fieldValue, fieldErr, fieldHeaders:
 		return errWireType
 	}
 	return nil
@@ -177,6 +243,12 @@ func (t *Task) setBytes(num protowire.Number, v []byte) error {
 		t.Value = append([]byte(nil), v...)
 	case fieldErr:
 		t.Err = string(v)
+	case fieldHeaders:
+		m, err := ConsumeStringMapEntry(t.Headers, v)
+		if err != nil {
+			return err
+		}
+		t.Headers = m
 	case fieldQueue, fieldVersion, fieldAt, fieldPriority, fieldCreated, fieldModified, fieldClaims, fieldAttempt, fieldDedup:
 		return errWireType
 	}

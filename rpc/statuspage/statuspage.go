@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"html/template"
 	"log/slog"
+	"maps"
 	"mime"
 	"net/http"
 	"net/url"
@@ -508,6 +509,7 @@ type taskRow struct {
 	State    string // available, delayed, claimed
 	Value    valuePreview
 	ValueURL string
+	Headers  string // KEY=VALUE pairs in key order; empty when none
 }
 
 func (h *Handler) queue(w http.ResponseWriter, r *http.Request, name string) {
@@ -544,10 +546,19 @@ func (h *Handler) queue(w http.ResponseWriter, r *http.Request, name string) {
 	}
 	now := h.opts.Now()
 	for _, t := range res.GetTasks() {
-		d.Tasks = append(d.Tasks, taskRow{Task: t, State: taskState(t, now), Value: preview(t.GetValue(), h.opts.ValueChars), ValueURL: valueURL(name, t.GetId())})
+		d.Tasks = append(d.Tasks, taskRow{Task: t, State: taskState(t, now), Value: preview(t.GetValue(), h.opts.ValueChars), ValueURL: valueURL(name, t.GetId()), Headers: headerText(t.GetHeaders())})
 	}
 	p.Data = d
 	h.render(w, http.StatusOK, "queue.html", p)
+}
+
+// headerText shows a task's headers as KEY=VALUE pairs in key order.
+func headerText(h map[string]string) string {
+	parts := make([]string, 0, len(h))
+	for _, k := range slices.Sorted(maps.Keys(h)) {
+		parts = append(parts, k+"="+h[k])
+	}
+	return strings.Join(parts, " ")
 }
 
 // queueStats finds a queue's stats among the local shards (nil if absent).
