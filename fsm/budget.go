@@ -1,9 +1,8 @@
 package fsm
 
 import (
-	"fmt"
-
 	"github.com/e1158ecb/taskstore/fsm/fsmpb"
+	"github.com/e1158ecb/taskstore/internal/bytesize"
 )
 
 // The memory budget (FormatMemoryBudget). A node whose shards keep their
@@ -78,7 +77,7 @@ func (s *state) overBudget(b *fsmpb.MemoryBudget, tasks, bytes int64) *fsmpb.Res
 	}
 	return failuref(fsmpb.Failure_MEMORY_FULL, "%s: the shard's tasks take %s of the %s this shard may hold in memory, and this request needs %s more; "+
 		"claim and commit or delete tasks, purge a queue, or run the nodes with --state disk (or a larger --memory-limit)",
-		MemoryFull, formatBytes(used), formatBytes(b.Bytes), formatBytes(uint64(growth)))
+		MemoryFull, bytesize.Format(used), bytesize.Format(b.Bytes), bytesize.Format(uint64(growth)))
 }
 
 // MemoryUse is what a shard's tasks take by the budget's count, with
@@ -87,17 +86,4 @@ func (m *Machine) MemoryUse(overhead uint64) uint64 {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	return m.st.used(overhead)
-}
-
-// formatBytes prints n in the largest binary unit that keeps it at least 1.
-func formatBytes(n uint64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
 }

@@ -7,10 +7,14 @@ users.
 
 # Rules
 
- 1. Determinism. The machine reads no clock, no randomness and does no I/O
-    but Persist and Restore. Time comes only from Command.now, stamped by the
-    leader. Replicas that applied the same log hold the same state and have
-    the same Digest.
+ 1. Determinism. The machine reads no clock and no randomness, and its
+    only I/O is its own state's: Persist and Restore stream snapshots, and
+    on the on-disk store (fsm/ondisk, --state disk) an apply reads the
+    engine and commits its changes as one batch with the entry's index; an
+    engine error there panics, as an undecodable entry does (rule 11),
+    since a replica that skipped a write would diverge. Time comes only from
+    Command.now, stamped by the leader. Replicas that applied the same log
+    hold the same state and have the same Digest, whichever store holds it.
 
  2. Time. The machine's clock is the largest Command.now it has seen; it
     never goes backwards. Every "now" inside a command (created, modified,
@@ -190,5 +194,20 @@ users.
     Digest only for tasks that have them. Below the format they are
     ignored. The few fields most tasks leave unset (the dedup window, the
     headers) live in task.ext, so the task struct keeps its size class.
+
+ 23. Slot moves. From FormatSlotMoves, OP_SLOT steps move a hash slot
+    (SlotOf of a group) between two shards, each step naming its move:
+    FREEZE on the source, IMPORT (in chunks) and ACTIVATE on the target,
+    DROP of the source's copy, a bounded number of tasks per entry; an
+    abandoned move is undone by DROP on the target and UNFREEZE on the
+    source (slots.go). A shard serves every slot it holds no slot state for;
+    a command of a slot it does not serve (frozen, importing or gone) is
+    refused with kind MOVED and Failure.moved, changes nothing and is not
+    remembered as its session's answer, so its retry applies where the
+    routing table says. A step that does not fit the slot's state or the
+    move is refused whole (SLOT_REFUSED), below the format SLOT_NEEDS_FORMAT.
+    Slot states are in snapshots and in the Digest when there are any; a
+    session remembers its request's group, so a move carries the sessions
+    of the slot's groups.
 */
 package fsm

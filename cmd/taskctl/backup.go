@@ -21,6 +21,7 @@ import (
 	"github.com/e1158ecb/taskstore/client"
 	"github.com/e1158ecb/taskstore/cluster/metapb"
 	"github.com/e1158ecb/taskstore/cmd/internal/buildinfo"
+	"github.com/e1158ecb/taskstore/internal/bytesize"
 )
 
 // backupWait bounds a whole backup (beyond --timeout).
@@ -134,7 +135,7 @@ func (a *app) backupCreate(target string, rate float64) error {
 		}
 		took := m.Finished.Sub(m.Started)
 		fmt.Fprintf(summary, "backup of cluster %s: %d shards, %d tasks, %s in %v (%s/s)\n", m.ClusterID, len(m.Shards), m.Tasks(),
-			humanBytes(m.Bytes()), took.Round(time.Millisecond), humanBytes(uint64(float64(m.Bytes())/max(took.Seconds(), 1e-3))))
+			bytesize.Format(m.Bytes()), took.Round(time.Millisecond), bytesize.Format(uint64(float64(m.Bytes())/max(took.Seconds(), 1e-3))))
 		return nil
 	})
 }
@@ -271,7 +272,7 @@ func (p *progress) begin(part string) { p.part, p.partAt, p.written = part, time
 
 func (p *progress) end(what string) {
 	if p.tty {
-		fmt.Fprintf(p.out, "\r\033[K%s: %s, %s in %v\n", p.part, what, humanBytes(uint64(p.written)), time.Since(p.partAt).Round(time.Millisecond))
+		fmt.Fprintf(p.out, "\r\033[K%s: %s, %s in %v\n", p.part, what, bytesize.Format(uint64(p.written)), time.Since(p.partAt).Round(time.Millisecond))
 	}
 }
 
@@ -290,8 +291,8 @@ func (p *progress) wrap(w io.Writer) io.Writer {
 		if p.tty && time.Since(p.shown) > 200*time.Millisecond {
 			p.shown = time.Now()
 			total := p.w.Written()
-			fmt.Fprintf(p.out, "\r\033[K%s: %s; backup %s, %s/s", p.part, humanBytes(uint64(p.written)), humanBytes(uint64(total)),
-				humanBytes(uint64(float64(total)/max(time.Since(p.start).Seconds(), 1e-3))))
+			fmt.Fprintf(p.out, "\r\033[K%s: %s; backup %s, %s/s", p.part, bytesize.Format(uint64(p.written)), bytesize.Format(uint64(total)),
+				bytesize.Format(uint64(float64(total)/max(time.Since(p.start).Seconds(), 1e-3))))
 		}
 		return n, err
 	})
@@ -341,7 +342,7 @@ func printManifest(out io.Writer, m *backup.Manifest) {
 	fmt.Fprintf(out, "backup OK: cluster %s, format %d, taken %s to %s by %s\n", m.ClusterID, m.Format,
 		m.Started.Format(time.RFC3339), m.Finished.Format(time.RFC3339), cmpOr(m.Version, "?"))
 	fmt.Fprintf(out, "%d shards, %d tasks, %s of state, %d slots, replication factor %d, map epoch %d\n",
-		len(m.Shards), m.Tasks(), humanBytes(m.Bytes()), m.Slots, m.ReplicationFactor, m.MapEpoch)
+		len(m.Shards), m.Tasks(), bytesize.Format(m.Bytes()), m.Slots, m.ReplicationFactor, m.MapEpoch)
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SHARD\tINDEX\tTASKS\tBYTES\tCRC32C\tFROM\tSLOTS")
 	for _, s := range m.Shards {
@@ -349,7 +350,7 @@ func printManifest(out io.Writer, m *backup.Manifest) {
 		if len(slots) > 40 {
 			slots = slots[:strings.LastIndexByte(slots[:40], ',')+1] + "..."
 		}
-		fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%08x\t%s\t%s\n", s.ID, s.Index, s.Tasks, humanBytes(s.Bytes), s.CRC32C, s.Node, slots)
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%08x\t%s\t%s\n", s.ID, s.Index, s.Tasks, bytesize.Format(s.Bytes), s.CRC32C, s.Node, slots)
 	}
 	tw.Flush()
 }

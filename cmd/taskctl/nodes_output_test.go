@@ -20,7 +20,7 @@ func TestDiskFreeShowsAFullDisk(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]string{"full": "0B LOW", "silent": "-", "old": "2.0GiB"}
+	want := map[string]string{"full": "0 B LOW", "silent": "-", "old": "2.0 GiB"}
 	for _, line := range strings.Split(out.String(), "\n")[1:] {
 		f := strings.Fields(line)
 		if len(f) == 0 {

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/e1158ecb/taskstore/api/taskstorepb"
+	"github.com/e1158ecb/taskstore/internal/bytesize"
 )
 
 // valueWidth is how many characters of a value a table shows.
@@ -195,7 +196,7 @@ func printNodes(w io.Writer, nodes []*taskstorepb.NodeStatus) error {
 	for _, n := range nodes {
 		disk := "-" // the node did not answer
 		if n.DiskMeasured || n.DiskFreeBytes > 0 {
-			disk = humanBytes(n.DiskFreeBytes) // 0 B: a full disk
+			disk = bytesize.Format(n.DiskFreeBytes) // 0 B: a full disk
 		}
 		if n.DiskLow {
 			// The node refuses to lead until space is freed.
@@ -288,7 +289,7 @@ func printShards(w io.Writer, shards []*taskstorepb.ShardStatus) error {
 			maxLog = max(maxLog, r.LogBytes)
 		}
 		if maxLog > 0 {
-			logBytes = humanBytes(maxLog)
+			logBytes = bytesize.Format(maxLog)
 		}
 		if len(s.ReplicaStatus) > 0 {
 			lag = u64(maxLag)
@@ -312,22 +313,5 @@ func memoryFill(used, budget uint64) string {
 	if budget == 0 {
 		return "-"
 	}
-	return fmt.Sprintf("%s/%s %d%%", humanBytes(used), humanBytes(budget), used*100/budget)
-}
-
-// humanBytes prints n in B, KiB, MiB or GiB with one decimal.
-func humanBytes(n uint64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%dB", n)
-	}
-	v, suffix := float64(n), ""
-	for _, s := range []string{"KiB", "MiB", "GiB", "TiB"} {
-		v /= unit
-		suffix = s
-		if v < unit {
-			break
-		}
-	}
-	return fmt.Sprintf("%.1f%s", v, suffix)
+	return fmt.Sprintf("%s/%s %d%%", bytesize.Format(used), bytesize.Format(budget), used*100/budget)
 }

@@ -8,6 +8,8 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+
+	"github.com/e1158ecb/taskstore/internal/bytesize"
 )
 
 // machineMemoryShare is the part of the machine's memory a node takes as
@@ -35,7 +37,7 @@ func detectMemoryLimit(root string) (limit int64, source string) {
 		return l, path
 	}
 	if total := memTotal(root); total > 0 {
-		return total * machineMemoryShare / 100, fmt.Sprintf("%d%% of the machine's %s", machineMemoryShare, formatBytes(total))
+		return total * machineMemoryShare / 100, fmt.Sprintf("%d%% of the machine's %s", machineMemoryShare, bytesize.Format(uint64(total)))
 	}
 	return 0, ""
 }
@@ -145,12 +147,4 @@ func setGoMemoryLimit(limit int64) (soft int64, fromEnv bool) {
 	soft = limit / 100 * goMemoryShare
 	debug.SetMemoryLimit(soft)
 	return soft, false
-}
-
-// formatBytes prints n in MiB or GiB.
-func formatBytes(n int64) string {
-	if n >= 1<<30 {
-		return fmt.Sprintf("%.1fGiB", float64(n)/(1<<30))
-	}
-	return fmt.Sprintf("%dMiB", n>>20)
 }

@@ -99,7 +99,7 @@ func (e *actionError) Error() string { return e.msg }
 func (h *Handler) act(w http.ResponseWriter, r *http.Request) {
 	a, ok := h.canAct(r)
 	if !ok {
-		msg := "The status page is read-only: its actions need an authenticated admin (a node started with --auth-tokens or client certificates; see docs/security.md)."
+		msg := "This page is read-only for you: its actions need an authenticated admin (a node started with --auth-tokens or client certificates; see docs/security.md)."
 		if h.opts.Actions == nil {
 			msg = "This status page has no actions."
 		}

@@ -1,5 +1,6 @@
-// Package statuspage serves a node's read-only HTML status page on its
-// --http address, next to /metrics, /healthz, /readyz and /debug/pprof/.
+// Package statuspage serves a node's HTML status page on its --http
+// address, next to /metrics, /healthz, /readyz and /debug/pprof/: pages that
+// read, and for an authenticated admin a queue's actions (POST /actions).
 //
 // Pages (html/template, templates and CSS embedded, no JavaScript; the
 // cluster and queue lists refresh themselves with a meta refresh):
