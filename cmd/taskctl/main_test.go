@@ -453,8 +453,8 @@ func TestTaskListFilters(t *testing.T) {
 	}
 }
 
-// TestQueueMove sends a dead-letter queue back to work with taskctl (issue
-// 18 item 3): progress per batch on stderr, a summary, attempts reset.
+// TestQueueMove sends a dead-letter queue back to work with taskctl:
+// progress per batch on stderr, a summary, attempts reset.
 func TestQueueMove(t *testing.T) {
 	fc := clienttest.New(t, 3, 2)
 	for i := range 5 {

@@ -100,8 +100,8 @@ func (b *browser) formToken(queue string) string {
 	return ""
 }
 
-// TestStatusPageActionsInChromium drives the status page's actions (issue
-// 18 item 9) in headless Chromium against a secured 3-node cluster, from
+// TestStatusPageActionsInChromium drives the status page's actions in
+// headless Chromium against a secured 3-node cluster, from
 // the page of a node that does not lead the queues' shard (so every action
 // is forwarded to the leader): pause and resume, requeue from a dead-letter
 // queue with attempts reset, delete one task, purge only with the typed
