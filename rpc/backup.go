@@ -47,6 +47,11 @@ func (srv *Server) Backup(req *taskstorepb.BackupRequest, stream grpc.ServerStre
 	}
 	if req.MinIndex > 0 {
 		// A shard's leader asks this replica for the copy.
+		if refuse := srv.copyRefusal.Load(); refuse != nil {
+			if err := (*refuse)(ctx); err != nil {
+				return err
+			}
+		}
 		c, err := srv.node.BackupShardAt(ctx, req.Shard, req.MinIndex, followerCatchUp)
 		if errors.Is(err, cluster.ErrCopyBehind) {
 			return status.Error(codes.FailedPrecondition, err.Error())

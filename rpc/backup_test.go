@@ -120,3 +120,62 @@ func TestBackupFromCaughtUpFollower(t *testing.T) {
 	}
 	check(info, data, 70, commit)
 }
+
+// TestBackupLeaderCopiesWhenFollowersRefuse: when every follower refuses
+// the copy (one behind: FAILED_PRECONDITION; one silent until the leader
+// gives up on it), the leader streams the copy itself, with every write
+// acknowledged before the call.
+func TestBackupLeaderCopiesWhenFollowersRefuse(t *testing.T) {
+	c := harness.Start(t, 3, harness.Options{Shards: 1, Scale: 2})
+	c.WaitReady()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	const shard = 1
+	lead := c.Leader(shard)
+	if lead < 0 {
+		t.Fatal("no leader of shard 1")
+	}
+	req := &taskstorepb.ModifyRequest{}
+	for i := range 25 {
+		req.Inserts = append(req.Inserts, &taskstorepb.TaskInsert{Queue: "g/q", Id: fmt.Sprintf("t%03d", i), Value: []byte("v")})
+	}
+	if _, err := taskstorepb.NewTaskStoreClient(c.Conn(lead)).Modify(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	var asked []string
+	var refusals []func(ctx context.Context) error
+	refusals = append(refusals,
+		func(context.Context) error { return status.Error(codes.FailedPrecondition, "behind (test)") },
+		func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }) // silent
+	for i, n := range c.Nodes {
+		if i == lead {
+			continue
+		}
+		refuse := refusals[len(asked)]
+		id := n.ID
+		asked = append(asked, id)
+		undo := n.Server().RPC.RefuseBackupCopies(func(ctx context.Context) error {
+			t.Logf("follower %s asked for the copy: refuses", id)
+			return refuse(ctx)
+		})
+		defer undo()
+	}
+	commit := c.Nodes[lead].Server().Node.Shard(shard).Raft().CommitIndex()
+	info, data, err := backupCopy(ctx, c.Conn(lead), &taskstorepb.BackupRequest{Shard: shard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Node != c.Nodes[lead].ID {
+		t.Errorf("copy streamed by %s, want the leader %s (its followers %v refuse)", info.Node, c.Nodes[lead].ID, asked)
+	}
+	if info.Tasks != 25 || info.Index < commit {
+		t.Fatalf("copy %v: want 25 tasks at an index at or past %d", info, commit)
+	}
+	m := fsm.New(fsm.Options{})
+	if err := m.Restore(io.NopCloser(bytes.NewReader(data))); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.TaskCount(); got != 25 {
+		t.Fatalf("the copy restores to %d tasks, want 25", got)
+	}
+}

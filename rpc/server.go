@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -55,6 +56,9 @@ type Server struct {
 	metrics     *apiMetrics
 	rates       *introspection
 	log         *slog.Logger
+	// copyRefusal (tests only, export_test.go) runs before this node, as a
+	// follower asked for a backup's copy, takes it; an error refuses.
+	copyRefusal atomic.Pointer[func(context.Context) error]
 }
 
 // NewServer returns the services of node; reg (may be nil) receives the
