@@ -29,8 +29,8 @@ var (
 	// over the receive limit is not this: see AnswerTooLargeError.)
 	ErrTooLarge = errors.New("taskstore: over a limit")
 	// ErrFull: the shard's tasks reached its memory budget (gRPC
-	// ResourceExhausted, "memory budget reached": nodes keeping their
-	// tasks in memory under a --memory-limit); nothing was applied.
+	// ResourceExhausted with the ErrorInfo reason MEMORY_FULL: nodes keeping
+	// their tasks in memory under a --memory-limit); nothing was applied.
 	// Claims, commits, deletes and purges still work. Not retried here:
 	// retry later, once consumers have made room (with the same request id
 	// if need be: a refusal is not remembered), or slow the producer down.
@@ -101,16 +101,11 @@ func (e *Error) GRPCStatus() *status.Status { return e.Status }
 // Is matches the sentinel error of the status code (ErrFull for a
 // ResourceExhausted refusal at the memory budget).
 func (e *Error) Is(target error) bool {
-	if e.Status.Code() == codes.ResourceExhausted && strings.HasPrefix(e.Status.Message(), memoryFull) {
+	if taskstorepb.IsMemoryFull(e.Status) {
 		return target == ErrFull
 	}
 	return sentinelOf(e.Status.Code()) == target
 }
-
-// memoryFull starts the message of a refusal at the memory budget (the
-// state machine's fsm.MemoryFull; the client does not import the state
-// machine).
-const memoryFull = "memory budget reached"
 
 func sentinelOf(c codes.Code) error {
 	switch c {

@@ -120,8 +120,9 @@ func refusedStatus(e *refusedError) error {
 	switch fsm.KindOf(e.failure) {
 	case fsmpb.Failure_MEMORY_FULL:
 		// The shard's tasks reached its memory budget: the producer
-		// backs off until consumers make room (fsm/budget.go).
-		return status.Error(codes.ResourceExhausted, e.Error())
+		// backs off until consumers make room (fsm/budget.go). The
+		// detail tells clients so (ErrFull), not the message.
+		return taskstorepb.MemoryFullStatus(e.Error()).Err()
 	case fsmpb.Failure_ANSWER_TOO_LARGE:
 		// The transaction's answer would be over the node's send limit:
 		// split it.

@@ -72,5 +72,9 @@ func TestFailureKindsMapToCodes(t *testing.T) {
 		if status.Code(err) != k.want {
 			t.Errorf("%s: %v, want %v", k.kind, err, k.want)
 		}
+		// The reason is in a detail, for clients to decide by.
+		if k.kind == "MEMORY_FULL" && len(status.Convert(err).Details()) != 1 {
+			t.Errorf("%s: details %v, want an ErrorInfo", k.kind, status.Convert(err).Details())
+		}
 	}
 }
