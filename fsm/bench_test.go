@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/hex"
+	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -264,11 +265,18 @@ func BenchmarkOnDiskBytesPerTask(b *testing.B) {
 
 // storeMachine is an empty machine in memory, or on disk (Pebble in a
 // temporary directory, ondisk.EngineOptions, closed when b ends).
+// benchMemtable overrides the engine's memtable size in the benchmarks
+// (MiB; 0: ondisk.EngineOptions').
+var benchMemtable = flag.Int("fsm.memtable", 0, "the on-disk benchmarks' memtable size in MiB (0: the engine's default)")
+
 func storeMachine(b *testing.B, store string) *Machine {
 	if store == "memory" {
 		return New(Options{})
 	}
 	o := ondisk.EngineOptions(128 << 20)
+	if *benchMemtable > 0 {
+		o.MemTableSize = uint64(*benchMemtable) << 20
+	}
 	o.Logger = quietLogger{}
 	db, err := pebble.Open(b.TempDir(), o)
 	if err != nil {

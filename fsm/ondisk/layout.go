@@ -56,10 +56,14 @@ func ShardEnd(shard uint32) []byte {
 }
 
 func tableKey(shard uint32, table byte, n int) []byte {
-	b := make([]byte, 5, 5+n)
-	binary.BigEndian.PutUint32(b, shard)
-	b[4] = table
-	return b
+	return appendTableKey(make([]byte, 0, 5+n), shard, table)
+}
+
+// appendTableKey appends a key's shard and table to dst: the append forms
+// of the keys below build a key in a transaction's buffer where the key
+// is not kept (the batch copies what it is given).
+func appendTableKey(dst []byte, shard uint32, table byte) []byte {
+	return append(binary.BigEndian.AppendUint32(dst, shard), table)
 }
 
 // TaskKey is the key of a task's record: the id, length-prefixed, then
@@ -76,6 +80,12 @@ func TaskIDPrefix(shard uint32, id string) []byte { return taskIDPrefix(shard, i
 func taskIDPrefix(shard uint32, id string, extra int) []byte {
 	b := binary.AppendUvarint(tableKey(shard, TableTask, binary.MaxVarintLen64+len(id)+extra), uint64(len(id)))
 	return append(b, id...)
+}
+
+// appendTaskKey is TaskKey appended to dst.
+func appendTaskKey(dst []byte, shard uint32, group, id string) []byte {
+	b := binary.AppendUvarint(appendTableKey(dst, shard, TableTask), uint64(len(id)))
+	return append(append(b, id...), group...)
 }
 
 // GroupOf is a queue's consistency group: its name up to the first '/'
@@ -106,6 +116,14 @@ func ClaimKey(shard, queue uint32, priority int32, at int64, id string) []byte {
 	return append(b, id...)
 }
 
+// appendClaimKey is ClaimKey appended to dst.
+func appendClaimKey(dst []byte, shard, queue uint32, priority int32, at int64, id string) []byte {
+	b := binary.BigEndian.AppendUint32(appendTableKey(dst, shard, TableClaim), queue)
+	b = binary.BigEndian.AppendUint32(b, descending(priority))
+	b = binary.BigEndian.AppendUint64(b, ascending(at))
+	return append(b, id...)
+}
+
 // ParseClaimKey splits a claim key.
 func ParseClaimKey(k []byte) (shard, queue uint32, priority int32, at int64, id string, err error) {
 	if len(k) < 5+4+4+8 || k[4] != TableClaim {
@@ -122,6 +140,13 @@ func ParseClaimKey(k []byte) (shard, queue uint32, priority int32, at int64, id 
 func DueKey(shard uint32, at int64, queue uint32, id string) []byte {
 	b := tableKey(shard, TableDue, 12+len(id))
 	b = binary.BigEndian.AppendUint64(b, ascending(at))
+	b = binary.BigEndian.AppendUint32(b, queue)
+	return append(b, id...)
+}
+
+// appendDueKey is DueKey appended to dst.
+func appendDueKey(dst []byte, shard uint32, at int64, queue uint32, id string) []byte {
+	b := binary.BigEndian.AppendUint64(appendTableKey(dst, shard, TableDue), ascending(at))
 	b = binary.BigEndian.AppendUint32(b, queue)
 	return append(b, id...)
 }
@@ -149,6 +174,11 @@ func QueueKey(shard uint32, name string) []byte {
 // SessionKey is the key of a client's exactly-once record.
 func SessionKey(shard uint32, client string) []byte {
 	return append(tableKey(shard, TableSession, len(client)), client...)
+}
+
+// appendSessionKey is SessionKey appended to dst.
+func appendSessionKey(dst []byte, shard uint32, client string) []byte {
+	return append(appendTableKey(dst, shard, TableSession), client...)
 }
 
 // SessionOrderKey is a session's key in least-recently-seen order.

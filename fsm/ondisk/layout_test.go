@@ -2,6 +2,7 @@ package ondisk
 
 import (
 	"bytes"
+	"cmp"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -183,6 +184,48 @@ func TestReservationOrderKeysSortByEndQueueKey(t *testing.T) {
 			if got, want := bytes.Compare(keys[i], keys[j]) < 0, less(in[i], in[j]); got != want {
 				t.Errorf("%v < %v: keys say %v, want %v", in[i], in[j], got, want)
 			}
+		}
+	}
+}
+
+// TestCompareOpsIsKeyOrder checks commitSorted's comparison against
+// bytes.Compare (then the write's place) on keys that share prefixes, differ
+// in length and end in zero bytes, where the padded words alone tie.
+func TestCompareOpsIsKeyOrder(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(3, 4))
+	alphabet := []byte{0, 1, 0x74, 0xff}
+	var ops []batchOp
+	for i := range 2000 {
+		k := make([]byte, rnd.IntN(20))
+		for j := range k {
+			k[j] = alphabet[rnd.IntN(len(alphabet))]
+		}
+		ops = append(ops, batchOp{key: k, seq: i, p0: keyWord(k, 0), p1: keyWord(k, 8)})
+	}
+	for i := range ops {
+		for j := range ops {
+			a, b := ops[i], ops[j]
+			want := cmp.Or(bytes.Compare(a.key, b.key), cmp.Compare(a.seq, b.seq))
+			if got := compareOps(a, b); got != want {
+				t.Fatalf("compareOps(%x#%d, %x#%d) = %d, want %d", a.key, a.seq, b.key, b.seq, got, want)
+			}
+		}
+	}
+}
+
+// TestAppendKeysAreTheKeys: the append forms a transaction builds keys
+// with give the keys, after whatever the buffer held.
+func TestAppendKeysAreTheKeys(t *testing.T) {
+	junk := []byte("junk")
+	for _, c := range []struct{ got, want []byte }{
+		{appendTaskKey(junk[:0:0], 7, "g", "id-1"), TaskKey(7, "g", "id-1")},
+		{appendTaskKey(bytes.Clone(junk)[:0], 7, "", "x"), TaskKey(7, "", "x")},
+		{appendClaimKey(bytes.Clone(junk)[:0], 7, 3, -5, -9, "id"), ClaimKey(7, 3, -5, -9, "id")},
+		{appendDueKey(bytes.Clone(junk)[:0], 7, 1<<40, 3, "id"), DueKey(7, 1<<40, 3, "id")},
+		{appendSessionKey(bytes.Clone(junk)[:0], 7, "client"), SessionKey(7, "client")},
+	} {
+		if !bytes.Equal(c.got, c.want) {
+			t.Errorf("got %x, want %x", c.got, c.want)
 		}
 	}
 }

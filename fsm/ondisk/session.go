@@ -73,7 +73,8 @@ func (t *Txn) Sessions() (count, size uint64) { return t.meta.sessions, t.meta.s
 
 // Session returns client's record, or nil.
 func (t *Txn) Session(client string) (*Session, error) {
-	return readRecord(t, &t.sessions, &t.s.recentSessions, SessionKey(t.s.shard, client), true, decodeSession)
+	t.kbuf = appendSessionKey(t.kbuf[:0], t.s.shard, client)
+	return readRecord(t, &t.sessions, &t.s.recentSessions, t.kbuf, true, decodeSession)
 }
 
 // hashSessions adds the sessions the transaction wrote and kept to the

@@ -312,6 +312,9 @@ type Txn struct {
 	// (session.go), by key.
 	unhashed map[string]*Session
 	buf      []byte // for what is copied where it goes (a record into the batch)
+	// kbuf: for a key that is copied where it goes (into the batch, or a
+	// map's string) and not kept: one at a time.
+	kbuf []byte
 	// readOnly: a read that will be discarded (BeginRead), which uses the
 	// queues' heads in memory but does not fill them.
 	readOnly bool
@@ -456,9 +459,9 @@ func (s *State) commitSorted(b *pebble.Batch) error {
 		if kind != pebble.InternalKeyKindSet && kind != pebble.InternalKeyKindDelete {
 			return fmt.Errorf("ondisk: shard %d: a write of kind %v in a transaction", s.shard, kind)
 		}
-		ops = append(ops, batchOp{kind: kind, key: k, value: v, seq: len(ops)})
+		ops = append(ops, batchOp{kind: kind, key: k, value: v, seq: len(ops), p0: keyWord(k, 0), p1: keyWord(k, 8)})
 	}
-	slices.SortFunc(ops, func(a, b batchOp) int { return cmp.Or(bytes.Compare(a.key, b.key), cmp.Compare(a.seq, b.seq)) })
+	slices.SortFunc(ops, compareOps)
 	sorted := s.db.NewBatchWithSize(len(b.Repr()))
 	defer sorted.Close()
 	for i, op := range ops {
@@ -485,6 +488,34 @@ type batchOp struct {
 	kind       pebble.InternalKeyKind
 	key, value []byte
 	seq        int // the write's place in the batch
+	// p0, p1: the key's first 16 bytes as numbers (keyWord), which decide
+	// most comparisons of the sort without a call to bytes.Compare: every
+	// key starts with the shard and a table byte.
+	p0, p1 uint64
+}
+
+// keyWord is the 8 bytes of k from i on, big-endian, zero-padded: two keys
+// whose words differ compare as their words do.
+func keyWord(k []byte, i int) uint64 {
+	if len(k) >= i+8 {
+		return binary.BigEndian.Uint64(k[i:])
+	}
+	var w [8]byte
+	if len(k) > i {
+		copy(w[:], k[i:])
+	}
+	return binary.BigEndian.Uint64(w[:])
+}
+
+// compareOps orders writes by key, then by their place in the batch.
+func compareOps(a, b batchOp) int {
+	if a.p0 != b.p0 {
+		return cmp.Compare(a.p0, b.p0)
+	}
+	if a.p1 != b.p1 {
+		return cmp.Compare(a.p1, b.p1)
+	}
+	return cmp.Or(bytes.Compare(a.key, b.key), cmp.Compare(a.seq, b.seq))
 }
 
 // queue returns the transaction's copy of a queue, creating the queue if
@@ -535,7 +566,8 @@ func (t *Txn) Get(group, id string) (*Task, error) { return t.get(group, id, tru
 // to be replaced or deleted next), which scans do not: they would hold a
 // whole queue in memory.
 func (t *Txn) get(group, id string, keep bool) (*Task, error) {
-	return readRecord(t, &t.tasks, &t.s.recent, TaskKey(t.s.shard, group, id), keep, DecodeTask)
+	t.kbuf = appendTaskKey(t.kbuf[:0], t.s.shard, group, id)
+	return readRecord(t, &t.tasks, &t.s.recent, t.kbuf, keep, DecodeTask)
 }
 
 // readRecord reads the record at k as the transaction sees it: what it
@@ -691,7 +723,8 @@ func (t *Txn) write(id, queue string, tk *Task) error {
 	// The batch copies what it is given: the record and the digest's
 	// bytes are built in the transaction's buffer.
 	t.buf = AppendTask(t.buf[:0], tk)
-	k := TaskKey(t.s.shard, group, id)
+	t.kbuf = appendTaskKey(t.kbuf[:0], t.s.shard, group, id)
+	k := t.kbuf
 	if err := t.b.Set(k, t.buf, nil); err != nil {
 		return err
 	}
@@ -769,9 +802,10 @@ func (t *Txn) index(id string, q *queueInfo, tk *Task) error {
 		} else {
 			q.delayed++
 		}
-		dk := DueKey(t.s.shard, tk.At, q.num, id)
+		t.kbuf = appendDueKey(t.kbuf[:0], t.s.shard, tk.At, q.num, id)
+		dk := t.kbuf
 		if t.dueHead != nil && bytes.Compare(dk, t.dueHead) < 0 {
-			t.dueHead = dk
+			t.dueHead = bytes.Clone(dk)
 		}
 		if t.dueKnown && tk.At < t.dueAt {
 			t.dueAt = tk.At
@@ -789,7 +823,8 @@ func (t *Txn) unindex(group, id string, old *Task) error {
 	if err != nil {
 		return err
 	}
-	k := TaskKey(t.s.shard, group, id)
+	t.kbuf = appendTaskKey(t.kbuf[:0], t.s.shard, group, id)
+	k := t.kbuf
 	t.buf = appendDigestTask(t.buf[:0], q.name, old)
 	t.meta.digest.Remove(k[shardLen:], t.buf)
 	if err := t.b.Delete(k, nil); err != nil {
@@ -798,7 +833,8 @@ func (t *Txn) unindex(group, id string, old *Task) error {
 	t.remember(k, nil)
 	q.total--
 	t.meta.tasks--
-	ck := ClaimKey(t.s.shard, q.num, old.Priority, old.At, id)
+	t.kbuf = appendClaimKey(t.kbuf[:0], t.s.shard, q.num, old.Priority, old.At, id)
+	ck := t.kbuf
 	if err := t.b.Delete(ck, nil); err != nil {
 		return err
 	}
@@ -824,8 +860,8 @@ func (t *Txn) unindex(group, id string, old *Task) error {
 		} else {
 			q.delayed--
 		}
-		dk := DueKey(t.s.shard, old.At, q.num, id)
-		if err := t.b.Delete(dk, nil); err != nil {
+		t.kbuf = appendDueKey(t.kbuf[:0], t.s.shard, old.At, q.num, id)
+		if err := t.b.Delete(t.kbuf, nil); err != nil {
 			return err
 		}
 	}
