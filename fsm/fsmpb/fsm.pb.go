@@ -1108,14 +1108,13 @@ type Modify struct {
 	// When nonzero, the leader's bound on the answer's size in bytes (its
 	// send limit): a transaction whose inserted and changed tasks (which the
 	// answer echoes, values included) would take more, by fsm.AnswerBytes, is
-	// refused and changes nothing (Failure.message starts with
-	// fsm.AnswerTooLarge). Zero (entries of older leaders): no bound.
+	// refused and changes nothing (Failure.kind ANSWER_TOO_LARGE). Zero (entries of older leaders): no bound.
 	MaxAnswerBytes uint64 `protobuf:"varint,8,opt,name=max_answer_bytes,json=maxAnswerBytes,proto3" json:"max_answer_bytes,omitempty"`
 	// When set (the caller is limited to queue prefixes), every task the
 	// request names by id (depends, deletes, changes) must be in a queue
 	// starting with one of these: the request's routing queues say nothing
 	// about where a task of the group is. Otherwise the request changes
-	// nothing (Failure.message starts with fsm.OutOfScope). Empty: no limit.
+	// nothing (Failure.kind OUT_OF_SCOPE). Empty: no limit.
 	Scope         []string `protobuf:"bytes,9,rep,name=scope,proto3" json:"scope,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
