@@ -14,12 +14,14 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/e1158ecb/taskstore/api/taskstorepb"
+	"github.com/e1158ecb/taskstore/internal/tracing"
 )
 
 // Client talks to a Taskstore cluster, directly to shard leaders or through
@@ -54,6 +56,7 @@ type options struct {
 	attemptTimeout time.Duration
 	maxHops        int
 	logger         *slog.Logger
+	tracer         trace.TracerProvider // nil: calls are not traced
 }
 
 // Option configures a Client.
@@ -125,6 +128,9 @@ func Dial(ctx context.Context, addrs string, opts ...Option) (*Client, error) {
 	}
 	if o.backoffBase <= 0 || o.backoffMax < o.backoffBase {
 		return nil, fmt.Errorf("taskstore: dial: bad backoff %v..%v: %w", o.backoffBase, o.backoffMax, ErrInvalid)
+	}
+	if o.tracer == nil {
+		o.tracer = tracing.TracerProvider() // nil unless the process turned tracing on
 	}
 	if o.claimant == "" {
 		host, _ := os.Hostname()
@@ -208,6 +214,7 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 			MinConnectTimeout: 5 * time.Second,
 		})},
 		limitDialOptions()...)
+	dopts = append(dopts, tracing.DialOptions(c.opts.tracer)...)
 	dopts = append(dopts, c.opts.dialOpts...)
 	cc, err := grpc.NewClient(addr, dopts...)
 	if err != nil {

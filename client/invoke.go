@@ -47,7 +47,9 @@ func (t target) String() string {
 //
 // fn must be safe to repeat: mutating requests carry one request id for
 // every attempt. extra lengthens the attempt timeout (a Claim's wait).
-func (c *Client) call(ctx context.Context, op string, t target, extra time.Duration, fn func(ctx context.Context, cc *grpc.ClientConn) error) error {
+func (c *Client) call(ctx context.Context, op string, t target, extra time.Duration, fn func(ctx context.Context, cc *grpc.ClientConn) error) (err error) {
+	ctx, span := c.startCall(ctx, op)
+	defer func() { endCall(span, err) }()
 	var (
 		lastErr error
 		hint    string // follow this leader address next

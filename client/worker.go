@@ -379,6 +379,8 @@ func (h *held) get() (*Task, time.Time) {
 // slot's next task (see commit); handle returns it, with the time the claim
 // was sent, or nil.
 func (w *Worker) handle(ctx context.Context, t *Task, claimed time.Time) (next *Task, nextClaimed time.Time) {
+	ctx, span := w.startHandle(ctx, t)
+	defer span.End()
 	log := w.log.With("task", t.Id, "queue", t.Queue)
 	h := &held{task: t, leaseEnd: claimed.Add(w.o.lease)}
 	hctx, cancel := context.WithCancelCause(ctx)

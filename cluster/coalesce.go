@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/hashicorp/raft"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/e1158ecb/taskstore/fsm"
@@ -59,6 +60,9 @@ type pending struct {
 	state atomic.Int32
 	start time.Time
 	done  chan proposed // buffered: the deliverer never blocks
+	// span is the write's propose span, commit its commit span from when
+	// its entry goes to Raft (nil when not traced: tracing.go).
+	span, commit trace.Span
 }
 
 type proposed struct {
@@ -115,12 +119,12 @@ func (t Tuning) coalesceLimits() (bytes, requests, inflight int) {
 // proposeCoalesced proposes cmd (stamped already) at once if fewer entries
 // than the bound are in flight, else queues it for the next entry, and
 // waits for its outcome.
-func (s *Shard) proposeCoalesced(ctx context.Context, cmd *fsmpb.Command) (*fsmpb.Result, error) {
+func (s *Shard) proposeCoalesced(ctx context.Context, cmd *fsmpb.Command, span trace.Span) (*fsmpb.Result, error) {
 	data, err := fsm.EncodeCommand(cmd)
 	if err != nil {
 		return nil, err
 	}
-	p := &pending{data: data, now: cmd.Now, start: time.Now(), done: make(chan proposed, 1)}
+	p := &pending{data: data, now: cmd.Now, start: time.Now(), done: make(chan proposed, 1), span: span}
 	c := &s.co
 	c.mu.Lock()
 	c.queue = append(c.queue, p)
@@ -154,6 +158,11 @@ func (s *Shard) launch(batch []*pending) {
 	data := batch[0].data
 	if len(batch) > 1 {
 		data = s.batchEntry(batch)
+	}
+	for _, p := range batch {
+		if p.span != nil {
+			p.commit = startCommit(p.span, len(batch))
+		}
 	}
 	e := &launched{batch: batch, key: unsafe.SliceData(data)}
 	c := &s.co
@@ -219,6 +228,9 @@ func (s *Shard) before(logs []*raft.Log) {
 			}
 			if !p.state.CompareAndSwap(pendingQueued, pendingTaken) {
 				continue // its caller gave up
+			}
+			if p.span != nil {
+				p.commit = startCommit(p.span, 0) // joins an entry as the leader appends it
 			}
 			grown = append(grown, p)
 			size += len(p.data)
@@ -307,6 +319,9 @@ func (s *Shard) batchEntry(batch []*pending) []byte {
 
 // answer gives each write of batch its outcome from the completed entry f.
 func (s *Shard) answer(batch []*pending, f raft.ApplyFuture, err error) {
+	for _, p := range batch {
+		endCommit(p.commit, err)
+	}
 	if err != nil {
 		err = s.applyErr(err)
 		for _, p := range batch {

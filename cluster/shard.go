@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -219,7 +220,11 @@ func (s *Shard) Now() int64 {
 // (Modify, claim) may share its log entry with others (coalesce.go). On an error the
 // command either was not applied (ErrNotLeader, safe to retry anywhere) or
 // its outcome is unknown (ErrUnknownOutcome: retry with the same request id).
-func (s *Shard) Propose(ctx context.Context, cmd *fsmpb.Command) (*fsmpb.Result, error) {
+func (s *Shard) Propose(ctx context.Context, cmd *fsmpb.Command) (res *fsmpb.Result, err error) {
+	ctx, span := s.startPropose(ctx, cmd)
+	if span != nil {
+		defer func() { endPropose(span, res, err) }()
+	}
 	if !s.IsLeader() {
 		return nil, s.notLeader()
 	}
@@ -240,7 +245,7 @@ func (s *Shard) Propose(ctx context.Context, cmd *fsmpb.Command) (*fsmpb.Result,
 	}
 	if coalesces(cmd) {
 		if _, n, _ := s.tuning.coalesceLimits(); n > 1 {
-			return s.proposeCoalesced(ctx, cmd)
+			return s.proposeCoalesced(ctx, cmd, span)
 		}
 	}
 	data, err := fsm.EncodeCommand(cmd)
@@ -256,8 +261,10 @@ func (s *Shard) Propose(ctx context.Context, cmd *fsmpb.Command) (*fsmpb.Result,
 		s.proposedRequests.Inc()
 		s.proposedEntries.Inc()
 	}
+	commit := startCommit(span, 1)
 	f := s.g.raft.Apply(data, timeout)
 	err, stopped := awaitFuture(ctx, s.stop, f)
+	endCommit(commit, cmp.Or(err, stopped))
 	if stopped != nil {
 		// The entry may still commit.
 		return nil, fmt.Errorf("shard %d: %w: %w", s.id, ErrUnknownOutcome, stopped)

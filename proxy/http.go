@@ -25,6 +25,7 @@ import (
 	"github.com/e1158ecb/taskstore/api/taskstorepb"
 	"github.com/e1158ecb/taskstore/auth"
 	"github.com/e1158ecb/taskstore/internal/serving"
+	"github.com/e1158ecb/taskstore/internal/tracing"
 	"github.com/e1158ecb/taskstore/rpc/pprofhttp"
 )
 
@@ -39,7 +40,7 @@ func (s *Server) httpHandler() (http.Handler, error) {
 		return nil, err
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/v1/", limitBody(s.authenticateHTTP(gw)))
+	mux.Handle("/v1/", tracing.HTTP(limitBody(s.authenticateHTTP(gw))))
 	mux.HandleFunc("GET /openapi.json", serveOpenAPI)
 	mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	serving.HealthHandlers(mux, s.Ready)

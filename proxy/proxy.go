@@ -22,6 +22,7 @@ import (
 	"github.com/e1158ecb/taskstore/auth"
 	"github.com/e1158ecb/taskstore/client"
 	"github.com/e1158ecb/taskstore/internal/serving"
+	"github.com/e1158ecb/taskstore/internal/tracing"
 )
 
 // DefaultRetryBudget is how long the proxy keeps retrying a request whose
@@ -196,7 +197,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		budget:   budget,
 		log:      log,
 		metrics:  m,
-		grpc:     grpc.NewServer(append(serverOptions(cfg, m, answers), cfg.GRPCOptions...)...),
+		grpc:     grpc.NewServer(append(append(serverOptions(cfg, m, answers), tracing.ServerOptions()...), cfg.GRPCOptions...)...),
 		answers:  answers,
 		policy:   cfg.Policy,
 		pprof:    cfg.Pprof,

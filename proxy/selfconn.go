@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/e1158ecb/taskstore/api/taskstorepb"
+	"github.com/e1158ecb/taskstore/internal/tracing"
 )
 
 // selfConnBuffer is the in-memory connection's buffer per direction.
@@ -52,11 +53,11 @@ func selfConn(srv *grpc.Server, serverTLS *tls.Config) (*grpc.ClientConn, func()
 			},
 		})
 	}
-	cc, err := grpc.NewClient("passthrough:///proxy-gateway",
+	cc, err := grpc.NewClient("passthrough:///proxy-gateway", append([]grpc.DialOption{
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
 		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(taskstorepb.MaxResponseBytes), grpc.MaxCallSendMsgSize(taskstorepb.MaxMessageBytes)),
-	)
+	}, tracing.DialOptions(tracing.TracerProvider())...)...) // the HTTP request's span goes on as traceparent
 	if err != nil {
 		lis.Close()
 		return nil, nil, err

@@ -26,6 +26,7 @@ import (
 	"github.com/e1158ecb/taskstore/auth"
 	"github.com/e1158ecb/taskstore/cluster"
 	"github.com/e1158ecb/taskstore/internal/serving"
+	"github.com/e1158ecb/taskstore/internal/tracing"
 	"github.com/e1158ecb/taskstore/rpc"
 	"github.com/e1158ecb/taskstore/rpc/pprofhttp"
 	"github.com/e1158ecb/taskstore/rpc/statuspage"
@@ -98,6 +99,7 @@ func Start(cfg cluster.Config, no Options) (*Node, error) {
 		opts = append(opts, grpc.Creds(auth.AcceptedTLS()))
 	}
 	opts = append(opts, serving.Keepalive())
+	opts = append(opts, tracing.ServerOptions()...) // none unless the process turned tracing on
 	node, err := cluster.Start(cfg)
 	if err != nil {
 		if httpL != nil {

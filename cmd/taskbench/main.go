@@ -13,6 +13,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"slices"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/e1158ecb/taskstore/api/limits"
 	"github.com/e1158ecb/taskstore/cmd/internal/buildinfo"
+	"github.com/e1158ecb/taskstore/internal/tracing"
 )
 
 var workloads = []string{"insert", "insert-batch", "produce", "claim-delete", "claim-move", "mixed"}
@@ -180,7 +182,14 @@ func bareLocal(args []string) []string {
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// Off unless OTEL_* asks: the benchmark's clients then trace their calls.
+	shutdownTracing, err := tracing.Setup(ctx, "taskbench")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "error: %v\n", err)
+		os.Exit(1)
+	}
 	code := execute(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
+	tracing.Flush(slog.Default(), shutdownTracing)
 	stop()
 	os.Exit(code)
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/e1158ecb/taskstore/cmd/internal/buildinfo"
 	"github.com/e1158ecb/taskstore/cmd/internal/logging"
 	"github.com/e1158ecb/taskstore/cmd/internal/secflags"
+	"github.com/e1158ecb/taskstore/internal/tracing"
 	"github.com/e1158ecb/taskstore/proxy"
 )
 
@@ -150,6 +151,11 @@ func run(ctx context.Context, log *slog.Logger, f flags) error {
 	if err := checkAnonymous(f.sec.TLS.Enabled(), sec.Policy.Enabled(), f.allowAnonymous, log); err != nil {
 		return err
 	}
+	shutdownTracing, err := tracing.Setup(ctx, "taskproxy") // off unless OTEL_* asks
+	if err != nil {
+		return err
+	}
+	defer tracing.Flush(log, shutdownTracing)
 	var copts []client.Option
 	if f.sec.TLS.Enabled() {
 		// The same certificate (role proxy) identifies the proxy to the nodes.

@@ -27,6 +27,7 @@ import (
 	"github.com/e1158ecb/taskstore/cmd/internal/buildinfo"
 	"github.com/e1158ecb/taskstore/cmd/internal/logging"
 	"github.com/e1158ecb/taskstore/cmd/internal/secflags"
+	"github.com/e1158ecb/taskstore/internal/tracing"
 	"github.com/e1158ecb/taskstore/server"
 )
 
@@ -202,6 +203,11 @@ func parseInitialCluster(s string) ([]cluster.Peer, error) {
 // gracefully. after, when set, runs once the nodes are up (dev starts its
 // proxy there); the shutdown it returns runs before the nodes stop.
 func run(log *slog.Logger, shutdownTimeout time.Duration, after func() (shutdown func(context.Context) error, err error), no server.Options, cfgs ...cluster.Config) error {
+	shutdownTracing, err := tracing.Setup(context.Background(), "taskstored") // off unless OTEL_* asks
+	if err != nil {
+		return err
+	}
+	defer tracing.Flush(log, shutdownTracing)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// SIGUSR1: the whole cluster stops together (taskstored dev stops its
