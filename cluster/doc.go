@@ -14,6 +14,14 @@
 //   - Gossip (memberlist) carries addresses and health, never Raft
 //     membership.
 //
+// The meta leader's control plane decides in package control (cluster/
+// control): where replicas go, which replica a shard prefers as leader,
+// where slots move, when a drained node or an emptied shard leaves. Its
+// planners are pure functions of the cluster map; this package carries
+// their steps out (placement.go, reshard.go, slotmove.go) and keeps the
+// runtime: the groups, the meta state machine, gossip, and each shard
+// leader's reconciliation of its Raft configuration with the map.
+//
 // Rules for callers (the rpc package):
 //  1. Write through Shard.Propose on the shard's leader. ErrNotLeader
 //     (*NotLeaderError) means nothing was applied; ErrUnknownOutcome means it

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/e1158ecb/taskstore/api/taskstorepb"
+	"github.com/e1158ecb/taskstore/cluster/control"
 	"github.com/e1158ecb/taskstore/cluster/metapb"
 )
 
@@ -54,18 +55,9 @@ func normalizeNode(n *metapb.Node) {
 	n.State = nodeStateNames[n.Membership]
 }
 
-// normalizeShard makes sure a shard names a preferred leader among its
-// replicas: entries and snapshots from before the field name none, and then
-// the first replica was the preferred one; a name that is not a replica
-// falls back the same way. Deterministic in the record, so every replica
-// of the meta group agrees.
+// normalizeShard is control.NormalizeShard (the rule placement follows too).
 func normalizeShard(sh *metapb.Shard) {
-	if !slices.Contains(sh.Replicas, sh.PreferredLeader) {
-		sh.PreferredLeader = ""
-		if len(sh.Replicas) > 0 {
-			sh.PreferredLeader = sh.Replicas[0]
-		}
-	}
+	control.NormalizeShard(sh)
 }
 
 // withState returns a node record (for a command) in membership state s.
@@ -311,19 +303,9 @@ func shardOf(cm *metapb.ClusterMap, group string) uint32 {
 }
 
 func findShard(cm *metapb.ClusterMap, id uint32) *metapb.Shard {
-	for _, s := range cm.Shards {
-		if s.Id == id {
-			return s
-		}
-	}
-	return nil
+	return control.FindShard(cm, id)
 }
 
 func findNode(cm *metapb.ClusterMap, id string) *metapb.Node {
-	for _, n := range cm.Nodes {
-		if n.Id == id {
-			return n
-		}
-	}
-	return nil
+	return control.FindNode(cm, id)
 }

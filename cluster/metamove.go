@@ -5,6 +5,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/e1158ecb/taskstore/cluster/control"
 	"github.com/e1158ecb/taskstore/cluster/metapb"
 )
 
@@ -85,21 +86,12 @@ func findMove(cm *metapb.ClusterMap, id uint64) *metapb.SlotMove {
 
 // moveOfSlot returns the move of slot under way, if any.
 func moveOfSlot(cm *metapb.ClusterMap, slot uint32) *metapb.SlotMove {
-	for _, m := range cm.Moves {
-		if m.Slot == slot {
-			return m
-		}
-	}
-	return nil
+	return control.MoveOfSlot(cm, slot)
 }
 
 // lastShard is the highest shard id ever used.
 func lastShard(cm *metapb.ClusterMap) uint32 {
-	last := cm.LastShard
-	for _, s := range cm.Shards {
-		last = max(last, s.Id)
-	}
-	return last
+	return control.LastShard(cm)
 }
 
 // applyShardOp applies the ops that add and remove shards; like the move

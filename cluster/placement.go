@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/e1158ecb/taskstore/cluster/control"
 	"github.com/e1158ecb/taskstore/cluster/metapb"
 )
 
@@ -167,176 +168,29 @@ func (n *Node) runController() {
 	}
 }
 
-// placeOnce makes at most one change to the map.
+// placeOnce makes at most one change to the map: the step
+// control.NextPlacement plans.
 func (n *Node) placeOnce(ctx context.Context) error {
-	cm := n.meta.Map()
-	if cm.ClusterId == "" {
-		return nil
-	}
-	plan := planPlacement(cm)
-	if plan != nil {
+	step := control.NextPlacement(n.meta.Map(), n.cfg.ID)
+	switch step.Kind {
+	case control.StepSetReplicas:
+		plan := step.Shard
 		n.log.Info("placement change", "shard", plan.Id, "replicas", plan.Replicas, "preferred_leader", plan.PreferredLeader)
 		return n.proposeMeta(ctx, &metapb.Command{Op: metapb.Op_OP_SET_REPLICAS, Shard: plan})
-	}
-	// Retire drained nodes: no replica left in the map or in any shard's
-	// configuration as far as the map says; then leave the meta group.
-	for _, node := range cm.Nodes {
-		if node.Membership != NodeDraining || hostsAny(cm, node.Id) {
-			continue
-		}
-		if node.Id == n.cfg.ID {
-			// The meta leader drains itself: hand the meta group off first.
-			return waitFuture(ctx, n.metaGroup.raft.LeadershipTransfer())
-		}
+	case control.StepHandOffMeta:
+		// The meta leader drains itself: hand the meta group off first.
+		return waitFuture(ctx, n.metaGroup.raft.LeadershipTransfer())
+	case control.StepRemoveNode:
+		// Drained: no replica left in the map; leave the meta group.
 		if err := n.changeConfig(ctx, n.metaGroup.raft, func(prev uint64) raft.IndexFuture {
-			return n.metaGroup.raft.RemoveServer(raft.ServerID(node.Id), prev, 0)
+			return n.metaGroup.raft.RemoveServer(raft.ServerID(step.Node), prev, 0)
 		}); err != nil {
 			return err
 		}
-		n.log.Info("node removed", "peer", node.Id)
-		return n.proposeMeta(ctx, &metapb.Command{Op: metapb.Op_OP_SET_NODE_STATE, Node: withState(&metapb.Node{Id: node.Id}, NodeRemoved)})
+		n.log.Info("node removed", "peer", step.Node)
+		return n.proposeMeta(ctx, &metapb.Command{Op: metapb.Op_OP_SET_NODE_STATE, Node: withState(&metapb.Node{Id: step.Node}, NodeRemoved)})
 	}
 	return nil
-}
-
-func hostsAny(cm *metapb.ClusterMap, id string) bool {
-	for _, s := range cm.Shards {
-		if slices.Contains(s.Replicas, id) {
-			return true
-		}
-	}
-	return false
-}
-
-// planPlacement returns the next replica set to record, or nil when the
-// placement is as it should be. It is deterministic in the map.
-func planPlacement(cm *metapb.ClusterMap) *metapb.Shard {
-	var members []string
-	state := map[string]metapb.NodeState{}
-	for _, node := range cm.Nodes {
-		state[node.Id] = node.Membership
-		if node.Membership == NodeMember {
-			members = append(members, node.Id)
-		}
-	}
-	slices.Sort(members)
-	if len(members) == 0 {
-		return nil
-	}
-	load := map[string]int{}
-	for _, s := range cm.Shards {
-		for _, r := range s.Replicas {
-			load[r]++
-		}
-	}
-	// least loaded member not already in replicas.
-	pick := func(replicas []string) string {
-		best := ""
-		for _, m := range members {
-			if slices.Contains(replicas, m) {
-				continue
-			}
-			if best == "" || load[m] < load[best] {
-				best = m
-			}
-		}
-		return best
-	}
-	rf := min(int(cm.ReplicationFactor), len(members))
-	shards := slices.Clone(cm.Shards)
-	slices.SortFunc(shards, func(a, b *metapb.Shard) int { return int(a.Id) - int(b.Id) })
-	// 1. Replace replicas on nodes that are leaving.
-	for _, s := range shards {
-		for i, r := range s.Replicas {
-			if state[r] == NodeMember {
-				continue
-			}
-			next := slices.Clone(s.Replicas)
-			if t := pick(s.Replicas); t != "" {
-				next[i] = t
-				// The replacement takes over the preference too: keeps the
-				// preferred-leader spread.
-				return replaced(s, next, r, t)
-			} else if len(s.Replicas) > int(cm.ReplicationFactor) || (state[r] == NodeRemoved && len(s.Replicas) > 1) {
-				// Surplus, or on a node removed for good: drop it.
-				next = slices.Delete(next, i, i+1)
-			} else {
-				continue // draining, nowhere to go: keep it until a node joins
-			}
-			return replaced(s, next, r, "")
-		}
-	}
-	// 2. Fill shards below the replication factor.
-	for _, s := range shards {
-		if len(s.Replicas) < rf {
-			if t := pick(s.Replicas); t != "" {
-				return replaced(s, append(slices.Clone(s.Replicas), t), "", "")
-			}
-		}
-	}
-	// 3. Balance: move one replica from the most to the least loaded member
-	// when they differ by more than one.
-	most, least := members[0], members[0]
-	for _, m := range members {
-		if load[m] > load[most] {
-			most = m
-		}
-		if load[m] < load[least] {
-			least = m
-		}
-	}
-	if load[most]-load[least] > 1 {
-		for _, s := range shards {
-			i := slices.Index(s.Replicas, most)
-			if i >= 0 && !slices.Contains(s.Replicas, least) {
-				next := slices.Clone(s.Replicas)
-				next[i] = least
-				return replaced(s, next, most, least)
-			}
-		}
-	}
-	// 4. Balance preferred leaders (which the leadership balancer
-	// follows): move a preference, no Raft change.
-	firsts := map[string]int{}
-	for _, s := range shards {
-		if len(s.Replicas) > 0 {
-			firsts[s.PreferredLeader]++
-		}
-	}
-	most, least = members[0], members[0]
-	for _, m := range members {
-		if firsts[m] > firsts[most] {
-			most = m
-		}
-		if firsts[m] < firsts[least] {
-			least = m
-		}
-	}
-	if firsts[most]-firsts[least] <= 1 {
-		return nil
-	}
-	for _, s := range shards {
-		if len(s.Replicas) == 0 || s.PreferredLeader != most {
-			continue
-		}
-		if slices.Contains(s.Replicas, least) {
-			return &metapb.Shard{Id: s.Id, Replicas: slices.Clone(s.Replicas), PreferredLeader: least}
-		}
-	}
-	return nil
-}
-
-// replaced is s with replicas next, where from (if set) was replaced by to
-// (if set): a preference for from moves to to, and one for a replica that
-// is gone moves to the first that is left.
-func replaced(s *metapb.Shard, next []string, from, to string) *metapb.Shard {
-	p := s.PreferredLeader
-	if p == from && from != "" && to != "" {
-		p = to
-	}
-	out := &metapb.Shard{Id: s.Id, Replicas: next, PreferredLeader: p}
-	normalizeShard(out)
-	return out
 }
 
 // reconcileConfigs runs on every node: for each shard it leads, one step of

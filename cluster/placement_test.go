@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/e1158ecb/taskstore/cluster/control"
 	"github.com/e1158ecb/taskstore/cluster/metapb"
 )
 
@@ -12,7 +13,7 @@ import (
 func settle(t *testing.T, cm *metapb.ClusterMap) int {
 	t.Helper()
 	steps := 0
-	for plan := planPlacement(cm); plan != nil; plan = planPlacement(cm) {
+	for plan := control.PlanPlacement(cm); plan != nil; plan = control.PlanPlacement(cm) {
 		applyMeta(cm, &metapb.Command{Op: metapb.Op_OP_SET_REPLICAS, Shard: plan})
 		if steps++; steps > 1000 {
 			t.Fatal("placement does not converge")
@@ -62,7 +63,7 @@ func TestPlacementGrowsShrinksAndStaysBalanced(t *testing.T) {
 	// Drain n2: its replicas move to the others, RF kept.
 	applyMeta(cm, &metapb.Command{Op: metapb.Op_OP_SET_NODE_STATE, Node: &metapb.Node{Id: "n2", Membership: NodeDraining}})
 	settle(t, cm)
-	if hostsAny(cm, "n2") {
+	if control.HostsAny(cm, "n2") {
 		t.Fatalf("n2 still hosts replicas: %v", cm.Shards)
 	}
 	l = loads(cm)

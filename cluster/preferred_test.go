@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/e1158ecb/taskstore/cluster/control"
 	"github.com/e1158ecb/taskstore/cluster/metapb"
 )
 
@@ -74,7 +75,7 @@ func TestPlacementMovesPreferenceWithReplica(t *testing.T) {
 	}
 	id := victim.Id
 	applyMeta(cm, &metapb.Command{Op: metapb.Op_OP_SET_NODE_STATE, Node: withState(&metapb.Node{Id: "n2"}, NodeDraining)})
-	plan := planPlacement(cm)
+	plan := control.PlanPlacement(cm)
 	if plan == nil {
 		t.Fatal("no plan for a draining node")
 	}

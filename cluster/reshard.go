@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/e1158ecb/taskstore/cluster/control"
 	"github.com/e1158ecb/taskstore/cluster/metapb"
 	"github.com/e1158ecb/taskstore/cluster/peerpb"
 )
@@ -46,7 +47,7 @@ func (n *Node) AddShards(ctx context.Context, count, total int) ([]*metapb.Shard
 	var out []*metapb.Shard
 	for range count {
 		cm = n.meta.Map()
-		sh := planNewShard(cm)
+		sh := control.PlanNewShard(cm)
 		if sh == nil {
 			return out, fmt.Errorf("%w: no member node to place a shard's replicas on", ErrRefused)
 		}
@@ -60,42 +61,6 @@ func (n *Node) AddShards(ctx context.Context, count, total int) ([]*metapb.Shard
 		out = append(out, sh)
 	}
 	return out, nil
-}
-
-// planNewShard places a new shard: the next id, the replication factor's
-// least loaded members (ties by id), and as preferred leader the one of
-// them that is preferred for the fewest shards. Deterministic in the map.
-func planNewShard(cm *metapb.ClusterMap) *metapb.Shard {
-	var members []string
-	for _, node := range cm.Nodes {
-		if node.Membership == NodeMember {
-			members = append(members, node.Id)
-		}
-	}
-	if len(members) == 0 {
-		return nil
-	}
-	load, preferred := map[string]int{}, map[string]int{}
-	id := lastShard(cm)
-	for _, s := range cm.Shards {
-		for _, r := range s.Replicas {
-			load[r]++
-		}
-		preferred[s.PreferredLeader]++
-	}
-	slices.SortFunc(members, func(a, b string) int {
-		return cmp.Or(cmp.Compare(load[a], load[b]), cmp.Compare(a, b))
-	})
-	rf := min(max(int(cm.ReplicationFactor), 1), len(members))
-	replicas := slices.Clone(members[:rf])
-	lead := replicas[0]
-	for _, r := range replicas {
-		if preferred[r] < preferred[lead] {
-			lead = r
-		}
-	}
-	slices.Sort(replicas)
-	return &metapb.Shard{Id: id + 1, Replicas: replicas, PreferredLeader: lead, InitialReplicas: slices.Clone(replicas)}
 }
 
 // bootstrapNewShard bootstraps a local replica of a shard added to the
@@ -166,19 +131,8 @@ func (n *Node) RemoveShard(ctx context.Context, id uint32) ([]*metapb.SlotMove, 
 // moveOffRetiring records moves for the slots of retiring shards that are
 // not moving yet, to the serving shards with the fewest slots.
 func (n *Node) moveOffRetiring(ctx context.Context) ([]*metapb.SlotMove, error) {
-	cm := n.meta.Map()
-	plan := planSlots(cm, nil)
 	var out []*metapb.SlotMove
-	for to, slots := range plan.byTarget() {
-		var off []uint32
-		for _, s := range slots {
-			if sh := findShard(cm, cm.Slots[s]); sh != nil && sh.Retiring {
-				off = append(off, s)
-			}
-		}
-		if len(off) == 0 {
-			continue
-		}
+	for to, off := range control.PlanMoveOffRetiring(n.meta.Map()) {
 		moves, err := n.MoveSlots(ctx, off, to)
 		out = append(out, moves...)
 		if err != nil {
@@ -196,16 +150,16 @@ func (n *Node) RebalanceSlots(ctx context.Context, dryRun bool) ([]*metapb.SlotM
 	}
 	cm := n.meta.Map()
 	load := n.slotLoad(ctx, cm)
-	plan := planSlots(cm, load)
+	plan := control.PlanSlots(cm, load)
 	if dryRun {
 		var out []*metapb.SlotMove
 		for _, m := range plan {
-			out = append(out, &metapb.SlotMove{Slot: m.slot, From: cm.Slots[m.slot], To: m.to})
+			out = append(out, &metapb.SlotMove{Slot: m.Slot, From: cm.Slots[m.Slot], To: m.To})
 		}
 		return out, nil
 	}
 	var out []*metapb.SlotMove
-	for to, slots := range plan.byTarget() {
+	for to, slots := range plan.ByTarget() {
 		moves, err := n.MoveSlots(ctx, slots, to)
 		out = append(out, moves...)
 		if err != nil {
@@ -260,136 +214,22 @@ func (p *peerServer) SlotLoad(_ context.Context, req *peerpb.SlotLoadRequest) (*
 	return p.n.slotLoadHere(req)
 }
 
-// plannedMove is one slot of a plan and where it goes.
-type plannedMove struct {
-	slot uint32
-	to   uint32
-}
-
-type slotPlan []plannedMove
-
-func (p slotPlan) byTarget() map[uint32][]uint32 {
-	out := map[uint32][]uint32{}
-	for _, m := range p {
-		out[m.to] = append(out[m.to], m.slot)
-	}
-	return out
-}
-
-// planSlots plans the moves that leave the serving (not retiring) shards
-// with slot counts within one of each other and retiring shards with none.
-// A slot that is moving stays out of the plan. Donors give up, among their
-// slots, first those of retiring shards, then the heaviest (by load) while
-// the receiver is lighter than the donor would be after it, else the
-// lightest: the tasks even out as the counts do, and the copies stay small
-// when they cannot. Deterministic in its inputs.
-func planSlots(cm *metapb.ClusterMap, load map[uint32]uint64) slotPlan {
-	var serving []uint32
-	for _, s := range cm.Shards {
-		if !s.Retiring {
-			serving = append(serving, s.Id)
-		}
-	}
-	if len(serving) == 0 || len(cm.Slots) == 0 {
-		return nil
-	}
-	slices.Sort(serving)
-	count := map[uint32]int{}
-	tasks := map[uint32]uint64{}
-	owned := map[uint32][]uint32{} // shard -> its slots not moving
-	for s, sh := range cm.Slots {
-		if mv := moveOfSlot(cm, uint32(s)); mv != nil {
-			count[mv.To]++ // it will be there
-			tasks[mv.To] += load[uint32(s)]
-			continue
-		}
-		count[sh]++
-		tasks[sh] += load[uint32(s)]
-		owned[sh] = append(owned[sh], uint32(s))
-	}
-	// Each serving shard's quota: an even share, the first ones one more.
-	quota := map[uint32]int{}
-	for i, id := range serving {
-		quota[id] = len(cm.Slots) / len(serving)
-		if i < len(cm.Slots)%len(serving) {
-			quota[id]++
-		}
-	}
-	var plan slotPlan
-	// Donors: retiring shards first, then serving shards over quota.
-	var donors []uint32
-	for _, s := range cm.Shards {
-		if s.Retiring && len(owned[s.Id]) > 0 {
-			donors = append(donors, s.Id)
-		}
-	}
-	for _, id := range serving {
-		if count[id] > quota[id] {
-			donors = append(donors, id)
-		}
-	}
-	over := func(id uint32) int {
-		if sh := findShard(cm, id); sh != nil && sh.Retiring {
-			return count[id]
-		}
-		return count[id] - quota[id]
-	}
-	for _, d := range donors {
-		slots := owned[d]
-		// Heaviest first; ties by slot.
-		slices.SortFunc(slots, func(a, b uint32) int { return cmp.Or(cmp.Compare(load[b], load[a]), cmp.Compare(a, b)) })
-		for over(d) > 0 && len(slots) > 0 {
-			// The receiver: the serving shard furthest under its quota,
-			// then the lightest.
-			var to uint32
-			for _, id := range serving {
-				if id == d || count[id] >= quota[id] {
-					continue
-				}
-				if to == 0 || quota[id]-count[id] > quota[to]-count[to] ||
-					quota[id]-count[id] == quota[to]-count[to] && tasks[id] < tasks[to] {
-					to = id
-				}
-			}
-			if to == 0 {
-				break
-			}
-			pick := 0 // the heaviest, if that keeps the receiver lighter
-			if tasks[to]+load[slots[0]] > tasks[d]-load[slots[0]] {
-				pick = len(slots) - 1 // else the lightest
-			}
-			s := slots[pick]
-			slots = slices.Delete(slots, pick, pick+1)
-			plan = append(plan, plannedMove{slot: s, to: to})
-			count[d]--
-			count[to]++
-			tasks[d] -= load[s]
-			tasks[to] += load[s]
-		}
-	}
-	return plan
-}
-
 // retiringWork is the slot mover's chore when no move is under way: move
 // the slots of retiring shards away, and drop a retiring shard that serves
 // none. It reports whether it changed anything.
 func (n *Node) retiringWork(ctx context.Context) (bool, error) {
-	cm := n.meta.Map()
-	for _, sh := range cm.Shards {
-		if !sh.Retiring {
-			continue
-		}
-		if slices.Contains(cm.Slots, sh.Id) {
-			moves, err := n.moveOffRetiring(ctx)
-			return len(moves) > 0, err
-		}
-		if err := n.proposeMeta(ctx, &metapb.Command{Op: metapb.Op_OP_DROP_SHARD, Shard: &metapb.Shard{Id: sh.Id}}); err != nil {
+	switch kind, id := control.NextRetiring(n.meta.Map()); kind {
+	case control.RetiringMoveOff:
+		moves, err := n.moveOffRetiring(ctx)
+		return len(moves) > 0, err
+	case control.RetiringDrop:
+		if err := n.proposeMeta(ctx, &metapb.Command{Op: metapb.Op_OP_DROP_SHARD, Shard: &metapb.Shard{Id: id}}); err != nil {
 			return false, err
 		}
-		if findShard(n.meta.Map(), sh.Id) != nil {
+		if findShard(n.meta.Map(), id) != nil {
 			return false, errors.New("the drop was ignored: a move still names the shard")
 		}
-		n.log.Info("shard removed: it served no slot any more; its replicas retire its group", "shard", sh.Id)
+		n.log.Info("shard removed: it served no slot any more; its replicas retire its group", "shard", id)
 		return true, nil
 	}
 	return false, nil
