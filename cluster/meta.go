@@ -27,9 +27,9 @@ const (
 // nodeStateNames are the names of the membership states, as the meta log
 // wrote them before it had the enum (Node.state) and as the API shows them.
 var nodeStateNames = map[metapb.NodeState]string{
-	NodeMember:   "member",
-	NodeDraining: "draining",
-	NodeRemoved:  "removed",
+	NodeMember:   control.StateName(NodeMember),
+	NodeDraining: control.StateName(NodeDraining),
+	NodeRemoved:  control.StateName(NodeRemoved),
 }
 
 // NodeStateName is the name of a membership state ("member", "draining",

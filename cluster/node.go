@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/e1158ecb/taskstore/cluster/control"
 	"github.com/e1158ecb/taskstore/cluster/metapb"
 	"github.com/e1158ecb/taskstore/cluster/nodelog"
 	"github.com/e1158ecb/taskstore/fsm"
@@ -142,6 +143,9 @@ type Node struct {
 	stop chan struct{}
 	// moverWake wakes the slot mover (slotmove.go) when a move is recorded.
 	moverWake chan struct{}
+	// ctl is the meta leader's control plane (package control), which acts
+	// through controlRuntime.
+	ctl *control.Controller
 	// removed is closed when this node learns it was removed (removal.go).
 	removed chan struct{}
 	wg      sync.WaitGroup
@@ -216,6 +220,7 @@ func Start(cfg Config) (*Node, error) {
 		diverged: make(map[uint32]*divergenceRecord),
 		disagree: make(map[uint32]string),
 	}
+	n.ctl = control.New(controlRuntime{n}, cfg.ID, log)
 	var reg prometheus.Registerer
 	if cfg.Registry != nil {
 		reg = cfg.Registry

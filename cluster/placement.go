@@ -11,7 +11,6 @@ import (
 
 	"github.com/hashicorp/raft"
 
-	"github.com/e1158ecb/taskstore/cluster/control"
 	"github.com/e1158ecb/taskstore/cluster/metapb"
 )
 
@@ -161,36 +160,11 @@ func (n *Node) runController() {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.Tuning.ApplyTimeout)
-		if err := n.placeOnce(ctx); err != nil && !errors.Is(err, ErrNotLeader) {
+		if err := n.ctl.PlaceOnce(ctx); err != nil && !errors.Is(err, ErrNotLeader) {
 			n.log.Warn("placement", "err", err)
 		}
 		cancel()
 	}
-}
-
-// placeOnce makes at most one change to the map: the step
-// control.NextPlacement plans.
-func (n *Node) placeOnce(ctx context.Context) error {
-	step := control.NextPlacement(n.meta.Map(), n.cfg.ID)
-	switch step.Kind {
-	case control.StepSetReplicas:
-		plan := step.Shard
-		n.log.Info("placement change", "shard", plan.Id, "replicas", plan.Replicas, "preferred_leader", plan.PreferredLeader)
-		return n.proposeMeta(ctx, &metapb.Command{Op: metapb.Op_OP_SET_REPLICAS, Shard: plan})
-	case control.StepHandOffMeta:
-		// The meta leader drains itself: hand the meta group off first.
-		return waitFuture(ctx, n.metaGroup.raft.LeadershipTransfer())
-	case control.StepRemoveNode:
-		// Drained: no replica left in the map; leave the meta group.
-		if err := n.changeConfig(ctx, n.metaGroup.raft, func(prev uint64) raft.IndexFuture {
-			return n.metaGroup.raft.RemoveServer(raft.ServerID(step.Node), prev, 0)
-		}); err != nil {
-			return err
-		}
-		n.log.Info("node removed", "peer", step.Node)
-		return n.proposeMeta(ctx, &metapb.Command{Op: metapb.Op_OP_SET_NODE_STATE, Node: withState(&metapb.Node{Id: step.Node}, NodeRemoved)})
-	}
-	return nil
 }
 
 // reconcileConfigs runs on every node: for each shard it leads, one step of

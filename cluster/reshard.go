@@ -3,7 +3,6 @@ package cluster
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -123,23 +122,9 @@ func (n *Node) RemoveShard(ctx context.Context, id uint32) ([]*metapb.SlotMove, 
 		}
 		n.log.Info("shard retiring: its slots move to the other shards, then its group is removed", "shard", id)
 	}
-	moves, err := n.moveOffRetiring(ctx)
+	moves, err := n.ctl.MoveOffRetiring(ctx)
 	n.wakeMover()
 	return moves, err
-}
-
-// moveOffRetiring records moves for the slots of retiring shards that are
-// not moving yet, to the serving shards with the fewest slots.
-func (n *Node) moveOffRetiring(ctx context.Context) ([]*metapb.SlotMove, error) {
-	var out []*metapb.SlotMove
-	for to, off := range control.PlanMoveOffRetiring(n.meta.Map()) {
-		moves, err := n.MoveSlots(ctx, off, to)
-		out = append(out, moves...)
-		if err != nil {
-			return out, err
-		}
-	}
-	return out, nil
 }
 
 // RebalanceSlots records (or with dryRun only plans) the moves that even
@@ -212,25 +197,4 @@ func (p *peerServer) SlotLoad(_ context.Context, req *peerpb.SlotLoadRequest) (*
 		return nil, status.Error(codes.InvalidArgument, "the meta group holds no slots")
 	}
 	return p.n.slotLoadHere(req)
-}
-
-// retiringWork is the slot mover's chore when no move is under way: move
-// the slots of retiring shards away, and drop a retiring shard that serves
-// none. It reports whether it changed anything.
-func (n *Node) retiringWork(ctx context.Context) (bool, error) {
-	switch kind, id := control.NextRetiring(n.meta.Map()); kind {
-	case control.RetiringMoveOff:
-		moves, err := n.moveOffRetiring(ctx)
-		return len(moves) > 0, err
-	case control.RetiringDrop:
-		if err := n.proposeMeta(ctx, &metapb.Command{Op: metapb.Op_OP_DROP_SHARD, Shard: &metapb.Shard{Id: id}}); err != nil {
-			return false, err
-		}
-		if findShard(n.meta.Map(), id) != nil {
-			return false, errors.New("the drop was ignored: a move still names the shard")
-		}
-		n.log.Info("shard removed: it served no slot any more; its replicas retire its group", "shard", id)
-		return true, nil
-	}
-	return false, nil
 }

@@ -220,7 +220,7 @@ func (n *Node) runSlotMoves() {
 			mu.Unlock()
 			if idle && len(moves) == 0 {
 				ctx, cancel := n.stopContext(n.cfg.Tuning.ApplyTimeout)
-				changed, err := n.retiringWork(ctx)
+				changed, err := n.ctl.RetiringWork(ctx)
 				cancel()
 				if err != nil {
 					n.log.Info("shard removal waits", "err", err)

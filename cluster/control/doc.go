@@ -4,12 +4,14 @@
 // emptied shard leaves) and drives those decisions through a narrow
 // Runtime that the node implements.
 //
-// Its planners are pure functions of the cluster map, deterministic in it,
-// so they are tested from a map alone, without Raft: given this map, what is
-// the next command. The node (package cluster) keeps everything with I/O:
+// The planners (NextPlacement, PlanPlacement, PlanNewShard, PlanSlots,
+// PlanMoveOffRetiring, NextRetiring) are pure functions of the cluster
+// map, deterministic in it, so they are tested from a map alone, without
+// Raft: given this map, what is the next command. The node (package cluster) keeps everything with I/O:
 // the Raft groups, the meta state machine that applies the commands, gossip,
 // and the shard leaders that bring each group's Raft configuration to the
-// replica set the map records.
+// replica set the map records. Controller carries the planned steps out,
+// one a call, through Runtime.
 //
 // The split follows two models: a store that decides and a layer that
 // talks to the cluster, kept apart; and a consensus core that does no I/O
