@@ -366,7 +366,8 @@ func testWorkerMoveWithInsertsIsAtomic(t *testing.T, addrs string) {
 	})
 
 	checkTask(t, mustGet(t, c, "m1"), taskWant{Queue: "move/next", Version: 3, Value: "out-1", Claims: 1})
-	checkTask(t, mustGet(t, c, "m1-a"), taskWant{Queue: "move/follow", Version: 1, Value: "f-a"})
+	// A task records who inserted it (the worker's commit) until claimed.
+	checkTask(t, mustGet(t, c, "m1-a"), taskWant{Queue: "move/follow", Version: 1, Value: "f-a", Claimant: w.Claimant()})
 	if f := mustGet(t, c, "m1-b"); f.Queue != "move/follow" || string(f.Value) != "f-b" || f.Priority != 7 {
 		t.Errorf("m1-b = %v", f)
 	}
@@ -374,7 +375,7 @@ func testWorkerMoveWithInsertsIsAtomic(t *testing.T, addrs string) {
 	checkTask(t, mustGet(t, c, "m2"), taskWant{Queue: "move/dead", Version: 3, Value: "in-2", Claims: 1, Attempt: 1,
 		Err: "commit: transaction refused: insert of existing id m-taken in move/follow (its consistency group already holds a task with that id)"})
 	assertGone(t, c, "m2-c")
-	checkTask(t, mustGet(t, c, "m-taken"), taskWant{Queue: "move/other", Version: 1, Value: "taken"})
+	checkTask(t, mustGet(t, c, "m-taken"), taskWant{Queue: "move/other", Version: 1, Value: "taken", Claimant: c.Claimant()})
 	checkStats(t, w, client.WorkerStats{Claimed: 2, Committed: 1, DeadLettered: 1})
 }
 

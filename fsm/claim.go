@@ -64,7 +64,7 @@ func (a *applier) take(c *fsmpb.Claim, used uint64) *fsmpb.ClaimResult {
 		budget := c.MaxBytes - min(c.MaxBytes, used)
 		var n uint64
 		for i, t := range picked {
-			if n += taskAnswerBytes(t, c.Claimant); n > budget {
+			if n += taskAnswerBytes(a.st.format, t, c.Claimant); n > budget {
 				picked = picked[:i]
 				break
 			}
@@ -76,8 +76,8 @@ func (a *applier) take(c *fsmpb.Claim, used uint64) *fsmpb.ClaimResult {
 	}
 	lease := addSat(st.clock, c.Lease)
 	for i, t := range picked {
-		if t.claimant != "" {
-			res.ExpiredLeases++
+		if t.claimant != "" && (st.format < FormatInsertClaimant || t.claims > 0) {
+			res.ExpiredLeases++ // (a claimant of a task never claimed is who inserted or held it)
 		}
 		nt := *t
 		nt.claimant = c.Claimant
@@ -148,13 +148,41 @@ const answerOverheadBytes = 160
 // (a taskstore.v1.Task in a repeated field). It bounds claims by bytes
 // (Claim.max_bytes), so it is part of what replicas compute: changing it
 // changes how later log entries apply.
+// It counts the task's headers; the state machine counts them only from
+// FormatInsertClaimant on (answerBytesAt), as binaries before it did not.
 func AnswerBytes(t *fsmpb.Task) uint64 {
-	return uint64(len(t.Id)+len(t.Queue)+len(t.Claimant)+len(t.Key)+len(t.Value)+len(t.Err)) + answerOverheadBytes
+	return answerBytesAt(MaxFormat, t)
 }
 
-// taskAnswerBytes is AnswerBytes of t held by claimant.
-func taskAnswerBytes(t *task, claimant string) uint64 {
-	return uint64(len(t.id)+len(t.q.name)+len(claimant)+len(t.key)+len(t.value)+len(t.err)) + answerOverheadBytes
+// answerBytesAt is AnswerBytes by the rules of state format f.
+func answerBytesAt(f uint32, t *fsmpb.Task) uint64 {
+	n := uint64(len(t.Id)+len(t.Queue)+len(t.Claimant)+len(t.Key)+len(t.Value)+len(t.Err)) + answerOverheadBytes
+	if f >= FormatInsertClaimant {
+		n += headerAnswerBytes(t.Headers)
+	}
+	return n
+}
+
+// headerEntryOverheadBytes bounds one header's framing in an answer: the
+// map entry's tag and length, its key's and value's tags and lengths.
+const headerEntryOverheadBytes = 10
+
+// headerAnswerBytes is what headers add to a task in an answer.
+func headerAnswerBytes(h map[string]string) uint64 {
+	var n uint64
+	for k, v := range h {
+		n += uint64(len(k)+len(v)) + headerEntryOverheadBytes
+	}
+	return n
+}
+
+// taskAnswerBytes is answerBytesAt(f) of t held by claimant.
+func taskAnswerBytes(f uint32, t *task, claimant string) uint64 {
+	n := uint64(len(t.id)+len(t.q.name)+len(claimant)+len(t.key)+len(t.value)+len(t.err)) + answerOverheadBytes
+	if f >= FormatInsertClaimant {
+		n += headerAnswerBytes(t.headers())
+	}
+	return n
 }
 
 // ClaimFindsNothing reports whether the claim cmd (an OP_CLAIM), stamped

@@ -194,6 +194,8 @@ users.
     Digest only for tasks that have them. Below the format they are
     ignored. The few fields most tasks leave unset (the dedup window, the
     headers) live in task.ext, so the task struct keeps its size class.
+    From FormatInsertClaimant, AnswerBytes counts them (before it the
+    answer bounds did not).
 
  23. Slot moves. From FormatSlotMoves, OP_SLOT steps move a hash slot
     (SlotOf of a group) between two shards, each step naming its move:
@@ -209,5 +211,12 @@ users.
     Slot states are in snapshots and in the Digest when there are any; a
     session remembers its request's group, so a move carries the sessions
     of the slot's groups.
+
+ 24. Inserter. From FormatInsertClaimant, a task inserted available (at
+    <= now) by a Modify that names a claimant keeps that claimant until a
+    claim or a change replaces it. It claims nothing: rule 3 wants a future
+    at. A delayed insert records none unless held (rule 8's held insert).
+    A claim counts an expired lease (ClaimResult.expired_leases) only for
+    a task with a claimant and claims > 0.
 */
 package fsm

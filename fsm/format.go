@@ -55,9 +55,20 @@ const (
 	// (Change.headers, Change.clear_headers). Below it both are ignored,
 	// and the API refuses them.
 	FormatHeaders uint32 = 6
+	// FormatInsertClaimant: a task inserted available (at <= now) by a
+	// Modify that names a claimant records it as the task's claimant
+	// (who inserted it) until a claim or a change replaces it; a delayed
+	// task does not (a claimant and a future at make a held task). A
+	// claim counts an expired lease only for a task claimed before
+	// (claims > 0), so neither an insert's claimant nor a held task's
+	// counts as one. And the answer bounds (AnswerBytes: Modify's
+	// max_answer_bytes, Claim's max_bytes) count a task's headers. Below
+	// it an insert records only a held task's claimant and headers are
+	// not counted.
+	FormatInsertClaimant uint32 = 7
 
 	// MaxFormat is the highest format this binary applies.
-	MaxFormat = FormatHeaders
+	MaxFormat = FormatInsertClaimant
 )
 
 // Format is the state format the log has raised the machine to.

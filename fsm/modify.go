@@ -253,6 +253,12 @@ func (a *applier) modify(m *fsmpb.Modify) *fsmpb.Result {
 			}
 			nt.ext = newTaskExt(dedup, headers)
 		}
+		if st.format >= FormatInsertClaimant && at <= md.now {
+			// Who inserted it, until a claim or a change: an available
+			// task with a claimant is not claimed (isClaimed wants a
+			// future at), so this changes no claim.
+			nt.claimant = m.Claimant
+		}
 		md.touched = append(md.touched, in.Queue)
 		if in.Key != "" {
 			md.keys[queueKey{in.Queue, in.Key}] = in.Id
@@ -276,10 +282,10 @@ func (a *applier) modify(m *fsmpb.Modify) *fsmpb.Result {
 		// commits.
 		var n uint64
 		for _, t := range inserted {
-			n += taskAnswerBytes(t, t.claimant)
+			n += taskAnswerBytes(st.format, t, t.claimant)
 		}
 		for _, t := range changed {
-			n += taskAnswerBytes(t, t.claimant)
+			n += taskAnswerBytes(st.format, t, t.claimant)
 		}
 		if n > m.MaxAnswerBytes {
 			return failuref(fsmpb.Failure_ANSWER_TOO_LARGE, "%s: the inserted and changed tasks take about %d bytes, over the limit of %d; split the transaction", AnswerTooLarge, n, m.MaxAnswerBytes)
@@ -354,10 +360,10 @@ func (a *applier) modify(m *fsmpb.Modify) *fsmpb.Result {
 		var used uint64
 		if m.Claim.MaxBytes > 0 {
 			for _, t := range res.Inserted {
-				used += AnswerBytes(t)
+				used += answerBytesAt(st.format, t)
 			}
 			for _, t := range res.Changed {
-				used += AnswerBytes(t)
+				used += answerBytesAt(st.format, t)
 			}
 		}
 		res.Claim = a.take(m.Claim, used)

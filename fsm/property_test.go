@@ -370,6 +370,9 @@ func (r *refModel) modify(m *fsmpb.Modify) *fsmpb.Result {
 			}
 			nt.DedupWindow = max(in.DedupWindow, 0)
 		}
+		if r.format >= FormatInsertClaimant && at <= r.clock {
+			nt.Claimant = m.Claimant // who inserted it
+		}
 		work[key(nt.Id)] = nt
 		touched[nt.Id] = true
 		if nt.Key != "" {
@@ -431,7 +434,7 @@ func (r *refModel) claim(c *fsmpb.Claim) *fsmpb.Result {
 	}
 	res := &fsmpb.ClaimResult{}
 	for _, t := range take {
-		if t.Claimant != "" { // its holder's lease ran out
+		if t.Claimant != "" && (r.format < FormatInsertClaimant || t.Claims > 0) { // its holder's lease ran out
 			res.ExpiredLeases++
 		}
 		nt := proto.Clone(t).(*fsmpb.Task)

@@ -212,7 +212,10 @@ type Task struct {
 	// When the task becomes (or became) available; for a claimed task, the end
 	// of its lease.
 	At *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=at,proto3" json:"at,omitempty"`
-	// Who holds the task; empty when it was never claimed or was released.
+	// Who holds the task, or held it last (a lease that ran out); before the
+	// first claim, who inserted it (the inserting request's claimant) when it
+	// was available at once. Empty when released or changed. A claimant
+	// makes a task claimed only while at is in the future.
 	Claimant string `protobuf:"bytes,5,opt,name=claimant,proto3" json:"claimant,omitempty"`
 	// Higher first.
 	Priority int32 `protobuf:"varint,6,opt,name=priority,proto3" json:"priority,omitempty"`
@@ -1403,7 +1406,8 @@ type TasksRequest struct {
 	// leader's, unless stale).
 	State TaskState `protobuf:"varint,9,opt,name=state,proto3,enum=taskstore.v1.TaskState" json:"state,omitempty"`
 	// Only tasks whose claimant is this: the current holder, or the last one
-	// if its lease ran out (a release, a retry or a move clears it).
+	// if its lease ran out, or, until the first claim, who inserted it (a
+	// release, a retry or a move clears it).
 	Claimant string `protobuf:"bytes,10,opt,name=claimant,proto3" json:"claimant,omitempty"`
 	// Only tasks with a key starting with this.
 	KeyPrefix string `protobuf:"bytes,11,opt,name=key_prefix,json=keyPrefix,proto3" json:"key_prefix,omitempty"`

@@ -497,7 +497,7 @@ func TestScopedTokenReachesOnlyItsQueues(t *testing.T) {
 	if err != nil || len(got.Tasks) != 1 {
 		t.Fatalf("root task after the attacks: %v %v", got, err)
 	}
-	if tk := got.Tasks[0]; tk.Version != root.Version || tk.Queue != "demo" || string(tk.Value) != "root's secret" || tk.Claimant != "" {
+	if tk := got.Tasks[0]; tk.Version != root.Version || tk.Queue != "demo" || string(tk.Value) != "root's secret" || tk.Claimant != root.Claimant {
 		t.Fatalf("root task changed by a token scoped to demo/: %v", tk)
 	}
 	if got, err := admin.Tasks(ctx, &taskstorepb.TasksRequest{Queue: "demo/stolen"}); err != nil || len(got.Tasks) != 0 {
