@@ -498,6 +498,7 @@ func (c *Client) modify(ctx context.Context, req *taskstorepb.ModifyRequest, str
 	}
 	r := &taskstorepb.ModifyRequest{Claimant: cmp.Or(req.Claimant, c.opts.claimant), Inserts: req.Inserts,
 		Changes: req.Changes, Deletes: req.Deletes, Depends: req.Depends, Request: req.Request, Claim: req.Claim}
+	r.Inserts = c.traceInserts(ctx, r.Inserts) // the trace context in the tasks' headers (tracing.go)
 	if r.Request == nil {
 		var release func()
 		r.Request, release = c.nextRequestID()

@@ -5,8 +5,11 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/e1158ecb/taskstore/api/taskstorepb"
 	"github.com/e1158ecb/taskstore/internal/tracing"
 )
 
@@ -58,5 +61,52 @@ func (w *Worker) startHandle(ctx context.Context, t *Task) (context.Context, tra
 	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(attribute.String("taskstore.task.id", t.Id), attribute.String("taskstore.queue", t.Queue),
 			attribute.Int64("taskstore.task.attempt", int64(t.Attempt)))}
-	return tp.Tracer(tracing.Name).Start(ctx, "taskstore.worker/handle", opts...)
+	// A new trace, linked to the producer's: the task may wait long, and
+	// its handling is not part of the insert's request.
+	return tp.Tracer(tracing.Name).Start(ctx, "taskstore.worker/handle", append(opts, producerLink(t)...)...)
+}
+
+// traceInserts returns inserts with the W3C trace context of ctx's span
+// (traceparent, tracestate) in each task's headers, so that whoever handles
+// the task can link its span to the producer's (a Worker does). Headers the
+// caller set are kept, a traceparent among them too. inserts itself while
+// the Client does not trace or ctx carries no span: the caller's messages
+// are never changed.
+func (c *Client) traceInserts(ctx context.Context, inserts []*taskstorepb.TaskInsert) []*taskstorepb.TaskInsert {
+	if c.opts.tracer == nil || len(inserts) == 0 || !trace.SpanContextFromContext(ctx).IsValid() {
+		return inserts
+	}
+	carrier := propagation.MapCarrier{}
+	tracing.Propagator().Inject(ctx, carrier)
+	out := make([]*taskstorepb.TaskInsert, len(inserts))
+	for i, in := range inserts {
+		if _, ok := in.GetHeaders()["traceparent"]; ok {
+			out[i] = in
+			continue
+		}
+		in = proto.Clone(in).(*taskstorepb.TaskInsert)
+		if in.Headers == nil {
+			in.Headers = make(map[string]string, len(carrier))
+		}
+		for k, v := range carrier {
+			if _, set := in.Headers[k]; !set {
+				in.Headers[k] = v
+			}
+		}
+		out[i] = in
+	}
+	return out
+}
+
+// producerLink is the link to the span that inserted t, from the trace
+// context in its headers (traceInserts); none when they carry none.
+func producerLink(t *Task) []trace.SpanStartOption {
+	if len(t.GetHeaders()) == 0 {
+		return nil
+	}
+	sc := trace.SpanContextFromContext(tracing.Propagator().Extract(context.Background(), propagation.MapCarrier(t.Headers)))
+	if !sc.IsValid() {
+		return nil
+	}
+	return []trace.SpanStartOption{trace.WithLinks(trace.Link{SpanContext: sc})}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -225,11 +226,17 @@ func TestTracingAcrossProcesses(t *testing.T) {
 				got["handle"] = ancestry(spans, s.spanID)
 			}
 		}
-		if same(got["insert"], insertChain) && same(got["handle"], handleChain) {
+		linked := false
+		for _, s := range spans {
+			if s.spanID == handle.SpanID().String() {
+				linked = slices.Contains(s.links, insertTrace+"/"+root.SpanContext().SpanID().String())
+			}
+		}
+		if same(got["insert"], insertChain) && same(got["handle"], handleChain) && linked {
 			break
 		}
 		if ctx.Err() != nil {
-			t.Fatalf("traces as exported:\ninsert: %q\nwant    %q\nhandle: %q\nwant    %q", got["insert"], insertChain, got["handle"], handleChain)
+			t.Fatalf("traces as exported:\ninsert: %q\nwant    %q\nhandle: %q\nwant    %q\nhandle span linked to the insert's span (task headers): %v", got["insert"], insertChain, got["handle"], handleChain, linked)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
