@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/e1158ecb/taskstore/api/taskstorepb"
+	"github.com/e1158ecb/taskstore/internal/tracing"
 )
 
 // DefaultInflight is how many requests a Producer has in flight at most
@@ -211,7 +212,11 @@ func (c *Client) produce(ctx context.Context, cc *grpc.ClientConn, group string,
 		slot.ps = ps
 	}
 	slot.mu.Unlock()
-	resp, err := ps.do(ctx, group, req)
+	// The item is traced as the unary call it stands for
+	// (internal/tracing/stream.go).
+	ctx, span, carrier := tracing.StartStreamedCall(ctx, c.opts.tracer, taskstorepb.TaskStore_Modify_FullMethodName)
+	resp, err := ps.do(ctx, group, req, carrier)
+	tracing.EndStreamedCall(span, err)
 	if status.Code(err) == codes.Unimplemented && ps.isBroken() {
 		slot.mu.Lock()
 		slot.unsupported = true
@@ -308,11 +313,11 @@ func (ps *produceStream) signal() {
 	}
 }
 
-func (ps *produceStream) do(ctx context.Context, group string, req *taskstorepb.ModifyRequest) (*taskstorepb.ModifyResponse, error) {
+func (ps *produceStream) do(ctx context.Context, group string, req *taskstorepb.ModifyRequest, trace map[string]string) (*taskstorepb.ModifyResponse, error) {
 	if n := proto.Size(req); n > maxItemBytes {
 		return nil, status.Errorf(codes.ResourceExhausted, "the request is %d bytes, over the limit of %d", n, maxItemBytes)
 	}
-	it := &taskstorepb.ProduceItem{Modify: req}
+	it := &taskstorepb.ProduceItem{Modify: req, Trace: trace}
 	dl, _ := ctx.Deadline()
 	if !dl.IsZero() && time.Until(dl) <= 0 {
 		return nil, status.FromContextError(context.DeadlineExceeded).Err()

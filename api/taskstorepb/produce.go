@@ -11,6 +11,8 @@ import (
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/e1158ecb/taskstore/internal/tracing"
 )
 
 // AnswerError returns the error of a Produce answer: nil for a success, else
@@ -135,7 +137,13 @@ func ServeProduce(stream TaskStore_ProduceServer, limit int, handle func(ctx con
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
+				// Each item is traced as the unary Modify it stands for
+				// (internal/tracing/stream.go).
+				ictx, span := tracing.ServeStreamedCall(ictx, it.Trace, TaskStore_Modify_FullMethodName)
 				a := handle(ictx, it)
+				if span != nil {
+					tracing.EndStreamedCall(span, AnswerError(a))
+				}
 				cancel()
 				mu.Lock()
 				delete(inflight, it.Id)

@@ -2797,7 +2797,11 @@ type ProduceItem struct {
 	Modify *ModifyRequest `protobuf:"bytes,2,opt,name=modify,proto3" json:"modify,omitempty"`
 	// How long the caller waits for this item, from when the node reads it
 	// (a unary call's deadline). Unset: until the stream ends.
-	Timeout       *durationpb.Duration `protobuf:"bytes,3,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	Timeout *durationpb.Duration `protobuf:"bytes,3,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	// The caller's W3C trace context (traceparent, tracestate) when its call
+	// is traced: the item's span on the node is a child of the caller's, as
+	// a unary call's would be. Empty while tracing is off.
+	Trace         map[string]string `protobuf:"bytes,4,rep,name=trace,proto3" json:"trace,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2849,6 +2853,13 @@ func (x *ProduceItem) GetModify() *ModifyRequest {
 func (x *ProduceItem) GetTimeout() *durationpb.Duration {
 	if x != nil {
 		return x.Timeout
+	}
+	return nil
+}
+
+func (x *ProduceItem) GetTrace() map[string]string {
+	if x != nil {
+		return x.Trace
 	}
 	return nil
 }
@@ -5324,11 +5335,16 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\x03now\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x03now\"Y\n" +
 	"\x0eProduceRequest\x12/\n" +
 	"\x05items\x18\x01 \x03(\v2\x19.taskstore.v1.ProduceItemR\x05items\x12\x16\n" +
-	"\x06cancel\x18\x02 \x03(\x04R\x06cancel\"\x87\x01\n" +
+	"\x06cancel\x18\x02 \x03(\x04R\x06cancel\"\xfd\x01\n" +
 	"\vProduceItem\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x123\n" +
 	"\x06modify\x18\x02 \x01(\v2\x1b.taskstore.v1.ModifyRequestR\x06modify\x123\n" +
-	"\atimeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"H\n" +
+	"\atimeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12:\n" +
+	"\x05trace\x18\x04 \x03(\v2$.taskstore.v1.ProduceItem.TraceEntryR\x05trace\x1a8\n" +
+	"\n" +
+	"TraceEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"H\n" +
 	"\x0fProduceResponse\x125\n" +
 	"\aanswers\x18\x01 \x03(\v2\x1b.taskstore.v1.ProduceAnswerR\aanswers\"\xb8\x01\n" +
 	"\rProduceAnswer\x12\x0e\n" +
@@ -5535,7 +5551,7 @@ func file_taskstore_v1_taskstore_proto_rawDescGZIP() []byte {
 }
 
 var file_taskstore_v1_taskstore_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_taskstore_v1_taskstore_proto_msgTypes = make([]protoimpl.MessageInfo, 74)
+var file_taskstore_v1_taskstore_proto_msgTypes = make([]protoimpl.MessageInfo, 75)
 var file_taskstore_v1_taskstore_proto_goTypes = []any{
 	(TaskState)(0),                 // 0: taskstore.v1.TaskState
 	(MissedTicks)(0),               // 1: taskstore.v1.MissedTicks
@@ -5614,138 +5630,140 @@ var file_taskstore_v1_taskstore_proto_goTypes = []any{
 	nil,                            // 74: taskstore.v1.TaskChange.HeadersEntry
 	nil,                            // 75: taskstore.v1.ModifyResponse.SameAsEntry
 	nil,                            // 76: taskstore.v1.TasksRequest.HeadersEntry
-	(*timestamppb.Timestamp)(nil),  // 77: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 78: google.protobuf.Duration
+	nil,                            // 77: taskstore.v1.ProduceItem.TraceEntry
+	(*timestamppb.Timestamp)(nil),  // 78: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 79: google.protobuf.Duration
 }
 var file_taskstore_v1_taskstore_proto_depIdxs = []int32{
-	77, // 0: taskstore.v1.Task.at:type_name -> google.protobuf.Timestamp
-	77, // 1: taskstore.v1.Task.created:type_name -> google.protobuf.Timestamp
-	77, // 2: taskstore.v1.Task.modified:type_name -> google.protobuf.Timestamp
-	78, // 3: taskstore.v1.Task.dedup_window:type_name -> google.protobuf.Duration
-	72, // 4: taskstore.v1.Task.headers:type_name -> taskstore.v1.Task.HeadersEntry
-	77, // 5: taskstore.v1.TaskInsert.at:type_name -> google.protobuf.Timestamp
-	78, // 6: taskstore.v1.TaskInsert.delay:type_name -> google.protobuf.Duration
-	78, // 7: taskstore.v1.TaskInsert.dedup_window:type_name -> google.protobuf.Duration
-	73, // 8: taskstore.v1.TaskInsert.headers:type_name -> taskstore.v1.TaskInsert.HeadersEntry
-	77, // 9: taskstore.v1.TaskChange.at:type_name -> google.protobuf.Timestamp
-	78, // 10: taskstore.v1.TaskChange.delay:type_name -> google.protobuf.Duration
-	74, // 11: taskstore.v1.TaskChange.headers:type_name -> taskstore.v1.TaskChange.HeadersEntry
-	6,  // 12: taskstore.v1.ModifyRequest.inserts:type_name -> taskstore.v1.TaskInsert
-	7,  // 13: taskstore.v1.ModifyRequest.changes:type_name -> taskstore.v1.TaskChange
-	4,  // 14: taskstore.v1.ModifyRequest.deletes:type_name -> taskstore.v1.TaskRef
-	4,  // 15: taskstore.v1.ModifyRequest.depends:type_name -> taskstore.v1.TaskRef
-	5,  // 16: taskstore.v1.ModifyRequest.request:type_name -> taskstore.v1.RequestID
-	9,  // 17: taskstore.v1.ModifyRequest.claim:type_name -> taskstore.v1.ModifyClaim
-	78, // 18: taskstore.v1.ModifyClaim.lease:type_name -> google.protobuf.Duration
-	3,  // 19: taskstore.v1.ModifyResponse.inserted:type_name -> taskstore.v1.Task
-	3,  // 20: taskstore.v1.ModifyResponse.changed:type_name -> taskstore.v1.Task
-	3,  // 21: taskstore.v1.ModifyResponse.claimed:type_name -> taskstore.v1.Task
-	75, // 22: taskstore.v1.ModifyResponse.same_as:type_name -> taskstore.v1.ModifyResponse.SameAsEntry
-	12, // 23: taskstore.v1.ModifyError.errors:type_name -> taskstore.v1.RefError
-	2,  // 24: taskstore.v1.RefError.category:type_name -> taskstore.v1.RefError.Category
-	77, // 25: taskstore.v1.RefError.lease_until:type_name -> google.protobuf.Timestamp
-	78, // 26: taskstore.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
-	78, // 27: taskstore.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
-	5,  // 28: taskstore.v1.ClaimRequest.request:type_name -> taskstore.v1.RequestID
-	3,  // 29: taskstore.v1.ClaimResponse.tasks:type_name -> taskstore.v1.Task
-	0,  // 30: taskstore.v1.TasksRequest.state:type_name -> taskstore.v1.TaskState
-	76, // 31: taskstore.v1.TasksRequest.headers:type_name -> taskstore.v1.TasksRequest.HeadersEntry
-	3,  // 32: taskstore.v1.TasksResponse.tasks:type_name -> taskstore.v1.Task
-	78, // 33: taskstore.v1.QueueStats.oldest_available_age:type_name -> google.protobuf.Duration
-	78, // 34: taskstore.v1.QueueStats.avg_claim_to_commit:type_name -> google.protobuf.Duration
-	78, // 35: taskstore.v1.QueueStats.rate_window:type_name -> google.protobuf.Duration
-	18, // 36: taskstore.v1.QueuesResponse.queues:type_name -> taskstore.v1.QueueStats
-	5,  // 37: taskstore.v1.PurgeRequest.request:type_name -> taskstore.v1.RequestID
-	5,  // 38: taskstore.v1.QueuePauseRequest.request:type_name -> taskstore.v1.RequestID
-	78, // 39: taskstore.v1.Schedule.every:type_name -> google.protobuf.Duration
-	1,  // 40: taskstore.v1.Schedule.missed:type_name -> taskstore.v1.MissedTicks
-	77, // 41: taskstore.v1.Schedule.next:type_name -> google.protobuf.Timestamp
-	77, // 42: taskstore.v1.Schedule.last:type_name -> google.protobuf.Timestamp
-	23, // 43: taskstore.v1.PutScheduleRequest.schedule:type_name -> taskstore.v1.Schedule
-	5,  // 44: taskstore.v1.PutScheduleRequest.request:type_name -> taskstore.v1.RequestID
-	23, // 45: taskstore.v1.PutScheduleResponse.schedule:type_name -> taskstore.v1.Schedule
-	5,  // 46: taskstore.v1.DeleteScheduleRequest.request:type_name -> taskstore.v1.RequestID
-	23, // 47: taskstore.v1.SchedulesResponse.schedules:type_name -> taskstore.v1.Schedule
-	5,  // 48: taskstore.v1.QueueLimitRequest.request:type_name -> taskstore.v1.RequestID
-	77, // 49: taskstore.v1.TimeResponse.now:type_name -> google.protobuf.Timestamp
-	36, // 50: taskstore.v1.ProduceRequest.items:type_name -> taskstore.v1.ProduceItem
-	8,  // 51: taskstore.v1.ProduceItem.modify:type_name -> taskstore.v1.ModifyRequest
-	78, // 52: taskstore.v1.ProduceItem.timeout:type_name -> google.protobuf.Duration
-	38, // 53: taskstore.v1.ProduceResponse.answers:type_name -> taskstore.v1.ProduceAnswer
-	10, // 54: taskstore.v1.ProduceAnswer.modify:type_name -> taskstore.v1.ModifyResponse
-	39, // 55: taskstore.v1.ProduceAnswer.details:type_name -> taskstore.v1.ErrorDetail
-	44, // 56: taskstore.v1.ReplicaStatus.checkpoints:type_name -> taskstore.v1.Checkpoint
-	45, // 57: taskstore.v1.ReplicaStatus.divergence:type_name -> taskstore.v1.Divergence
-	77, // 58: taskstore.v1.Divergence.detected:type_name -> google.protobuf.Timestamp
-	43, // 59: taskstore.v1.ShardStatus.replica_status:type_name -> taskstore.v1.ReplicaStatus
-	42, // 60: taskstore.v1.StatusResponse.nodes:type_name -> taskstore.v1.NodeStatus
-	46, // 61: taskstore.v1.StatusResponse.shards:type_name -> taskstore.v1.ShardStatus
-	46, // 62: taskstore.v1.StatusResponse.meta:type_name -> taskstore.v1.ShardStatus
-	77, // 63: taskstore.v1.StatusResponse.now:type_name -> google.protobuf.Timestamp
-	56, // 64: taskstore.v1.StatusResponse.moves:type_name -> taskstore.v1.SlotMove
-	56, // 65: taskstore.v1.StatusResponse.finished_moves:type_name -> taskstore.v1.SlotMove
-	46, // 66: taskstore.v1.AddShardsResponse.shards:type_name -> taskstore.v1.ShardStatus
-	56, // 67: taskstore.v1.RemoveShardResponse.moves:type_name -> taskstore.v1.SlotMove
-	56, // 68: taskstore.v1.RebalanceSlotsResponse.moves:type_name -> taskstore.v1.SlotMove
-	56, // 69: taskstore.v1.MoveSlotsResponse.moves:type_name -> taskstore.v1.SlotMove
-	59, // 70: taskstore.v1.BackupChunk.info:type_name -> taskstore.v1.BackupInfo
-	61, // 71: taskstore.v1.ShardRoute.replicas:type_name -> taskstore.v1.Replica
-	62, // 72: taskstore.v1.RoutingResponse.shards:type_name -> taskstore.v1.ShardRoute
-	42, // 73: taskstore.v1.AddNodeResponse.node:type_name -> taskstore.v1.NodeStatus
-	42, // 74: taskstore.v1.RemoveNodeResponse.node:type_name -> taskstore.v1.NodeStatus
-	8,  // 75: taskstore.v1.TaskStore.Modify:input_type -> taskstore.v1.ModifyRequest
-	13, // 76: taskstore.v1.TaskStore.Claim:input_type -> taskstore.v1.ClaimRequest
-	15, // 77: taskstore.v1.TaskStore.Tasks:input_type -> taskstore.v1.TasksRequest
-	17, // 78: taskstore.v1.TaskStore.Queues:input_type -> taskstore.v1.QueuesRequest
-	33, // 79: taskstore.v1.TaskStore.Time:input_type -> taskstore.v1.TimeRequest
-	20, // 80: taskstore.v1.TaskStore.Purge:input_type -> taskstore.v1.PurgeRequest
-	22, // 81: taskstore.v1.TaskStore.PauseQueue:input_type -> taskstore.v1.QueuePauseRequest
-	22, // 82: taskstore.v1.TaskStore.ResumeQueue:input_type -> taskstore.v1.QueuePauseRequest
-	30, // 83: taskstore.v1.TaskStore.SetQueueLimit:input_type -> taskstore.v1.QueueLimitRequest
-	24, // 84: taskstore.v1.TaskStore.PutSchedule:input_type -> taskstore.v1.PutScheduleRequest
-	26, // 85: taskstore.v1.TaskStore.DeleteSchedule:input_type -> taskstore.v1.DeleteScheduleRequest
-	28, // 86: taskstore.v1.TaskStore.Schedules:input_type -> taskstore.v1.SchedulesRequest
-	35, // 87: taskstore.v1.TaskStore.Produce:input_type -> taskstore.v1.ProduceRequest
-	41, // 88: taskstore.v1.Admin.Status:input_type -> taskstore.v1.StatusRequest
-	60, // 89: taskstore.v1.Admin.Routing:input_type -> taskstore.v1.RoutingRequest
-	64, // 90: taskstore.v1.Admin.TransferLeader:input_type -> taskstore.v1.TransferLeaderRequest
-	66, // 91: taskstore.v1.Admin.AddNode:input_type -> taskstore.v1.AddNodeRequest
-	68, // 92: taskstore.v1.Admin.RemoveNode:input_type -> taskstore.v1.RemoveNodeRequest
-	70, // 93: taskstore.v1.Admin.RebuildReplica:input_type -> taskstore.v1.RebuildReplicaRequest
-	48, // 94: taskstore.v1.Admin.MoveSlots:input_type -> taskstore.v1.MoveSlotsRequest
-	49, // 95: taskstore.v1.Admin.AddShards:input_type -> taskstore.v1.AddShardsRequest
-	51, // 96: taskstore.v1.Admin.RemoveShard:input_type -> taskstore.v1.RemoveShardRequest
-	53, // 97: taskstore.v1.Admin.RebalanceSlots:input_type -> taskstore.v1.RebalanceSlotsRequest
-	57, // 98: taskstore.v1.Admin.Backup:input_type -> taskstore.v1.BackupRequest
-	10, // 99: taskstore.v1.TaskStore.Modify:output_type -> taskstore.v1.ModifyResponse
-	14, // 100: taskstore.v1.TaskStore.Claim:output_type -> taskstore.v1.ClaimResponse
-	16, // 101: taskstore.v1.TaskStore.Tasks:output_type -> taskstore.v1.TasksResponse
-	19, // 102: taskstore.v1.TaskStore.Queues:output_type -> taskstore.v1.QueuesResponse
-	34, // 103: taskstore.v1.TaskStore.Time:output_type -> taskstore.v1.TimeResponse
-	21, // 104: taskstore.v1.TaskStore.Purge:output_type -> taskstore.v1.PurgeResponse
-	32, // 105: taskstore.v1.TaskStore.PauseQueue:output_type -> taskstore.v1.QueuePauseResponse
-	32, // 106: taskstore.v1.TaskStore.ResumeQueue:output_type -> taskstore.v1.QueuePauseResponse
-	31, // 107: taskstore.v1.TaskStore.SetQueueLimit:output_type -> taskstore.v1.QueueLimitResponse
-	25, // 108: taskstore.v1.TaskStore.PutSchedule:output_type -> taskstore.v1.PutScheduleResponse
-	27, // 109: taskstore.v1.TaskStore.DeleteSchedule:output_type -> taskstore.v1.DeleteScheduleResponse
-	29, // 110: taskstore.v1.TaskStore.Schedules:output_type -> taskstore.v1.SchedulesResponse
-	37, // 111: taskstore.v1.TaskStore.Produce:output_type -> taskstore.v1.ProduceResponse
-	47, // 112: taskstore.v1.Admin.Status:output_type -> taskstore.v1.StatusResponse
-	63, // 113: taskstore.v1.Admin.Routing:output_type -> taskstore.v1.RoutingResponse
-	65, // 114: taskstore.v1.Admin.TransferLeader:output_type -> taskstore.v1.TransferLeaderResponse
-	67, // 115: taskstore.v1.Admin.AddNode:output_type -> taskstore.v1.AddNodeResponse
-	69, // 116: taskstore.v1.Admin.RemoveNode:output_type -> taskstore.v1.RemoveNodeResponse
-	71, // 117: taskstore.v1.Admin.RebuildReplica:output_type -> taskstore.v1.RebuildReplicaResponse
-	55, // 118: taskstore.v1.Admin.MoveSlots:output_type -> taskstore.v1.MoveSlotsResponse
-	50, // 119: taskstore.v1.Admin.AddShards:output_type -> taskstore.v1.AddShardsResponse
-	52, // 120: taskstore.v1.Admin.RemoveShard:output_type -> taskstore.v1.RemoveShardResponse
-	54, // 121: taskstore.v1.Admin.RebalanceSlots:output_type -> taskstore.v1.RebalanceSlotsResponse
-	58, // 122: taskstore.v1.Admin.Backup:output_type -> taskstore.v1.BackupChunk
-	99, // [99:123] is the sub-list for method output_type
-	75, // [75:99] is the sub-list for method input_type
-	75, // [75:75] is the sub-list for extension type_name
-	75, // [75:75] is the sub-list for extension extendee
-	0,  // [0:75] is the sub-list for field type_name
+	78,  // 0: taskstore.v1.Task.at:type_name -> google.protobuf.Timestamp
+	78,  // 1: taskstore.v1.Task.created:type_name -> google.protobuf.Timestamp
+	78,  // 2: taskstore.v1.Task.modified:type_name -> google.protobuf.Timestamp
+	79,  // 3: taskstore.v1.Task.dedup_window:type_name -> google.protobuf.Duration
+	72,  // 4: taskstore.v1.Task.headers:type_name -> taskstore.v1.Task.HeadersEntry
+	78,  // 5: taskstore.v1.TaskInsert.at:type_name -> google.protobuf.Timestamp
+	79,  // 6: taskstore.v1.TaskInsert.delay:type_name -> google.protobuf.Duration
+	79,  // 7: taskstore.v1.TaskInsert.dedup_window:type_name -> google.protobuf.Duration
+	73,  // 8: taskstore.v1.TaskInsert.headers:type_name -> taskstore.v1.TaskInsert.HeadersEntry
+	78,  // 9: taskstore.v1.TaskChange.at:type_name -> google.protobuf.Timestamp
+	79,  // 10: taskstore.v1.TaskChange.delay:type_name -> google.protobuf.Duration
+	74,  // 11: taskstore.v1.TaskChange.headers:type_name -> taskstore.v1.TaskChange.HeadersEntry
+	6,   // 12: taskstore.v1.ModifyRequest.inserts:type_name -> taskstore.v1.TaskInsert
+	7,   // 13: taskstore.v1.ModifyRequest.changes:type_name -> taskstore.v1.TaskChange
+	4,   // 14: taskstore.v1.ModifyRequest.deletes:type_name -> taskstore.v1.TaskRef
+	4,   // 15: taskstore.v1.ModifyRequest.depends:type_name -> taskstore.v1.TaskRef
+	5,   // 16: taskstore.v1.ModifyRequest.request:type_name -> taskstore.v1.RequestID
+	9,   // 17: taskstore.v1.ModifyRequest.claim:type_name -> taskstore.v1.ModifyClaim
+	79,  // 18: taskstore.v1.ModifyClaim.lease:type_name -> google.protobuf.Duration
+	3,   // 19: taskstore.v1.ModifyResponse.inserted:type_name -> taskstore.v1.Task
+	3,   // 20: taskstore.v1.ModifyResponse.changed:type_name -> taskstore.v1.Task
+	3,   // 21: taskstore.v1.ModifyResponse.claimed:type_name -> taskstore.v1.Task
+	75,  // 22: taskstore.v1.ModifyResponse.same_as:type_name -> taskstore.v1.ModifyResponse.SameAsEntry
+	12,  // 23: taskstore.v1.ModifyError.errors:type_name -> taskstore.v1.RefError
+	2,   // 24: taskstore.v1.RefError.category:type_name -> taskstore.v1.RefError.Category
+	78,  // 25: taskstore.v1.RefError.lease_until:type_name -> google.protobuf.Timestamp
+	79,  // 26: taskstore.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
+	79,  // 27: taskstore.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	5,   // 28: taskstore.v1.ClaimRequest.request:type_name -> taskstore.v1.RequestID
+	3,   // 29: taskstore.v1.ClaimResponse.tasks:type_name -> taskstore.v1.Task
+	0,   // 30: taskstore.v1.TasksRequest.state:type_name -> taskstore.v1.TaskState
+	76,  // 31: taskstore.v1.TasksRequest.headers:type_name -> taskstore.v1.TasksRequest.HeadersEntry
+	3,   // 32: taskstore.v1.TasksResponse.tasks:type_name -> taskstore.v1.Task
+	79,  // 33: taskstore.v1.QueueStats.oldest_available_age:type_name -> google.protobuf.Duration
+	79,  // 34: taskstore.v1.QueueStats.avg_claim_to_commit:type_name -> google.protobuf.Duration
+	79,  // 35: taskstore.v1.QueueStats.rate_window:type_name -> google.protobuf.Duration
+	18,  // 36: taskstore.v1.QueuesResponse.queues:type_name -> taskstore.v1.QueueStats
+	5,   // 37: taskstore.v1.PurgeRequest.request:type_name -> taskstore.v1.RequestID
+	5,   // 38: taskstore.v1.QueuePauseRequest.request:type_name -> taskstore.v1.RequestID
+	79,  // 39: taskstore.v1.Schedule.every:type_name -> google.protobuf.Duration
+	1,   // 40: taskstore.v1.Schedule.missed:type_name -> taskstore.v1.MissedTicks
+	78,  // 41: taskstore.v1.Schedule.next:type_name -> google.protobuf.Timestamp
+	78,  // 42: taskstore.v1.Schedule.last:type_name -> google.protobuf.Timestamp
+	23,  // 43: taskstore.v1.PutScheduleRequest.schedule:type_name -> taskstore.v1.Schedule
+	5,   // 44: taskstore.v1.PutScheduleRequest.request:type_name -> taskstore.v1.RequestID
+	23,  // 45: taskstore.v1.PutScheduleResponse.schedule:type_name -> taskstore.v1.Schedule
+	5,   // 46: taskstore.v1.DeleteScheduleRequest.request:type_name -> taskstore.v1.RequestID
+	23,  // 47: taskstore.v1.SchedulesResponse.schedules:type_name -> taskstore.v1.Schedule
+	5,   // 48: taskstore.v1.QueueLimitRequest.request:type_name -> taskstore.v1.RequestID
+	78,  // 49: taskstore.v1.TimeResponse.now:type_name -> google.protobuf.Timestamp
+	36,  // 50: taskstore.v1.ProduceRequest.items:type_name -> taskstore.v1.ProduceItem
+	8,   // 51: taskstore.v1.ProduceItem.modify:type_name -> taskstore.v1.ModifyRequest
+	79,  // 52: taskstore.v1.ProduceItem.timeout:type_name -> google.protobuf.Duration
+	77,  // 53: taskstore.v1.ProduceItem.trace:type_name -> taskstore.v1.ProduceItem.TraceEntry
+	38,  // 54: taskstore.v1.ProduceResponse.answers:type_name -> taskstore.v1.ProduceAnswer
+	10,  // 55: taskstore.v1.ProduceAnswer.modify:type_name -> taskstore.v1.ModifyResponse
+	39,  // 56: taskstore.v1.ProduceAnswer.details:type_name -> taskstore.v1.ErrorDetail
+	44,  // 57: taskstore.v1.ReplicaStatus.checkpoints:type_name -> taskstore.v1.Checkpoint
+	45,  // 58: taskstore.v1.ReplicaStatus.divergence:type_name -> taskstore.v1.Divergence
+	78,  // 59: taskstore.v1.Divergence.detected:type_name -> google.protobuf.Timestamp
+	43,  // 60: taskstore.v1.ShardStatus.replica_status:type_name -> taskstore.v1.ReplicaStatus
+	42,  // 61: taskstore.v1.StatusResponse.nodes:type_name -> taskstore.v1.NodeStatus
+	46,  // 62: taskstore.v1.StatusResponse.shards:type_name -> taskstore.v1.ShardStatus
+	46,  // 63: taskstore.v1.StatusResponse.meta:type_name -> taskstore.v1.ShardStatus
+	78,  // 64: taskstore.v1.StatusResponse.now:type_name -> google.protobuf.Timestamp
+	56,  // 65: taskstore.v1.StatusResponse.moves:type_name -> taskstore.v1.SlotMove
+	56,  // 66: taskstore.v1.StatusResponse.finished_moves:type_name -> taskstore.v1.SlotMove
+	46,  // 67: taskstore.v1.AddShardsResponse.shards:type_name -> taskstore.v1.ShardStatus
+	56,  // 68: taskstore.v1.RemoveShardResponse.moves:type_name -> taskstore.v1.SlotMove
+	56,  // 69: taskstore.v1.RebalanceSlotsResponse.moves:type_name -> taskstore.v1.SlotMove
+	56,  // 70: taskstore.v1.MoveSlotsResponse.moves:type_name -> taskstore.v1.SlotMove
+	59,  // 71: taskstore.v1.BackupChunk.info:type_name -> taskstore.v1.BackupInfo
+	61,  // 72: taskstore.v1.ShardRoute.replicas:type_name -> taskstore.v1.Replica
+	62,  // 73: taskstore.v1.RoutingResponse.shards:type_name -> taskstore.v1.ShardRoute
+	42,  // 74: taskstore.v1.AddNodeResponse.node:type_name -> taskstore.v1.NodeStatus
+	42,  // 75: taskstore.v1.RemoveNodeResponse.node:type_name -> taskstore.v1.NodeStatus
+	8,   // 76: taskstore.v1.TaskStore.Modify:input_type -> taskstore.v1.ModifyRequest
+	13,  // 77: taskstore.v1.TaskStore.Claim:input_type -> taskstore.v1.ClaimRequest
+	15,  // 78: taskstore.v1.TaskStore.Tasks:input_type -> taskstore.v1.TasksRequest
+	17,  // 79: taskstore.v1.TaskStore.Queues:input_type -> taskstore.v1.QueuesRequest
+	33,  // 80: taskstore.v1.TaskStore.Time:input_type -> taskstore.v1.TimeRequest
+	20,  // 81: taskstore.v1.TaskStore.Purge:input_type -> taskstore.v1.PurgeRequest
+	22,  // 82: taskstore.v1.TaskStore.PauseQueue:input_type -> taskstore.v1.QueuePauseRequest
+	22,  // 83: taskstore.v1.TaskStore.ResumeQueue:input_type -> taskstore.v1.QueuePauseRequest
+	30,  // 84: taskstore.v1.TaskStore.SetQueueLimit:input_type -> taskstore.v1.QueueLimitRequest
+	24,  // 85: taskstore.v1.TaskStore.PutSchedule:input_type -> taskstore.v1.PutScheduleRequest
+	26,  // 86: taskstore.v1.TaskStore.DeleteSchedule:input_type -> taskstore.v1.DeleteScheduleRequest
+	28,  // 87: taskstore.v1.TaskStore.Schedules:input_type -> taskstore.v1.SchedulesRequest
+	35,  // 88: taskstore.v1.TaskStore.Produce:input_type -> taskstore.v1.ProduceRequest
+	41,  // 89: taskstore.v1.Admin.Status:input_type -> taskstore.v1.StatusRequest
+	60,  // 90: taskstore.v1.Admin.Routing:input_type -> taskstore.v1.RoutingRequest
+	64,  // 91: taskstore.v1.Admin.TransferLeader:input_type -> taskstore.v1.TransferLeaderRequest
+	66,  // 92: taskstore.v1.Admin.AddNode:input_type -> taskstore.v1.AddNodeRequest
+	68,  // 93: taskstore.v1.Admin.RemoveNode:input_type -> taskstore.v1.RemoveNodeRequest
+	70,  // 94: taskstore.v1.Admin.RebuildReplica:input_type -> taskstore.v1.RebuildReplicaRequest
+	48,  // 95: taskstore.v1.Admin.MoveSlots:input_type -> taskstore.v1.MoveSlotsRequest
+	49,  // 96: taskstore.v1.Admin.AddShards:input_type -> taskstore.v1.AddShardsRequest
+	51,  // 97: taskstore.v1.Admin.RemoveShard:input_type -> taskstore.v1.RemoveShardRequest
+	53,  // 98: taskstore.v1.Admin.RebalanceSlots:input_type -> taskstore.v1.RebalanceSlotsRequest
+	57,  // 99: taskstore.v1.Admin.Backup:input_type -> taskstore.v1.BackupRequest
+	10,  // 100: taskstore.v1.TaskStore.Modify:output_type -> taskstore.v1.ModifyResponse
+	14,  // 101: taskstore.v1.TaskStore.Claim:output_type -> taskstore.v1.ClaimResponse
+	16,  // 102: taskstore.v1.TaskStore.Tasks:output_type -> taskstore.v1.TasksResponse
+	19,  // 103: taskstore.v1.TaskStore.Queues:output_type -> taskstore.v1.QueuesResponse
+	34,  // 104: taskstore.v1.TaskStore.Time:output_type -> taskstore.v1.TimeResponse
+	21,  // 105: taskstore.v1.TaskStore.Purge:output_type -> taskstore.v1.PurgeResponse
+	32,  // 106: taskstore.v1.TaskStore.PauseQueue:output_type -> taskstore.v1.QueuePauseResponse
+	32,  // 107: taskstore.v1.TaskStore.ResumeQueue:output_type -> taskstore.v1.QueuePauseResponse
+	31,  // 108: taskstore.v1.TaskStore.SetQueueLimit:output_type -> taskstore.v1.QueueLimitResponse
+	25,  // 109: taskstore.v1.TaskStore.PutSchedule:output_type -> taskstore.v1.PutScheduleResponse
+	27,  // 110: taskstore.v1.TaskStore.DeleteSchedule:output_type -> taskstore.v1.DeleteScheduleResponse
+	29,  // 111: taskstore.v1.TaskStore.Schedules:output_type -> taskstore.v1.SchedulesResponse
+	37,  // 112: taskstore.v1.TaskStore.Produce:output_type -> taskstore.v1.ProduceResponse
+	47,  // 113: taskstore.v1.Admin.Status:output_type -> taskstore.v1.StatusResponse
+	63,  // 114: taskstore.v1.Admin.Routing:output_type -> taskstore.v1.RoutingResponse
+	65,  // 115: taskstore.v1.Admin.TransferLeader:output_type -> taskstore.v1.TransferLeaderResponse
+	67,  // 116: taskstore.v1.Admin.AddNode:output_type -> taskstore.v1.AddNodeResponse
+	69,  // 117: taskstore.v1.Admin.RemoveNode:output_type -> taskstore.v1.RemoveNodeResponse
+	71,  // 118: taskstore.v1.Admin.RebuildReplica:output_type -> taskstore.v1.RebuildReplicaResponse
+	55,  // 119: taskstore.v1.Admin.MoveSlots:output_type -> taskstore.v1.MoveSlotsResponse
+	50,  // 120: taskstore.v1.Admin.AddShards:output_type -> taskstore.v1.AddShardsResponse
+	52,  // 121: taskstore.v1.Admin.RemoveShard:output_type -> taskstore.v1.RemoveShardResponse
+	54,  // 122: taskstore.v1.Admin.RebalanceSlots:output_type -> taskstore.v1.RebalanceSlotsResponse
+	58,  // 123: taskstore.v1.Admin.Backup:output_type -> taskstore.v1.BackupChunk
+	100, // [100:124] is the sub-list for method output_type
+	76,  // [76:100] is the sub-list for method input_type
+	76,  // [76:76] is the sub-list for extension type_name
+	76,  // [76:76] is the sub-list for extension extendee
+	0,   // [0:76] is the sub-list for field type_name
 }
 
 func init() { file_taskstore_v1_taskstore_proto_init() }
@@ -5761,7 +5779,7 @@ func file_taskstore_v1_taskstore_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_taskstore_v1_taskstore_proto_rawDesc), len(file_taskstore_v1_taskstore_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   74,
+			NumMessages:   75,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -104,9 +104,12 @@ func Propagator() propagation.TextMapPropagator { return propagator }
 
 // traced keeps the nodes' internal Peer service (gossip, replica
 // maintenance) and health checks out of traces: only the public API.
+// Nor the Produce stream: its items get spans of their own (stream.go).
 func traced(info *stats.RPCTagInfo) bool {
-	return strings.HasPrefix(info.FullMethodName, "/taskstore.v1.")
+	return strings.HasPrefix(info.FullMethodName, "/taskstore.v1.") && info.FullMethodName != produceMethod
 }
+
+const produceMethod = "/taskstore.v1.TaskStore/Produce"
 
 func handlerOptions(tp trace.TracerProvider) []otelgrpc.Option {
 	return []otelgrpc.Option{otelgrpc.WithTracerProvider(tp), otelgrpc.WithPropagators(propagator),
