@@ -177,15 +177,9 @@ func mdKey(md metadata.MD) string {
 	return b.String()
 }
 
-// produce sends req, of consistency group group, over the shared stream
-// to cc and waits for its answer. errUnary says the node has no Produce
-// stream (or the request is too large for one).
-func (c *Client) produce(ctx context.Context, cc *grpc.ClientConn, group string, req *taskstorepb.ModifyRequest) (*taskstorepb.ModifyResponse, error) {
-	if proto.Size(req) > maxItemBytes {
-		// A unary call takes up to MaxMessageBytes: what a caller may
-		// send unary is not refused for going on the stream.
-		return nil, errUnary
-	}
+// produce sends req over the shared stream to cc and waits for its answer.
+// errUnary says the node has no Produce stream.
+func (c *Client) produce(ctx context.Context, cc *grpc.ClientConn, req *taskstorepb.ModifyRequest) (*taskstorepb.ModifyResponse, error) {
 	md, _ := metadata.FromOutgoingContext(ctx)
 	key := streamKey{cc: cc, md: mdKey(md)}
 	v, _ := c.streams.LoadOrStore(key, &streamSlot{})
@@ -215,7 +209,7 @@ func (c *Client) produce(ctx context.Context, cc *grpc.ClientConn, group string,
 	// The item is traced as the unary call it stands for
 	// (internal/tracing/stream.go).
 	ctx, span, carrier := tracing.StartStreamedCall(ctx, c.opts.tracer, taskstorepb.TaskStore_Modify_FullMethodName)
-	resp, err := ps.do(ctx, group, req, carrier)
+	resp, err := ps.do(ctx, req, carrier)
 	tracing.EndStreamedCall(span, err)
 	if status.Code(err) == codes.Unimplemented && ps.isBroken() {
 		slot.mu.Lock()
@@ -243,22 +237,8 @@ func (c *Client) closeStreams() {
 	})
 }
 
-// groupInflight bounds the messages of a stream in flight per consistency
-// group: a message is in flight for a group from its sending until the
-// first answer to one of its items of that group. A request whose group
-// has fewer in flight goes at once; the others queue and go together in
-// the next message once an answer comes back, as a shard's coalescer
-// gathers writes behind the entry being appended. No timer: a lone
-// request waits for nothing, and under load a message carries what queued
-// behind the last. Counting per group keeps a shard that stalls (no
-// quorum) from holding back the requests of the node's other shards. Two
-// rather than one keep the node's pipeline full: a message's first answer
-// comes when its entry committed, and the next entry is appended
-// meanwhile.
-const groupInflight = 2
-
 // produceStream is one open Produce stream: a sender goroutine that puts
-// whatever was queued and may go into the next message, and a receiver
+// whatever was queued since its last message into the next, and a receiver
 // that hands each answer to the request waiting for it.
 type produceStream struct {
 	st     taskstorepb.TaskStore_ProduceClient
@@ -268,33 +248,13 @@ type produceStream struct {
 	mu      sync.Mutex
 	next    uint64
 	waiting map[uint64]chan *taskstorepb.ProduceAnswer
-	queue   []*queuedItem
+	queue   []*taskstorepb.ProduceItem
 	cancels []uint64
 	broken  error
-	// sent maps the id of each item sent and not yet answered to its
-	// message's hold on the item's group; inflight counts the holds per
-	// group.
-	sent     map[uint64]*groupHold
-	inflight map[string]int
-}
-
-// queuedItem is an item waiting for the sender.
-type queuedItem struct {
-	it       *taskstorepb.ProduceItem
-	group    string
-	deadline time.Time // the caller's, if any: the item's timeout is set when it is sent
-}
-
-// groupHold is one message's place in flight for one group, released by
-// the first answer to any of its items of that group.
-type groupHold struct {
-	group    string
-	released bool
 }
 
 func newProduceStream(st taskstorepb.TaskStore_ProduceClient, cancel context.CancelFunc) *produceStream {
-	ps := &produceStream{st: st, cancel: cancel, wake: make(chan struct{}, 1),
-		waiting: map[uint64]chan *taskstorepb.ProduceAnswer{}, sent: map[uint64]*groupHold{}, inflight: map[string]int{}}
+	ps := &produceStream{st: st, cancel: cancel, wake: make(chan struct{}, 1), waiting: map[uint64]chan *taskstorepb.ProduceAnswer{}}
 	go ps.sendLoop()
 	go ps.recvLoop()
 	return ps
@@ -313,14 +273,17 @@ func (ps *produceStream) signal() {
 	}
 }
 
-func (ps *produceStream) do(ctx context.Context, group string, req *taskstorepb.ModifyRequest, trace map[string]string) (*taskstorepb.ModifyResponse, error) {
+func (ps *produceStream) do(ctx context.Context, req *taskstorepb.ModifyRequest, trace map[string]string) (*taskstorepb.ModifyResponse, error) {
 	if n := proto.Size(req); n > maxItemBytes {
 		return nil, status.Errorf(codes.ResourceExhausted, "the request is %d bytes, over the limit of %d", n, maxItemBytes)
 	}
 	it := &taskstorepb.ProduceItem{Modify: req, Trace: trace}
-	dl, _ := ctx.Deadline()
-	if !dl.IsZero() && time.Until(dl) <= 0 {
-		return nil, status.FromContextError(context.DeadlineExceeded).Err()
+	if dl, ok := ctx.Deadline(); ok {
+		left := time.Until(dl)
+		if left <= 0 {
+			return nil, status.FromContextError(context.DeadlineExceeded).Err()
+		}
+		it.Timeout = durationpb.New(left)
 	}
 	ch := make(chan *taskstorepb.ProduceAnswer, 1)
 	ps.mu.Lock()
@@ -332,7 +295,7 @@ func (ps *produceStream) do(ctx context.Context, group string, req *taskstorepb.
 	ps.next++
 	it.Id = ps.next
 	ps.waiting[it.Id] = ch
-	ps.queue = append(ps.queue, &queuedItem{it: it, group: group, deadline: dl})
+	ps.queue = append(ps.queue, it)
 	ps.mu.Unlock()
 	ps.signal()
 	select {
@@ -345,12 +308,7 @@ func (ps *produceStream) do(ctx context.Context, group string, req *taskstorepb.
 		ps.mu.Lock()
 		if _, ok := ps.waiting[it.Id]; ok {
 			delete(ps.waiting, it.Id)
-			if i := slices.IndexFunc(ps.queue, func(q *queuedItem) bool { return q.it == it }); i >= 0 {
-				// Never sent: nothing to cancel.
-				ps.queue = slices.Delete(ps.queue, i, i+1)
-			} else {
-				ps.cancels = append(ps.cancels, it.Id)
-			}
+			ps.cancels = append(ps.cancels, it.Id)
 		}
 		ps.mu.Unlock()
 		ps.signal()
@@ -373,7 +331,6 @@ func (ps *produceStream) fail(err error) {
 	}
 	waiting := ps.waiting
 	ps.waiting = map[uint64]chan *taskstorepb.ProduceAnswer{}
-	ps.queue = nil
 	ps.mu.Unlock()
 	for id, ch := range waiting {
 		ch <- taskstorepb.FailedAnswer(id, err)
@@ -382,77 +339,27 @@ func (ps *produceStream) fail(err error) {
 	ps.signal()
 }
 
-// take returns the next message to send: the cancels, and the queued
-// items whose groups have room in flight, up to the size bound (nil when
-// there is nothing to send). Called with ps.mu held.
-func (ps *produceStream) take() *taskstorepb.ProduceRequest {
-	if len(ps.queue) == 0 && len(ps.cancels) == 0 {
-		return nil
-	}
-	msg := &taskstorepb.ProduceRequest{Cancel: ps.cancels}
-	ps.cancels = nil
-	holds := map[string]*groupHold{}
-	size := 0
-	rest := ps.queue[:0]
-	for i, q := range ps.queue {
-		h := holds[q.group]
-		n := proto.Size(q.it) + 16
-		if h == nil && ps.inflight[q.group] >= groupInflight || len(msg.Items) > 0 && size+n > maxItemBytes {
-			rest = append(rest, q)
-			if size+n > maxItemBytes {
-				rest = append(rest, ps.queue[i+1:]...)
-				break
-			}
-			continue
-		}
-		if h == nil {
-			h = &groupHold{group: q.group}
-			holds[q.group] = h
-			ps.inflight[q.group]++
-		}
-		if !q.deadline.IsZero() {
-			q.it.Timeout = durationpb.New(max(time.Until(q.deadline), time.Millisecond))
-		}
-		size += n
-		msg.Items = append(msg.Items, q.it)
-		ps.sent[q.it.Id] = h
-	}
-	clear(ps.queue[len(rest):])
-	ps.queue = rest
-	if len(msg.Items) == 0 && len(msg.Cancel) == 0 {
-		return nil
-	}
-	return msg
-}
-
-// answered releases the hold of the answered item's message on its group,
-// if it is the first answer of that message and group; a group with room
-// again may send what queued.
-func (ps *produceStream) answered(id uint64) (more bool) {
-	h := ps.sent[id]
-	delete(ps.sent, id)
-	if h == nil || h.released {
-		return false
-	}
-	h.released = true
-	if ps.inflight[h.group]--; ps.inflight[h.group] <= 0 {
-		delete(ps.inflight, h.group)
-	}
-	return len(ps.queue) > 0
-}
-
 func (ps *produceStream) sendLoop() {
 	for range ps.wake {
-		for {
-			ps.mu.Lock()
-			if ps.broken != nil {
-				ps.mu.Unlock()
-				return
-			}
-			msg := ps.take()
-			ps.mu.Unlock()
-			if msg == nil {
-				break
+		ps.mu.Lock()
+		items, cancels, broken := ps.queue, ps.cancels, ps.broken
+		ps.queue, ps.cancels = nil, nil
+		ps.mu.Unlock()
+		if broken != nil {
+			return
+		}
+		for len(items) > 0 || len(cancels) > 0 {
+			msg := &taskstorepb.ProduceRequest{Cancel: cancels}
+			cancels = nil
+			size := 0
+			for len(items) > 0 {
+				n := proto.Size(items[0]) + 16
+				if len(msg.Items) > 0 && size+n > maxItemBytes {
+					break
+				}
+				size += n
+				msg.Items = append(msg.Items, items[0])
+				items = items[1:]
 			}
 			if err := ps.st.Send(msg); err != nil {
 				// Send reports io.EOF for a stream the node ended: its
@@ -473,21 +380,14 @@ func (ps *produceStream) recvLoop() {
 			ps.fail(err)
 			return
 		}
-		more := false
 		for _, a := range res.Answers {
 			ps.mu.Lock()
 			ch := ps.waiting[a.Id]
 			delete(ps.waiting, a.Id)
-			if ps.answered(a.Id) {
-				more = true
-			}
 			ps.mu.Unlock()
 			if ch != nil {
 				ch <- a
 			}
-		}
-		if more {
-			ps.signal()
 		}
 	}
 }
@@ -512,7 +412,7 @@ func (c *Client) modify(ctx context.Context, req *taskstorepb.ModifyRequest, str
 	var resp *taskstorepb.ModifyResponse
 	err = c.call(ctx, "Modify", target{group: group}, 0, func(ctx context.Context, cc *grpc.ClientConn) (err error) {
 		if streamed {
-			resp, err = c.produce(ctx, cc, group, r)
+			resp, err = c.produce(ctx, cc, r)
 			if !errors.Is(err, errUnary) {
 				return err
 			}

@@ -124,13 +124,9 @@ func (s *Server) knownShard(ctx context.Context, id uint32) bool {
 
 // Modify implements TaskStore.Modify. The caller's request id goes through
 // unchanged; without one, the client's own id makes the proxy's retries
-// safe. It travels to the leader on the proxy's Produce stream to that
-// node (see modify), as the Modify it is: deadline, cancellation, request
-// id, the caller's principal (the stream is the caller's own, opened with
-// its metadata, and the node authorizes each item as a unary Modify),
-// NotLeader hints and retries as for a unary call.
+// safe.
 func (s *Server) Modify(ctx context.Context, req *taskstorepb.ModifyRequest) (*taskstorepb.ModifyResponse, error) {
-	return s.modify(ctx, req)
+	return s.modify(ctx, req, false)
 }
 
 // Produce implements TaskStore.Produce: each item is forwarded as the
@@ -143,7 +139,7 @@ func (s *Server) Produce(stream taskstorepb.TaskStore_ProduceServer) error {
 		if it.Modify == nil {
 			return taskstorepb.FailedAnswer(it.Id, status.Error(codes.InvalidArgument, "modify: required"))
 		}
-		resp, err := s.modify(ctx, it.Modify)
+		resp, err := s.modify(ctx, it.Modify, true)
 		if err != nil {
 			return taskstorepb.FailedAnswer(it.Id, err)
 		}
@@ -151,12 +147,9 @@ func (s *Server) Produce(stream taskstorepb.TaskStore_ProduceServer) error {
 	})
 }
 
-// modify forwards a Modify over the client's Produce stream to the leader
-// (one per node and caller), so that the requests of concurrent callers,
-// unary or streamed, travel to a node many per message and share its log
-// entries, instead of a call each. A node without the stream gets a unary
-// call.
-func (s *Server) modify(ctx context.Context, req *taskstorepb.ModifyRequest) (resp *taskstorepb.ModifyResponse, err error) {
+// modify forwards a Modify, over the client's Produce stream when
+// streamed.
+func (s *Server) modify(ctx context.Context, req *taskstorepb.ModifyRequest, streamed bool) (resp *taskstorepb.ModifyResponse, err error) {
 	bctx, cancel := s.withBudget(ctx, 0)
 	defer cancel()
 	switch {
@@ -164,9 +157,12 @@ func (s *Server) modify(ctx context.Context, req *taskstorepb.ModifyRequest) (re
 		resp, err = anyNode(bctx, s, "Modify", func(ctx context.Context, cc *grpc.ClientConn) (*taskstorepb.ModifyResponse, error) {
 			return taskstorepb.NewTaskStoreClient(cc).Modify(ctx, req)
 		})
-	default:
+	case streamed:
 		resp, err = s.c.ModifyStreamed(bctx, req)
 		// The client filled in repeated tasks' values: send each once again.
+		taskstorepb.CompactInserted(resp)
+	default:
+		resp, err = s.c.Modify(bctx, req)
 		taskstorepb.CompactInserted(resp)
 	}
 	return resp, s.toStatus(ctx, "Modify", err)
