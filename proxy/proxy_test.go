@@ -296,8 +296,10 @@ func scenario(t *testing.T, a api, group string) []string {
 	in, done := group+"/in", group+"/done"
 	id := func(n int) string { return fmt.Sprintf("%s-%d", group, n) }
 
-	// Insert three tasks with client-chosen ids, one with a key.
-	ins, err := a.Modify(ctx, &taskstorepb.ModifyRequest{Inserts: []*taskstorepb.TaskInsert{
+	// Insert three tasks with client-chosen ids, one with a key. The
+	// inserts name their producer, p1: the direct face's client would name
+	// its own claimant otherwise, and a task records who inserted it.
+	ins, err := a.Modify(ctx, &taskstorepb.ModifyRequest{Claimant: "p1", Inserts: []*taskstorepb.TaskInsert{
 		{Id: id(1), Queue: in, Priority: 1, Value: []byte("one")},
 		{Id: id(2), Queue: in, Priority: 5, Value: []byte("two")},
 		{Id: id(3), Queue: in, Priority: 3, Key: "k3", Value: []byte("three")},
@@ -363,7 +365,7 @@ func scenario(t *testing.T, a api, group string) []string {
 	rec("queues after purge", qs, err)
 	// A commit that claims the next task: claim only, then delete and
 	// claim, then one that finds nothing (w2 still holds G-1).
-	ins, err = a.Modify(ctx, &taskstorepb.ModifyRequest{Inserts: []*taskstorepb.TaskInsert{
+	ins, err = a.Modify(ctx, &taskstorepb.ModifyRequest{Claimant: "p1", Inserts: []*taskstorepb.TaskInsert{
 		{Id: id(6), Queue: in, Value: []byte("six")}, {Id: id(7), Queue: in, Priority: 2, Value: []byte("seven")}}})
 	rec("insert more", ins, err)
 	next := &taskstorepb.ModifyClaim{Queues: []string{in}, Lease: durationpb.New(time.Minute)}
@@ -408,11 +410,11 @@ func TestSameResultsEverywhere(t *testing.T) {
 		{"http", ha},
 	}
 	want := []string{
-		`insert: {"inserted":[{"id":"G-1","version":"1","queue":"G/in","priority":1,"value":"b25l"},{"id":"G-2","version":"1","queue":"G/in","priority":5,"value":"dHdv"},{"id":"G-3","version":"1","queue":"G/in","priority":3,"key":"k3","value":"dGhyZWU="}]}`,
+		`insert: {"inserted":[{"id":"G-1","version":"1","queue":"G/in","claimant":"p1","priority":1,"value":"b25l"},{"id":"G-2","version":"1","queue":"G/in","claimant":"p1","priority":5,"value":"dHdv"},{"id":"G-3","version":"1","queue":"G/in","claimant":"p1","priority":3,"key":"k3","value":"dGhyZWU="}]}`,
 		`claim: {"tasks":[{"id":"G-2","version":"2","queue":"G/in","claimant":"w1","priority":5,"value":"dHdv","claims":1},{"id":"G-3","version":"2","queue":"G/in","claimant":"w1","priority":3,"key":"k3","value":"dGhyZWU=","claims":1}]}`,
-		`commit: {"inserted":[{"id":"G-4","version":"1","queue":"G/done","key":"k4","value":"Zm91cg=="}],"changed":[{"id":"G-2","version":"3","queue":"G/done","priority":5,"value":"dHdvIGRvbmU=","claims":1}]}`,
-		`get: {"tasks":[{"id":"G-4","version":"1","queue":"G/done","key":"k4","value":"Zm91cg=="},{"id":"G-1","version":"1","queue":"G/in","priority":1,"value":"b25l"},{"id":"G-2","version":"3","queue":"G/done","priority":5,"value":"dHdvIGRvbmU=","claims":1}]}`,
-		`list: {"tasks":[{"id":"G-2","version":"3","queue":"G/done","priority":5,"value":"dHdvIGRvbmU=","claims":1},{"id":"G-4","version":"1","queue":"G/done","key":"k4","value":"Zm91cg=="}]}`,
+		`commit: {"inserted":[{"id":"G-4","version":"1","queue":"G/done","claimant":"w1","key":"k4","value":"Zm91cg=="}],"changed":[{"id":"G-2","version":"3","queue":"G/done","priority":5,"value":"dHdvIGRvbmU=","claims":1}]}`,
+		`get: {"tasks":[{"id":"G-4","version":"1","queue":"G/done","claimant":"w1","key":"k4","value":"Zm91cg=="},{"id":"G-1","version":"1","queue":"G/in","claimant":"p1","priority":1,"value":"b25l"},{"id":"G-2","version":"3","queue":"G/done","priority":5,"value":"dHdvIGRvbmU=","claims":1}]}`,
+		`list: {"tasks":[{"id":"G-2","version":"3","queue":"G/done","priority":5,"value":"dHdvIGRvbmU=","claims":1},{"id":"G-4","version":"1","queue":"G/done","claimant":"w1","key":"k4","value":"Zm91cg=="}]}`,
 		`queues: {"queues":[{"name":"G/done","total":"2","available":"2"},{"name":"G/in","total":"1","available":"1"}]}`,
 		`refused error: FailedPrecondition transaction refused: 4 offending reference(s) {"errors":[{"category":"DEPEND_MISSING","id":"G-9","version":"1"},{"category":"DELETE_STALE","id":"G-2","version":"2","currentVersion":"3","queue":"G/done"},{"category":"INSERT_DUPLICATE_ID","id":"G-1","queue":"G/in","existingId":"G-1"},{"category":"INSERT_DUPLICATE_KEY","id":"G-5","queue":"G/done","key":"k4","existingId":"G-4"}]}`,
 		`claim w2: {"tasks":[{"id":"G-1","version":"2","queue":"G/in","claimant":"w2","priority":1,"value":"b25l","claims":1}]}`,
@@ -422,7 +424,7 @@ func TestSameResultsEverywhere(t *testing.T) {
 		`claim empty: {}`,
 		`purge: {"deleted":"2"}`,
 		`queues after purge: {"queues":[{"name":"G/in","total":"1","claimed":"1"}]}`,
-		`insert more: {"inserted":[{"id":"G-6","version":"1","queue":"G/in","value":"c2l4"},{"id":"G-7","version":"1","queue":"G/in","priority":2,"value":"c2V2ZW4="}]}`,
+		`insert more: {"inserted":[{"id":"G-6","version":"1","queue":"G/in","claimant":"p1","value":"c2l4"},{"id":"G-7","version":"1","queue":"G/in","claimant":"p1","priority":2,"value":"c2V2ZW4="}]}`,
 		`claim by modify: {"claimed":[{"id":"G-7","version":"2","queue":"G/in","claimant":"w1","priority":2,"value":"c2V2ZW4=","claims":1}]}`,
 		`delete and claim: {"claimed":[{"id":"G-6","version":"2","queue":"G/in","claimant":"w1","value":"c2l4","claims":1}]}`,
 		`delete and claim none: {}`,
