@@ -131,13 +131,14 @@ func (n *Node) Diverged(shard uint32) *taskstorepb.Divergence {
 // divergedError points a request for a diverged shard at another replica,
 // never at this node.
 func (n *Node) divergedError(id uint32) error {
-	e := &NotLeaderError{Shard: id}
+	// The reason is given even when no other replica is known yet (right
+	// after a restart, before the cluster map is loaded).
+	e := &NotLeaderError{Shard: id, Why: "this node's replica diverged and is stopped (taskctl shard rebuild)"}
 	cm := n.meta.Map()
 	if sh := findShard(cm, id); sh != nil {
 		for _, r := range sh.Replicas {
 			if node := findNode(cm, r); node != nil && r != n.cfg.ID {
 				e.LeaderID, e.LeaderAddress, e.Replica = node.Id, node.Address, true
-				e.Why = "this node's replica diverged and is stopped (taskctl shard rebuild)"
 				break
 			}
 		}

@@ -31,13 +31,17 @@ type NotLeaderError struct {
 	LeaderID      string
 	LeaderAddress string
 	Replica       bool
-	// Why says why this node does not serve the shard when Replica is
-	// set; empty means it hosts no replica.
+	// Why says why this node does not serve the shard though it hosts a
+	// replica (it diverged); empty means it is not the leader, or hosts
+	// no replica when Replica is set.
 	Why string
 }
 
 func (e *NotLeaderError) Error() string {
 	if e.LeaderAddress == "" {
+		if e.Why != "" {
+			return fmt.Sprintf("shard %d: %s; no other replica is known yet", e.Shard, e.Why)
+		}
 		return fmt.Sprintf("shard %d: not the leader, leader unknown", e.Shard)
 	}
 	who := e.LeaderAddress
