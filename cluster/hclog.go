@@ -112,6 +112,10 @@ func repeatKey(msg string, args []interface{}) string {
 var raftLevels = map[string]slog.Level{
 	"heartbeat timeout reached, starting election": slog.LevelInfo,
 	"peer has newer term, stopping replication":    slog.LevelInfo,
+	// A split vote: many groups electing at once (a fresh start, a node
+	// with many leaderships lost) often need a second round. A group that
+	// stays leaderless shows as NO-LEADER in status and in the alerts.
+	"Election timeout reached, restarting election": slog.LevelInfo,
 	// A started node waits, with no configuration, to be added (node add):
 	// its meta group times out and finds nobody to ask, as it should.
 	"no known peers, aborting election": slog.LevelInfo,
