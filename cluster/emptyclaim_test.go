@@ -21,7 +21,10 @@ import (
 // afterwards still goes promptly to a waiting claim.
 func TestIdleClaimsWriteNoEntries(t *testing.T) {
 	const pollers = 1000
-	c := harness.Start(t, 3, harness.Options{Shards: 1, Scale: raceScale})
+	// Twice the usual timeout scale: 1,000 pollers and three nodes share
+	// this process, and a leader starved of CPU for a second steps down
+	// (an election writes an entry, which is not what is measured here).
+	c := harness.Start(t, 3, harness.Options{Shards: 1, Scale: 2 * raceScale})
 	c.WaitReady()
 	ctx := ctxT(t, 2*time.Minute)
 	ts := c.TaskStore("idle/a")
@@ -44,7 +47,7 @@ func TestIdleClaimsWriteNoEntries(t *testing.T) {
 	applied0, last0 := settle(s), s.Raft().LastIndex()
 	empty0 := s.EmptyClaims()
 
-	// Half poll without waiting (a pause between polls), half wait a
+	// Half poll without waiting (a pause of 200 ms between polls), half wait a
 	// second at a time; each with a request id, as the Go client sends.
 	var calls, found atomic.Int64
 	var firstErr atomic.Value
@@ -68,7 +71,7 @@ func TestIdleClaimsWriteNoEntries(t *testing.T) {
 				}
 				found.Add(int64(len(res.Tasks)))
 				if req.Wait == nil {
-					time.Sleep(50 * time.Millisecond)
+					time.Sleep(200 * time.Millisecond)
 				}
 			}
 		}()
