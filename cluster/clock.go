@@ -2,14 +2,18 @@ package cluster
 
 import (
 	"context"
+	"log/slog"
 	"slices"
 	"sync"
 	"time"
 
-	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/e1158ecb/taskstore/cluster/metapb"
 )
 
-// clockState is what this node knows of its clock against its peers'.
+// clockGuard is what this node knows of its clock against its peers',
+// and what it does about it.
 // Log time is the leader's clock (Shard.Now), and it
 // never goes back: a leader whose clock runs an hour ahead moves every
 // shard it leads an hour on for good, expiring every lease. So, as
@@ -22,21 +26,37 @@ import (
 // A node that has measured nothing yet (just started, or no peer answers)
 // is trusted: refusing then would stop a one-node cluster, and a node that
 // reaches no peer cannot commit anything anyway.
-type clockState struct {
+type clockGuard struct {
+	self string
+	// now is the node's wall clock (Config.Clock).
+	now func() time.Time
+	// maxOffset is Tuning.MaxClockOffset; every is Tuning.ClockCheckEvery.
+	maxOffset, every time.Duration
+	log              *slog.Logger
+	// offsetGauge is taskstore_clock_offset_seconds.
+	offsetGauge prometheus.Gauge
+	// members lists the cluster's nodes (the map's); ask asks the node at
+	// an address for its clock (Unix nanoseconds).
+	members func() []*metapb.Node
+	ask     func(ctx context.Context, addr string) (int64, error)
+	// local lists the replicas hosted here, whose leaderships a bad clock
+	// hands away.
+	local func() []*Shard
+
 	mu      sync.Mutex
 	offsets map[string]time.Duration // peer id -> this clock minus the peer's
 	bad     bool
 	median  time.Duration
 }
 
-// clockSample measures one peer: offset is this clock minus the peer's at
-// the middle of the round trip, good to within half the round trip.
-func (n *Node) clockSample(ctx context.Context, addr string) (offset, uncertainty time.Duration, ok bool) {
+// sample measures one peer: offset is this clock minus the peer's at the
+// middle of the round trip, good to within half the round trip.
+func (c *clockGuard) sample(ctx context.Context, addr string) (offset, uncertainty time.Duration, ok bool) {
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	start := time.Now()
-	local := n.cfg.Clock()
-	now, err := n.askClock(cctx, addr)
+	local := c.now()
+	now, err := c.ask(cctx, addr)
 	rtt := time.Since(start)
 	if err != nil {
 		return 0, 0, false
@@ -45,10 +65,9 @@ func (n *Node) clockSample(ctx context.Context, addr string) (offset, uncertaint
 	return mid.Sub(time.Unix(0, now)), rtt / 2, true
 }
 
-// MeasureClocks measures the offset to every member once and updates
-// whether this node may lead (measureClocks runs it; tests call it).
-func (n *Node) MeasureClocks(ctx context.Context) {
-	cm := n.meta.Map()
+// measure measures the offset to every member once and updates whether
+// this node may lead (watch runs it).
+func (c *clockGuard) measure(ctx context.Context) {
 	type sample struct {
 		id          string
 		offset, unc time.Duration
@@ -56,13 +75,13 @@ func (n *Node) MeasureClocks(ctx context.Context) {
 	}
 	ch := make(chan sample)
 	peers := 0
-	for _, node := range cm.GetNodes() {
-		if node.Id == n.cfg.ID || node.Membership == NodeRemoved || node.Address == "" {
+	for _, node := range c.members() {
+		if node.Id == c.self || node.Membership == NodeRemoved || node.Address == "" {
 			continue
 		}
 		peers++
 		go func(id, addr string) {
-			off, unc, ok := n.clockSample(ctx, addr)
+			off, unc, ok := c.sample(ctx, addr)
 			ch <- sample{id, off, unc, ok}
 		}(node.Id, node.Address)
 	}
@@ -77,11 +96,10 @@ func (n *Node) MeasureClocks(ctx context.Context) {
 		measured++
 		offsets[s.id] = s.offset
 		all = append(all, s.offset)
-		if d := abs(s.offset) - s.unc; d > n.cfg.Tuning.MaxClockOffset {
+		if d := abs(s.offset) - s.unc; d > c.maxOffset {
 			far++
 		}
 	}
-	c := &n.clock
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if measured == 0 {
@@ -92,51 +110,48 @@ func (n *Node) MeasureClocks(ctx context.Context) {
 	c.offsets = offsets
 	c.median = all[len(all)/2]
 	c.bad = far*2 > measured
-	n.metrics.clockOffset.Set(c.median.Seconds())
+	c.offsetGauge.Set(c.median.Seconds())
 	switch {
 	case c.bad && !was:
-		n.log.Error("this node's clock is too far from its peers': it refuses to lead until it is back (fix the clock: NTP, chrony)",
-			"offset_median", c.median, "max_offset", n.cfg.Tuning.MaxClockOffset, "peers_too_far", far, "peers_measured", measured)
+		c.log.Error("this node's clock is too far from its peers': it refuses to lead until it is back (fix the clock: NTP, chrony)",
+			"offset_median", c.median, "max_offset", c.maxOffset, "peers_too_far", far, "peers_measured", measured)
 	case !c.bad && was:
-		n.log.Info("this node's clock is back within the maximum offset of its peers'; it may lead again", "offset_median", c.median)
+		c.log.Info("this node's clock is back within the maximum offset of its peers'; it may lead again", "offset_median", c.median)
 	}
 }
 
 // ClockBad reports whether this node's clock is too far from most of its
 // peers' to lead.
-func (n *Node) ClockBad() bool {
-	n.clock.mu.Lock()
-	defer n.clock.mu.Unlock()
-	return n.clock.bad
+func (n *Node) ClockBad() bool { return n.clock.isBad() }
+
+func (c *clockGuard) isBad() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.bad
 }
 
-// peerClockFar reports whether this node measured peer id's clock too far
-// from its own.
-func (n *Node) peerClockFar(id string) bool {
-	n.clock.mu.Lock()
-	defer n.clock.mu.Unlock()
-	off, ok := n.clock.offsets[id]
-	return ok && abs(off) > n.cfg.Tuning.MaxClockOffset
+// peerFar reports whether this node measured peer id's clock too far from
+// its own.
+func (c *clockGuard) peerFar(id string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	off, ok := c.offsets[id]
+	return ok && abs(off) > c.maxOffset
 }
 
-// measureClocks measures at once and then every ClockCheckEvery; while the
-// clock is bad it hands away every shard leadership it holds.
-func (n *Node) measureClocks() {
-	every := n.cfg.Tuning.ClockCheckEvery
-	if every <= 0 || n.cfg.Tuning.MaxClockOffset <= 0 {
+// watch measures at once and then every ClockCheckEvery until stop
+// closes; while the clock is bad it hands away every shard leadership it
+// holds.
+func (c *clockGuard) watch(stop <-chan struct{}) {
+	if c.every <= 0 || c.maxOffset <= 0 {
 		return
 	}
-	for first := true; first || n.sleep(every); first = false {
-		ctx, cancel := context.WithTimeout(context.Background(), every)
-		n.MeasureClocks(ctx)
+	for first := true; first || sleepUntil(stop, c.every); first = false {
+		ctx, cancel := context.WithTimeout(context.Background(), c.every)
+		c.measure(ctx)
 		cancel()
-		if !n.ClockBad() {
-			continue
-		}
-		for _, s := range n.LocalShards() {
-			if s.g.raft.State() == raft.Leader {
-				s.g.raft.LeadershipTransfer() // best effort; the next round retries
-			}
+		if c.isBad() {
+			handAwayLeaderships(c.local()) // best effort; the next round retries
 		}
 	}
 }
@@ -147,3 +162,7 @@ func abs(d time.Duration) time.Duration {
 	}
 	return d
 }
+
+// peerClockFar reports whether this node measured peer id's clock too far
+// from its own (the control plane's leader balancing asks).
+func (n *Node) peerClockFar(id string) bool { return n.clock.peerFar(id) }

@@ -2,13 +2,17 @@ package cluster
 
 import (
 	"fmt"
+	"log/slog"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
-// diskState is what this node knows of its data disk.
+// diskGuard is what this node knows of its data disk, and what it does
+// about it.
 //
 // A follower whose disk fills cannot append: the leader retries it forever,
 // which costs nothing while a quorum of others acknowledges. A leader whose
@@ -26,11 +30,38 @@ import (
 // and it catches up as soon as space is freed. The reserve (256 MiB by
 // default) covers the node log's next pre-allocated segments (64 MiB each)
 // and a snapshot or two, so the node notices before a write fails.
-type diskState struct {
+type diskGuard struct {
+	dir string
+	// measure measures the free bytes of dir's file system
+	// (Config.DiskFree, else statfs).
+	measure func(dir string) (uint64, error)
+	// reserve is Tuning.MinFreeDisk; every is Tuning.DiskCheckEvery.
+	reserve int64
+	every   time.Duration
+	log     *slog.Logger
+	// freeGauge and lowGauge are taskstore_disk_free_bytes and
+	// taskstore_disk_low.
+	freeGauge, lowGauge prometheus.Gauge
+	// changed is told when the disk goes low or has space again (the
+	// node gossips it).
+	changed func(low bool)
+	// local lists the replicas hosted here, whose leaderships a low disk
+	// hands away.
+	local func() []*Shard
+
 	mu   sync.Mutex
 	free uint64
 	low  bool
 	seen bool // free was measured at least once
+}
+
+func newDiskGuard(cfg Config, log *slog.Logger, m *nodeMetrics, local func() []*Shard, changed func(low bool)) *diskGuard {
+	measure := cfg.DiskFree
+	if measure == nil {
+		measure = diskFree
+	}
+	return &diskGuard{dir: cfg.DataDir, measure: measure, reserve: cfg.Tuning.MinFreeDisk, every: cfg.Tuning.DiskCheckEvery,
+		log: log, freeGauge: m.diskFree, lowGauge: m.diskLow, changed: changed, local: local}
 }
 
 // diskFree measures the bytes an unprivileged writer may still use in dir.
@@ -42,91 +73,83 @@ func diskFree(dir string) (uint64, error) {
 	return st.Bavail * uint64(st.Bsize), nil
 }
 
-// diskFreeFunc measures the data disk: Config.DiskFree, else statfs.
-func (n *Node) diskFreeFunc() func(string) (uint64, error) {
-	if n.cfg.DiskFree != nil {
-		return n.cfg.DiskFree
-	}
-	return diskFree
-}
-
 // DiskLow reports whether this node's data disk is below its reserve.
-func (n *Node) DiskLow() bool {
-	n.disk.mu.Lock()
-	defer n.disk.mu.Unlock()
-	return n.disk.low
+func (n *Node) DiskLow() bool { return n.disk.isLow() }
+
+func (d *diskGuard) isLow() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.low
 }
 
-// diskFreeBytes is the free space last measured, and whether any was.
-func (n *Node) diskFreeBytes() (uint64, bool) {
-	n.disk.mu.Lock()
-	defer n.disk.mu.Unlock()
-	return n.disk.free, n.disk.seen
+// freeBytes is the free space last measured, and whether any was.
+func (d *diskGuard) freeBytes() (uint64, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.free, d.seen
 }
 
-// CheckDisk measures the data disk once and acts on a change (watchDisk runs
-// it; tests call it).
-func (n *Node) CheckDisk() {
-	measure := n.diskFreeFunc()
-	free, err := measure(n.cfg.DataDir)
+// check measures the data disk once and acts on a change (watch runs it).
+func (d *diskGuard) check() {
+	free, err := d.measure(d.dir)
 	if err != nil {
-		n.log.Warn("cannot measure the data disk's free space", "err", err)
+		d.log.Warn("cannot measure the data disk's free space", "err", err)
 		return
 	}
-	reserve := uint64(max(n.cfg.Tuning.MinFreeDisk, 0))
-	d := &n.disk
+	reserve := uint64(max(d.reserve, 0))
 	d.mu.Lock()
 	was := d.low
 	d.free, d.seen = free, true
 	d.low = free < reserve
 	low := d.low
 	d.mu.Unlock()
-	n.metrics.diskFree.Set(float64(free))
+	d.freeGauge.Set(float64(free))
 	if low {
-		n.metrics.diskLow.Set(1)
+		d.lowGauge.Set(1)
 	} else {
-		n.metrics.diskLow.Set(0)
+		d.lowGauge.Set(0)
 	}
 	if low != was {
 		switch {
 		case low:
-			n.log.Error("the data disk is nearly full: this node hands away its shard leaderships and takes none until space is freed (free space, or grow the volume)",
-				"dir", n.cfg.DataDir, "free_bytes", free, "min_free_bytes", reserve)
+			d.log.Error("the data disk is nearly full: this node hands away its shard leaderships and takes none until space is freed (free space, or grow the volume)",
+				"dir", d.dir, "free_bytes", free, "min_free_bytes", reserve)
 		default:
-			n.log.Info("the data disk has space again; this node may lead", "dir", n.cfg.DataDir, "free_bytes", free)
+			d.log.Info("the data disk has space again; this node may lead", "dir", d.dir, "free_bytes", free)
 		}
-		if n.gossip != nil {
-			if err := n.gossip.setMeta(gossipMeta{Address: n.addr, HTTPAddress: n.cfg.HTTPAddr, DiskLow: low}); err != nil {
-				n.log.Warn("gossip the disk state", "err", err)
-			}
-		}
+		d.changed(low)
 	}
 	if low {
-		for _, s := range n.LocalShards() {
-			if s.g.raft.State() == raft.Leader {
-				s.g.raft.LeadershipTransfer() // best effort; the next check retries
-			}
-		}
+		handAwayLeaderships(d.local()) // best effort; the next check retries
 	}
 }
 
-// watchDisk checks the data disk every Tuning.DiskCheckEvery.
-func (n *Node) watchDisk() {
-	every := n.cfg.Tuning.DiskCheckEvery
-	if every <= 0 || n.cfg.Tuning.MinFreeDisk <= 0 {
+// watch checks the data disk every Tuning.DiskCheckEvery until stop closes.
+func (d *diskGuard) watch(stop <-chan struct{}) {
+	if d.every <= 0 || d.reserve <= 0 {
 		return
 	}
-	for first := true; first || n.sleep(every); first = false {
-		n.CheckDisk()
+	for first := true; first || sleepUntil(stop, d.every); first = false {
+		d.check()
+	}
+}
+
+// handAwayLeaderships asks every replica of shards that leads to hand its
+// leadership away (best effort).
+func handAwayLeaderships(shards []*Shard) {
+	for _, s := range shards {
+		if s.g.raft.State() == raft.Leader {
+			s.g.raft.LeadershipTransfer()
+		}
 	}
 }
 
 // mayNotLead says why this node must not lead a shard now, or "".
 func (n *Node) mayNotLead() string {
 	switch {
-	case n.ClockBad():
+	case n.clock.isBad():
 		return "clock too far from its peers'"
-	case n.DiskLow():
+	case n.disk.isLow():
 		return "data disk nearly full"
 	}
 	return ""

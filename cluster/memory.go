@@ -1,6 +1,8 @@
 package cluster
 
 import (
+	"sync/atomic"
+
 	"github.com/e1158ecb/taskstore/fsm/fsmpb"
 )
 
@@ -32,28 +34,39 @@ const (
 	TaskOverheadBytes = 320
 )
 
-// shardBudget is the budget this node's leader stamps into a shard's
-// Modifies: nil (no bound) on disk or without a limit.
-func (n *Node) shardBudget() *fsmpb.MemoryBudget {
-	b := n.shardBudgetBytes()
-	if b == 0 {
-		return nil
-	}
-	return &fsmpb.MemoryBudget{Bytes: b, TaskOverhead: TaskOverheadBytes}
+// memoryBudget is the node's memory budget for the tasks of the shards it
+// hosts in memory. It reads the number of local replicas without the
+// node's lock: Propose stamps the budget, and a caller may hold that
+// lock's read side (a second RLock behind a waiting writer deadlocks).
+type memoryBudget struct {
+	limit int64 // Config.MemoryLimit; <= 0: no bound
+	// onDisk: the shards keep their state on disk, where nothing is
+	// refused (the engine's caches are sized from the limit instead).
+	onDisk bool
+	// replicas is the number of replicas hosted here (Node.localShards).
+	replicas *atomic.Int32
 }
 
-// shardBudgetBytes is one shard's share of the tasks' memory on this node,
-// or 0 (no bound). The share follows the number of replicas hosted here: a
+// forShard is the budget this node's leader stamps into a shard's
+// Modifies: nil (no bound) on disk or without a limit.
+func (b *memoryBudget) forShard() *fsmpb.MemoryBudget {
+	bytes := b.shardBytes()
+	if bytes == 0 {
+		return nil
+	}
+	return &fsmpb.MemoryBudget{Bytes: bytes, TaskOverhead: TaskOverheadBytes}
+}
+
+// shardBytes is one shard's share of the tasks' memory on this node, or 0
+// (no bound). The share follows the number of replicas hosted here: a
 // replica added to the node shrinks every shard's share, and a shard over
 // its new share refuses inserts until claims and deletes bring it back.
-func (n *Node) shardBudgetBytes() uint64 {
-	if n.cfg.MemoryLimit <= 0 || n.state != nil {
+func (b *memoryBudget) shardBytes() uint64 {
+	if b.limit <= 0 || b.onDisk {
 		return 0
 	}
-	// Not under n.mu: Propose stamps it, and a caller may hold n.mu's
-	// read lock (a second RLock behind a waiting writer deadlocks).
-	shards := max(int(n.localShards.Load()), 1)
-	return uint64(n.cfg.MemoryLimit) * tasksMemoryShare / 100 / uint64(shards)
+	shards := max(int(b.replicas.Load()), 1)
+	return uint64(b.limit) * tasksMemoryShare / 100 / uint64(shards)
 }
 
 // engineSizes sizes the state engine's block cache and memtables from the

@@ -199,7 +199,7 @@ func (c *shardCollector) Collect(ch chan<- prometheus.Metric) {
 	cm := c.n.meta.Map()
 	members := c.n.gossip.snapshot()
 	gauge(descMemLimit, float64(max(c.n.cfg.MemoryLimit, 0)))
-	budget := c.n.shardBudgetBytes()
+	budget := c.n.memory.shardBytes()
 	votes := func(h *voteHold, group string) {
 		if h == nil {
 			return

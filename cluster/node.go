@@ -117,8 +117,8 @@ type Node struct {
 	// (streamFromEngine), opened when first needed.
 	oldStateMu sync.Mutex
 	oldState   *pebble.DB
-	clock      clockState
-	disk       diskState
+	clock      *clockGuard
+	disk       *diskGuard
 	metaReady  atomic.Bool
 	gossip     *gossip
 	peers      *connPool
@@ -128,6 +128,8 @@ type Node struct {
 	// localShards is len(shards), set under mu: read without it where a
 	// proposal stamps its memory budget (memory.go).
 	localShards atomic.Int32
+	// memory is the tasks' memory budget (memory.go).
+	memory memoryBudget
 	// diverged: local replicas stopped because their state differs from
 	// their group's majority (diverge.go); they are not in shards.
 	diverged map[uint32]*divergenceRecord
@@ -220,12 +222,24 @@ func Start(cfg Config) (*Node, error) {
 		diverged: make(map[uint32]*divergenceRecord),
 		disagree: make(map[uint32]string),
 	}
+	n.memory = memoryBudget{limit: cfg.MemoryLimit, onDisk: !stateInMemory(cfg), replicas: &n.localShards}
 	n.ctl = control.New(controlRuntime{n}, cfg.ID, log)
 	var reg prometheus.Registerer
 	if cfg.Registry != nil {
 		reg = cfg.Registry
 	}
 	n.metrics = newNodeMetrics(reg, n)
+	n.clock = &clockGuard{self: cfg.ID, now: cfg.Clock, maxOffset: cfg.Tuning.MaxClockOffset, every: cfg.Tuning.ClockCheckEvery,
+		log: log, offsetGauge: n.metrics.clockOffset, members: func() []*metapb.Node { return n.meta.Map().GetNodes() },
+		ask: n.askClock, local: n.LocalShards}
+	n.disk = newDiskGuard(cfg, log, n.metrics, n.LocalShards, func(low bool) {
+		if n.gossip == nil {
+			return
+		}
+		if err := n.gossip.setMeta(gossipMeta{Address: n.addr, HTTPAddress: cfg.HTTPAddr, DiskLow: low}); err != nil {
+			log.Warn("gossip the disk state", "err", err)
+		}
+	})
 	n.mux = NewMux(l, cfg.Dialer, log, cfg.TLS, cfg.PeerTLS)
 	go n.mux.Serve()
 	if err := n.startGroups(); err != nil {
@@ -253,8 +267,8 @@ func Start(cfg Config) (*Node, error) {
 	n.loop(n.scheduleLoop)
 	n.loop(n.watchRemoval)
 	n.loop(n.boundLogs)
-	n.loop(n.measureClocks)
-	n.loop(n.watchDisk)
+	n.loop(func() { n.clock.watch(n.stop) })
+	n.loop(func() { n.disk.watch(n.stop) })
 	log.Info("node started", "addr", n.addr, "gossip", cfg.GossipAddr, "data", cfg.DataDir)
 	return n, nil
 }
@@ -325,7 +339,7 @@ func (n *Node) startGroups() error {
 		Logger: n.cfg.Logger.With("node", n.cfg.ID, "component", "raftlog"),
 		OnSync: n.metrics.observeSync,
 		// A small data disk starts with segments filled only in part.
-		DiskFree: n.diskFreeFunc(),
+		DiskFree: n.disk.measure,
 	}); err != nil {
 		return fmt.Errorf("open the node's Raft log: %w", err)
 	}
@@ -434,7 +448,7 @@ func (n *Node) openShard(id uint32) (*Shard, error) {
 	s.leaderHint = n.leaderHint
 	s.mayNotLead = n.mayNotLead
 	s.beforeReady = func() { n.raiseFormatOnElection(s) }
-	s.budget = n.shardBudget
+	s.budget = n.memory.forShard
 	label := shardLabel(id)
 	s.applySeconds = n.metrics.applySeconds.WithLabelValues(label)
 	s.leaderChanges = n.metrics.leaderChanges.WithLabelValues(label)
@@ -499,13 +513,16 @@ func (n *Node) loop(f func()) {
 }
 
 // sleep waits d or until the node stops; it reports whether to go on.
-func (n *Node) sleep(d time.Duration) bool {
+func (n *Node) sleep(d time.Duration) bool { return sleepUntil(n.stop, d) }
+
+// sleepUntil waits d and reports true, or false as soon as stop closes.
+func sleepUntil(stop <-chan struct{}, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
 		return true
-	case <-n.stop:
+	case <-stop:
 		return false
 	}
 }

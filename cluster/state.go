@@ -49,14 +49,20 @@ func stateDir(dataDir string) string { return filepath.Join(dataDir, "state") }
 // before and now runs in memory keeps the engine's directory (its next
 // start on disk installs the latest snapshot over it, or skips to it).
 func openState(cfg Config, log *slog.Logger) (*pebble.DB, error) {
+	if stateInMemory(cfg) {
+		return nil, nil
+	}
+	return openEngine(stateDir(cfg.DataDir), cfg.MemoryLimit, log)
+}
+
+// stateInMemory reports whether the node's shards keep their state in
+// memory (Config.StateStore, DefaultStateStore when empty).
+func stateInMemory(cfg Config) bool {
 	store := cfg.StateStore
 	if store == "" {
 		store = DefaultStateStore
 	}
-	if store == StateInMemory {
-		return nil, nil
-	}
-	return openEngine(stateDir(cfg.DataDir), cfg.MemoryLimit, log)
+	return store == StateInMemory
 }
 
 // openEngine opens the state engine in dir (logging to log), its caches

@@ -122,7 +122,7 @@ func (n *Node) localStatus(cm *metapb.ClusterMap) *taskstorepb.StatusResponse {
 		st.Nodes = append(st.Nodes, &taskstorepb.NodeStatus{Id: n.cfg.ID, Address: n.addr, GossipAddress: n.cfg.GossipAddr,
 			HttpAddress: n.cfg.HTTPAddr, State: "waiting", Health: HealthAlive})
 	}
-	free, measured := n.diskFreeBytes()
+	free, measured := n.disk.freeBytes()
 	for _, node := range st.Nodes {
 		if node.Id == n.cfg.ID {
 			if node.GossipAddress == "" {
@@ -341,7 +341,7 @@ func (n *Node) TransferLeader(ctx context.Context, shard uint32, to string) (str
 			continue
 		}
 		reason := n.notReadyToLead(s, &srv)
-		if reason == "" && n.peerClockFar(string(srv.ID)) {
+		if reason == "" && n.clock.peerFar(string(srv.ID)) {
 			reason = "clock too far from this node's"
 		}
 		if reason != "" {
