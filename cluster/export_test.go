@@ -19,7 +19,7 @@ var ReportFromStatus = reportFromStatus
 
 // PretendMaxStateFormat makes the node report, and raise shards to, at
 // most format f, as a node of an older binary would.
-func (n *Node) PretendMaxStateFormat(f uint32) { n.formatCap.Store(&f) }
+func (n *Node) PretendMaxStateFormat(f uint32) { n.format.cap.Store(&f) }
 
 // SnapshotMeta takes a snapshot of the node's copy of the meta group: a
 // restart then starts from the map it holds.

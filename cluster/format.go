@@ -2,30 +2,50 @@ package cluster
 
 import (
 	"context"
+	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
 
+	"github.com/e1158ecb/taskstore/cluster/peerpb"
 	"github.com/e1158ecb/taskstore/fsm"
 )
 
-// formatLoop raises the state format of the shards this node leads once
-// every replica's node can apply it (RaiseFormat), looking every
-// Tuning.FormatEvery; once every shard is raised a look costs a read per
+// formatGate raises the state format of the shards this node leads once
+// every replica's node can apply it.
+type formatGate struct {
+	self string
+	// every is Tuning.FormatEvery (< 0: raised by hand only); timeout is
+	// Tuning.ApplyTimeout.
+	every, timeout time.Duration
+	log            *slog.Logger
+	// report asks the node at an address for its report (peerClient).
+	report func(ctx context.Context, addr string) *peerpb.NodeReport
+	// local lists the replicas hosted here.
+	local func() []*Shard
+	// cap, when set (tests), is the highest state format this node says
+	// it applies instead of fsm.MaxFormat: a node of an older binary.
+	cap atomic.Pointer[uint32]
+}
+
+// loop raises the state format of the shards this node leads once every
+// replica's node can apply it (raise), looking every Tuning.FormatEvery
+// until stop closes; once every shard is raised a look costs a read per
 // local shard.
-func (n *Node) formatLoop() {
-	every := n.cfg.Tuning.FormatEvery
+func (f *formatGate) loop(stop <-chan struct{}) {
+	every := f.every
 	if every == 0 {
 		every = DefaultTuning().FormatEvery
 	}
 	if every < 0 {
 		return // raised by hand only (tests of an upgrade)
 	}
-	for n.sleep(every) {
-		for _, s := range n.LocalShards() {
-			ctx, cancel := context.WithTimeout(context.Background(), n.cfg.Tuning.ApplyTimeout)
-			if _, err := n.RaiseFormat(ctx, s); err != nil {
-				n.log.Debug("raise state format", "shard", s.id, "err", err)
+	for sleepUntil(stop, every) {
+		for _, s := range f.local() {
+			ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
+			if _, err := f.raise(ctx, s); err != nil {
+				f.log.Debug("raise state format", "shard", s.id, "err", err)
 			}
 			cancel()
 		}
@@ -40,77 +60,85 @@ func (n *Node) formatLoop() {
 // older version, holds the switch back. Once raised, a node of an older
 // binary cannot join the group (it refuses the entry and the snapshot).
 func (n *Node) RaiseFormat(ctx context.Context, s *Shard) (bool, error) {
-	target := n.maxStateFormat()
+	return n.format.raise(ctx, s)
+}
+
+func (f *formatGate) raise(ctx context.Context, s *Shard) (bool, error) {
+	target := f.max()
 	if !s.IsLeader() || s.machine.Format() >= target {
 		return false, nil
 	}
-	if ok, err := n.replicasApply(ctx, s, target); !ok || err != nil {
+	if ok, err := f.replicasApply(ctx, s, target); !ok || err != nil {
 		return false, err
 	}
 	if _, err := s.Propose(ctx, fsm.SetFormatCommand(target)); err != nil {
 		return false, err
 	}
-	n.log.Info("raised the shard's state format: every replica's binary applies it", "shard", s.id, "format", target)
+	f.log.Info("raised the shard's state format: every replica's binary applies it", "shard", s.id, "format", target)
 	return true, nil
 }
 
-// maxStateFormat is the highest state format this node applies (and says
-// so in its report).
-func (n *Node) maxStateFormat() uint32 {
-	if p := n.formatCap.Load(); p != nil {
+// max is the highest state format this node applies (and says so in its
+// report).
+func (f *formatGate) max() uint32 {
+	if p := f.cap.Load(); p != nil {
 		return *p
 	}
 	return fsm.MaxFormat
 }
 
-// appliesFormat asks srv's node whether its binary applies format f.
-func (n *Node) appliesFormat(ctx context.Context, srv raft.Server, f uint32) bool {
-	r := n.askReport(ctx, string(srv.Address))
-	return r.GetNode() == string(srv.ID) && r.GetMaxStateFormat() >= f
+// maxStateFormat is the highest state format this node applies (the
+// control plane's slot moves ask).
+func (n *Node) maxStateFormat() uint32 { return n.format.max() }
+
+// appliesFormat asks srv's node whether its binary applies format v.
+func (f *formatGate) appliesFormat(ctx context.Context, srv raft.Server, v uint32) bool {
+	r := f.report(ctx, string(srv.Address))
+	return r.GetNode() == string(srv.ID) && r.GetMaxStateFormat() >= v
 }
 
 // replicasApply reports whether every other replica of the shard's group,
-// voter or not, runs a binary that applies format f.
-func (n *Node) replicasApply(ctx context.Context, s *Shard, f uint32) (bool, error) {
+// voter or not, runs a binary that applies format v.
+func (f *formatGate) replicasApply(ctx context.Context, s *Shard, v uint32) (bool, error) {
 	c := s.g.raft.GetConfiguration()
 	if err := c.Error(); err != nil {
 		return false, err
 	}
 	for _, srv := range c.Configuration().Servers {
-		if string(srv.ID) == n.cfg.ID {
+		if string(srv.ID) == f.self {
 			continue
 		}
-		if !n.appliesFormat(ctx, srv, f) {
+		if !f.appliesFormat(ctx, srv, v) {
 			return false, nil
 		}
 	}
 	return true, nil
 }
 
-// raiseFormatOnElection raises the format of a shard that holds no task
-// yet, as its newly elected leader and before it serves a request: a
-// cluster (or shard) bootstrapped by this binary then follows the newest
-// format's rules from its first request (ids unique per consistency group,
-// not per shard) rather than from formatLoop's next look, about a second
-// later. The same check as RaiseFormat guards it: every replica's binary
-// must apply the format, so a rolling upgrade still waits for its last
-// node. A replica that does not answer within a second leaves the raise
-// to formatLoop. Tuning.FormatEvery < 0 turns it off with the loop.
-func (n *Node) raiseFormatOnElection(s *Shard) {
-	target := n.maxStateFormat()
-	if n.cfg.Tuning.FormatEvery < 0 || s.machine.Format() >= target || s.machine.TaskCount() > 0 {
+// onElection raises the format of a shard that holds no task yet, as its
+// newly elected leader and before it serves a request: a cluster (or
+// shard) bootstrapped by this binary then follows the newest format's
+// rules from its first request (ids unique per consistency group, not per
+// shard) rather than from loop's next look, about a second later. The
+// same check as raise guards it: every replica's binary must apply the
+// format, so a rolling upgrade still waits for its last node. A replica
+// that does not answer within a second leaves the raise to loop.
+// Tuning.FormatEvery < 0 turns it off with the loop.
+func (f *formatGate) onElection(s *Shard) {
+	target := f.max()
+	if f.every < 0 || s.machine.Format() >= target || s.machine.TaskCount() > 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	if ok, err := n.replicasApply(ctx, s, target); !ok || err != nil {
+	if ok, err := f.replicasApply(ctx, s, target); !ok || err != nil {
 		return
 	}
 	cmd := fsm.SetFormatCommand(target)
 	cmd.Now = s.Now()
 	data, err := fsm.EncodeCommand(cmd)
 	if err != nil {
-		n.log.Warn("raise a new shard's state format", "shard", s.id, "err", err)
+		f.log.Warn("raise a new shard's state format", "shard", s.id, "err", err)
 		return
 	}
 	// Not through Propose: the leader is not ready for requests yet, and
@@ -120,8 +148,8 @@ func (n *Node) raiseFormatOnElection(s *Shard) {
 		return
 	}
 	if err != nil {
-		n.log.Debug("raise a new shard's state format on election", "shard", s.id, "err", err)
+		f.log.Debug("raise a new shard's state format on election", "shard", s.id, "err", err)
 		return
 	}
-	n.log.Info("raised the shard's state format: every replica's binary applies it", "shard", s.id, "format", target, "new_shard", true)
+	f.log.Info("raised the shard's state format: every replica's binary applies it", "shard", s.id, "format", target, "new_shard", true)
 }

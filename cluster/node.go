@@ -94,16 +94,10 @@ type Config struct {
 // Node is one taskstored process: the meta group, the shards it replicates,
 // gossip, and the shared listener. It is safe for concurrent use.
 type Node struct {
-	// noPeer: peer address -> when it answered the Peer service with
-	// Unimplemented (an older version); see legacyPeer.
-	noPeer sync.Map
-	// formatCap, when set (tests), is the highest state format this node
-	// says it applies instead of fsm.MaxFormat: a node of an older binary.
-	formatCap atomic.Pointer[uint32]
-	cfg       Config
-	log       *slog.Logger
-	mux       *Mux
-	addr      string
+	cfg  Config
+	log  *slog.Logger
+	mux  *Mux
+	addr string
 
 	metrics   *nodeMetrics
 	meta      *metaFSM
@@ -122,6 +116,10 @@ type Node struct {
 	metaReady  atomic.Bool
 	gossip     *gossip
 	peers      *connPool
+	// peerc asks the other nodes through the Peer service (peer.go).
+	peerc *peerClient
+	// format raises the shards' state format (format.go).
+	format *formatGate
 
 	mu     sync.RWMutex // guards shards, unplacedSince, diverged, disagree and closed
 	shards map[uint32]*Shard
@@ -229,9 +227,12 @@ func Start(cfg Config) (*Node, error) {
 		reg = cfg.Registry
 	}
 	n.metrics = newNodeMetrics(reg, n)
+	n.peerc = &peerClient{pool: n.peers, log: log}
+	n.format = &formatGate{self: cfg.ID, every: cfg.Tuning.FormatEvery, timeout: cfg.Tuning.ApplyTimeout, log: log,
+		report: n.peerc.report, local: n.LocalShards}
 	n.clock = &clockGuard{self: cfg.ID, now: cfg.Clock, maxOffset: cfg.Tuning.MaxClockOffset, every: cfg.Tuning.ClockCheckEvery,
 		log: log, offsetGauge: n.metrics.clockOffset, members: func() []*metapb.Node { return n.meta.Map().GetNodes() },
-		ask: n.askClock, local: n.LocalShards}
+		ask: n.peerc.clock, local: n.LocalShards}
 	n.disk = newDiskGuard(cfg, log, n.metrics, n.LocalShards, func(low bool) {
 		if n.gossip == nil {
 			return
@@ -262,7 +263,7 @@ func Start(cfg Config) (*Node, error) {
 	n.loop(n.checkReplicasLoop)
 	n.loop(n.tickLoop)
 	n.loop(n.dueLoop)
-	n.loop(n.formatLoop)
+	n.loop(func() { n.format.loop(n.stop) })
 	n.loop(n.runSlotMoves)
 	n.loop(n.scheduleLoop)
 	n.loop(n.watchRemoval)
@@ -447,7 +448,7 @@ func (n *Node) openShard(id uint32) (*Shard, error) {
 	}
 	s.leaderHint = n.leaderHint
 	s.mayNotLead = n.mayNotLead
-	s.beforeReady = func() { n.raiseFormatOnElection(s) }
+	s.beforeReady = func() { n.format.onElection(s) }
 	s.budget = n.memory.forShard
 	label := shardLabel(id)
 	s.applySeconds = n.metrics.applySeconds.WithLabelValues(label)

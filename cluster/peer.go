@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -144,34 +146,60 @@ func replicaRole(r *raft.Raft, self string) string {
 // have been upgraded).
 const legacyPeerMemo = 5 * time.Minute
 
-// legacyPeer reports whether addr answered Peer with Unimplemented lately.
-func (n *Node) legacyPeer(addr string) bool {
-	v, ok := n.noPeer.Load(addr)
+// peerClient asks the other nodes through Peer, falling back to
+// Admin.Status for a node that does not serve it (an older version).
+type peerClient struct {
+	pool *connPool
+	log  *slog.Logger
+	// noPeer: peer address -> when it answered the Peer service with
+	// Unimplemented (an older version); see legacy.
+	noPeer sync.Map
+}
+
+// legacy reports whether addr answered Peer with Unimplemented lately.
+func (c *peerClient) legacy(addr string) bool {
+	v, ok := c.noPeer.Load(addr)
 	return ok && time.Since(v.(time.Time)) < legacyPeerMemo
 }
 
-func (n *Node) noteLegacy(addr string, legacy bool) {
+func (c *peerClient) noteLegacy(addr string, legacy bool) {
 	if legacy {
-		n.noPeer.Store(addr, time.Now())
+		c.noPeer.Store(addr, time.Now())
 	}
 }
 
-// askReport asks the node at addr for its report; nil if it does not
-// answer.
-func (n *Node) askReport(ctx context.Context, addr string) *peerpb.NodeReport {
-	conn, err := n.peers.get(addr)
+// report asks the node at addr for its report; nil if it does not answer.
+func (c *peerClient) report(ctx context.Context, addr string) *peerpb.NodeReport {
+	conn, err := c.pool.get(addr)
 	if err != nil {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	r, legacy, err := fetchReport(ctx, conn, n.legacyPeer(addr))
-	n.noteLegacy(addr, legacy)
+	r, legacy, err := fetchReport(ctx, conn, c.legacy(addr))
+	c.noteLegacy(addr, legacy)
 	if err != nil {
-		n.log.Debug("peer report", "addr", addr, "err", err)
+		c.log.Debug("peer report", "addr", addr, "err", err)
 		return nil
 	}
 	return r
+}
+
+// clock asks the node at addr for its clock (Unix nanoseconds).
+func (c *peerClient) clock(ctx context.Context, addr string) (int64, error) {
+	conn, err := c.pool.get(addr)
+	if err != nil {
+		return 0, err
+	}
+	now, legacy, err := fetchClock(ctx, conn, c.legacy(addr))
+	c.noteLegacy(addr, legacy)
+	return now, err
+}
+
+// askReport asks the node at addr for its report; nil if it does not
+// answer (peerClient.report; the control plane's runtime asks through it).
+func (n *Node) askReport(ctx context.Context, addr string) *peerpb.NodeReport {
+	return n.peerc.report(ctx, addr)
 }
 
 // fetchReport asks Peer.Report, or Admin.Status of a node without Peer
@@ -190,20 +218,9 @@ func fetchReport(ctx context.Context, conn grpc.ClientConnInterface, legacy bool
 	return reportFromStatus(st), true, nil
 }
 
-// askClock asks the node at addr for its clock (Unix nanoseconds).
-func (n *Node) askClock(ctx context.Context, addr string) (int64, error) {
-	conn, err := n.peers.get(addr)
-	if err != nil {
-		return 0, err
-	}
-	now, legacy, err := fetchClock(ctx, conn, n.legacyPeer(addr))
-	n.noteLegacy(addr, legacy)
-	return now, err
-}
-
 // fetchClock asks Peer.Clock, or Admin.Status of a node without Peer. The
 // first sample of an older peer includes the refused call in its round
-// trip; the memo (legacyPeer) keeps the rest to one call.
+// trip; the memo (peerClient.legacy) keeps the rest to one call.
 func fetchClock(ctx context.Context, conn grpc.ClientConnInterface, legacy bool) (int64, bool, error) {
 	if !legacy {
 		c, err := peerpb.NewPeerClient(conn).Clock(ctx, &peerpb.ClockRequest{})
