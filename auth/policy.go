@@ -178,7 +178,8 @@ var methodPerms = map[string]int{
 	"/taskstore.v1.TaskStore/PauseQueue":  permAdmin,
 	"/taskstore.v1.TaskStore/ResumeQueue": permAdmin,
 	// A concurrency limit throttles every worker of a queue: the same.
-	"/taskstore.v1.TaskStore/SetQueueLimit": permAdmin,
+	"/taskstore.v1.TaskStore/SetQueueLimit":  permAdmin,
+	"/taskstore.v1.TaskStore/SetQueuePolicy": permAdmin,
 	// Schedules insert tasks into their queues: a client may manage those
 	// of queues it may use.
 	"/taskstore.v1.TaskStore/PutSchedule":    permClient,

@@ -61,3 +61,39 @@ func (c *Client) SetQueueLimit(ctx context.Context, queue string, maxClaimed uin
 	})
 	return resp.GetPrevious(), err
 }
+
+// SetQueuePolicy sets the rules the server enforces on queue's tasks
+// (taskstorepb.QueuePolicy: a delivery limit and its dead-letter queue),
+// replacing its policy (nil or all zero removes it), and returns the policy
+// it replaced (nil: none). Retries are exactly-once like Modify's.
+func (c *Client) SetQueuePolicy(ctx context.Context, queue string, policy *taskstorepb.QueuePolicy) (previous *taskstorepb.QueuePolicy, err error) {
+	if queue == "" {
+		return nil, fmt.Errorf("set queue policy: queue is required: %w", ErrInvalid)
+	}
+	rid, release := c.nextRequestID()
+	defer release()
+	req := &taskstorepb.QueuePolicyRequest{Queue: queue, Policy: policy, Request: rid}
+	var resp *taskstorepb.QueuePolicyResponse
+	err = c.call(ctx, "SetQueuePolicy", target{group: taskstorepb.GroupOf(queue)}, 0, func(ctx context.Context, cc *grpc.ClientConn) (err error) {
+		resp, err = taskstorepb.NewTaskStoreClient(cc).SetQueuePolicy(ctx, req)
+		return err
+	})
+	return resp.GetPrevious(), err
+}
+
+// QueuePolicy returns queue's policy, nil when it has none.
+func (c *Client) QueuePolicy(ctx context.Context, queue string) (*taskstorepb.QueuePolicy, error) {
+	if queue == "" {
+		return nil, fmt.Errorf("queue policy: queue is required: %w", ErrInvalid)
+	}
+	resp, err := c.Queues(ctx, &taskstorepb.QueuesRequest{Prefix: queue})
+	if err != nil {
+		return nil, err
+	}
+	for _, q := range resp.Queues {
+		if q.Name == queue {
+			return q.Policy, nil
+		}
+	}
+	return nil, nil
+}

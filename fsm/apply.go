@@ -185,6 +185,11 @@ func (a *applier) dispatch(cmd *fsmpb.Command) *fsmpb.Result {
 			return failuref(fsmpb.Failure_INVALID, "OP_LIMIT without a queue")
 		}
 		return a.limit(cmd.Limit)
+	case fsmpb.Op_OP_POLICY:
+		if cmd.Policy == nil || cmd.Policy.Queue == "" {
+			return failuref(fsmpb.Failure_INVALID, "OP_POLICY without a queue")
+		}
+		return a.policy(cmd.Policy)
 	case fsmpb.Op_OP_SLOT:
 		if cmd.Slot == nil {
 			return failuref(fsmpb.Failure_INVALID, "OP_SLOT without a body")

@@ -46,7 +46,7 @@ func (a *applier) take(c *fsmpb.Claim, used uint64) *fsmpb.ClaimResult {
 	var picked []*task
 	for _, q := range queues {
 		if n := min(limit, st.capacity(q)); n > 0 {
-			picked = st.store.available(q, st.clock, n, picked)
+			picked = a.availableUnder(q, n, picked)
 		}
 	}
 	if len(queues) > 1 {
@@ -89,6 +89,34 @@ func (a *applier) take(c *fsmpb.Claim, used uint64) *fsmpb.ClaimResult {
 		res.Tasks[i] = nt.toProto(false)
 	}
 	return res
+}
+
+// availableUnder appends up to n available tasks of q to out, as
+// store.available does, after moving those over their queue's delivery
+// limit to its dead-letter queue (rule 25): each moves once, so the loop
+// ends.
+func (a *applier) availableUnder(q *queue, n int, out []*task) []*task {
+	st := a.st
+	for {
+		from := len(out)
+		out = st.store.available(q, st.clock, n, out)
+		got := len(out) - from
+		kept, moved := out[:from], 0
+		for _, t := range out[from:] {
+			if p, over := st.overClaimed(t); over {
+				a.deadLetter(t, p)
+				moved++
+				continue
+			}
+			kept = append(kept, t)
+		}
+		if moved == 0 || got < n {
+			return kept
+		}
+		// Some moved away and the queue may hold more: ask again (the
+		// kept ones come first again).
+		out = kept[:from]
+	}
 }
 
 // pause pauses or resumes a queue. Resuming tells waiting claims to look

@@ -218,5 +218,24 @@ users.
     at. A delayed insert records none unless held (rule 8's held insert).
     A claim counts an expired lease (ClaimResult.expired_leases) only for
     a task with a claimant and claims > 0.
+
+ 25. Policies. From FormatPolicies, OP_POLICY sets (or with every rule
+    zero clears) a queue's policy (policy.go). Its delivery limit: a claim
+    that would take a task of the queue that was claimed max_claims times
+    or more and still names its claimant (its last lease ran out without
+    a commit; a change that ends a claim clears the claimant) moves it to
+    the policy's dead-letter queue instead, in the same entry, and takes
+    the next task: a new version available at the clock, claims 0, its
+    last claimant, attempt, value and headers kept, an error saying why
+    unless it had one, and the headers HeaderDeadLetterFrom and
+    HeaderDeadLetterClaims (a key the dead-letter queue holds goes into
+    HeaderDeadLetterKey). Each queue of a claim is walked in claim order up
+    to what it may give (availableUnder), so a claim moves only the tasks
+    it reaches. A dead-letter queue is of the queue's group and not the
+    queue itself (checkPolicy; refused INVALID). Policies are kept like
+    limits: in Queues (Policy), snapshots (records after the slot states,
+    counted in the header; older binaries refuse them, as they refuse the
+    format), the on-disk store's small record, slot moves and the Digest
+    when there is one.
 */
 package fsm

@@ -66,9 +66,15 @@ const (
 	// it an insert records only a held task's claimant and headers are
 	// not counted.
 	FormatInsertClaimant uint32 = 7
+	// FormatPolicies: the cluster accepts OP_POLICY, a queue's policy
+	// (policy.go), and a claim moves a task over its queue's delivery
+	// limit to the dead-letter queue instead of claiming it. Below it the
+	// API refuses policies and the machine refuses OP_POLICY (a replica
+	// of an older binary would stop at it).
+	FormatPolicies uint32 = 8
 
 	// MaxFormat is the highest format this binary applies.
-	MaxFormat = FormatInsertClaimant
+	MaxFormat = FormatPolicies
 )
 
 // Format is the state format the log has raised the machine to.

@@ -94,6 +94,9 @@ type QueueStats struct {
 	// MaxClaimed is the queue's concurrency limit (OP_LIMIT; 0: none). A
 	// queue with a limit is listed even when it holds no tasks.
 	MaxClaimed uint32
+	// Policy is the queue's policy (OP_POLICY; nil: none). A queue with
+	// a policy is listed even when it holds no tasks.
+	Policy *fsmpb.QueuePolicy
 }
 
 // Machine is the state machine of one shard. It implements raft.FSM. Apply,

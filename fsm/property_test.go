@@ -26,8 +26,10 @@ type refModel struct {
 	tasks       map[string]*fsmpb.Task // by refKey(group, id)
 	paused      map[string]bool
 	limits      map[string]uint32
+	policies    map[string]*fsmpb.QueuePolicy
 	reserved    map[[2]string]refReservation // queue, key
 	reservedHit int                          // inserts that met a reservation
+	deadLetters int                          // tasks moved over a delivery limit
 	schedules   map[string]*fsmpb.Schedule   // by group, "\x00", name
 	sessions    map[string]*refSession
 	maxSessions int
@@ -41,7 +43,7 @@ type refSession struct {
 }
 
 func newRefModel(maxSessions int, ttl int64) *refModel {
-	return &refModel{tasks: map[string]*fsmpb.Task{}, sessions: map[string]*refSession{}, paused: map[string]bool{}, limits: map[string]uint32{}, reserved: map[[2]string]refReservation{}, schedules: map[string]*fsmpb.Schedule{}, maxSessions: maxSessions, ttl: ttl}
+	return &refModel{tasks: map[string]*fsmpb.Task{}, sessions: map[string]*refSession{}, paused: map[string]bool{}, limits: map[string]uint32{}, policies: map[string]*fsmpb.QueuePolicy{}, reserved: map[[2]string]refReservation{}, schedules: map[string]*fsmpb.Schedule{}, maxSessions: maxSessions, ttl: ttl}
 }
 
 func (r *refModel) apply(cmd *fsmpb.Command) *fsmpb.Result {
@@ -91,6 +93,8 @@ func (r *refModel) apply(cmd *fsmpb.Command) *fsmpb.Result {
 		} else {
 			r.limits[cmd.Limit.Queue] = cmd.Limit.MaxClaimed
 		}
+	case fsmpb.Op_OP_POLICY:
+		res = r.policy(cmd.Policy)
 	case fsmpb.Op_OP_PAUSE:
 		res = &fsmpb.Result{Pause: &fsmpb.PauseResult{WasPaused: r.paused[cmd.Pause.Queue]}}
 		if cmd.Pause.Paused {
@@ -411,11 +415,97 @@ func refClaimLess(a, b *fsmpb.Task) int {
 	return strings.Compare(a.Id, b.Id)
 }
 
+// policy sets or clears a queue's policy (from FormatPolicies): a delivery
+// limit needs a dead-letter queue of its group, not itself.
+func (r *refModel) policy(p *fsmpb.QueuePolicy) *fsmpb.Result {
+	if r.format < FormatPolicies {
+		return &fsmpb.Result{Failure: &fsmpb.Failure{Kind: fsmpb.Failure_INVALID,
+			Message: fmt.Sprintf("queue policies need state format %d; the shard is at %d", FormatPolicies, r.format)}}
+	}
+	if f := checkPolicy(p); f != nil { // the messages are the machine's
+		return f
+	}
+	prev := r.policies[p.Queue]
+	if p.MaxClaims == 0 {
+		delete(r.policies, p.Queue)
+	} else {
+		r.policies[p.Queue] = &fsmpb.QueuePolicy{Queue: p.Queue, MaxClaims: p.MaxClaims, DeadLetter: p.DeadLetter}
+	}
+	return &fsmpb.Result{Policy: &fsmpb.PolicyResult{Previous: prev}}
+}
+
+// overClaimed: the task was claimed at least its queue's max_claims times
+// and its last lease ran out (it still names its claimant).
+func (r *refModel) overClaimed(t *fsmpb.Task) *fsmpb.QueuePolicy {
+	p := r.policies[t.Queue]
+	if r.format < FormatPolicies || p == nil || t.Claims < p.MaxClaims || t.Claimant == "" {
+		return nil
+	}
+	return p
+}
+
+// deadLetter moves t to p's dead-letter queue.
+func (r *refModel) deadLetter(t *fsmpb.Task, p *fsmpb.QueuePolicy) {
+	nt := proto.Clone(t).(*fsmpb.Task)
+	nt.Queue, nt.At, nt.Version, nt.Modified, nt.Claims = p.DeadLetter, r.clock, t.Version+1, r.clock, 0
+	if nt.Err == "" {
+		nt.Err = fmt.Sprintf("claimed %d times without a commit (delivery limit of %s)", t.Claims, t.Queue)
+	}
+	if nt.Headers == nil {
+		nt.Headers = map[string]string{}
+	}
+	nt.Headers[HeaderDeadLetterFrom] = t.Queue
+	nt.Headers[HeaderDeadLetterClaims] = fmt.Sprint(t.Claims)
+	for _, o := range r.tasks {
+		if t.Key != "" && o.Queue == p.DeadLetter && o.Key == t.Key {
+			nt.Headers[HeaderDeadLetterKey] = t.Key
+			nt.Key = ""
+		}
+	}
+	r.tasks[refKey(refGroup(nt.Queue), nt.Id)] = nt
+	r.deadLetters++
+}
+
 func (r *refModel) claim(c *fsmpb.Claim) *fsmpb.Result {
+	// Queue by queue, as named (once each, those that hold tasks and are
+	// not paused when the claim starts): up to the claim's limit (and the
+	// queue's room) of its available tasks in claim order, after moving
+	// those over the delivery limit that come first to the dead-letter
+	// queue.
+	var queues []string
+	for _, q := range c.Queues {
+		holds := false
+		for _, t := range r.tasks {
+			holds = holds || t.Queue == q
+		}
+		if !slices.Contains(queues, q) && !r.paused[q] && holds {
+			queues = append(queues, q)
+		}
+	}
 	var cands []*fsmpb.Task
-	for _, t := range r.tasks {
-		if slices.Contains(c.Queues, t.Queue) && !r.paused[t.Queue] && t.At <= r.clock {
+	for _, q := range queues {
+		n := int(c.Limit)
+		if l := r.limits[q]; l > 0 {
+			n = min(n, int(l)-r.claimedIn(q))
+		}
+		var avail []*fsmpb.Task
+		for _, t := range r.tasks {
+			if t.Queue == q && t.At <= r.clock {
+				avail = append(avail, t)
+			}
+		}
+		slices.SortFunc(avail, refClaimLess)
+		kept := 0
+		for _, t := range avail {
+			if kept >= n {
+				break
+			}
+			if p := r.overClaimed(t); p != nil {
+				r.deadLetter(t, p)
+				continue
+			}
 			cands = append(cands, t)
+			kept++
 		}
 	}
 	slices.SortFunc(cands, refClaimLess)
@@ -497,6 +587,12 @@ func (r *refModel) queueStats() []QueueStats {
 			byName[name] = &QueueStats{Name: name}
 		}
 		byName[name].MaxClaimed = l
+	}
+	for name, p := range r.policies {
+		if byName[name] == nil {
+			byName[name] = &QueueStats{Name: name}
+		}
+		byName[name].Policy = p
 	}
 	var out []QueueStats
 	for _, q := range byName {
@@ -593,6 +689,17 @@ func (g *gen) command(allowBatch bool) *fsmpb.Command {
 	group := g.pick([]string{"g", "g", "h"})
 	if r.IntN(25) == 0 {
 		cmd.Op, cmd.Limit = fsmpb.Op_OP_LIMIT, &fsmpb.QueueLimit{Queue: g.queueIn(group), MaxClaimed: uint32(r.IntN(3))}
+		return cmd
+	}
+	if r.IntN(25) == 0 {
+		// A delivery limit, sometimes refused (a dead-letter queue of
+		// another group, or the queue itself), sometimes cleared.
+		q := g.queueIn(group)
+		p := &fsmpb.QueuePolicy{Queue: q, MaxClaims: uint32(r.IntN(3))}
+		if p.MaxClaims > 0 {
+			p.DeadLetter = g.pick([]string{group + "/dead", group + "/dead", g.queueIn(group), "g/a"})
+		}
+		cmd.Op, cmd.Policy = fsmpb.Op_OP_POLICY, p
 		return cmd
 	}
 	if r.IntN(25) == 0 {
@@ -746,7 +853,7 @@ func TestProperty(t *testing.T) {
 	want := []string{"modify", "claim", "claim-empty", "purge", "batch", "stale-seq", "coalesced", "moved",
 		"modify-claim", "modify-claim-empty", "modify-claim-group", "modify-claim-refused", "id-in-two-groups",
 		"was-paused", "claim-in-paused", "claim-at-limit", "held-insert", "reserved-key",
-		"schedule-replaced", "schedule-elsewhere", "fired-insert", "fired-taken", "claim-read-empty"}
+		"schedule-replaced", "schedule-elsewhere", "fired-insert", "fired-taken", "claim-read-empty", "dead-lettered"}
 	for c := range fsmpb.RefError_Category_value {
 		if c != "CATEGORY_UNSPECIFIED" {
 			want = append(want, c)
@@ -908,6 +1015,7 @@ func propertyRun(t *testing.T, seed uint64, steps int, seen map[string]int, newM
 		}
 	}
 	seen["reserved-key"] += ref.reservedHit
+	seen["dead-lettered"] += ref.deadLetters
 	if m.Digest() != replica.Digest() {
 		t.Fatalf("restored replica's digest differs")
 	}
@@ -943,7 +1051,12 @@ func compareState(t *testing.T, step int, m *Machine, ref *refModel) {
 			t.Fatalf("step %d: task\n%v\nwant\n%v", step, got[i], want[i])
 		}
 	}
-	if gq, wq := m.Queues("", 0), ref.queueStats(); !slices.Equal(gq, wq) {
+	sameStats := func(a, b QueueStats) bool {
+		pa, pb := a.Policy, b.Policy
+		a.Policy, b.Policy = nil, nil
+		return a == b && proto.Equal(pa, pb)
+	}
+	if gq, wq := m.Queues("", 0), ref.queueStats(); !slices.EqualFunc(gq, wq, sameStats) {
 		t.Fatalf("step %d: queues\n%+v\nwant\n%+v", step, gq, wq)
 	}
 	gs := m.Schedules("")

@@ -231,9 +231,15 @@ func (m *Machine) queues(prefix string, oldest func(name string) bool, fn func(Q
 			idle = append(idle, name)
 		}
 	}
+	for name := range m.st.policies {
+		if m.st.store.queue(name) == nil && !m.st.isPaused(name) && m.st.limits[name] == 0 && strings.HasPrefix(name, prefix) && !hidden(name) {
+			idle = append(idle, name)
+		}
+	}
 	slices.Sort(idle)
 	settings := func(st QueueStats) QueueStats {
 		st.Paused, st.MaxClaimed = m.st.isPaused(st.Name), m.st.limits[st.Name]
+		st.Policy = m.st.policies[st.Name]
 		return st
 	}
 	more := true
@@ -460,6 +466,17 @@ func digestOf(snap *snapshot) [32]byte {
 		for _, l := range snap.limits {
 			str(l.Queue)
 			u(uint64(l.MaxClaimed))
+		}
+	}
+	if len(snap.policies) > 0 {
+		// Only then, so that digests without a policy stay what older
+		// binaries compute.
+		str("policies")
+		u(uint64(len(snap.policies)))
+		for _, p := range snap.policies {
+			str(p.Queue)
+			u(uint64(p.MaxClaims))
+			str(p.DeadLetter)
 		}
 	}
 	flush()

@@ -309,6 +309,11 @@ func (s *state) dropSlot(slot uint32, limit int) (int, bool) {
 			delete(s.limits, name)
 		}
 	}
+	for name := range s.policies {
+		if s.inSlot(groupOf(name), slot) {
+			delete(s.policies, name)
+		}
+	}
 	var reserved []*reservation
 	s.store.ascendReservations(func(r *reservation) bool {
 		if s.inSlot(r.last.q.group, slot) {
@@ -377,6 +382,16 @@ func (s *state) checkImport(slot uint32, recs []*fsmpb.SnapshotRecord) error {
 			if err := in("limit", r.QueueLimit.Queue); err != nil {
 				return fmt.Errorf("record %d: %w", i, err)
 			}
+		case r.QueuePolicy != nil:
+			if err := in("policy", r.QueuePolicy.Queue); err != nil {
+				return fmt.Errorf("record %d: %w", i, err)
+			}
+			if s.format < FormatPolicies {
+				return fmt.Errorf("record %d: a queue policy needs state format %d; the shard is at %d", i, FormatPolicies, s.format)
+			}
+			if f := checkPolicy(r.QueuePolicy); f != nil {
+				return fmt.Errorf("record %d: %s", i, f.Failure.Message)
+			}
 		case r.Reservation != nil:
 			t := r.Reservation.Task
 			if err := in("key reservation", t.GetQueue()); err != nil {
@@ -433,6 +448,12 @@ func (a *applier) importRecords(recs []*fsmpb.SnapshotRecord) {
 			st.store.putReservation(&reservation{last: t, until: r.Reservation.Until})
 		case r.Schedule != nil:
 			st.schedules[scheduleKey(r.Schedule.Queue, r.Schedule.Name)] = r.Schedule
+		case r.QueuePolicy != nil:
+			if policyEmpty(r.QueuePolicy) {
+				delete(st.policies, r.QueuePolicy.Queue)
+			} else {
+				st.policies[r.QueuePolicy.Queue] = r.QueuePolicy
+			}
 		}
 	}
 }
@@ -589,6 +610,16 @@ func (m *Machine) ExportSlot(slot, slots uint32, move uint64, after SlotCursor, 
 	sortSchedules(sched)
 	for _, sc := range sched {
 		out.Records = append(out.Records, &fsmpb.SnapshotRecord{Schedule: sc})
+	}
+	var policies []string
+	for name := range st.policies {
+		if st.inSlot(groupOf(name), slot) {
+			policies = append(policies, name)
+		}
+	}
+	slices.Sort(policies)
+	for _, name := range policies {
+		out.Records = append(out.Records, &fsmpb.SnapshotRecord{QueuePolicy: st.policies[name]})
 	}
 	out.Done = true
 	return out, nil

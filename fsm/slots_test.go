@@ -180,6 +180,9 @@ func slotMoveCarriesTheSlotsState(t *testing.T, newMachine func(testing.TB, Opti
 	r.ok(r.src, &fsmpb.Command{Op: fsmpb.Op_OP_CLAIM, Claim: &fsmpb.Claim{Claimant: "w1", Queues: []string{g + "/work"}, Lease: 1_000_000, Limit: 2}})
 	r.ok(r.src, &fsmpb.Command{Op: fsmpb.Op_OP_PAUSE, Pause: &fsmpb.Pause{Queue: groups[1] + "/work", Paused: true}})
 	r.ok(r.src, &fsmpb.Command{Op: fsmpb.Op_OP_LIMIT, Limit: &fsmpb.QueueLimit{Queue: groups[2] + "/work", MaxClaimed: 3}})
+	r.on(r.src, SetFormatCommand(FormatPolicies))
+	r.on(r.dst, SetFormatCommand(FormatPolicies))
+	r.ok(r.src, &fsmpb.Command{Op: fsmpb.Op_OP_POLICY, Policy: &fsmpb.QueuePolicy{Queue: groups[2] + "/work", MaxClaims: 2, DeadLetter: groups[2] + "/dead"}})
 	r.ok(r.src, &fsmpb.Command{Op: fsmpb.Op_OP_SCHEDULE, Schedule: &fsmpb.Schedule{Queue: g + "/cron", Name: "nightly", Next: r.now + 5000, Every: 5000}})
 	r.ok(r.src, &fsmpb.Command{Op: fsmpb.Op_OP_MODIFY, Modify: &fsmpb.Modify{Group: g, Deletes: []*fsmpb.Ref{{Id: "t3", Version: 1}}}})
 	// The last request of a client, in the slot: its retry must be answered
@@ -263,8 +266,8 @@ func slotMoveCarriesTheSlotsState(t *testing.T, newMachine func(testing.TB, Opti
 	if qs := r.dst.Queues(groups[1]+"/work", 1); len(qs) != 1 || !qs[0].Paused {
 		t.Fatalf("pause did not move: %+v", qs)
 	}
-	if qs := r.dst.Queues(groups[2]+"/work", 1); len(qs) != 1 || qs[0].MaxClaimed != 3 {
-		t.Fatalf("limit did not move: %+v", qs)
+	if qs := r.dst.Queues(groups[2]+"/work", 1); len(qs) != 1 || qs[0].MaxClaimed != 3 || qs[0].Policy.GetMaxClaims() != 2 {
+		t.Fatalf("limit or policy did not move: %+v", qs)
 	}
 	if sc := r.dst.Schedules(g); len(sc) != 1 || sc[0].Name != "nightly" {
 		t.Fatalf("schedule did not move: %v", sc)

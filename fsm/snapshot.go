@@ -55,12 +55,13 @@ type snapshot struct {
 	applied  uint64
 	tasks    []*task
 	sessions []*session
-	paused   []string            // sorted
-	limits   []*fsmpb.QueueLimit // sorted by queue
-	reserved []*reservation      // in reservedOrder
-	sched    []*fsmpb.Schedule   // by queue, then name
-	slots    []*fsmpb.SlotState  // by slot
-	table    uint32              // the slot table's size (with slots only)
+	paused   []string             // sorted
+	limits   []*fsmpb.QueueLimit  // sorted by queue
+	reserved []*reservation       // in reservedOrder
+	sched    []*fsmpb.Schedule    // by queue, then name
+	slots    []*fsmpb.SlotState   // by slot
+	policies []*fsmpb.QueuePolicy // sorted by queue
+	table    uint32               // the slot table's size (with slots only)
 	// taskBytes: state.taskBytes, in the on-disk store's small record
 	// only (encodeSmall); 0 in a stream of the tasks.
 	taskBytes uint64
@@ -172,6 +173,10 @@ func (s *state) smallSnapshot() *snapshot {
 		snap.sched = append(snap.sched, sc)
 	}
 	sortSchedules(snap.sched)
+	for _, p := range s.policies {
+		snap.policies = append(snap.policies, p)
+	}
+	slices.SortFunc(snap.policies, func(a, b *fsmpb.QueuePolicy) int { return strings.Compare(a.Queue, b.Queue) })
 	if len(s.slotStates) > 0 {
 		for _, ss := range s.slotStates {
 			snap.slots = append(snap.slots, ss)
@@ -308,6 +313,7 @@ func (s *snapshot) writeToSize(w io.Writer, size int) error {
 	h.Schedules = uint64(len(s.sched))
 	h.SlotStates, h.Slots = uint64(len(s.slots)), s.table
 	h.TaskBytes = s.taskBytes
+	h.QueuePolicies = uint64(len(s.policies))
 	err := sw.record(&fsmpb.SnapshotRecord{Header: h})
 	if err != nil {
 		return err
@@ -345,6 +351,11 @@ func (s *snapshot) writeToSize(w io.Writer, size int) error {
 	}
 	for _, ss := range s.slots {
 		if err := sw.record(&fsmpb.SnapshotRecord{SlotState: ss}); err != nil {
+			return err
+		}
+	}
+	for _, p := range s.policies {
+		if err := sw.record(&fsmpb.SnapshotRecord{QueuePolicy: p}); err != nil {
 			return err
 		}
 	}
@@ -504,6 +515,7 @@ type record struct {
 	reserve *fsmpb.KeyReservation
 	sched   *fsmpb.Schedule
 	slot    *fsmpb.SlotState
+	policy  *fsmpb.QueuePolicy
 }
 
 // parseRecord splits a SnapshotRecord into its one body.
@@ -553,6 +565,9 @@ func parseRecord(data []byte) (record, error) {
 		case 9:
 			rec.slot = &fsmpb.SlotState{}
 			err = proto.Unmarshal(body, rec.slot)
+		case 10:
+			rec.policy = &fsmpb.QueuePolicy{}
+			err = proto.Unmarshal(body, rec.policy)
 		default:
 			return rec, fmt.Errorf("unknown field %d", num)
 		}
@@ -622,7 +637,7 @@ func readSnapshotInto(r io.Reader, newState func(*fsmpb.SnapshotHeader) (*state,
 	st.format = h.StateFormat
 	st.clock = h.Clock
 	st.applied = h.AppliedIndex
-	var tasks, sessions, paused, limits, reserved, scheds, slotStates uint64
+	var tasks, sessions, paused, limits, reserved, scheds, slotStates, policies uint64
 	var last *queue // the queue of the last task: a snapshot has them by queue
 	if h.SlotStates > 0 && h.Slots == 0 {
 		return nil, corrupt("%d slot states without a slot table", h.SlotStates)
@@ -667,7 +682,20 @@ func readSnapshotInto(r io.Reader, newState func(*fsmpb.SnapshotHeader) (*state,
 			ts.commit(0, st.encodeSmall())
 			ts.begin()
 		}
+		if policies > 0 && rec.policy == nil && rec.trailer == nil {
+			return nil, corrupt("record %d after queue policies", tasks+sessions+paused+1)
+		}
 		switch {
+		case rec.policy != nil:
+			p := rec.policy
+			if policies == h.QueuePolicies {
+				return nil, corrupt("more queue policies than the header's %d", h.QueuePolicies)
+			}
+			if p.Queue == "" || policyEmpty(p) || st.policies[p.Queue] != nil {
+				return nil, corrupt("queue policy %v empty or repeated", p)
+			}
+			st.policies[p.Queue] = p
+			policies++
 		case rec.slot != nil:
 			ss := rec.slot
 			if slotStates == h.SlotStates {
@@ -754,8 +782,8 @@ func readSnapshotInto(r io.Reader, newState func(*fsmpb.SnapshotHeader) (*state,
 			}
 			sessions++
 		case rec.trailer != nil:
-			if slotStates != h.SlotStates {
-				return nil, corrupt("%d slot states, header says %d", slotStates, h.SlotStates)
+			if slotStates != h.SlotStates || policies != h.QueuePolicies {
+				return nil, corrupt("%d slot states and %d queue policies, header says %d and %d", slotStates, policies, h.SlotStates, h.QueuePolicies)
 			}
 			if reserved != h.Reservations || scheds != h.Schedules {
 				return nil, corrupt("%d key reservations and %d schedules, header says %d and %d", reserved, scheds, h.Reservations, h.Schedules)
@@ -904,6 +932,7 @@ func (s *state) loadSmall(b []byte) error {
 		return err
 	}
 	s.format, s.paused, s.limits, s.schedules = small.format, small.paused, small.limits, small.schedules
+	s.policies = small.policies
 	s.slotStates, s.slotTable = small.slotStates, small.slotTable
 	s.taskBytes = small.taskBytes
 	return nil

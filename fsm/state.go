@@ -193,6 +193,10 @@ type state struct {
 	// many of a queue's tasks claimed at once. Like a pause, a limit
 	// outlives the queue's tasks.
 	limits map[string]uint32
+	// policies holds the queues' policies (OP_POLICY, policy.go); each
+	// immutable, replaced on change. Like a limit, a policy outlives the
+	// queue's tasks.
+	policies map[string]*fsmpb.QueuePolicy
 	// schedules by scheduleKey (group and name); each immutable, replaced
 	// on change.
 	schedules map[string]*fsmpb.Schedule
@@ -291,6 +295,7 @@ func newStateWith(st store) *state {
 		store:      st,
 		paused:     make(map[string]struct{}),
 		limits:     make(map[string]uint32),
+		policies:   make(map[string]*fsmpb.QueuePolicy),
 		schedules:  make(map[string]*fsmpb.Schedule),
 		slotStates: make(map[uint32]*fsmpb.SlotState),
 	}

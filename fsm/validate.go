@@ -149,10 +149,10 @@ func (v *validator) id(field, s string) error {
 }
 
 func (v *validator) bodies(cmd *fsmpb.Command, path string) error {
-	set := map[string]bool{"modify": cmd.Modify != nil, "claim": cmd.Claim != nil, "purge": cmd.Purge != nil, "pause": cmd.Pause != nil, "limit": cmd.Limit != nil, "schedule": cmd.Schedule != nil, "batch": len(cmd.Batch) > 0}
+	set := map[string]bool{"modify": cmd.Modify != nil, "claim": cmd.Claim != nil, "purge": cmd.Purge != nil, "pause": cmd.Pause != nil, "limit": cmd.Limit != nil, "schedule": cmd.Schedule != nil, "policy": cmd.Policy != nil, "batch": len(cmd.Batch) > 0}
 	want := map[fsmpb.Op]string{fsmpb.Op_OP_MODIFY: "modify", fsmpb.Op_OP_MODIFY_CLAIM: "modify", fsmpb.Op_OP_CLAIM: "claim", fsmpb.Op_OP_PURGE: "purge",
-		fsmpb.Op_OP_PAUSE: "pause", fsmpb.Op_OP_LIMIT: "limit", fsmpb.Op_OP_SCHEDULE: "schedule", fsmpb.Op_OP_BATCH: "batch"}[cmd.Op]
-	for _, body := range []string{"modify", "claim", "purge", "pause", "limit", "schedule", "batch"} {
+		fsmpb.Op_OP_PAUSE: "pause", fsmpb.Op_OP_LIMIT: "limit", fsmpb.Op_OP_SCHEDULE: "schedule", fsmpb.Op_OP_POLICY: "policy", fsmpb.Op_OP_BATCH: "batch"}[cmd.Op]
+	for _, body := range []string{"modify", "claim", "purge", "pause", "limit", "schedule", "policy", "batch"} {
 		if body == want && !set[body] {
 			return invalidf(path+body, "required for %v", cmd.Op)
 		}
@@ -168,7 +168,7 @@ func (v *validator) command(cmd *fsmpb.Command, path string, top bool) error {
 		return err
 	}
 	switch cmd.Op {
-	case fsmpb.Op_OP_MODIFY, fsmpb.Op_OP_MODIFY_CLAIM, fsmpb.Op_OP_CLAIM, fsmpb.Op_OP_PURGE, fsmpb.Op_OP_PAUSE, fsmpb.Op_OP_LIMIT, fsmpb.Op_OP_SCHEDULE, fsmpb.Op_OP_TICK:
+	case fsmpb.Op_OP_MODIFY, fsmpb.Op_OP_MODIFY_CLAIM, fsmpb.Op_OP_CLAIM, fsmpb.Op_OP_PURGE, fsmpb.Op_OP_PAUSE, fsmpb.Op_OP_LIMIT, fsmpb.Op_OP_SCHEDULE, fsmpb.Op_OP_POLICY, fsmpb.Op_OP_TICK:
 	case fsmpb.Op_OP_BATCH:
 		if !top {
 			return invalidf(path+"op", "a batch may not contain a batch")
@@ -200,6 +200,19 @@ func (v *validator) command(cmd *fsmpb.Command, path string, top bool) error {
 		return v.queue(path+"limit.queue", cmd.Limit.Queue, "")
 	case fsmpb.Op_OP_SCHEDULE:
 		return v.schedule(cmd.Schedule, path+"schedule.")
+	case fsmpb.Op_OP_POLICY:
+		p := cmd.Policy
+		if err := v.queue(path+"policy.queue", p.Queue, ""); err != nil {
+			return err
+		}
+		if p.DeadLetter != "" {
+			if err := v.queue(path+"policy.dead_letter", p.DeadLetter, ""); err != nil {
+				return err
+			}
+		}
+		if f := checkPolicy(p); f != nil {
+			return invalidf(path+"policy", "%s", f.Failure.Message)
+		}
 	case fsmpb.Op_OP_BATCH:
 		if len(cmd.Batch) > v.l.MaxOps {
 			return &ValidationError{Field: path + "batch", Rule: fmt.Sprintf("%d commands exceeds the limit of %d", len(cmd.Batch), v.l.MaxOps), Kind: ErrTooLarge}

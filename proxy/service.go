@@ -325,6 +325,30 @@ func (s *Server) setPaused(ctx context.Context, method string, req *taskstorepb.
 	return resp, nil
 }
 
+// SetQueuePolicy implements TaskStore.SetQueuePolicy; request ids as in Purge.
+func (s *Server) SetQueuePolicy(ctx context.Context, req *taskstorepb.QueuePolicyRequest) (resp *taskstorepb.QueuePolicyResponse, err error) {
+	bctx, cancel := s.withBudget(ctx, 0)
+	defer cancel()
+	call := func(ctx context.Context, cc *grpc.ClientConn) (err error) {
+		resp, err = taskstorepb.NewTaskStoreClient(cc).SetQueuePolicy(ctx, req)
+		return err
+	}
+	switch {
+	case req.Queue == "" || groupless(req.Queue):
+		err = s.c.CallAnyNode(bctx, "SetQueuePolicy", call)
+	case req.Request != nil:
+		err = s.c.CallGroup(bctx, "SetQueuePolicy", taskstorepb.GroupOf(req.Queue), call)
+	default:
+		var prev *taskstorepb.QueuePolicy
+		prev, err = s.c.SetQueuePolicy(bctx, req.Queue, req.Policy)
+		resp = &taskstorepb.QueuePolicyResponse{Previous: prev}
+	}
+	if err != nil {
+		return nil, s.toStatus(ctx, "SetQueuePolicy", err)
+	}
+	return resp, nil
+}
+
 // SetQueueLimit implements TaskStore.SetQueueLimit; request ids as in Purge.
 func (s *Server) SetQueueLimit(ctx context.Context, req *taskstorepb.QueueLimitRequest) (resp *taskstorepb.QueueLimitResponse, err error) {
 	bctx, cancel := s.withBudget(ctx, 0)

@@ -711,6 +711,9 @@ func (srv *Server) queues(ctx context.Context, req *taskstorepb.QueuesRequest) (
 		for _, q := range queues {
 			qs := &taskstorepb.QueueStats{Name: q.Name, Total: q.Total, Available: q.Available, Claimed: q.Claimed, Delayed: q.Delayed, Shard: s.ID(),
 				Paused: q.Paused, MaxClaimed: q.MaxClaimed}
+			if q.Policy != nil {
+				qs.Policy = apiPolicy(q.Policy)
+			}
 			if q.OldestAvailableAt != 0 {
 				qs.OldestAvailableAge = durationpb.New(time.Duration(max(clock-q.OldestAvailableAt, 0)))
 			}
@@ -827,6 +830,43 @@ func (srv *Server) setLimit(ctx context.Context, req *taskstorepb.QueueLimitRequ
 		srv.log.Info("queue concurrency limit set", "queue", req.Queue, "max_claimed", req.MaxClaimed, "previous", prev)
 	}
 	return &taskstorepb.QueueLimitResponse{Previous: prev}, nil
+}
+
+// SetQueuePolicy implements TaskStore.SetQueuePolicy.
+func (srv *Server) SetQueuePolicy(ctx context.Context, req *taskstorepb.QueuePolicyRequest) (*taskstorepb.QueuePolicyResponse, error) {
+	res, err := srv.setPolicy(ctx, req)
+	return res, toStatus(err)
+}
+
+func (srv *Server) setPolicy(ctx context.Context, req *taskstorepb.QueuePolicyRequest) (*taskstorepb.QueuePolicyResponse, error) {
+	if req.Queue == "" {
+		return nil, invalid("queue", "required")
+	}
+	p := req.GetPolicy()
+	cmd := &fsmpb.Command{Op: fsmpb.Op_OP_POLICY, Policy: &fsmpb.QueuePolicy{Queue: req.Queue, MaxClaims: p.GetMaxClaims(), DeadLetter: p.GetDeadLetter()}}
+	shard, err := srv.queueShard(ctx, req.Queue, cmd, req.Request, fsm.FormatPolicies, "a queue policy")
+	if err != nil {
+		return nil, err
+	}
+	res, err := proposeOn(ctx, shard, cmd)
+	if err != nil {
+		return nil, err
+	}
+	prev := res.GetPolicy().GetPrevious()
+	if !res.Replayed {
+		srv.log.Info("queue policy set", "queue", req.Queue, "max_claims", p.GetMaxClaims(), "dead_letter", p.GetDeadLetter(),
+			"previous_max_claims", prev.GetMaxClaims(), "previous_dead_letter", prev.GetDeadLetter())
+	}
+	resp := &taskstorepb.QueuePolicyResponse{}
+	if prev != nil {
+		resp.Previous = apiPolicy(prev)
+	}
+	return resp, nil
+}
+
+// apiPolicy is a state machine's queue policy as the API shows it.
+func apiPolicy(p *fsmpb.QueuePolicy) *taskstorepb.QueuePolicy {
+	return &taskstorepb.QueuePolicy{MaxClaims: p.MaxClaims, DeadLetter: p.DeadLetter}
 }
 
 // queueShard readies cmd, a command about one queue, for its shard: the

@@ -1712,7 +1712,10 @@ type QueueStats struct {
 	Paused bool `protobuf:"varint,13,opt,name=paused,proto3" json:"paused,omitempty"`
 	// The queue's concurrency limit (SetQueueLimit); 0: none. A queue with a
 	// limit is listed even when it holds no tasks.
-	MaxClaimed    uint32 `protobuf:"varint,14,opt,name=max_claimed,json=maxClaimed,proto3" json:"max_claimed,omitempty"`
+	MaxClaimed uint32 `protobuf:"varint,14,opt,name=max_claimed,json=maxClaimed,proto3" json:"max_claimed,omitempty"`
+	// The queue's policy (SetQueuePolicy); absent: none. A queue with a
+	// policy is listed even when it holds no tasks.
+	Policy        *QueuePolicy `protobuf:"bytes,15,opt,name=policy,proto3" json:"policy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1843,6 +1846,13 @@ func (x *QueueStats) GetMaxClaimed() uint32 {
 		return x.MaxClaimed
 	}
 	return 0
+}
+
+func (x *QueueStats) GetPolicy() *QueuePolicy {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
 }
 
 type QueuesResponse struct {
@@ -2558,6 +2568,175 @@ func (x *QueueLimitRequest) GetRequest() *RequestID {
 	return nil
 }
 
+// QueuePolicy is what the server enforces on a queue's tasks, applied by
+// the state machine in log time (the same on every replica).
+type QueuePolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The delivery limit: a task claimed max_claims times whose last lease
+	// ran out without a commit (a crashed worker, a poison task) is moved to
+	// dead_letter, a queue of the same consistency group, by the claim that
+	// would take it once more, instead of being claimed. The moved task keeps
+	// its value, attempt and last claimant, gets an error saying why (unless
+	// it had one) and the headers dead-letter-from (its queue) and
+	// dead-letter-claims, and its claim count starts again at 0, so that a
+	// move back (taskctl queue move) gives it max_claims more claims. 0: no
+	// limit.
+	MaxClaims     uint32 `protobuf:"varint,1,opt,name=max_claims,json=maxClaims,proto3" json:"max_claims,omitempty"`
+	DeadLetter    string `protobuf:"bytes,2,opt,name=dead_letter,json=deadLetter,proto3" json:"dead_letter,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueuePolicy) Reset() {
+	*x = QueuePolicy{}
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueuePolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueuePolicy) ProtoMessage() {}
+
+func (x *QueuePolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueuePolicy.ProtoReflect.Descriptor instead.
+func (*QueuePolicy) Descriptor() ([]byte, []int) {
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *QueuePolicy) GetMaxClaims() uint32 {
+	if x != nil {
+		return x.MaxClaims
+	}
+	return 0
+}
+
+func (x *QueuePolicy) GetDeadLetter() string {
+	if x != nil {
+		return x.DeadLetter
+	}
+	return ""
+}
+
+type QueuePolicyRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Queue string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	// The whole policy; absent or all zero removes the queue's policy.
+	Policy        *QueuePolicy `protobuf:"bytes,2,opt,name=policy,proto3" json:"policy,omitempty"`
+	Request       *RequestID   `protobuf:"bytes,3,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueuePolicyRequest) Reset() {
+	*x = QueuePolicyRequest{}
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueuePolicyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueuePolicyRequest) ProtoMessage() {}
+
+func (x *QueuePolicyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueuePolicyRequest.ProtoReflect.Descriptor instead.
+func (*QueuePolicyRequest) Descriptor() ([]byte, []int) {
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *QueuePolicyRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *QueuePolicyRequest) GetPolicy() *QueuePolicy {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
+func (x *QueuePolicyRequest) GetRequest() *RequestID {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+type QueuePolicyResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The policy before this request (absent: none).
+	Previous      *QueuePolicy `protobuf:"bytes,1,opt,name=previous,proto3" json:"previous,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueuePolicyResponse) Reset() {
+	*x = QueuePolicyResponse{}
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueuePolicyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueuePolicyResponse) ProtoMessage() {}
+
+func (x *QueuePolicyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueuePolicyResponse.ProtoReflect.Descriptor instead.
+func (*QueuePolicyResponse) Descriptor() ([]byte, []int) {
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *QueuePolicyResponse) GetPrevious() *QueuePolicy {
+	if x != nil {
+		return x.Previous
+	}
+	return nil
+}
+
 type QueueLimitResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The limit before this request (0: none).
@@ -2568,7 +2747,7 @@ type QueueLimitResponse struct {
 
 func (x *QueueLimitResponse) Reset() {
 	*x = QueueLimitResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[28]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2580,7 +2759,7 @@ func (x *QueueLimitResponse) String() string {
 func (*QueueLimitResponse) ProtoMessage() {}
 
 func (x *QueueLimitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[28]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2593,7 +2772,7 @@ func (x *QueueLimitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueLimitResponse.ProtoReflect.Descriptor instead.
 func (*QueueLimitResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{28}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *QueueLimitResponse) GetPrevious() uint32 {
@@ -2613,7 +2792,7 @@ type QueuePauseResponse struct {
 
 func (x *QueuePauseResponse) Reset() {
 	*x = QueuePauseResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[29]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2625,7 +2804,7 @@ func (x *QueuePauseResponse) String() string {
 func (*QueuePauseResponse) ProtoMessage() {}
 
 func (x *QueuePauseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[29]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2638,7 +2817,7 @@ func (x *QueuePauseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuePauseResponse.ProtoReflect.Descriptor instead.
 func (*QueuePauseResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{29}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *QueuePauseResponse) GetWasPaused() bool {
@@ -2656,7 +2835,7 @@ type TimeRequest struct {
 
 func (x *TimeRequest) Reset() {
 	*x = TimeRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[30]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2668,7 +2847,7 @@ func (x *TimeRequest) String() string {
 func (*TimeRequest) ProtoMessage() {}
 
 func (x *TimeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[30]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2681,7 +2860,7 @@ func (x *TimeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimeRequest.ProtoReflect.Descriptor instead.
 func (*TimeRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{30}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{33}
 }
 
 type TimeResponse struct {
@@ -2693,7 +2872,7 @@ type TimeResponse struct {
 
 func (x *TimeResponse) Reset() {
 	*x = TimeResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[31]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2705,7 +2884,7 @@ func (x *TimeResponse) String() string {
 func (*TimeResponse) ProtoMessage() {}
 
 func (x *TimeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[31]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2718,7 +2897,7 @@ func (x *TimeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimeResponse.ProtoReflect.Descriptor instead.
 func (*TimeResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{31}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *TimeResponse) GetNow() *timestamppb.Timestamp {
@@ -2743,7 +2922,7 @@ type ProduceRequest struct {
 
 func (x *ProduceRequest) Reset() {
 	*x = ProduceRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[32]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2755,7 +2934,7 @@ func (x *ProduceRequest) String() string {
 func (*ProduceRequest) ProtoMessage() {}
 
 func (x *ProduceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[32]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2768,7 +2947,7 @@ func (x *ProduceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProduceRequest.ProtoReflect.Descriptor instead.
 func (*ProduceRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{32}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ProduceRequest) GetItems() []*ProduceItem {
@@ -2808,7 +2987,7 @@ type ProduceItem struct {
 
 func (x *ProduceItem) Reset() {
 	*x = ProduceItem{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[33]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2820,7 +2999,7 @@ func (x *ProduceItem) String() string {
 func (*ProduceItem) ProtoMessage() {}
 
 func (x *ProduceItem) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[33]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2833,7 +3012,7 @@ func (x *ProduceItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProduceItem.ProtoReflect.Descriptor instead.
 func (*ProduceItem) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{33}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ProduceItem) GetId() uint64 {
@@ -2874,7 +3053,7 @@ type ProduceResponse struct {
 
 func (x *ProduceResponse) Reset() {
 	*x = ProduceResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[34]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2886,7 +3065,7 @@ func (x *ProduceResponse) String() string {
 func (*ProduceResponse) ProtoMessage() {}
 
 func (x *ProduceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[34]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2899,7 +3078,7 @@ func (x *ProduceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProduceResponse.ProtoReflect.Descriptor instead.
 func (*ProduceResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{34}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ProduceResponse) GetAnswers() []*ProduceAnswer {
@@ -2927,7 +3106,7 @@ type ProduceAnswer struct {
 
 func (x *ProduceAnswer) Reset() {
 	*x = ProduceAnswer{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[35]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2939,7 +3118,7 @@ func (x *ProduceAnswer) String() string {
 func (*ProduceAnswer) ProtoMessage() {}
 
 func (x *ProduceAnswer) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[35]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2952,7 +3131,7 @@ func (x *ProduceAnswer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProduceAnswer.ProtoReflect.Descriptor instead.
 func (*ProduceAnswer) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{35}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ProduceAnswer) GetId() uint64 {
@@ -3001,7 +3180,7 @@ type ErrorDetail struct {
 
 func (x *ErrorDetail) Reset() {
 	*x = ErrorDetail{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[36]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3013,7 +3192,7 @@ func (x *ErrorDetail) String() string {
 func (*ErrorDetail) ProtoMessage() {}
 
 func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[36]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3026,7 +3205,7 @@ func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
 func (*ErrorDetail) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{36}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ErrorDetail) GetTypeUrl() string {
@@ -3057,7 +3236,7 @@ type NotLeader struct {
 
 func (x *NotLeader) Reset() {
 	*x = NotLeader{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[37]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3069,7 +3248,7 @@ func (x *NotLeader) String() string {
 func (*NotLeader) ProtoMessage() {}
 
 func (x *NotLeader) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[37]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3082,7 +3261,7 @@ func (x *NotLeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NotLeader.ProtoReflect.Descriptor instead.
 func (*NotLeader) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{37}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *NotLeader) GetShard() uint32 {
@@ -3120,7 +3299,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[38]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3132,7 +3311,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[38]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3145,7 +3324,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{38}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *StatusRequest) GetLocalOnly() bool {
@@ -3192,7 +3371,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[39]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3204,7 +3383,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[39]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3217,7 +3396,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{39}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *NodeStatus) GetId() string {
@@ -3332,7 +3511,7 @@ type ReplicaStatus struct {
 
 func (x *ReplicaStatus) Reset() {
 	*x = ReplicaStatus{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[40]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3344,7 +3523,7 @@ func (x *ReplicaStatus) String() string {
 func (*ReplicaStatus) ProtoMessage() {}
 
 func (x *ReplicaStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[40]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3357,7 +3536,7 @@ func (x *ReplicaStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaStatus.ProtoReflect.Descriptor instead.
 func (*ReplicaStatus) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{40}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ReplicaStatus) GetNode() string {
@@ -3461,7 +3640,7 @@ type Checkpoint struct {
 
 func (x *Checkpoint) Reset() {
 	*x = Checkpoint{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[41]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3473,7 +3652,7 @@ func (x *Checkpoint) String() string {
 func (*Checkpoint) ProtoMessage() {}
 
 func (x *Checkpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[41]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3486,7 +3665,7 @@ func (x *Checkpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checkpoint.ProtoReflect.Descriptor instead.
 func (*Checkpoint) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{41}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *Checkpoint) GetIndex() uint64 {
@@ -3530,7 +3709,7 @@ type Divergence struct {
 
 func (x *Divergence) Reset() {
 	*x = Divergence{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[42]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3542,7 +3721,7 @@ func (x *Divergence) String() string {
 func (*Divergence) ProtoMessage() {}
 
 func (x *Divergence) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[42]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3555,7 +3734,7 @@ func (x *Divergence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Divergence.ProtoReflect.Descriptor instead.
 func (*Divergence) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{42}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *Divergence) GetIndex() uint64 {
@@ -3624,7 +3803,7 @@ type ShardStatus struct {
 
 func (x *ShardStatus) Reset() {
 	*x = ShardStatus{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[43]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3636,7 +3815,7 @@ func (x *ShardStatus) String() string {
 func (*ShardStatus) ProtoMessage() {}
 
 func (x *ShardStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[43]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3649,7 +3828,7 @@ func (x *ShardStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardStatus.ProtoReflect.Descriptor instead.
 func (*ShardStatus) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{43}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ShardStatus) GetId() uint32 {
@@ -3735,7 +3914,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[44]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3747,7 +3926,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[44]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3760,7 +3939,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{44}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *StatusResponse) GetNodes() []*NodeStatus {
@@ -3824,7 +4003,7 @@ type MoveSlotsRequest struct {
 
 func (x *MoveSlotsRequest) Reset() {
 	*x = MoveSlotsRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[45]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3836,7 +4015,7 @@ func (x *MoveSlotsRequest) String() string {
 func (*MoveSlotsRequest) ProtoMessage() {}
 
 func (x *MoveSlotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[45]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3849,7 +4028,7 @@ func (x *MoveSlotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveSlotsRequest.ProtoReflect.Descriptor instead.
 func (*MoveSlotsRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{45}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *MoveSlotsRequest) GetSlots() []uint32 {
@@ -3879,7 +4058,7 @@ type AddShardsRequest struct {
 
 func (x *AddShardsRequest) Reset() {
 	*x = AddShardsRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[46]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3891,7 +4070,7 @@ func (x *AddShardsRequest) String() string {
 func (*AddShardsRequest) ProtoMessage() {}
 
 func (x *AddShardsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[46]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3904,7 +4083,7 @@ func (x *AddShardsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddShardsRequest.ProtoReflect.Descriptor instead.
 func (*AddShardsRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{46}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *AddShardsRequest) GetCount() uint32 {
@@ -3931,7 +4110,7 @@ type AddShardsResponse struct {
 
 func (x *AddShardsResponse) Reset() {
 	*x = AddShardsResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[47]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3943,7 +4122,7 @@ func (x *AddShardsResponse) String() string {
 func (*AddShardsResponse) ProtoMessage() {}
 
 func (x *AddShardsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[47]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3956,7 +4135,7 @@ func (x *AddShardsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddShardsResponse.ProtoReflect.Descriptor instead.
 func (*AddShardsResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{47}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *AddShardsResponse) GetShards() []*ShardStatus {
@@ -3975,7 +4154,7 @@ type RemoveShardRequest struct {
 
 func (x *RemoveShardRequest) Reset() {
 	*x = RemoveShardRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[48]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3987,7 +4166,7 @@ func (x *RemoveShardRequest) String() string {
 func (*RemoveShardRequest) ProtoMessage() {}
 
 func (x *RemoveShardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[48]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4000,7 +4179,7 @@ func (x *RemoveShardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveShardRequest.ProtoReflect.Descriptor instead.
 func (*RemoveShardRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{48}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *RemoveShardRequest) GetShard() uint32 {
@@ -4020,7 +4199,7 @@ type RemoveShardResponse struct {
 
 func (x *RemoveShardResponse) Reset() {
 	*x = RemoveShardResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[49]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4032,7 +4211,7 @@ func (x *RemoveShardResponse) String() string {
 func (*RemoveShardResponse) ProtoMessage() {}
 
 func (x *RemoveShardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[49]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4045,7 +4224,7 @@ func (x *RemoveShardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveShardResponse.ProtoReflect.Descriptor instead.
 func (*RemoveShardResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{49}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *RemoveShardResponse) GetMoves() []*SlotMove {
@@ -4065,7 +4244,7 @@ type RebalanceSlotsRequest struct {
 
 func (x *RebalanceSlotsRequest) Reset() {
 	*x = RebalanceSlotsRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[50]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4077,7 +4256,7 @@ func (x *RebalanceSlotsRequest) String() string {
 func (*RebalanceSlotsRequest) ProtoMessage() {}
 
 func (x *RebalanceSlotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[50]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4090,7 +4269,7 @@ func (x *RebalanceSlotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebalanceSlotsRequest.ProtoReflect.Descriptor instead.
 func (*RebalanceSlotsRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{50}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *RebalanceSlotsRequest) GetDryRun() bool {
@@ -4109,7 +4288,7 @@ type RebalanceSlotsResponse struct {
 
 func (x *RebalanceSlotsResponse) Reset() {
 	*x = RebalanceSlotsResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[51]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4121,7 +4300,7 @@ func (x *RebalanceSlotsResponse) String() string {
 func (*RebalanceSlotsResponse) ProtoMessage() {}
 
 func (x *RebalanceSlotsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[51]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4134,7 +4313,7 @@ func (x *RebalanceSlotsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebalanceSlotsResponse.ProtoReflect.Descriptor instead.
 func (*RebalanceSlotsResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{51}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *RebalanceSlotsResponse) GetMoves() []*SlotMove {
@@ -4154,7 +4333,7 @@ type MoveSlotsResponse struct {
 
 func (x *MoveSlotsResponse) Reset() {
 	*x = MoveSlotsResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[52]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4166,7 +4345,7 @@ func (x *MoveSlotsResponse) String() string {
 func (*MoveSlotsResponse) ProtoMessage() {}
 
 func (x *MoveSlotsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[52]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4179,7 +4358,7 @@ func (x *MoveSlotsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveSlotsResponse.ProtoReflect.Descriptor instead.
 func (*MoveSlotsResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{52}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *MoveSlotsResponse) GetMoves() []*SlotMove {
@@ -4209,7 +4388,7 @@ type SlotMove struct {
 
 func (x *SlotMove) Reset() {
 	*x = SlotMove{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[53]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4221,7 +4400,7 @@ func (x *SlotMove) String() string {
 func (*SlotMove) ProtoMessage() {}
 
 func (x *SlotMove) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[53]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4234,7 +4413,7 @@ func (x *SlotMove) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotMove.ProtoReflect.Descriptor instead.
 func (*SlotMove) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{53}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *SlotMove) GetId() uint64 {
@@ -4296,7 +4475,7 @@ type BackupRequest struct {
 
 func (x *BackupRequest) Reset() {
 	*x = BackupRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[54]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4308,7 +4487,7 @@ func (x *BackupRequest) String() string {
 func (*BackupRequest) ProtoMessage() {}
 
 func (x *BackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[54]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4321,7 +4500,7 @@ func (x *BackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupRequest.ProtoReflect.Descriptor instead.
 func (*BackupRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{54}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *BackupRequest) GetShard() uint32 {
@@ -4351,7 +4530,7 @@ type BackupChunk struct {
 
 func (x *BackupChunk) Reset() {
 	*x = BackupChunk{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[55]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4363,7 +4542,7 @@ func (x *BackupChunk) String() string {
 func (*BackupChunk) ProtoMessage() {}
 
 func (x *BackupChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[55]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4376,7 +4555,7 @@ func (x *BackupChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupChunk.ProtoReflect.Descriptor instead.
 func (*BackupChunk) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{55}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *BackupChunk) GetInfo() *BackupInfo {
@@ -4410,7 +4589,7 @@ type BackupInfo struct {
 
 func (x *BackupInfo) Reset() {
 	*x = BackupInfo{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[56]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4422,7 +4601,7 @@ func (x *BackupInfo) String() string {
 func (*BackupInfo) ProtoMessage() {}
 
 func (x *BackupInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[56]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4435,7 +4614,7 @@ func (x *BackupInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupInfo.ProtoReflect.Descriptor instead.
 func (*BackupInfo) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{56}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *BackupInfo) GetShard() uint32 {
@@ -4481,7 +4660,7 @@ type RoutingRequest struct {
 
 func (x *RoutingRequest) Reset() {
 	*x = RoutingRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[57]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4493,7 +4672,7 @@ func (x *RoutingRequest) String() string {
 func (*RoutingRequest) ProtoMessage() {}
 
 func (x *RoutingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[57]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4506,7 +4685,7 @@ func (x *RoutingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoutingRequest.ProtoReflect.Descriptor instead.
 func (*RoutingRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{57}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{60}
 }
 
 type Replica struct {
@@ -4519,7 +4698,7 @@ type Replica struct {
 
 func (x *Replica) Reset() {
 	*x = Replica{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[58]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4531,7 +4710,7 @@ func (x *Replica) String() string {
 func (*Replica) ProtoMessage() {}
 
 func (x *Replica) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[58]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4544,7 +4723,7 @@ func (x *Replica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Replica.ProtoReflect.Descriptor instead.
 func (*Replica) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{58}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *Replica) GetId() string {
@@ -4574,7 +4753,7 @@ type ShardRoute struct {
 
 func (x *ShardRoute) Reset() {
 	*x = ShardRoute{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[59]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4586,7 +4765,7 @@ func (x *ShardRoute) String() string {
 func (*ShardRoute) ProtoMessage() {}
 
 func (x *ShardRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[59]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4599,7 +4778,7 @@ func (x *ShardRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardRoute.ProtoReflect.Descriptor instead.
 func (*ShardRoute) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{59}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ShardRoute) GetId() uint32 {
@@ -4644,7 +4823,7 @@ type RoutingResponse struct {
 
 func (x *RoutingResponse) Reset() {
 	*x = RoutingResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[60]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4656,7 +4835,7 @@ func (x *RoutingResponse) String() string {
 func (*RoutingResponse) ProtoMessage() {}
 
 func (x *RoutingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[60]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4669,7 +4848,7 @@ func (x *RoutingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoutingResponse.ProtoReflect.Descriptor instead.
 func (*RoutingResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{60}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *RoutingResponse) GetSlots() []uint32 {
@@ -4704,7 +4883,7 @@ type TransferLeaderRequest struct {
 
 func (x *TransferLeaderRequest) Reset() {
 	*x = TransferLeaderRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[61]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4716,7 +4895,7 @@ func (x *TransferLeaderRequest) String() string {
 func (*TransferLeaderRequest) ProtoMessage() {}
 
 func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[61]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4729,7 +4908,7 @@ func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{61}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *TransferLeaderRequest) GetShard() uint32 {
@@ -4755,7 +4934,7 @@ type TransferLeaderResponse struct {
 
 func (x *TransferLeaderResponse) Reset() {
 	*x = TransferLeaderResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[62]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4767,7 +4946,7 @@ func (x *TransferLeaderResponse) String() string {
 func (*TransferLeaderResponse) ProtoMessage() {}
 
 func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[62]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4780,7 +4959,7 @@ func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{62}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *TransferLeaderResponse) GetLeader() string {
@@ -4801,7 +4980,7 @@ type AddNodeRequest struct {
 
 func (x *AddNodeRequest) Reset() {
 	*x = AddNodeRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[63]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4813,7 +4992,7 @@ func (x *AddNodeRequest) String() string {
 func (*AddNodeRequest) ProtoMessage() {}
 
 func (x *AddNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[63]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4826,7 +5005,7 @@ func (x *AddNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodeRequest.ProtoReflect.Descriptor instead.
 func (*AddNodeRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{63}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *AddNodeRequest) GetId() string {
@@ -4852,7 +5031,7 @@ type AddNodeResponse struct {
 
 func (x *AddNodeResponse) Reset() {
 	*x = AddNodeResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[64]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4864,7 +5043,7 @@ func (x *AddNodeResponse) String() string {
 func (*AddNodeResponse) ProtoMessage() {}
 
 func (x *AddNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[64]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4877,7 +5056,7 @@ func (x *AddNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodeResponse.ProtoReflect.Descriptor instead.
 func (*AddNodeResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{64}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *AddNodeResponse) GetNode() *NodeStatus {
@@ -4899,7 +5078,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[65]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4911,7 +5090,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[65]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4924,7 +5103,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{65}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *RemoveNodeRequest) GetId() string {
@@ -4950,7 +5129,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[66]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4962,7 +5141,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[66]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4975,7 +5154,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{66}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *RemoveNodeResponse) GetNode() *NodeStatus {
@@ -5003,7 +5182,7 @@ type RebuildReplicaRequest struct {
 
 func (x *RebuildReplicaRequest) Reset() {
 	*x = RebuildReplicaRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[67]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5015,7 +5194,7 @@ func (x *RebuildReplicaRequest) String() string {
 func (*RebuildReplicaRequest) ProtoMessage() {}
 
 func (x *RebuildReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[67]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5028,7 +5207,7 @@ func (x *RebuildReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebuildReplicaRequest.ProtoReflect.Descriptor instead.
 func (*RebuildReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{67}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *RebuildReplicaRequest) GetShard() uint32 {
@@ -5060,7 +5239,7 @@ type RebuildReplicaResponse struct {
 
 func (x *RebuildReplicaResponse) Reset() {
 	*x = RebuildReplicaResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[68]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5072,7 +5251,7 @@ func (x *RebuildReplicaResponse) String() string {
 func (*RebuildReplicaResponse) ProtoMessage() {}
 
 func (x *RebuildReplicaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[68]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5085,7 +5264,7 @@ func (x *RebuildReplicaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebuildReplicaResponse.ProtoReflect.Descriptor instead.
 func (*RebuildReplicaResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{68}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{71}
 }
 
 var File_taskstore_v1_taskstore_proto protoreflect.FileDescriptor
@@ -5256,7 +5435,7 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x14\n" +
 	"\x05shard\x18\x02 \x01(\rR\x05shard\x12\x14\n" +
 	"\x05limit\x18\x03 \x01(\rR\x05limit\x12\x14\n" +
-	"\x05stale\x18\x04 \x01(\bR\x05stale\"\x8d\x04\n" +
+	"\x05stale\x18\x04 \x01(\bR\x05stale\"\xc0\x04\n" +
 	"\n" +
 	"QueueStats\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
@@ -5277,7 +5456,8 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"rateWindow\x12\x16\n" +
 	"\x06paused\x18\r \x01(\bR\x06paused\x12\x1f\n" +
 	"\vmax_claimed\x18\x0e \x01(\rR\n" +
-	"maxClaimed\"B\n" +
+	"maxClaimed\x121\n" +
+	"\x06policy\x18\x0f \x01(\v2\x19.taskstore.v1.QueuePolicyR\x06policy\"B\n" +
 	"\x0eQueuesResponse\x120\n" +
 	"\x06queues\x18\x01 \x03(\v2\x18.taskstore.v1.QueueStatsR\x06queues\"W\n" +
 	"\fPurgeRequest\x12\x14\n" +
@@ -5324,7 +5504,18 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x1f\n" +
 	"\vmax_claimed\x18\x02 \x01(\rR\n" +
 	"maxClaimed\x121\n" +
-	"\arequest\x18\x03 \x01(\v2\x17.taskstore.v1.RequestIDR\arequest\"0\n" +
+	"\arequest\x18\x03 \x01(\v2\x17.taskstore.v1.RequestIDR\arequest\"M\n" +
+	"\vQueuePolicy\x12\x1d\n" +
+	"\n" +
+	"max_claims\x18\x01 \x01(\rR\tmaxClaims\x12\x1f\n" +
+	"\vdead_letter\x18\x02 \x01(\tR\n" +
+	"deadLetter\"\x90\x01\n" +
+	"\x12QueuePolicyRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x121\n" +
+	"\x06policy\x18\x02 \x01(\v2\x19.taskstore.v1.QueuePolicyR\x06policy\x121\n" +
+	"\arequest\x18\x03 \x01(\v2\x17.taskstore.v1.RequestIDR\arequest\"L\n" +
+	"\x13QueuePolicyResponse\x125\n" +
+	"\bprevious\x18\x01 \x01(\v2\x19.taskstore.v1.QueuePolicyR\bprevious\"0\n" +
 	"\x12QueueLimitResponse\x12\x1a\n" +
 	"\bprevious\x18\x01 \x01(\rR\bprevious\"3\n" +
 	"\x12QueuePauseResponse\x12\x1d\n" +
@@ -5508,7 +5699,7 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\x12TASK_STATE_DELAYED\x10\x03*?\n" +
 	"\vMissedTicks\x12\x15\n" +
 	"\x11MISSED_TICKS_SKIP\x10\x00\x12\x19\n" +
-	"\x15MISSED_TICKS_RUN_ONCE\x10\x012\xdc\a\n" +
+	"\x15MISSED_TICKS_RUN_ONCE\x10\x012\xb3\b\n" +
 	"\tTaskStore\x12C\n" +
 	"\x06Modify\x12\x1b.taskstore.v1.ModifyRequest\x1a\x1c.taskstore.v1.ModifyResponse\x12@\n" +
 	"\x05Claim\x12\x1a.taskstore.v1.ClaimRequest\x1a\x1b.taskstore.v1.ClaimResponse\x12@\n" +
@@ -5519,7 +5710,8 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\n" +
 	"PauseQueue\x12\x1f.taskstore.v1.QueuePauseRequest\x1a .taskstore.v1.QueuePauseResponse\x12P\n" +
 	"\vResumeQueue\x12\x1f.taskstore.v1.QueuePauseRequest\x1a .taskstore.v1.QueuePauseResponse\x12R\n" +
-	"\rSetQueueLimit\x12\x1f.taskstore.v1.QueueLimitRequest\x1a .taskstore.v1.QueueLimitResponse\x12R\n" +
+	"\rSetQueueLimit\x12\x1f.taskstore.v1.QueueLimitRequest\x1a .taskstore.v1.QueueLimitResponse\x12U\n" +
+	"\x0eSetQueuePolicy\x12 .taskstore.v1.QueuePolicyRequest\x1a!.taskstore.v1.QueuePolicyResponse\x12R\n" +
 	"\vPutSchedule\x12 .taskstore.v1.PutScheduleRequest\x1a!.taskstore.v1.PutScheduleResponse\x12[\n" +
 	"\x0eDeleteSchedule\x12#.taskstore.v1.DeleteScheduleRequest\x1a$.taskstore.v1.DeleteScheduleResponse\x12L\n" +
 	"\tSchedules\x12\x1e.taskstore.v1.SchedulesRequest\x1a\x1f.taskstore.v1.SchedulesResponse\x12J\n" +
@@ -5551,7 +5743,7 @@ func file_taskstore_v1_taskstore_proto_rawDescGZIP() []byte {
 }
 
 var file_taskstore_v1_taskstore_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_taskstore_v1_taskstore_proto_msgTypes = make([]protoimpl.MessageInfo, 75)
+var file_taskstore_v1_taskstore_proto_msgTypes = make([]protoimpl.MessageInfo, 78)
 var file_taskstore_v1_taskstore_proto_goTypes = []any{
 	(TaskState)(0),                 // 0: taskstore.v1.TaskState
 	(MissedTicks)(0),               // 1: taskstore.v1.MissedTicks
@@ -5584,186 +5776,195 @@ var file_taskstore_v1_taskstore_proto_goTypes = []any{
 	(*SchedulesRequest)(nil),       // 28: taskstore.v1.SchedulesRequest
 	(*SchedulesResponse)(nil),      // 29: taskstore.v1.SchedulesResponse
 	(*QueueLimitRequest)(nil),      // 30: taskstore.v1.QueueLimitRequest
-	(*QueueLimitResponse)(nil),     // 31: taskstore.v1.QueueLimitResponse
-	(*QueuePauseResponse)(nil),     // 32: taskstore.v1.QueuePauseResponse
-	(*TimeRequest)(nil),            // 33: taskstore.v1.TimeRequest
-	(*TimeResponse)(nil),           // 34: taskstore.v1.TimeResponse
-	(*ProduceRequest)(nil),         // 35: taskstore.v1.ProduceRequest
-	(*ProduceItem)(nil),            // 36: taskstore.v1.ProduceItem
-	(*ProduceResponse)(nil),        // 37: taskstore.v1.ProduceResponse
-	(*ProduceAnswer)(nil),          // 38: taskstore.v1.ProduceAnswer
-	(*ErrorDetail)(nil),            // 39: taskstore.v1.ErrorDetail
-	(*NotLeader)(nil),              // 40: taskstore.v1.NotLeader
-	(*StatusRequest)(nil),          // 41: taskstore.v1.StatusRequest
-	(*NodeStatus)(nil),             // 42: taskstore.v1.NodeStatus
-	(*ReplicaStatus)(nil),          // 43: taskstore.v1.ReplicaStatus
-	(*Checkpoint)(nil),             // 44: taskstore.v1.Checkpoint
-	(*Divergence)(nil),             // 45: taskstore.v1.Divergence
-	(*ShardStatus)(nil),            // 46: taskstore.v1.ShardStatus
-	(*StatusResponse)(nil),         // 47: taskstore.v1.StatusResponse
-	(*MoveSlotsRequest)(nil),       // 48: taskstore.v1.MoveSlotsRequest
-	(*AddShardsRequest)(nil),       // 49: taskstore.v1.AddShardsRequest
-	(*AddShardsResponse)(nil),      // 50: taskstore.v1.AddShardsResponse
-	(*RemoveShardRequest)(nil),     // 51: taskstore.v1.RemoveShardRequest
-	(*RemoveShardResponse)(nil),    // 52: taskstore.v1.RemoveShardResponse
-	(*RebalanceSlotsRequest)(nil),  // 53: taskstore.v1.RebalanceSlotsRequest
-	(*RebalanceSlotsResponse)(nil), // 54: taskstore.v1.RebalanceSlotsResponse
-	(*MoveSlotsResponse)(nil),      // 55: taskstore.v1.MoveSlotsResponse
-	(*SlotMove)(nil),               // 56: taskstore.v1.SlotMove
-	(*BackupRequest)(nil),          // 57: taskstore.v1.BackupRequest
-	(*BackupChunk)(nil),            // 58: taskstore.v1.BackupChunk
-	(*BackupInfo)(nil),             // 59: taskstore.v1.BackupInfo
-	(*RoutingRequest)(nil),         // 60: taskstore.v1.RoutingRequest
-	(*Replica)(nil),                // 61: taskstore.v1.Replica
-	(*ShardRoute)(nil),             // 62: taskstore.v1.ShardRoute
-	(*RoutingResponse)(nil),        // 63: taskstore.v1.RoutingResponse
-	(*TransferLeaderRequest)(nil),  // 64: taskstore.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil), // 65: taskstore.v1.TransferLeaderResponse
-	(*AddNodeRequest)(nil),         // 66: taskstore.v1.AddNodeRequest
-	(*AddNodeResponse)(nil),        // 67: taskstore.v1.AddNodeResponse
-	(*RemoveNodeRequest)(nil),      // 68: taskstore.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),     // 69: taskstore.v1.RemoveNodeResponse
-	(*RebuildReplicaRequest)(nil),  // 70: taskstore.v1.RebuildReplicaRequest
-	(*RebuildReplicaResponse)(nil), // 71: taskstore.v1.RebuildReplicaResponse
-	nil,                            // 72: taskstore.v1.Task.HeadersEntry
-	nil,                            // 73: taskstore.v1.TaskInsert.HeadersEntry
-	nil,                            // 74: taskstore.v1.TaskChange.HeadersEntry
-	nil,                            // 75: taskstore.v1.ModifyResponse.SameAsEntry
-	nil,                            // 76: taskstore.v1.TasksRequest.HeadersEntry
-	nil,                            // 77: taskstore.v1.ProduceItem.TraceEntry
-	(*timestamppb.Timestamp)(nil),  // 78: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 79: google.protobuf.Duration
+	(*QueuePolicy)(nil),            // 31: taskstore.v1.QueuePolicy
+	(*QueuePolicyRequest)(nil),     // 32: taskstore.v1.QueuePolicyRequest
+	(*QueuePolicyResponse)(nil),    // 33: taskstore.v1.QueuePolicyResponse
+	(*QueueLimitResponse)(nil),     // 34: taskstore.v1.QueueLimitResponse
+	(*QueuePauseResponse)(nil),     // 35: taskstore.v1.QueuePauseResponse
+	(*TimeRequest)(nil),            // 36: taskstore.v1.TimeRequest
+	(*TimeResponse)(nil),           // 37: taskstore.v1.TimeResponse
+	(*ProduceRequest)(nil),         // 38: taskstore.v1.ProduceRequest
+	(*ProduceItem)(nil),            // 39: taskstore.v1.ProduceItem
+	(*ProduceResponse)(nil),        // 40: taskstore.v1.ProduceResponse
+	(*ProduceAnswer)(nil),          // 41: taskstore.v1.ProduceAnswer
+	(*ErrorDetail)(nil),            // 42: taskstore.v1.ErrorDetail
+	(*NotLeader)(nil),              // 43: taskstore.v1.NotLeader
+	(*StatusRequest)(nil),          // 44: taskstore.v1.StatusRequest
+	(*NodeStatus)(nil),             // 45: taskstore.v1.NodeStatus
+	(*ReplicaStatus)(nil),          // 46: taskstore.v1.ReplicaStatus
+	(*Checkpoint)(nil),             // 47: taskstore.v1.Checkpoint
+	(*Divergence)(nil),             // 48: taskstore.v1.Divergence
+	(*ShardStatus)(nil),            // 49: taskstore.v1.ShardStatus
+	(*StatusResponse)(nil),         // 50: taskstore.v1.StatusResponse
+	(*MoveSlotsRequest)(nil),       // 51: taskstore.v1.MoveSlotsRequest
+	(*AddShardsRequest)(nil),       // 52: taskstore.v1.AddShardsRequest
+	(*AddShardsResponse)(nil),      // 53: taskstore.v1.AddShardsResponse
+	(*RemoveShardRequest)(nil),     // 54: taskstore.v1.RemoveShardRequest
+	(*RemoveShardResponse)(nil),    // 55: taskstore.v1.RemoveShardResponse
+	(*RebalanceSlotsRequest)(nil),  // 56: taskstore.v1.RebalanceSlotsRequest
+	(*RebalanceSlotsResponse)(nil), // 57: taskstore.v1.RebalanceSlotsResponse
+	(*MoveSlotsResponse)(nil),      // 58: taskstore.v1.MoveSlotsResponse
+	(*SlotMove)(nil),               // 59: taskstore.v1.SlotMove
+	(*BackupRequest)(nil),          // 60: taskstore.v1.BackupRequest
+	(*BackupChunk)(nil),            // 61: taskstore.v1.BackupChunk
+	(*BackupInfo)(nil),             // 62: taskstore.v1.BackupInfo
+	(*RoutingRequest)(nil),         // 63: taskstore.v1.RoutingRequest
+	(*Replica)(nil),                // 64: taskstore.v1.Replica
+	(*ShardRoute)(nil),             // 65: taskstore.v1.ShardRoute
+	(*RoutingResponse)(nil),        // 66: taskstore.v1.RoutingResponse
+	(*TransferLeaderRequest)(nil),  // 67: taskstore.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil), // 68: taskstore.v1.TransferLeaderResponse
+	(*AddNodeRequest)(nil),         // 69: taskstore.v1.AddNodeRequest
+	(*AddNodeResponse)(nil),        // 70: taskstore.v1.AddNodeResponse
+	(*RemoveNodeRequest)(nil),      // 71: taskstore.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),     // 72: taskstore.v1.RemoveNodeResponse
+	(*RebuildReplicaRequest)(nil),  // 73: taskstore.v1.RebuildReplicaRequest
+	(*RebuildReplicaResponse)(nil), // 74: taskstore.v1.RebuildReplicaResponse
+	nil,                            // 75: taskstore.v1.Task.HeadersEntry
+	nil,                            // 76: taskstore.v1.TaskInsert.HeadersEntry
+	nil,                            // 77: taskstore.v1.TaskChange.HeadersEntry
+	nil,                            // 78: taskstore.v1.ModifyResponse.SameAsEntry
+	nil,                            // 79: taskstore.v1.TasksRequest.HeadersEntry
+	nil,                            // 80: taskstore.v1.ProduceItem.TraceEntry
+	(*timestamppb.Timestamp)(nil),  // 81: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 82: google.protobuf.Duration
 }
 var file_taskstore_v1_taskstore_proto_depIdxs = []int32{
-	78,  // 0: taskstore.v1.Task.at:type_name -> google.protobuf.Timestamp
-	78,  // 1: taskstore.v1.Task.created:type_name -> google.protobuf.Timestamp
-	78,  // 2: taskstore.v1.Task.modified:type_name -> google.protobuf.Timestamp
-	79,  // 3: taskstore.v1.Task.dedup_window:type_name -> google.protobuf.Duration
-	72,  // 4: taskstore.v1.Task.headers:type_name -> taskstore.v1.Task.HeadersEntry
-	78,  // 5: taskstore.v1.TaskInsert.at:type_name -> google.protobuf.Timestamp
-	79,  // 6: taskstore.v1.TaskInsert.delay:type_name -> google.protobuf.Duration
-	79,  // 7: taskstore.v1.TaskInsert.dedup_window:type_name -> google.protobuf.Duration
-	73,  // 8: taskstore.v1.TaskInsert.headers:type_name -> taskstore.v1.TaskInsert.HeadersEntry
-	78,  // 9: taskstore.v1.TaskChange.at:type_name -> google.protobuf.Timestamp
-	79,  // 10: taskstore.v1.TaskChange.delay:type_name -> google.protobuf.Duration
-	74,  // 11: taskstore.v1.TaskChange.headers:type_name -> taskstore.v1.TaskChange.HeadersEntry
+	81,  // 0: taskstore.v1.Task.at:type_name -> google.protobuf.Timestamp
+	81,  // 1: taskstore.v1.Task.created:type_name -> google.protobuf.Timestamp
+	81,  // 2: taskstore.v1.Task.modified:type_name -> google.protobuf.Timestamp
+	82,  // 3: taskstore.v1.Task.dedup_window:type_name -> google.protobuf.Duration
+	75,  // 4: taskstore.v1.Task.headers:type_name -> taskstore.v1.Task.HeadersEntry
+	81,  // 5: taskstore.v1.TaskInsert.at:type_name -> google.protobuf.Timestamp
+	82,  // 6: taskstore.v1.TaskInsert.delay:type_name -> google.protobuf.Duration
+	82,  // 7: taskstore.v1.TaskInsert.dedup_window:type_name -> google.protobuf.Duration
+	76,  // 8: taskstore.v1.TaskInsert.headers:type_name -> taskstore.v1.TaskInsert.HeadersEntry
+	81,  // 9: taskstore.v1.TaskChange.at:type_name -> google.protobuf.Timestamp
+	82,  // 10: taskstore.v1.TaskChange.delay:type_name -> google.protobuf.Duration
+	77,  // 11: taskstore.v1.TaskChange.headers:type_name -> taskstore.v1.TaskChange.HeadersEntry
 	6,   // 12: taskstore.v1.ModifyRequest.inserts:type_name -> taskstore.v1.TaskInsert
 	7,   // 13: taskstore.v1.ModifyRequest.changes:type_name -> taskstore.v1.TaskChange
 	4,   // 14: taskstore.v1.ModifyRequest.deletes:type_name -> taskstore.v1.TaskRef
 	4,   // 15: taskstore.v1.ModifyRequest.depends:type_name -> taskstore.v1.TaskRef
 	5,   // 16: taskstore.v1.ModifyRequest.request:type_name -> taskstore.v1.RequestID
 	9,   // 17: taskstore.v1.ModifyRequest.claim:type_name -> taskstore.v1.ModifyClaim
-	79,  // 18: taskstore.v1.ModifyClaim.lease:type_name -> google.protobuf.Duration
+	82,  // 18: taskstore.v1.ModifyClaim.lease:type_name -> google.protobuf.Duration
 	3,   // 19: taskstore.v1.ModifyResponse.inserted:type_name -> taskstore.v1.Task
 	3,   // 20: taskstore.v1.ModifyResponse.changed:type_name -> taskstore.v1.Task
 	3,   // 21: taskstore.v1.ModifyResponse.claimed:type_name -> taskstore.v1.Task
-	75,  // 22: taskstore.v1.ModifyResponse.same_as:type_name -> taskstore.v1.ModifyResponse.SameAsEntry
+	78,  // 22: taskstore.v1.ModifyResponse.same_as:type_name -> taskstore.v1.ModifyResponse.SameAsEntry
 	12,  // 23: taskstore.v1.ModifyError.errors:type_name -> taskstore.v1.RefError
 	2,   // 24: taskstore.v1.RefError.category:type_name -> taskstore.v1.RefError.Category
-	78,  // 25: taskstore.v1.RefError.lease_until:type_name -> google.protobuf.Timestamp
-	79,  // 26: taskstore.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
-	79,  // 27: taskstore.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	81,  // 25: taskstore.v1.RefError.lease_until:type_name -> google.protobuf.Timestamp
+	82,  // 26: taskstore.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
+	82,  // 27: taskstore.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
 	5,   // 28: taskstore.v1.ClaimRequest.request:type_name -> taskstore.v1.RequestID
 	3,   // 29: taskstore.v1.ClaimResponse.tasks:type_name -> taskstore.v1.Task
 	0,   // 30: taskstore.v1.TasksRequest.state:type_name -> taskstore.v1.TaskState
-	76,  // 31: taskstore.v1.TasksRequest.headers:type_name -> taskstore.v1.TasksRequest.HeadersEntry
+	79,  // 31: taskstore.v1.TasksRequest.headers:type_name -> taskstore.v1.TasksRequest.HeadersEntry
 	3,   // 32: taskstore.v1.TasksResponse.tasks:type_name -> taskstore.v1.Task
-	79,  // 33: taskstore.v1.QueueStats.oldest_available_age:type_name -> google.protobuf.Duration
-	79,  // 34: taskstore.v1.QueueStats.avg_claim_to_commit:type_name -> google.protobuf.Duration
-	79,  // 35: taskstore.v1.QueueStats.rate_window:type_name -> google.protobuf.Duration
-	18,  // 36: taskstore.v1.QueuesResponse.queues:type_name -> taskstore.v1.QueueStats
-	5,   // 37: taskstore.v1.PurgeRequest.request:type_name -> taskstore.v1.RequestID
-	5,   // 38: taskstore.v1.QueuePauseRequest.request:type_name -> taskstore.v1.RequestID
-	79,  // 39: taskstore.v1.Schedule.every:type_name -> google.protobuf.Duration
-	1,   // 40: taskstore.v1.Schedule.missed:type_name -> taskstore.v1.MissedTicks
-	78,  // 41: taskstore.v1.Schedule.next:type_name -> google.protobuf.Timestamp
-	78,  // 42: taskstore.v1.Schedule.last:type_name -> google.protobuf.Timestamp
-	23,  // 43: taskstore.v1.PutScheduleRequest.schedule:type_name -> taskstore.v1.Schedule
-	5,   // 44: taskstore.v1.PutScheduleRequest.request:type_name -> taskstore.v1.RequestID
-	23,  // 45: taskstore.v1.PutScheduleResponse.schedule:type_name -> taskstore.v1.Schedule
-	5,   // 46: taskstore.v1.DeleteScheduleRequest.request:type_name -> taskstore.v1.RequestID
-	23,  // 47: taskstore.v1.SchedulesResponse.schedules:type_name -> taskstore.v1.Schedule
-	5,   // 48: taskstore.v1.QueueLimitRequest.request:type_name -> taskstore.v1.RequestID
-	78,  // 49: taskstore.v1.TimeResponse.now:type_name -> google.protobuf.Timestamp
-	36,  // 50: taskstore.v1.ProduceRequest.items:type_name -> taskstore.v1.ProduceItem
-	8,   // 51: taskstore.v1.ProduceItem.modify:type_name -> taskstore.v1.ModifyRequest
-	79,  // 52: taskstore.v1.ProduceItem.timeout:type_name -> google.protobuf.Duration
-	77,  // 53: taskstore.v1.ProduceItem.trace:type_name -> taskstore.v1.ProduceItem.TraceEntry
-	38,  // 54: taskstore.v1.ProduceResponse.answers:type_name -> taskstore.v1.ProduceAnswer
-	10,  // 55: taskstore.v1.ProduceAnswer.modify:type_name -> taskstore.v1.ModifyResponse
-	39,  // 56: taskstore.v1.ProduceAnswer.details:type_name -> taskstore.v1.ErrorDetail
-	44,  // 57: taskstore.v1.ReplicaStatus.checkpoints:type_name -> taskstore.v1.Checkpoint
-	45,  // 58: taskstore.v1.ReplicaStatus.divergence:type_name -> taskstore.v1.Divergence
-	78,  // 59: taskstore.v1.Divergence.detected:type_name -> google.protobuf.Timestamp
-	43,  // 60: taskstore.v1.ShardStatus.replica_status:type_name -> taskstore.v1.ReplicaStatus
-	42,  // 61: taskstore.v1.StatusResponse.nodes:type_name -> taskstore.v1.NodeStatus
-	46,  // 62: taskstore.v1.StatusResponse.shards:type_name -> taskstore.v1.ShardStatus
-	46,  // 63: taskstore.v1.StatusResponse.meta:type_name -> taskstore.v1.ShardStatus
-	78,  // 64: taskstore.v1.StatusResponse.now:type_name -> google.protobuf.Timestamp
-	56,  // 65: taskstore.v1.StatusResponse.moves:type_name -> taskstore.v1.SlotMove
-	56,  // 66: taskstore.v1.StatusResponse.finished_moves:type_name -> taskstore.v1.SlotMove
-	46,  // 67: taskstore.v1.AddShardsResponse.shards:type_name -> taskstore.v1.ShardStatus
-	56,  // 68: taskstore.v1.RemoveShardResponse.moves:type_name -> taskstore.v1.SlotMove
-	56,  // 69: taskstore.v1.RebalanceSlotsResponse.moves:type_name -> taskstore.v1.SlotMove
-	56,  // 70: taskstore.v1.MoveSlotsResponse.moves:type_name -> taskstore.v1.SlotMove
-	59,  // 71: taskstore.v1.BackupChunk.info:type_name -> taskstore.v1.BackupInfo
-	61,  // 72: taskstore.v1.ShardRoute.replicas:type_name -> taskstore.v1.Replica
-	62,  // 73: taskstore.v1.RoutingResponse.shards:type_name -> taskstore.v1.ShardRoute
-	42,  // 74: taskstore.v1.AddNodeResponse.node:type_name -> taskstore.v1.NodeStatus
-	42,  // 75: taskstore.v1.RemoveNodeResponse.node:type_name -> taskstore.v1.NodeStatus
-	8,   // 76: taskstore.v1.TaskStore.Modify:input_type -> taskstore.v1.ModifyRequest
-	13,  // 77: taskstore.v1.TaskStore.Claim:input_type -> taskstore.v1.ClaimRequest
-	15,  // 78: taskstore.v1.TaskStore.Tasks:input_type -> taskstore.v1.TasksRequest
-	17,  // 79: taskstore.v1.TaskStore.Queues:input_type -> taskstore.v1.QueuesRequest
-	33,  // 80: taskstore.v1.TaskStore.Time:input_type -> taskstore.v1.TimeRequest
-	20,  // 81: taskstore.v1.TaskStore.Purge:input_type -> taskstore.v1.PurgeRequest
-	22,  // 82: taskstore.v1.TaskStore.PauseQueue:input_type -> taskstore.v1.QueuePauseRequest
-	22,  // 83: taskstore.v1.TaskStore.ResumeQueue:input_type -> taskstore.v1.QueuePauseRequest
-	30,  // 84: taskstore.v1.TaskStore.SetQueueLimit:input_type -> taskstore.v1.QueueLimitRequest
-	24,  // 85: taskstore.v1.TaskStore.PutSchedule:input_type -> taskstore.v1.PutScheduleRequest
-	26,  // 86: taskstore.v1.TaskStore.DeleteSchedule:input_type -> taskstore.v1.DeleteScheduleRequest
-	28,  // 87: taskstore.v1.TaskStore.Schedules:input_type -> taskstore.v1.SchedulesRequest
-	35,  // 88: taskstore.v1.TaskStore.Produce:input_type -> taskstore.v1.ProduceRequest
-	41,  // 89: taskstore.v1.Admin.Status:input_type -> taskstore.v1.StatusRequest
-	60,  // 90: taskstore.v1.Admin.Routing:input_type -> taskstore.v1.RoutingRequest
-	64,  // 91: taskstore.v1.Admin.TransferLeader:input_type -> taskstore.v1.TransferLeaderRequest
-	66,  // 92: taskstore.v1.Admin.AddNode:input_type -> taskstore.v1.AddNodeRequest
-	68,  // 93: taskstore.v1.Admin.RemoveNode:input_type -> taskstore.v1.RemoveNodeRequest
-	70,  // 94: taskstore.v1.Admin.RebuildReplica:input_type -> taskstore.v1.RebuildReplicaRequest
-	48,  // 95: taskstore.v1.Admin.MoveSlots:input_type -> taskstore.v1.MoveSlotsRequest
-	49,  // 96: taskstore.v1.Admin.AddShards:input_type -> taskstore.v1.AddShardsRequest
-	51,  // 97: taskstore.v1.Admin.RemoveShard:input_type -> taskstore.v1.RemoveShardRequest
-	53,  // 98: taskstore.v1.Admin.RebalanceSlots:input_type -> taskstore.v1.RebalanceSlotsRequest
-	57,  // 99: taskstore.v1.Admin.Backup:input_type -> taskstore.v1.BackupRequest
-	10,  // 100: taskstore.v1.TaskStore.Modify:output_type -> taskstore.v1.ModifyResponse
-	14,  // 101: taskstore.v1.TaskStore.Claim:output_type -> taskstore.v1.ClaimResponse
-	16,  // 102: taskstore.v1.TaskStore.Tasks:output_type -> taskstore.v1.TasksResponse
-	19,  // 103: taskstore.v1.TaskStore.Queues:output_type -> taskstore.v1.QueuesResponse
-	34,  // 104: taskstore.v1.TaskStore.Time:output_type -> taskstore.v1.TimeResponse
-	21,  // 105: taskstore.v1.TaskStore.Purge:output_type -> taskstore.v1.PurgeResponse
-	32,  // 106: taskstore.v1.TaskStore.PauseQueue:output_type -> taskstore.v1.QueuePauseResponse
-	32,  // 107: taskstore.v1.TaskStore.ResumeQueue:output_type -> taskstore.v1.QueuePauseResponse
-	31,  // 108: taskstore.v1.TaskStore.SetQueueLimit:output_type -> taskstore.v1.QueueLimitResponse
-	25,  // 109: taskstore.v1.TaskStore.PutSchedule:output_type -> taskstore.v1.PutScheduleResponse
-	27,  // 110: taskstore.v1.TaskStore.DeleteSchedule:output_type -> taskstore.v1.DeleteScheduleResponse
-	29,  // 111: taskstore.v1.TaskStore.Schedules:output_type -> taskstore.v1.SchedulesResponse
-	37,  // 112: taskstore.v1.TaskStore.Produce:output_type -> taskstore.v1.ProduceResponse
-	47,  // 113: taskstore.v1.Admin.Status:output_type -> taskstore.v1.StatusResponse
-	63,  // 114: taskstore.v1.Admin.Routing:output_type -> taskstore.v1.RoutingResponse
-	65,  // 115: taskstore.v1.Admin.TransferLeader:output_type -> taskstore.v1.TransferLeaderResponse
-	67,  // 116: taskstore.v1.Admin.AddNode:output_type -> taskstore.v1.AddNodeResponse
-	69,  // 117: taskstore.v1.Admin.RemoveNode:output_type -> taskstore.v1.RemoveNodeResponse
-	71,  // 118: taskstore.v1.Admin.RebuildReplica:output_type -> taskstore.v1.RebuildReplicaResponse
-	55,  // 119: taskstore.v1.Admin.MoveSlots:output_type -> taskstore.v1.MoveSlotsResponse
-	50,  // 120: taskstore.v1.Admin.AddShards:output_type -> taskstore.v1.AddShardsResponse
-	52,  // 121: taskstore.v1.Admin.RemoveShard:output_type -> taskstore.v1.RemoveShardResponse
-	54,  // 122: taskstore.v1.Admin.RebalanceSlots:output_type -> taskstore.v1.RebalanceSlotsResponse
-	58,  // 123: taskstore.v1.Admin.Backup:output_type -> taskstore.v1.BackupChunk
-	100, // [100:124] is the sub-list for method output_type
-	76,  // [76:100] is the sub-list for method input_type
-	76,  // [76:76] is the sub-list for extension type_name
-	76,  // [76:76] is the sub-list for extension extendee
-	0,   // [0:76] is the sub-list for field type_name
+	82,  // 33: taskstore.v1.QueueStats.oldest_available_age:type_name -> google.protobuf.Duration
+	82,  // 34: taskstore.v1.QueueStats.avg_claim_to_commit:type_name -> google.protobuf.Duration
+	82,  // 35: taskstore.v1.QueueStats.rate_window:type_name -> google.protobuf.Duration
+	31,  // 36: taskstore.v1.QueueStats.policy:type_name -> taskstore.v1.QueuePolicy
+	18,  // 37: taskstore.v1.QueuesResponse.queues:type_name -> taskstore.v1.QueueStats
+	5,   // 38: taskstore.v1.PurgeRequest.request:type_name -> taskstore.v1.RequestID
+	5,   // 39: taskstore.v1.QueuePauseRequest.request:type_name -> taskstore.v1.RequestID
+	82,  // 40: taskstore.v1.Schedule.every:type_name -> google.protobuf.Duration
+	1,   // 41: taskstore.v1.Schedule.missed:type_name -> taskstore.v1.MissedTicks
+	81,  // 42: taskstore.v1.Schedule.next:type_name -> google.protobuf.Timestamp
+	81,  // 43: taskstore.v1.Schedule.last:type_name -> google.protobuf.Timestamp
+	23,  // 44: taskstore.v1.PutScheduleRequest.schedule:type_name -> taskstore.v1.Schedule
+	5,   // 45: taskstore.v1.PutScheduleRequest.request:type_name -> taskstore.v1.RequestID
+	23,  // 46: taskstore.v1.PutScheduleResponse.schedule:type_name -> taskstore.v1.Schedule
+	5,   // 47: taskstore.v1.DeleteScheduleRequest.request:type_name -> taskstore.v1.RequestID
+	23,  // 48: taskstore.v1.SchedulesResponse.schedules:type_name -> taskstore.v1.Schedule
+	5,   // 49: taskstore.v1.QueueLimitRequest.request:type_name -> taskstore.v1.RequestID
+	31,  // 50: taskstore.v1.QueuePolicyRequest.policy:type_name -> taskstore.v1.QueuePolicy
+	5,   // 51: taskstore.v1.QueuePolicyRequest.request:type_name -> taskstore.v1.RequestID
+	31,  // 52: taskstore.v1.QueuePolicyResponse.previous:type_name -> taskstore.v1.QueuePolicy
+	81,  // 53: taskstore.v1.TimeResponse.now:type_name -> google.protobuf.Timestamp
+	39,  // 54: taskstore.v1.ProduceRequest.items:type_name -> taskstore.v1.ProduceItem
+	8,   // 55: taskstore.v1.ProduceItem.modify:type_name -> taskstore.v1.ModifyRequest
+	82,  // 56: taskstore.v1.ProduceItem.timeout:type_name -> google.protobuf.Duration
+	80,  // 57: taskstore.v1.ProduceItem.trace:type_name -> taskstore.v1.ProduceItem.TraceEntry
+	41,  // 58: taskstore.v1.ProduceResponse.answers:type_name -> taskstore.v1.ProduceAnswer
+	10,  // 59: taskstore.v1.ProduceAnswer.modify:type_name -> taskstore.v1.ModifyResponse
+	42,  // 60: taskstore.v1.ProduceAnswer.details:type_name -> taskstore.v1.ErrorDetail
+	47,  // 61: taskstore.v1.ReplicaStatus.checkpoints:type_name -> taskstore.v1.Checkpoint
+	48,  // 62: taskstore.v1.ReplicaStatus.divergence:type_name -> taskstore.v1.Divergence
+	81,  // 63: taskstore.v1.Divergence.detected:type_name -> google.protobuf.Timestamp
+	46,  // 64: taskstore.v1.ShardStatus.replica_status:type_name -> taskstore.v1.ReplicaStatus
+	45,  // 65: taskstore.v1.StatusResponse.nodes:type_name -> taskstore.v1.NodeStatus
+	49,  // 66: taskstore.v1.StatusResponse.shards:type_name -> taskstore.v1.ShardStatus
+	49,  // 67: taskstore.v1.StatusResponse.meta:type_name -> taskstore.v1.ShardStatus
+	81,  // 68: taskstore.v1.StatusResponse.now:type_name -> google.protobuf.Timestamp
+	59,  // 69: taskstore.v1.StatusResponse.moves:type_name -> taskstore.v1.SlotMove
+	59,  // 70: taskstore.v1.StatusResponse.finished_moves:type_name -> taskstore.v1.SlotMove
+	49,  // 71: taskstore.v1.AddShardsResponse.shards:type_name -> taskstore.v1.ShardStatus
+	59,  // 72: taskstore.v1.RemoveShardResponse.moves:type_name -> taskstore.v1.SlotMove
+	59,  // 73: taskstore.v1.RebalanceSlotsResponse.moves:type_name -> taskstore.v1.SlotMove
+	59,  // 74: taskstore.v1.MoveSlotsResponse.moves:type_name -> taskstore.v1.SlotMove
+	62,  // 75: taskstore.v1.BackupChunk.info:type_name -> taskstore.v1.BackupInfo
+	64,  // 76: taskstore.v1.ShardRoute.replicas:type_name -> taskstore.v1.Replica
+	65,  // 77: taskstore.v1.RoutingResponse.shards:type_name -> taskstore.v1.ShardRoute
+	45,  // 78: taskstore.v1.AddNodeResponse.node:type_name -> taskstore.v1.NodeStatus
+	45,  // 79: taskstore.v1.RemoveNodeResponse.node:type_name -> taskstore.v1.NodeStatus
+	8,   // 80: taskstore.v1.TaskStore.Modify:input_type -> taskstore.v1.ModifyRequest
+	13,  // 81: taskstore.v1.TaskStore.Claim:input_type -> taskstore.v1.ClaimRequest
+	15,  // 82: taskstore.v1.TaskStore.Tasks:input_type -> taskstore.v1.TasksRequest
+	17,  // 83: taskstore.v1.TaskStore.Queues:input_type -> taskstore.v1.QueuesRequest
+	36,  // 84: taskstore.v1.TaskStore.Time:input_type -> taskstore.v1.TimeRequest
+	20,  // 85: taskstore.v1.TaskStore.Purge:input_type -> taskstore.v1.PurgeRequest
+	22,  // 86: taskstore.v1.TaskStore.PauseQueue:input_type -> taskstore.v1.QueuePauseRequest
+	22,  // 87: taskstore.v1.TaskStore.ResumeQueue:input_type -> taskstore.v1.QueuePauseRequest
+	30,  // 88: taskstore.v1.TaskStore.SetQueueLimit:input_type -> taskstore.v1.QueueLimitRequest
+	32,  // 89: taskstore.v1.TaskStore.SetQueuePolicy:input_type -> taskstore.v1.QueuePolicyRequest
+	24,  // 90: taskstore.v1.TaskStore.PutSchedule:input_type -> taskstore.v1.PutScheduleRequest
+	26,  // 91: taskstore.v1.TaskStore.DeleteSchedule:input_type -> taskstore.v1.DeleteScheduleRequest
+	28,  // 92: taskstore.v1.TaskStore.Schedules:input_type -> taskstore.v1.SchedulesRequest
+	38,  // 93: taskstore.v1.TaskStore.Produce:input_type -> taskstore.v1.ProduceRequest
+	44,  // 94: taskstore.v1.Admin.Status:input_type -> taskstore.v1.StatusRequest
+	63,  // 95: taskstore.v1.Admin.Routing:input_type -> taskstore.v1.RoutingRequest
+	67,  // 96: taskstore.v1.Admin.TransferLeader:input_type -> taskstore.v1.TransferLeaderRequest
+	69,  // 97: taskstore.v1.Admin.AddNode:input_type -> taskstore.v1.AddNodeRequest
+	71,  // 98: taskstore.v1.Admin.RemoveNode:input_type -> taskstore.v1.RemoveNodeRequest
+	73,  // 99: taskstore.v1.Admin.RebuildReplica:input_type -> taskstore.v1.RebuildReplicaRequest
+	51,  // 100: taskstore.v1.Admin.MoveSlots:input_type -> taskstore.v1.MoveSlotsRequest
+	52,  // 101: taskstore.v1.Admin.AddShards:input_type -> taskstore.v1.AddShardsRequest
+	54,  // 102: taskstore.v1.Admin.RemoveShard:input_type -> taskstore.v1.RemoveShardRequest
+	56,  // 103: taskstore.v1.Admin.RebalanceSlots:input_type -> taskstore.v1.RebalanceSlotsRequest
+	60,  // 104: taskstore.v1.Admin.Backup:input_type -> taskstore.v1.BackupRequest
+	10,  // 105: taskstore.v1.TaskStore.Modify:output_type -> taskstore.v1.ModifyResponse
+	14,  // 106: taskstore.v1.TaskStore.Claim:output_type -> taskstore.v1.ClaimResponse
+	16,  // 107: taskstore.v1.TaskStore.Tasks:output_type -> taskstore.v1.TasksResponse
+	19,  // 108: taskstore.v1.TaskStore.Queues:output_type -> taskstore.v1.QueuesResponse
+	37,  // 109: taskstore.v1.TaskStore.Time:output_type -> taskstore.v1.TimeResponse
+	21,  // 110: taskstore.v1.TaskStore.Purge:output_type -> taskstore.v1.PurgeResponse
+	35,  // 111: taskstore.v1.TaskStore.PauseQueue:output_type -> taskstore.v1.QueuePauseResponse
+	35,  // 112: taskstore.v1.TaskStore.ResumeQueue:output_type -> taskstore.v1.QueuePauseResponse
+	34,  // 113: taskstore.v1.TaskStore.SetQueueLimit:output_type -> taskstore.v1.QueueLimitResponse
+	33,  // 114: taskstore.v1.TaskStore.SetQueuePolicy:output_type -> taskstore.v1.QueuePolicyResponse
+	25,  // 115: taskstore.v1.TaskStore.PutSchedule:output_type -> taskstore.v1.PutScheduleResponse
+	27,  // 116: taskstore.v1.TaskStore.DeleteSchedule:output_type -> taskstore.v1.DeleteScheduleResponse
+	29,  // 117: taskstore.v1.TaskStore.Schedules:output_type -> taskstore.v1.SchedulesResponse
+	40,  // 118: taskstore.v1.TaskStore.Produce:output_type -> taskstore.v1.ProduceResponse
+	50,  // 119: taskstore.v1.Admin.Status:output_type -> taskstore.v1.StatusResponse
+	66,  // 120: taskstore.v1.Admin.Routing:output_type -> taskstore.v1.RoutingResponse
+	68,  // 121: taskstore.v1.Admin.TransferLeader:output_type -> taskstore.v1.TransferLeaderResponse
+	70,  // 122: taskstore.v1.Admin.AddNode:output_type -> taskstore.v1.AddNodeResponse
+	72,  // 123: taskstore.v1.Admin.RemoveNode:output_type -> taskstore.v1.RemoveNodeResponse
+	74,  // 124: taskstore.v1.Admin.RebuildReplica:output_type -> taskstore.v1.RebuildReplicaResponse
+	58,  // 125: taskstore.v1.Admin.MoveSlots:output_type -> taskstore.v1.MoveSlotsResponse
+	53,  // 126: taskstore.v1.Admin.AddShards:output_type -> taskstore.v1.AddShardsResponse
+	55,  // 127: taskstore.v1.Admin.RemoveShard:output_type -> taskstore.v1.RemoveShardResponse
+	57,  // 128: taskstore.v1.Admin.RebalanceSlots:output_type -> taskstore.v1.RebalanceSlotsResponse
+	61,  // 129: taskstore.v1.Admin.Backup:output_type -> taskstore.v1.BackupChunk
+	105, // [105:130] is the sub-list for method output_type
+	80,  // [80:105] is the sub-list for method input_type
+	80,  // [80:80] is the sub-list for extension type_name
+	80,  // [80:80] is the sub-list for extension extendee
+	0,   // [0:80] is the sub-list for field type_name
 }
 
 func init() { file_taskstore_v1_taskstore_proto_init() }
@@ -5779,7 +5980,7 @@ func file_taskstore_v1_taskstore_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_taskstore_v1_taskstore_proto_rawDesc), len(file_taskstore_v1_taskstore_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   75,
+			NumMessages:   78,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

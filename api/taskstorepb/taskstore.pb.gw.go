@@ -315,6 +315,33 @@ func local_request_TaskStore_SetQueueLimit_0(ctx context.Context, marshaler runt
 	return msg, metadata, err
 }
 
+func request_TaskStore_SetQueuePolicy_0(ctx context.Context, marshaler runtime.Marshaler, client TaskStoreClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq QueuePolicyRequest
+		metadata runtime.ServerMetadata
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.SetQueuePolicy(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_TaskStore_SetQueuePolicy_0(ctx context.Context, marshaler runtime.Marshaler, server TaskStoreServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq QueuePolicyRequest
+		metadata runtime.ServerMetadata
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	msg, err := server.SetQueuePolicy(ctx, &protoReq)
+	return msg, metadata, err
+}
+
 func request_TaskStore_PutSchedule_0(ctx context.Context, marshaler runtime.Marshaler, client TaskStoreClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
 		protoReq PutScheduleRequest
@@ -909,6 +936,26 @@ func RegisterTaskStoreHandlerServer(ctx context.Context, mux *runtime.ServeMux, 
 		}
 		forward_TaskStore_SetQueueLimit_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodPost, pattern_TaskStore_SetQueuePolicy_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/taskstore.v1.TaskStore/SetQueuePolicy", runtime.WithHTTPPathPattern("/v1/policy"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_TaskStore_SetQueuePolicy_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_TaskStore_SetQueuePolicy_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 	mux.Handle(http.MethodPost, pattern_TaskStore_PutSchedule_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -1369,6 +1416,23 @@ func RegisterTaskStoreHandlerClient(ctx context.Context, mux *runtime.ServeMux, 
 		}
 		forward_TaskStore_SetQueueLimit_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodPost, pattern_TaskStore_SetQueuePolicy_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/taskstore.v1.TaskStore/SetQueuePolicy", runtime.WithHTTPPathPattern("/v1/policy"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_TaskStore_SetQueuePolicy_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_TaskStore_SetQueuePolicy_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 	mux.Handle(http.MethodPost, pattern_TaskStore_PutSchedule_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -1434,6 +1498,7 @@ var (
 	pattern_TaskStore_PauseQueue_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "pause"}, ""))
 	pattern_TaskStore_ResumeQueue_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "resume"}, ""))
 	pattern_TaskStore_SetQueueLimit_0  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "limit"}, ""))
+	pattern_TaskStore_SetQueuePolicy_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "policy"}, ""))
 	pattern_TaskStore_PutSchedule_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "schedules"}, ""))
 	pattern_TaskStore_DeleteSchedule_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "schedules", "delete"}, ""))
 	pattern_TaskStore_Schedules_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "schedules"}, ""))
@@ -1450,6 +1515,7 @@ var (
 	forward_TaskStore_PauseQueue_0     = runtime.ForwardResponseMessage
 	forward_TaskStore_ResumeQueue_0    = runtime.ForwardResponseMessage
 	forward_TaskStore_SetQueueLimit_0  = runtime.ForwardResponseMessage
+	forward_TaskStore_SetQueuePolicy_0 = runtime.ForwardResponseMessage
 	forward_TaskStore_PutSchedule_0    = runtime.ForwardResponseMessage
 	forward_TaskStore_DeleteSchedule_0 = runtime.ForwardResponseMessage
 	forward_TaskStore_Schedules_0      = runtime.ForwardResponseMessage

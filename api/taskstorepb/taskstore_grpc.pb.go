@@ -31,6 +31,7 @@ const (
 	TaskStore_PauseQueue_FullMethodName     = "/taskstore.v1.TaskStore/PauseQueue"
 	TaskStore_ResumeQueue_FullMethodName    = "/taskstore.v1.TaskStore/ResumeQueue"
 	TaskStore_SetQueueLimit_FullMethodName  = "/taskstore.v1.TaskStore/SetQueueLimit"
+	TaskStore_SetQueuePolicy_FullMethodName = "/taskstore.v1.TaskStore/SetQueuePolicy"
 	TaskStore_PutSchedule_FullMethodName    = "/taskstore.v1.TaskStore/PutSchedule"
 	TaskStore_DeleteSchedule_FullMethodName = "/taskstore.v1.TaskStore/DeleteSchedule"
 	TaskStore_Schedules_FullMethodName      = "/taskstore.v1.TaskStore/Schedules"
@@ -72,6 +73,11 @@ type TaskStoreClient interface {
 	// running out). max_claimed 0 removes the limit. Lowering it below what is
 	// claimed now takes nothing back.
 	SetQueueLimit(ctx context.Context, in *QueueLimitRequest, opts ...grpc.CallOption) (*QueueLimitResponse, error)
+	// SetQueuePolicy sets the rules the state machine enforces on a queue's
+	// tasks (QueuePolicy), replacing its policy; a policy with every rule
+	// zero removes it. The answer carries the policy it replaced. Queues
+	// lists each queue's policy.
+	SetQueuePolicy(ctx context.Context, in *QueuePolicyRequest, opts ...grpc.CallOption) (*QueuePolicyResponse, error)
 	// PutSchedule creates or replaces a periodic schedule: at each tick of a
 	// cron expression (in a time zone) or of an interval, the shard's leader
 	// inserts one task into the queue, exactly once whichever node leads.
@@ -188,6 +194,16 @@ func (c *taskStoreClient) SetQueueLimit(ctx context.Context, in *QueueLimitReque
 	return out, nil
 }
 
+func (c *taskStoreClient) SetQueuePolicy(ctx context.Context, in *QueuePolicyRequest, opts ...grpc.CallOption) (*QueuePolicyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QueuePolicyResponse)
+	err := c.cc.Invoke(ctx, TaskStore_SetQueuePolicy_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *taskStoreClient) PutSchedule(ctx context.Context, in *PutScheduleRequest, opts ...grpc.CallOption) (*PutScheduleResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(PutScheduleResponse)
@@ -266,6 +282,11 @@ type TaskStoreServer interface {
 	// running out). max_claimed 0 removes the limit. Lowering it below what is
 	// claimed now takes nothing back.
 	SetQueueLimit(context.Context, *QueueLimitRequest) (*QueueLimitResponse, error)
+	// SetQueuePolicy sets the rules the state machine enforces on a queue's
+	// tasks (QueuePolicy), replacing its policy; a policy with every rule
+	// zero removes it. The answer carries the policy it replaced. Queues
+	// lists each queue's policy.
+	SetQueuePolicy(context.Context, *QueuePolicyRequest) (*QueuePolicyResponse, error)
 	// PutSchedule creates or replaces a periodic schedule: at each tick of a
 	// cron expression (in a time zone) or of an interval, the shard's leader
 	// inserts one task into the queue, exactly once whichever node leads.
@@ -318,6 +339,9 @@ func (UnimplementedTaskStoreServer) ResumeQueue(context.Context, *QueuePauseRequ
 }
 func (UnimplementedTaskStoreServer) SetQueueLimit(context.Context, *QueueLimitRequest) (*QueueLimitResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method SetQueueLimit not implemented")
+}
+func (UnimplementedTaskStoreServer) SetQueuePolicy(context.Context, *QueuePolicyRequest) (*QueuePolicyResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method SetQueuePolicy not implemented")
 }
 func (UnimplementedTaskStoreServer) PutSchedule(context.Context, *PutScheduleRequest) (*PutScheduleResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method PutSchedule not implemented")
@@ -514,6 +538,24 @@ func _TaskStore_SetQueueLimit_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _TaskStore_SetQueuePolicy_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(QueuePolicyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TaskStoreServer).SetQueuePolicy(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TaskStore_SetQueuePolicy_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TaskStoreServer).SetQueuePolicy(ctx, req.(*QueuePolicyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _TaskStore_PutSchedule_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(PutScheduleRequest)
 	if err := dec(in); err != nil {
@@ -617,6 +659,10 @@ var TaskStore_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetQueueLimit",
 			Handler:    _TaskStore_SetQueueLimit_Handler,
+		},
+		{
+			MethodName: "SetQueuePolicy",
+			Handler:    _TaskStore_SetQueuePolicy_Handler,
 		},
 		{
 			MethodName: "PutSchedule",

@@ -257,7 +257,7 @@ queue stats. It needs the admin role.`,
 		},
 	}
 
-	cmd.AddCommand(list, stats, pause, resume, limitCmd, purge, move)
+	cmd.AddCommand(list, stats, pause, resume, limitCmd, a.queuePolicyCmd(), purge, move)
 	return cmd
 }
 
@@ -365,6 +365,9 @@ func printQueueDetail(w io.Writer, q *taskstorepb.QueueStats) error {
 	fmt.Fprintf(tw, "oldest available\t%s\n", age)
 	fmt.Fprintf(tw, "paused\t%s\n", pausedWord(q.Paused))
 	fmt.Fprintf(tw, "max claimed\t%s\n", limitWord(q.MaxClaimed))
+	if q.Policy != nil {
+		fmt.Fprintf(tw, "policy\t%s\n", policyColumn(q.Policy))
+	}
 	fmt.Fprintf(tw, "enqueue rate\t%.2f/s (over %s)\n", q.EnqueueRate, window)
 	fmt.Fprintf(tw, "claim rate\t%.2f/s\n", q.ClaimRate)
 	fmt.Fprintf(tw, "commit rate\t%.2f/s\n", q.CommitRate)

@@ -60,6 +60,9 @@ const (
 	// One step of moving a hash slot between shards (Command.slot): freeze,
 	// import, activate, drop or unfreeze (fsm/slots.go).
 	Op_OP_SLOT Op = 12
+	// Sets or clears a queue's policy (Command.policy): the rules the
+	// machine enforces on its tasks (FormatPolicies).
+	Op_OP_POLICY Op = 13
 )
 
 // Enum value maps for Op.
@@ -78,6 +81,7 @@ var (
 		10: "OP_SCHEDULE",
 		11: "OP_FIRE",
 		12: "OP_SLOT",
+		13: "OP_POLICY",
 	}
 	Op_value = map[string]int32{
 		"OP_UNSPECIFIED":  0,
@@ -93,6 +97,7 @@ var (
 		"OP_SCHEDULE":     10,
 		"OP_FIRE":         11,
 		"OP_SLOT":         12,
+		"OP_POLICY":       13,
 	}
 )
 
@@ -326,7 +331,7 @@ func (x Failure_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Failure_Kind.Descriptor instead.
 func (Failure_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{23, 0}
+	return file_fsm_proto_rawDescGZIP(), []int{25, 0}
 }
 
 // Same numbering as taskstore.v1.RefError.Category.
@@ -397,7 +402,7 @@ func (x RefError_Category) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RefError_Category.Descriptor instead.
 func (RefError_Category) EnumDescriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{24, 0}
+	return file_fsm_proto_rawDescGZIP(), []int{26, 0}
 }
 
 // Command is one log entry's payload.
@@ -427,6 +432,7 @@ type Command struct {
 	// A Modify whose tasks would take the state past it is refused; the
 	// commands of an OP_BATCH take the batch's.
 	Budget        *MemoryBudget `protobuf:"bytes,20,opt,name=budget,proto3" json:"budget,omitempty"`
+	Policy        *QueuePolicy  `protobuf:"bytes,21,opt,name=policy,proto3" json:"policy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -562,6 +568,13 @@ func (x *Command) GetSlot() *SlotCommand {
 func (x *Command) GetBudget() *MemoryBudget {
 	if x != nil {
 		return x.Budget
+	}
+	return nil
+}
+
+func (x *Command) GetPolicy() *QueuePolicy {
+	if x != nil {
+		return x.Policy
 	}
 	return nil
 }
@@ -1730,6 +1743,72 @@ func (x *QueueLimit) GetMaxClaimed() uint32 {
 	return 0
 }
 
+// QueuePolicy is what the machine enforces on a queue's tasks
+// (FormatPolicies). A policy with every rule zero is no policy.
+type QueuePolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Queue string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	// The delivery limit: a claim that would take a task claimed max_claims
+	// times already, whose last lease ran out without a commit (it still
+	// names its claimant), moves it to dead_letter (a queue of the same
+	// consistency group) instead. 0: no limit.
+	MaxClaims     uint32 `protobuf:"varint,2,opt,name=max_claims,json=maxClaims,proto3" json:"max_claims,omitempty"`
+	DeadLetter    string `protobuf:"bytes,3,opt,name=dead_letter,json=deadLetter,proto3" json:"dead_letter,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueuePolicy) Reset() {
+	*x = QueuePolicy{}
+	mi := &file_fsm_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueuePolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueuePolicy) ProtoMessage() {}
+
+func (x *QueuePolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueuePolicy.ProtoReflect.Descriptor instead.
+func (*QueuePolicy) Descriptor() ([]byte, []int) {
+	return file_fsm_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *QueuePolicy) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *QueuePolicy) GetMaxClaims() uint32 {
+	if x != nil {
+		return x.MaxClaims
+	}
+	return 0
+}
+
+func (x *QueuePolicy) GetDeadLetter() string {
+	if x != nil {
+		return x.DeadLetter
+	}
+	return ""
+}
+
 type Pause struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Queue string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
@@ -1741,7 +1820,7 @@ type Pause struct {
 
 func (x *Pause) Reset() {
 	*x = Pause{}
-	mi := &file_fsm_proto_msgTypes[14]
+	mi := &file_fsm_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1753,7 +1832,7 @@ func (x *Pause) String() string {
 func (*Pause) ProtoMessage() {}
 
 func (x *Pause) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[14]
+	mi := &file_fsm_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1766,7 +1845,7 @@ func (x *Pause) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pause.ProtoReflect.Descriptor instead.
 func (*Pause) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{14}
+	return file_fsm_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Pause) GetQueue() string {
@@ -1808,7 +1887,7 @@ type Task struct {
 
 func (x *Task) Reset() {
 	*x = Task{}
-	mi := &file_fsm_proto_msgTypes[15]
+	mi := &file_fsm_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1820,7 +1899,7 @@ func (x *Task) String() string {
 func (*Task) ProtoMessage() {}
 
 func (x *Task) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[15]
+	mi := &file_fsm_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1833,7 +1912,7 @@ func (x *Task) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Task.ProtoReflect.Descriptor instead.
 func (*Task) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{15}
+	return file_fsm_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Task) GetId() string {
@@ -1957,13 +2036,14 @@ type Result struct {
 	Limit         *LimitResult    `protobuf:"bytes,8,opt,name=limit,proto3" json:"limit,omitempty"`
 	Schedule      *ScheduleResult `protobuf:"bytes,9,opt,name=schedule,proto3" json:"schedule,omitempty"`
 	Slot          *SlotResult     `protobuf:"bytes,10,opt,name=slot,proto3" json:"slot,omitempty"`
+	Policy        *PolicyResult   `protobuf:"bytes,11,opt,name=policy,proto3" json:"policy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_fsm_proto_msgTypes[16]
+	mi := &file_fsm_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1975,7 +2055,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[16]
+	mi := &file_fsm_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1988,7 +2068,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{16}
+	return file_fsm_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Result) GetModify() *ModifyResult {
@@ -2061,6 +2141,58 @@ func (x *Result) GetSlot() *SlotResult {
 	return nil
 }
 
+func (x *Result) GetPolicy() *PolicyResult {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
+type PolicyResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The queue's policy before the command (absent: none).
+	Previous      *QueuePolicy `protobuf:"bytes,1,opt,name=previous,proto3" json:"previous,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PolicyResult) Reset() {
+	*x = PolicyResult{}
+	mi := &file_fsm_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PolicyResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PolicyResult) ProtoMessage() {}
+
+func (x *PolicyResult) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PolicyResult.ProtoReflect.Descriptor instead.
+func (*PolicyResult) Descriptor() ([]byte, []int) {
+	return file_fsm_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *PolicyResult) GetPrevious() *QueuePolicy {
+	if x != nil {
+		return x.Previous
+	}
+	return nil
+}
+
 type ScheduleResult struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Whether a schedule of that name existed before the command.
@@ -2071,7 +2203,7 @@ type ScheduleResult struct {
 
 func (x *ScheduleResult) Reset() {
 	*x = ScheduleResult{}
-	mi := &file_fsm_proto_msgTypes[17]
+	mi := &file_fsm_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2083,7 +2215,7 @@ func (x *ScheduleResult) String() string {
 func (*ScheduleResult) ProtoMessage() {}
 
 func (x *ScheduleResult) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[17]
+	mi := &file_fsm_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2096,7 +2228,7 @@ func (x *ScheduleResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleResult.ProtoReflect.Descriptor instead.
 func (*ScheduleResult) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{17}
+	return file_fsm_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ScheduleResult) GetExisted() bool {
@@ -2116,7 +2248,7 @@ type LimitResult struct {
 
 func (x *LimitResult) Reset() {
 	*x = LimitResult{}
-	mi := &file_fsm_proto_msgTypes[18]
+	mi := &file_fsm_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2128,7 +2260,7 @@ func (x *LimitResult) String() string {
 func (*LimitResult) ProtoMessage() {}
 
 func (x *LimitResult) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[18]
+	mi := &file_fsm_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2141,7 +2273,7 @@ func (x *LimitResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitResult.ProtoReflect.Descriptor instead.
 func (*LimitResult) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{18}
+	return file_fsm_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *LimitResult) GetPrevious() uint32 {
@@ -2164,7 +2296,7 @@ type ModifyResult struct {
 
 func (x *ModifyResult) Reset() {
 	*x = ModifyResult{}
-	mi := &file_fsm_proto_msgTypes[19]
+	mi := &file_fsm_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2176,7 +2308,7 @@ func (x *ModifyResult) String() string {
 func (*ModifyResult) ProtoMessage() {}
 
 func (x *ModifyResult) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[19]
+	mi := &file_fsm_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2189,7 +2321,7 @@ func (x *ModifyResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModifyResult.ProtoReflect.Descriptor instead.
 func (*ModifyResult) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{19}
+	return file_fsm_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ModifyResult) GetInserted() []*Task {
@@ -2232,7 +2364,7 @@ type ClaimResult struct {
 
 func (x *ClaimResult) Reset() {
 	*x = ClaimResult{}
-	mi := &file_fsm_proto_msgTypes[20]
+	mi := &file_fsm_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2244,7 +2376,7 @@ func (x *ClaimResult) String() string {
 func (*ClaimResult) ProtoMessage() {}
 
 func (x *ClaimResult) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[20]
+	mi := &file_fsm_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2257,7 +2389,7 @@ func (x *ClaimResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimResult.ProtoReflect.Descriptor instead.
 func (*ClaimResult) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{20}
+	return file_fsm_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ClaimResult) GetTasks() []*Task {
@@ -2283,7 +2415,7 @@ type PurgeResult struct {
 
 func (x *PurgeResult) Reset() {
 	*x = PurgeResult{}
-	mi := &file_fsm_proto_msgTypes[21]
+	mi := &file_fsm_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2295,7 +2427,7 @@ func (x *PurgeResult) String() string {
 func (*PurgeResult) ProtoMessage() {}
 
 func (x *PurgeResult) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[21]
+	mi := &file_fsm_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2308,7 +2440,7 @@ func (x *PurgeResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeResult.ProtoReflect.Descriptor instead.
 func (*PurgeResult) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{21}
+	return file_fsm_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PurgeResult) GetDeleted() uint64 {
@@ -2328,7 +2460,7 @@ type PauseResult struct {
 
 func (x *PauseResult) Reset() {
 	*x = PauseResult{}
-	mi := &file_fsm_proto_msgTypes[22]
+	mi := &file_fsm_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2340,7 +2472,7 @@ func (x *PauseResult) String() string {
 func (*PauseResult) ProtoMessage() {}
 
 func (x *PauseResult) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[22]
+	mi := &file_fsm_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2353,7 +2485,7 @@ func (x *PauseResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseResult.ProtoReflect.Descriptor instead.
 func (*PauseResult) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{22}
+	return file_fsm_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PauseResult) GetWasPaused() bool {
@@ -2385,7 +2517,7 @@ type Failure struct {
 
 func (x *Failure) Reset() {
 	*x = Failure{}
-	mi := &file_fsm_proto_msgTypes[23]
+	mi := &file_fsm_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2397,7 +2529,7 @@ func (x *Failure) String() string {
 func (*Failure) ProtoMessage() {}
 
 func (x *Failure) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[23]
+	mi := &file_fsm_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2410,7 +2542,7 @@ func (x *Failure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Failure.ProtoReflect.Descriptor instead.
 func (*Failure) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{23}
+	return file_fsm_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Failure) GetErrors() []*RefError {
@@ -2458,7 +2590,7 @@ type RefError struct {
 
 func (x *RefError) Reset() {
 	*x = RefError{}
-	mi := &file_fsm_proto_msgTypes[24]
+	mi := &file_fsm_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2470,7 +2602,7 @@ func (x *RefError) String() string {
 func (*RefError) ProtoMessage() {}
 
 func (x *RefError) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[24]
+	mi := &file_fsm_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2483,7 +2615,7 @@ func (x *RefError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefError.ProtoReflect.Descriptor instead.
 func (*RefError) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{24}
+	return file_fsm_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RefError) GetCategory() RefError_Category {
@@ -2570,14 +2702,16 @@ type SnapshotRecord struct {
 	Schedule *Schedule `protobuf:"bytes,8,opt,name=schedule,proto3" json:"schedule,omitempty"`
 	// A slot that moved or is moving (after the schedules; the header counts
 	// them).
-	SlotState     *SlotState `protobuf:"bytes,9,opt,name=slot_state,json=slotState,proto3" json:"slot_state,omitempty"`
+	SlotState *SlotState `protobuf:"bytes,9,opt,name=slot_state,json=slotState,proto3" json:"slot_state,omitempty"`
+	// A queue's policy (after the slot states; the header counts them).
+	QueuePolicy   *QueuePolicy `protobuf:"bytes,10,opt,name=queue_policy,json=queuePolicy,proto3" json:"queue_policy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SnapshotRecord) Reset() {
 	*x = SnapshotRecord{}
-	mi := &file_fsm_proto_msgTypes[25]
+	mi := &file_fsm_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2589,7 +2723,7 @@ func (x *SnapshotRecord) String() string {
 func (*SnapshotRecord) ProtoMessage() {}
 
 func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[25]
+	mi := &file_fsm_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2602,7 +2736,7 @@ func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
 func (*SnapshotRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{25}
+	return file_fsm_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SnapshotRecord) GetHeader() *SnapshotHeader {
@@ -2668,6 +2802,13 @@ func (x *SnapshotRecord) GetSlotState() *SlotState {
 	return nil
 }
 
+func (x *SnapshotRecord) GetQueuePolicy() *QueuePolicy {
+	if x != nil {
+		return x.QueuePolicy
+	}
+	return nil
+}
+
 // KeyReservation keeps a deleted task's key taken in its queue until until.
 type KeyReservation struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2680,7 +2821,7 @@ type KeyReservation struct {
 
 func (x *KeyReservation) Reset() {
 	*x = KeyReservation{}
-	mi := &file_fsm_proto_msgTypes[26]
+	mi := &file_fsm_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2692,7 +2833,7 @@ func (x *KeyReservation) String() string {
 func (*KeyReservation) ProtoMessage() {}
 
 func (x *KeyReservation) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[26]
+	mi := &file_fsm_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2705,7 +2846,7 @@ func (x *KeyReservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyReservation.ProtoReflect.Descriptor instead.
 func (*KeyReservation) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{26}
+	return file_fsm_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *KeyReservation) GetTask() *Task {
@@ -2747,14 +2888,16 @@ type SnapshotHeader struct {
 	// What the tasks take by MemoryBudget's count, without the overhead:
 	// only in the record the on-disk store keeps beside its tables (a
 	// stream of the tasks is counted as it is read).
-	TaskBytes     uint64 `protobuf:"varint,13,opt,name=task_bytes,json=taskBytes,proto3" json:"task_bytes,omitempty"`
+	TaskBytes uint64 `protobuf:"varint,13,opt,name=task_bytes,json=taskBytes,proto3" json:"task_bytes,omitempty"`
+	// How many queue_policy records follow the slot states.
+	QueuePolicies uint64 `protobuf:"varint,14,opt,name=queue_policies,json=queuePolicies,proto3" json:"queue_policies,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_fsm_proto_msgTypes[27]
+	mi := &file_fsm_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2766,7 +2909,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[27]
+	mi := &file_fsm_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2779,7 +2922,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{27}
+	return file_fsm_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SnapshotHeader) GetFormat() uint32 {
@@ -2873,6 +3016,13 @@ func (x *SnapshotHeader) GetTaskBytes() uint64 {
 	return 0
 }
 
+func (x *SnapshotHeader) GetQueuePolicies() uint64 {
+	if x != nil {
+		return x.QueuePolicies
+	}
+	return 0
+}
+
 // Session is the exactly-once memory for one client.
 type Session struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -2889,7 +3039,7 @@ type Session struct {
 
 func (x *Session) Reset() {
 	*x = Session{}
-	mi := &file_fsm_proto_msgTypes[28]
+	mi := &file_fsm_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2901,7 +3051,7 @@ func (x *Session) String() string {
 func (*Session) ProtoMessage() {}
 
 func (x *Session) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[28]
+	mi := &file_fsm_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2914,7 +3064,7 @@ func (x *Session) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Session.ProtoReflect.Descriptor instead.
 func (*Session) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{28}
+	return file_fsm_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Session) GetClientId() string {
@@ -2961,7 +3111,7 @@ type SnapshotTrailer struct {
 
 func (x *SnapshotTrailer) Reset() {
 	*x = SnapshotTrailer{}
-	mi := &file_fsm_proto_msgTypes[29]
+	mi := &file_fsm_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2973,7 +3123,7 @@ func (x *SnapshotTrailer) String() string {
 func (*SnapshotTrailer) ProtoMessage() {}
 
 func (x *SnapshotTrailer) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[29]
+	mi := &file_fsm_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2986,7 +3136,7 @@ func (x *SnapshotTrailer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotTrailer.ProtoReflect.Descriptor instead.
 func (*SnapshotTrailer) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{29}
+	return file_fsm_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SnapshotTrailer) GetCrc32C() uint32 {
@@ -3000,7 +3150,7 @@ var File_fsm_proto protoreflect.FileDescriptor
 
 const file_fsm_proto_rawDesc = "" +
 	"\n" +
-	"\tfsm.proto\x12\x10taskstore.fsm.v1\"\xfb\x04\n" +
+	"\tfsm.proto\x12\x10taskstore.fsm.v1\"\xb2\x05\n" +
 	"\aCommand\x12$\n" +
 	"\x02op\x18\x01 \x01(\x0e2\x14.taskstore.fsm.v1.OpR\x02op\x12\x10\n" +
 	"\x03now\x18\x02 \x01(\x03R\x03now\x12\x1b\n" +
@@ -3017,7 +3167,8 @@ const file_fsm_proto_rawDesc = "" +
 	"\bschedule\x18\x11 \x01(\v2\x1a.taskstore.fsm.v1.ScheduleR\bschedule\x12*\n" +
 	"\x04fire\x18\x12 \x01(\v2\x16.taskstore.fsm.v1.FireR\x04fire\x121\n" +
 	"\x04slot\x18\x13 \x01(\v2\x1d.taskstore.fsm.v1.SlotCommandR\x04slot\x126\n" +
-	"\x06budget\x18\x14 \x01(\v2\x1e.taskstore.fsm.v1.MemoryBudgetR\x06budget\"I\n" +
+	"\x06budget\x18\x14 \x01(\v2\x1e.taskstore.fsm.v1.MemoryBudgetR\x06budget\x125\n" +
+	"\x06policy\x18\x15 \x01(\v2\x1d.taskstore.fsm.v1.QueuePolicyR\x06policy\"I\n" +
 	"\fMemoryBudget\x12\x14\n" +
 	"\x05bytes\x18\x01 \x01(\x04R\x05bytes\x12#\n" +
 	"\rtask_overhead\x18\x02 \x01(\x04R\ftaskOverhead\"\xe1\x02\n" +
@@ -3140,7 +3291,13 @@ const file_fsm_proto_rawDesc = "" +
 	"QueueLimit\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x1f\n" +
 	"\vmax_claimed\x18\x02 \x01(\rR\n" +
-	"maxClaimed\"5\n" +
+	"maxClaimed\"c\n" +
+	"\vQueuePolicy\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x1d\n" +
+	"\n" +
+	"max_claims\x18\x02 \x01(\rR\tmaxClaims\x12\x1f\n" +
+	"\vdead_letter\x18\x03 \x01(\tR\n" +
+	"deadLetter\"5\n" +
 	"\x05Pause\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x16\n" +
 	"\x06paused\x18\x02 \x01(\bR\x06paused\"\xce\x03\n" +
@@ -3163,7 +3320,7 @@ const file_fsm_proto_rawDesc = "" +
 	"\aheaders\x18\x0f \x03(\v2#.taskstore.fsm.v1.Task.HeadersEntryR\aheaders\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x85\x04\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xbd\x04\n" +
 	"\x06Result\x126\n" +
 	"\x06modify\x18\x01 \x01(\v2\x1e.taskstore.fsm.v1.ModifyResultR\x06modify\x123\n" +
 	"\x05claim\x18\x02 \x01(\v2\x1d.taskstore.fsm.v1.ClaimResultR\x05claim\x123\n" +
@@ -3175,7 +3332,10 @@ const file_fsm_proto_rawDesc = "" +
 	"\x05limit\x18\b \x01(\v2\x1d.taskstore.fsm.v1.LimitResultR\x05limit\x12<\n" +
 	"\bschedule\x18\t \x01(\v2 .taskstore.fsm.v1.ScheduleResultR\bschedule\x120\n" +
 	"\x04slot\x18\n" +
-	" \x01(\v2\x1c.taskstore.fsm.v1.SlotResultR\x04slot\"*\n" +
+	" \x01(\v2\x1c.taskstore.fsm.v1.SlotResultR\x04slot\x126\n" +
+	"\x06policy\x18\v \x01(\v2\x1e.taskstore.fsm.v1.PolicyResultR\x06policy\"I\n" +
+	"\fPolicyResult\x129\n" +
+	"\bprevious\x18\x01 \x01(\v2\x1d.taskstore.fsm.v1.QueuePolicyR\bprevious\"*\n" +
 	"\x0eScheduleResult\x12\x18\n" +
 	"\aexisted\x18\x01 \x01(\bR\aexisted\")\n" +
 	"\vLimitResult\x12\x1a\n" +
@@ -3234,7 +3394,7 @@ const file_fsm_proto_rawDesc = "" +
 	"\fDEPEND_STALE\x10\x06\x12\x17\n" +
 	"\x13INSERT_DUPLICATE_ID\x10\a\x12\x18\n" +
 	"\x14INSERT_DUPLICATE_KEY\x10\b\x12\v\n" +
-	"\aCLAIMED\x10\t\"\x82\x04\n" +
+	"\aCLAIMED\x10\t\"\xc4\x04\n" +
 	"\x0eSnapshotRecord\x128\n" +
 	"\x06header\x18\x01 \x01(\v2 .taskstore.fsm.v1.SnapshotHeaderR\x06header\x12*\n" +
 	"\x04task\x18\x02 \x01(\v2\x16.taskstore.fsm.v1.TaskR\x04task\x123\n" +
@@ -3246,10 +3406,12 @@ const file_fsm_proto_rawDesc = "" +
 	"\vreservation\x18\a \x01(\v2 .taskstore.fsm.v1.KeyReservationR\vreservation\x126\n" +
 	"\bschedule\x18\b \x01(\v2\x1a.taskstore.fsm.v1.ScheduleR\bschedule\x12:\n" +
 	"\n" +
-	"slot_state\x18\t \x01(\v2\x1b.taskstore.fsm.v1.SlotStateR\tslotState\"R\n" +
+	"slot_state\x18\t \x01(\v2\x1b.taskstore.fsm.v1.SlotStateR\tslotState\x12@\n" +
+	"\fqueue_policy\x18\n" +
+	" \x01(\v2\x1d.taskstore.fsm.v1.QueuePolicyR\vqueuePolicy\"R\n" +
 	"\x0eKeyReservation\x12*\n" +
 	"\x04task\x18\x01 \x01(\v2\x16.taskstore.fsm.v1.TaskR\x04task\x12\x14\n" +
-	"\x05until\x18\x02 \x01(\x03R\x05until\"\x98\x03\n" +
+	"\x05until\x18\x02 \x01(\x03R\x05until\"\xbf\x03\n" +
 	"\x0eSnapshotHeader\x12\x16\n" +
 	"\x06format\x18\x01 \x01(\rR\x06format\x12\x14\n" +
 	"\x05clock\x18\x02 \x01(\x03R\x05clock\x12\x14\n" +
@@ -3266,7 +3428,8 @@ const file_fsm_proto_rawDesc = "" +
 	"slotStates\x12\x14\n" +
 	"\x05slots\x18\f \x01(\rR\x05slots\x12\x1d\n" +
 	"\n" +
-	"task_bytes\x18\r \x01(\x04R\ttaskBytes\"\x9d\x01\n" +
+	"task_bytes\x18\r \x01(\x04R\ttaskBytes\x12%\n" +
+	"\x0equeue_policies\x18\x0e \x01(\x04R\rqueuePolicies\"\x9d\x01\n" +
 	"\aSession\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x1b\n" +
@@ -3274,7 +3437,7 @@ const file_fsm_proto_rawDesc = "" +
 	"\x06result\x18\x04 \x01(\v2\x18.taskstore.fsm.v1.ResultR\x06result\x12\x14\n" +
 	"\x05group\x18\x05 \x01(\tR\x05group\")\n" +
 	"\x0fSnapshotTrailer\x12\x16\n" +
-	"\x06crc32c\x18\x01 \x01(\rR\x06crc32c*\xcd\x01\n" +
+	"\x06crc32c\x18\x01 \x01(\rR\x06crc32c*\xdc\x01\n" +
 	"\x02Op\x12\x12\n" +
 	"\x0eOP_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tOP_MODIFY\x10\x01\x12\f\n" +
@@ -3289,7 +3452,8 @@ const file_fsm_proto_rawDesc = "" +
 	"\vOP_SCHEDULE\x10\n" +
 	"\x12\v\n" +
 	"\aOP_FIRE\x10\v\x12\v\n" +
-	"\aOP_SLOT\x10\fB/Z-github.com/e1158ecb/taskstore/fsm/fsmpb;fsmpbb\x06proto3"
+	"\aOP_SLOT\x10\f\x12\r\n" +
+	"\tOP_POLICY\x10\rB/Z-github.com/e1158ecb/taskstore/fsm/fsmpb;fsmpbb\x06proto3"
 
 var (
 	file_fsm_proto_rawDescOnce sync.Once
@@ -3304,7 +3468,7 @@ func file_fsm_proto_rawDescGZIP() []byte {
 }
 
 var file_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_fsm_proto_goTypes = []any{
 	(Op)(0),                 // 0: taskstore.fsm.v1.Op
 	(SlotCommand_Action)(0), // 1: taskstore.fsm.v1.SlotCommand.Action
@@ -3325,25 +3489,27 @@ var file_fsm_proto_goTypes = []any{
 	(*Claim)(nil),           // 16: taskstore.fsm.v1.Claim
 	(*Purge)(nil),           // 17: taskstore.fsm.v1.Purge
 	(*QueueLimit)(nil),      // 18: taskstore.fsm.v1.QueueLimit
-	(*Pause)(nil),           // 19: taskstore.fsm.v1.Pause
-	(*Task)(nil),            // 20: taskstore.fsm.v1.Task
-	(*Result)(nil),          // 21: taskstore.fsm.v1.Result
-	(*ScheduleResult)(nil),  // 22: taskstore.fsm.v1.ScheduleResult
-	(*LimitResult)(nil),     // 23: taskstore.fsm.v1.LimitResult
-	(*ModifyResult)(nil),    // 24: taskstore.fsm.v1.ModifyResult
-	(*ClaimResult)(nil),     // 25: taskstore.fsm.v1.ClaimResult
-	(*PurgeResult)(nil),     // 26: taskstore.fsm.v1.PurgeResult
-	(*PauseResult)(nil),     // 27: taskstore.fsm.v1.PauseResult
-	(*Failure)(nil),         // 28: taskstore.fsm.v1.Failure
-	(*RefError)(nil),        // 29: taskstore.fsm.v1.RefError
-	(*SnapshotRecord)(nil),  // 30: taskstore.fsm.v1.SnapshotRecord
-	(*KeyReservation)(nil),  // 31: taskstore.fsm.v1.KeyReservation
-	(*SnapshotHeader)(nil),  // 32: taskstore.fsm.v1.SnapshotHeader
-	(*Session)(nil),         // 33: taskstore.fsm.v1.Session
-	(*SnapshotTrailer)(nil), // 34: taskstore.fsm.v1.SnapshotTrailer
-	nil,                     // 35: taskstore.fsm.v1.Insert.HeadersEntry
-	nil,                     // 36: taskstore.fsm.v1.Change.HeadersEntry
-	nil,                     // 37: taskstore.fsm.v1.Task.HeadersEntry
+	(*QueuePolicy)(nil),     // 19: taskstore.fsm.v1.QueuePolicy
+	(*Pause)(nil),           // 20: taskstore.fsm.v1.Pause
+	(*Task)(nil),            // 21: taskstore.fsm.v1.Task
+	(*Result)(nil),          // 22: taskstore.fsm.v1.Result
+	(*PolicyResult)(nil),    // 23: taskstore.fsm.v1.PolicyResult
+	(*ScheduleResult)(nil),  // 24: taskstore.fsm.v1.ScheduleResult
+	(*LimitResult)(nil),     // 25: taskstore.fsm.v1.LimitResult
+	(*ModifyResult)(nil),    // 26: taskstore.fsm.v1.ModifyResult
+	(*ClaimResult)(nil),     // 27: taskstore.fsm.v1.ClaimResult
+	(*PurgeResult)(nil),     // 28: taskstore.fsm.v1.PurgeResult
+	(*PauseResult)(nil),     // 29: taskstore.fsm.v1.PauseResult
+	(*Failure)(nil),         // 30: taskstore.fsm.v1.Failure
+	(*RefError)(nil),        // 31: taskstore.fsm.v1.RefError
+	(*SnapshotRecord)(nil),  // 32: taskstore.fsm.v1.SnapshotRecord
+	(*KeyReservation)(nil),  // 33: taskstore.fsm.v1.KeyReservation
+	(*SnapshotHeader)(nil),  // 34: taskstore.fsm.v1.SnapshotHeader
+	(*Session)(nil),         // 35: taskstore.fsm.v1.Session
+	(*SnapshotTrailer)(nil), // 36: taskstore.fsm.v1.SnapshotTrailer
+	nil,                     // 37: taskstore.fsm.v1.Insert.HeadersEntry
+	nil,                     // 38: taskstore.fsm.v1.Change.HeadersEntry
+	nil,                     // 39: taskstore.fsm.v1.Task.HeadersEntry
 }
 var file_fsm_proto_depIdxs = []int32{
 	0,  // 0: taskstore.fsm.v1.Command.op:type_name -> taskstore.fsm.v1.Op
@@ -3351,55 +3517,59 @@ var file_fsm_proto_depIdxs = []int32{
 	16, // 2: taskstore.fsm.v1.Command.claim:type_name -> taskstore.fsm.v1.Claim
 	17, // 3: taskstore.fsm.v1.Command.purge:type_name -> taskstore.fsm.v1.Purge
 	5,  // 4: taskstore.fsm.v1.Command.batch:type_name -> taskstore.fsm.v1.Command
-	19, // 5: taskstore.fsm.v1.Command.pause:type_name -> taskstore.fsm.v1.Pause
+	20, // 5: taskstore.fsm.v1.Command.pause:type_name -> taskstore.fsm.v1.Pause
 	18, // 6: taskstore.fsm.v1.Command.limit:type_name -> taskstore.fsm.v1.QueueLimit
 	10, // 7: taskstore.fsm.v1.Command.schedule:type_name -> taskstore.fsm.v1.Schedule
 	11, // 8: taskstore.fsm.v1.Command.fire:type_name -> taskstore.fsm.v1.Fire
 	7,  // 9: taskstore.fsm.v1.Command.slot:type_name -> taskstore.fsm.v1.SlotCommand
 	6,  // 10: taskstore.fsm.v1.Command.budget:type_name -> taskstore.fsm.v1.MemoryBudget
-	1,  // 11: taskstore.fsm.v1.SlotCommand.action:type_name -> taskstore.fsm.v1.SlotCommand.Action
-	30, // 12: taskstore.fsm.v1.SlotCommand.records:type_name -> taskstore.fsm.v1.SnapshotRecord
-	2,  // 13: taskstore.fsm.v1.SlotState.phase:type_name -> taskstore.fsm.v1.SlotState.Phase
-	13, // 14: taskstore.fsm.v1.Modify.inserts:type_name -> taskstore.fsm.v1.Insert
-	14, // 15: taskstore.fsm.v1.Modify.changes:type_name -> taskstore.fsm.v1.Change
-	15, // 16: taskstore.fsm.v1.Modify.deletes:type_name -> taskstore.fsm.v1.Ref
-	15, // 17: taskstore.fsm.v1.Modify.depends:type_name -> taskstore.fsm.v1.Ref
-	16, // 18: taskstore.fsm.v1.Modify.claim:type_name -> taskstore.fsm.v1.Claim
-	35, // 19: taskstore.fsm.v1.Insert.headers:type_name -> taskstore.fsm.v1.Insert.HeadersEntry
-	36, // 20: taskstore.fsm.v1.Change.headers:type_name -> taskstore.fsm.v1.Change.HeadersEntry
-	37, // 21: taskstore.fsm.v1.Task.headers:type_name -> taskstore.fsm.v1.Task.HeadersEntry
-	24, // 22: taskstore.fsm.v1.Result.modify:type_name -> taskstore.fsm.v1.ModifyResult
-	25, // 23: taskstore.fsm.v1.Result.claim:type_name -> taskstore.fsm.v1.ClaimResult
-	26, // 24: taskstore.fsm.v1.Result.purge:type_name -> taskstore.fsm.v1.PurgeResult
-	28, // 25: taskstore.fsm.v1.Result.failure:type_name -> taskstore.fsm.v1.Failure
-	21, // 26: taskstore.fsm.v1.Result.batch:type_name -> taskstore.fsm.v1.Result
-	27, // 27: taskstore.fsm.v1.Result.pause:type_name -> taskstore.fsm.v1.PauseResult
-	23, // 28: taskstore.fsm.v1.Result.limit:type_name -> taskstore.fsm.v1.LimitResult
-	22, // 29: taskstore.fsm.v1.Result.schedule:type_name -> taskstore.fsm.v1.ScheduleResult
-	9,  // 30: taskstore.fsm.v1.Result.slot:type_name -> taskstore.fsm.v1.SlotResult
-	20, // 31: taskstore.fsm.v1.ModifyResult.inserted:type_name -> taskstore.fsm.v1.Task
-	20, // 32: taskstore.fsm.v1.ModifyResult.changed:type_name -> taskstore.fsm.v1.Task
-	25, // 33: taskstore.fsm.v1.ModifyResult.claim:type_name -> taskstore.fsm.v1.ClaimResult
-	20, // 34: taskstore.fsm.v1.ClaimResult.tasks:type_name -> taskstore.fsm.v1.Task
-	29, // 35: taskstore.fsm.v1.Failure.errors:type_name -> taskstore.fsm.v1.RefError
-	8,  // 36: taskstore.fsm.v1.Failure.moved:type_name -> taskstore.fsm.v1.SlotState
-	3,  // 37: taskstore.fsm.v1.Failure.kind:type_name -> taskstore.fsm.v1.Failure.Kind
-	4,  // 38: taskstore.fsm.v1.RefError.category:type_name -> taskstore.fsm.v1.RefError.Category
-	32, // 39: taskstore.fsm.v1.SnapshotRecord.header:type_name -> taskstore.fsm.v1.SnapshotHeader
-	20, // 40: taskstore.fsm.v1.SnapshotRecord.task:type_name -> taskstore.fsm.v1.Task
-	33, // 41: taskstore.fsm.v1.SnapshotRecord.session:type_name -> taskstore.fsm.v1.Session
-	34, // 42: taskstore.fsm.v1.SnapshotRecord.trailer:type_name -> taskstore.fsm.v1.SnapshotTrailer
-	18, // 43: taskstore.fsm.v1.SnapshotRecord.queue_limit:type_name -> taskstore.fsm.v1.QueueLimit
-	31, // 44: taskstore.fsm.v1.SnapshotRecord.reservation:type_name -> taskstore.fsm.v1.KeyReservation
-	10, // 45: taskstore.fsm.v1.SnapshotRecord.schedule:type_name -> taskstore.fsm.v1.Schedule
-	8,  // 46: taskstore.fsm.v1.SnapshotRecord.slot_state:type_name -> taskstore.fsm.v1.SlotState
-	20, // 47: taskstore.fsm.v1.KeyReservation.task:type_name -> taskstore.fsm.v1.Task
-	21, // 48: taskstore.fsm.v1.Session.result:type_name -> taskstore.fsm.v1.Result
-	49, // [49:49] is the sub-list for method output_type
-	49, // [49:49] is the sub-list for method input_type
-	49, // [49:49] is the sub-list for extension type_name
-	49, // [49:49] is the sub-list for extension extendee
-	0,  // [0:49] is the sub-list for field type_name
+	19, // 11: taskstore.fsm.v1.Command.policy:type_name -> taskstore.fsm.v1.QueuePolicy
+	1,  // 12: taskstore.fsm.v1.SlotCommand.action:type_name -> taskstore.fsm.v1.SlotCommand.Action
+	32, // 13: taskstore.fsm.v1.SlotCommand.records:type_name -> taskstore.fsm.v1.SnapshotRecord
+	2,  // 14: taskstore.fsm.v1.SlotState.phase:type_name -> taskstore.fsm.v1.SlotState.Phase
+	13, // 15: taskstore.fsm.v1.Modify.inserts:type_name -> taskstore.fsm.v1.Insert
+	14, // 16: taskstore.fsm.v1.Modify.changes:type_name -> taskstore.fsm.v1.Change
+	15, // 17: taskstore.fsm.v1.Modify.deletes:type_name -> taskstore.fsm.v1.Ref
+	15, // 18: taskstore.fsm.v1.Modify.depends:type_name -> taskstore.fsm.v1.Ref
+	16, // 19: taskstore.fsm.v1.Modify.claim:type_name -> taskstore.fsm.v1.Claim
+	37, // 20: taskstore.fsm.v1.Insert.headers:type_name -> taskstore.fsm.v1.Insert.HeadersEntry
+	38, // 21: taskstore.fsm.v1.Change.headers:type_name -> taskstore.fsm.v1.Change.HeadersEntry
+	39, // 22: taskstore.fsm.v1.Task.headers:type_name -> taskstore.fsm.v1.Task.HeadersEntry
+	26, // 23: taskstore.fsm.v1.Result.modify:type_name -> taskstore.fsm.v1.ModifyResult
+	27, // 24: taskstore.fsm.v1.Result.claim:type_name -> taskstore.fsm.v1.ClaimResult
+	28, // 25: taskstore.fsm.v1.Result.purge:type_name -> taskstore.fsm.v1.PurgeResult
+	30, // 26: taskstore.fsm.v1.Result.failure:type_name -> taskstore.fsm.v1.Failure
+	22, // 27: taskstore.fsm.v1.Result.batch:type_name -> taskstore.fsm.v1.Result
+	29, // 28: taskstore.fsm.v1.Result.pause:type_name -> taskstore.fsm.v1.PauseResult
+	25, // 29: taskstore.fsm.v1.Result.limit:type_name -> taskstore.fsm.v1.LimitResult
+	24, // 30: taskstore.fsm.v1.Result.schedule:type_name -> taskstore.fsm.v1.ScheduleResult
+	9,  // 31: taskstore.fsm.v1.Result.slot:type_name -> taskstore.fsm.v1.SlotResult
+	23, // 32: taskstore.fsm.v1.Result.policy:type_name -> taskstore.fsm.v1.PolicyResult
+	19, // 33: taskstore.fsm.v1.PolicyResult.previous:type_name -> taskstore.fsm.v1.QueuePolicy
+	21, // 34: taskstore.fsm.v1.ModifyResult.inserted:type_name -> taskstore.fsm.v1.Task
+	21, // 35: taskstore.fsm.v1.ModifyResult.changed:type_name -> taskstore.fsm.v1.Task
+	27, // 36: taskstore.fsm.v1.ModifyResult.claim:type_name -> taskstore.fsm.v1.ClaimResult
+	21, // 37: taskstore.fsm.v1.ClaimResult.tasks:type_name -> taskstore.fsm.v1.Task
+	31, // 38: taskstore.fsm.v1.Failure.errors:type_name -> taskstore.fsm.v1.RefError
+	8,  // 39: taskstore.fsm.v1.Failure.moved:type_name -> taskstore.fsm.v1.SlotState
+	3,  // 40: taskstore.fsm.v1.Failure.kind:type_name -> taskstore.fsm.v1.Failure.Kind
+	4,  // 41: taskstore.fsm.v1.RefError.category:type_name -> taskstore.fsm.v1.RefError.Category
+	34, // 42: taskstore.fsm.v1.SnapshotRecord.header:type_name -> taskstore.fsm.v1.SnapshotHeader
+	21, // 43: taskstore.fsm.v1.SnapshotRecord.task:type_name -> taskstore.fsm.v1.Task
+	35, // 44: taskstore.fsm.v1.SnapshotRecord.session:type_name -> taskstore.fsm.v1.Session
+	36, // 45: taskstore.fsm.v1.SnapshotRecord.trailer:type_name -> taskstore.fsm.v1.SnapshotTrailer
+	18, // 46: taskstore.fsm.v1.SnapshotRecord.queue_limit:type_name -> taskstore.fsm.v1.QueueLimit
+	33, // 47: taskstore.fsm.v1.SnapshotRecord.reservation:type_name -> taskstore.fsm.v1.KeyReservation
+	10, // 48: taskstore.fsm.v1.SnapshotRecord.schedule:type_name -> taskstore.fsm.v1.Schedule
+	8,  // 49: taskstore.fsm.v1.SnapshotRecord.slot_state:type_name -> taskstore.fsm.v1.SlotState
+	19, // 50: taskstore.fsm.v1.SnapshotRecord.queue_policy:type_name -> taskstore.fsm.v1.QueuePolicy
+	21, // 51: taskstore.fsm.v1.KeyReservation.task:type_name -> taskstore.fsm.v1.Task
+	22, // 52: taskstore.fsm.v1.Session.result:type_name -> taskstore.fsm.v1.Result
+	53, // [53:53] is the sub-list for method output_type
+	53, // [53:53] is the sub-list for method input_type
+	53, // [53:53] is the sub-list for extension type_name
+	53, // [53:53] is the sub-list for extension extendee
+	0,  // [0:53] is the sub-list for field type_name
 }
 
 func init() { file_fsm_proto_init() }
@@ -3414,7 +3584,7 @@ func file_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fsm_proto_rawDesc), len(file_fsm_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   33,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

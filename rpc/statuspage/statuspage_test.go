@@ -432,9 +432,23 @@ func TestStatusPage(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer f.c.TaskStore("beta/mail").SetQueueLimit(ctx, &taskstorepb.QueueLimitRequest{Queue: "beta/mail"})
+		for {
+			// (The cluster raises the state format policies need after
+			// its start.)
+			_, err := f.c.TaskStore("beta/mail").SetQueuePolicy(ctx, &taskstorepb.QueuePolicyRequest{Queue: "beta/mail",
+				Policy: &taskstorepb.QueuePolicy{MaxClaims: 2, DeadLetter: "beta/dead"}})
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil || !strings.Contains(err.Error(), "format") {
+				t.Fatal(err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		defer f.c.TaskStore("beta/mail").SetQueuePolicy(ctx, &taskstorepb.QueuePolicyRequest{Queue: "beta/mail"})
 		body := getOK(t, base+"/queues")
-		if cells := row(t, body, `href="/queues/beta%2Fmail"`); cells[0] != "beta/mail paused limit 3" {
-			t.Errorf("beta/mail row %q, want the name with paused and limit badges", cells)
+		if cells := row(t, body, `href="/queues/beta%2Fmail"`); cells[0] != "beta/mail paused limit 3 max-claims 2 → beta/dead" {
+			t.Errorf("beta/mail row %q, want the name with paused, limit and policy badges", cells)
 		}
 		if cells := row(t, body, `href="/queues/alpha%2Fjobs"`); cells[0] != "alpha/jobs" {
 			t.Errorf("alpha/jobs row %q: a queue that is not paused shows a badge", cells)

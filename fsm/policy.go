@@ -1,0 +1,122 @@
+package fsm
+
+import (
+	"strconv"
+
+	"github.com/e1158ecb/taskstore/fsm/fsmpb"
+)
+
+// Headers a dead-lettered task gets (rule 25): where it came from, how often
+// it was claimed, and the key it gave up when the dead-letter queue held it.
+const (
+	HeaderDeadLetterFrom   = "dead-letter-from"
+	HeaderDeadLetterClaims = "dead-letter-claims"
+	HeaderDeadLetterKey    = "dead-letter-key"
+)
+
+// policyEmpty reports whether p sets no rule (no policy).
+func policyEmpty(p *fsmpb.QueuePolicy) bool {
+	return p.MaxClaims == 0
+}
+
+// checkPolicy refuses a policy the state cannot hold: a delivery limit
+// without a dead-letter queue of the queue's group, or that is the queue
+// itself. Validate says the same at the edge; the applier checks again, as
+// a log may hold what an older edge let through.
+func checkPolicy(p *fsmpb.QueuePolicy) *fsmpb.Result {
+	switch {
+	case p.MaxClaims > 0 && p.DeadLetter == "":
+		return failuref(fsmpb.Failure_INVALID, "policy.dead_letter: required with max_claims")
+	case p.MaxClaims == 0 && p.DeadLetter != "":
+		return failuref(fsmpb.Failure_INVALID, "policy.dead_letter: needs max_claims")
+	case p.DeadLetter != "" && groupOf(p.DeadLetter) != groupOf(p.Queue):
+		return failuref(fsmpb.Failure_INVALID, "policy.dead_letter: %q is not in group %q of queue %q (a dead-letter queue is in its queue's consistency group)",
+			p.DeadLetter, groupOf(p.Queue), p.Queue)
+	case p.DeadLetter != "" && p.DeadLetter == p.Queue:
+		return failuref(fsmpb.Failure_INVALID, "policy.dead_letter: %q is the queue itself", p.DeadLetter)
+	}
+	return nil
+}
+
+// policy sets a queue's policy, or with every rule zero removes it. The
+// answer carries the policy it replaced. A delivery limit set or raised
+// changes nothing until a claim looks at a task.
+func (a *applier) policy(p *fsmpb.QueuePolicy) *fsmpb.Result {
+	if a.st.format < FormatPolicies {
+		return failuref(fsmpb.Failure_INVALID, "queue policies need state format %d; the shard is at %d", FormatPolicies, a.st.format)
+	}
+	if f := checkPolicy(p); f != nil {
+		return f
+	}
+	prev := a.st.policies[p.Queue]
+	if policyEmpty(p) {
+		delete(a.st.policies, p.Queue)
+	} else {
+		a.st.policies[p.Queue] = &fsmpb.QueuePolicy{Queue: p.Queue, MaxClaims: p.MaxClaims, DeadLetter: p.DeadLetter}
+	}
+	return &fsmpb.Result{Policy: &fsmpb.PolicyResult{Previous: prev}}
+}
+
+// overClaimed reports whether a claim of t must dead-letter it instead
+// (rule 25): its queue has a delivery limit of N, t was claimed N times or
+// more, and its last lease ran out without a commit (it still names its
+// claimant; a commit that ends a claim clears it).
+func (s *state) overClaimed(t *task) (*fsmpb.QueuePolicy, bool) {
+	if s.format < FormatPolicies || len(s.policies) == 0 {
+		return nil, false
+	}
+	p := s.policies[t.q.name]
+	if p == nil || p.MaxClaims == 0 || t.claims < p.MaxClaims || t.claimant == "" {
+		return nil, false
+	}
+	return p, true
+}
+
+// deadLetter moves t, a task overClaimed found, to p's dead-letter queue:
+// a new version, available at once, that keeps its claimant (the last
+// one), attempt, error (or, without one, says why it moved), value and
+// priority, with claims back at 0 (a move back gets N more claims) and
+// headers naming the source queue and the claim count. A key the
+// dead-letter queue holds already goes into a header instead.
+func (a *applier) deadLetter(t *task, p *fsmpb.QueuePolicy) {
+	st := a.st
+	nt := *t
+	nt.q = st.queueFor(p.DeadLetter)
+	nt.at = st.clock
+	nt.version++
+	nt.modified = st.clock
+	nt.claims = 0
+	if nt.err == "" {
+		nt.err = "claimed " + strconv.FormatUint(uint64(t.claims), 10) + " times without a commit (delivery limit of " + t.q.name + ")"
+	}
+	h := make(map[string]string, len(t.headers())+3)
+	for k, v := range t.headers() {
+		h[k] = v
+	}
+	h[HeaderDeadLetterFrom] = t.q.name
+	h[HeaderDeadLetterClaims] = strconv.FormatUint(uint64(t.claims), 10)
+	if t.key != "" && st.store.keyOwner(p.DeadLetter, t.key) != "" {
+		h[HeaderDeadLetterKey] = t.key
+		nt.key = ""
+	}
+	nt.ext = newTaskExt(t.dedupWindow(), h)
+	source := t.q.name
+	st.remove(t)
+	st.add(&nt)
+	st.prune(source)
+	a.n.add(p.DeadLetter)
+}
+
+// Policies returns the queue policies of queues that start with prefix,
+// in no order.
+func (m *Machine) Policies(prefix string) []*fsmpb.QueuePolicy {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	var out []*fsmpb.QueuePolicy
+	for name, p := range m.st.policies {
+		if len(name) >= len(prefix) && name[:len(prefix)] == prefix {
+			out = append(out, p)
+		}
+	}
+	return out
+}
