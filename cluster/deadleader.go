@@ -38,7 +38,7 @@ type deadLeader struct {
 	log    *slog.Logger
 	shard  uint32
 	// reloadMu serialises read-modify-writes of the group's reloadable
-	// Raft configuration (here and in boundLogs), so that neither writes
+	// Raft configuration (here and in chores.boundLogs), so that neither writes
 	// back a stale copy of the other's fields.
 	reloadMu *sync.Mutex
 	busy     atomic.Bool

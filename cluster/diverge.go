@@ -362,43 +362,9 @@ func (n *Node) stopDiverged(s *Shard, rec *divergenceRecord) {
 	}
 }
 
-// tickLoop proposes an OP_TICK on each shard this node leads whose clock
-// stood still for half a checkpoint period, so that idle shards still
-// checkpoint (at most about two entries per minute per idle shard).
-func (n *Node) tickLoop() {
-	for n.sleep(time.Duration(fsm.CheckpointEvery / 8)) {
-		for _, s := range n.LocalShards() {
-			ctx, cancel := context.WithTimeout(context.Background(), n.cfg.Tuning.ApplyTimeout)
-			if _, err := s.TickIfIdle(ctx, time.Duration(fsm.CheckpointEvery/2)); err != nil {
-				n.log.Debug("tick idle shard", "shard", s.id, "err", err)
-			}
-			cancel()
-		}
-	}
-}
-
 // dueEvery is how often a leader looks for tasks whose delay or lease has
 // run out on a shard nothing writes to.
 const dueEvery = 250 * time.Millisecond
-
-// dueLoop ticks each shard this node leads once a delayed or claimed task
-// has come due by the leader's clock and no command has moved the
-// machine's clock past it: queue counts (stats, the status page, the
-// taskstore_queue_tasks gauge, on every replica) then turn the task
-// available within about dueEvery, without waiting for an unrelated write
-// (they froze until one came). A busy shard needs no tick: every
-// command moves the clock.
-func (n *Node) dueLoop() {
-	for n.sleep(dueEvery) {
-		for _, s := range n.LocalShards() {
-			ctx, cancel := context.WithTimeout(context.Background(), n.cfg.Tuning.ApplyTimeout)
-			if _, err := s.TickIfDue(ctx); err != nil {
-				n.log.Debug("tick shard with tasks due", "shard", s.id, "err", err)
-			}
-			cancel()
-		}
-	}
-}
 
 // TickIfDue proposes an OP_TICK when this replica leads and a task of the
 // shard came due by the leader's time after the machine's clock; it

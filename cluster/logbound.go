@@ -18,19 +18,19 @@ const minTrailing = 16
 // log is over the bound anyway (a burst between raft's own checks) it takes
 // a snapshot, after which raft compacts the log and the node log deletes
 // segments no group needs.
-func (n *Node) boundLogs() {
-	t := n.cfg.Tuning
+func (c *chores) boundLogs() {
+	t := c.tuning
 	if t.MaxLogBytes <= 0 || t.LogBoundEvery <= 0 {
 		return
 	}
-	for n.sleep(t.LogBoundEvery) {
-		for _, s := range n.LocalShards() {
-			n.boundLog(s, t)
+	for sleepUntil(c.stop, t.LogBoundEvery) {
+		for _, s := range c.local() {
+			c.boundLog(s, t)
 		}
 	}
 }
 
-func (n *Node) boundLog(s *Shard, t Tuning) {
+func (c *chores) boundLog(s *Shard, t Tuning) {
 	g, ok := s.g.logs.(interface{ Bytes() int64 })
 	if !ok {
 		return
@@ -67,7 +67,7 @@ func (n *Node) boundLog(s *Shard, t Tuning) {
 		rc.TrailingLogs, rc.SnapshotThreshold = want[0], want[1]
 		if err := s.g.raft.ReloadConfig(rc); err != nil {
 			s.g.reloadMu.Unlock()
-			n.log.Warn("bound the Raft log by bytes", "shard", s.id, "err", err)
+			c.log.Warn("bound the Raft log by bytes", "shard", s.id, "err", err)
 			return
 		}
 	}
@@ -79,7 +79,7 @@ func (n *Node) boundLog(s *Shard, t Tuning) {
 			return
 		}
 		if err != nil && !errors.Is(err, raft.ErrNothingNewToSnapshot) {
-			n.log.Warn("snapshot to bound the Raft log by bytes", "shard", s.id, "log_bytes", bytes, "err", err)
+			c.log.Warn("snapshot to bound the Raft log by bytes", "shard", s.id, "log_bytes", bytes, "err", err)
 		}
 	}
 }

@@ -254,6 +254,7 @@ func Start(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n.gossip = g
+	chores := &chores{tuning: cfg.Tuning, log: log, stop: n.stop, local: n.LocalShards}
 	n.loop(n.joinGossip)
 	n.loop(n.runMetaLeader)
 	n.loop(n.reconcileShards)
@@ -261,13 +262,13 @@ func Start(cfg Config) (*Node, error) {
 	n.loop(n.runController)
 	n.loop(n.reconcileConfigs)
 	n.loop(n.checkReplicasLoop)
-	n.loop(n.tickLoop)
-	n.loop(n.dueLoop)
+	n.loop(chores.tickIdle)
+	n.loop(chores.tickDue)
 	n.loop(func() { n.format.loop(n.stop) })
 	n.loop(n.runSlotMoves)
-	n.loop(n.scheduleLoop)
+	n.loop(chores.fireSchedules)
 	n.loop(n.watchRemoval)
-	n.loop(n.boundLogs)
+	n.loop(chores.boundLogs)
 	n.loop(func() { n.clock.watch(n.stop) })
 	n.loop(func() { n.disk.watch(n.stop) })
 	log.Info("node started", "addr", n.addr, "gossip", cfg.GossipAddr, "data", cfg.DataDir)

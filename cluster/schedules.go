@@ -9,20 +9,6 @@ import (
 	"github.com/e1158ecb/taskstore/schedule"
 )
 
-// scheduleLoop fires the due ticks of periodic schedules on each shard this
-// node leads, every dueEvery.
-func (n *Node) scheduleLoop() {
-	for n.sleep(dueEvery) {
-		for _, s := range n.LocalShards() {
-			ctx, cancel := context.WithTimeout(context.Background(), n.cfg.Tuning.ApplyTimeout)
-			if _, err := s.FireSchedules(ctx); err != nil {
-				n.log.Debug("fire schedules", "shard", s.id, "err", err)
-			}
-			cancel()
-		}
-	}
-}
-
 // FireSchedules proposes one OP_FIRE for each schedule of the shard whose
 // next tick is due by the leader's clock, when this replica leads, and
 // returns how many it proposed. The state machine applies a fire only for

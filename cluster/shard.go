@@ -50,7 +50,7 @@ type Shard struct {
 	// from its peers', clock.go; a full disk, disk.go), or ""; nil trusts it.
 	mayNotLead func() string
 	// logBound: the TrailingLogs and SnapshotThreshold last set by
-	// boundLogs (node goroutine only).
+	// chores.boundLogs (node goroutine only).
 	logBound [2]uint64
 	// logBase: the counts the bound never exceeds: Tuning's, or what
 	// someone else (an operator, a test) set with ReloadConfig since.
