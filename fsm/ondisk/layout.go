@@ -7,6 +7,15 @@ import (
 	"strings"
 )
 
+// Layout is the version of the layout below that this binary writes; the
+// shard's record holds the version its range is in. Open upgrades a range
+// of an older layout and refuses one of a newer.
+//
+//   - 1: the first.
+//   - 2: no session order keys (TableSessionOrder): the order is rebuilt in
+//     memory from the session records when a range opens.
+const Layout byte = 2
+
 // Tables: the byte after the shard in every key.
 const (
 	// TableTask maps a task to its record: shard|'t'|len(id)|id|group.
@@ -31,8 +40,10 @@ const (
 	// request's sequence number, when it was last seen, the answer):
 	// shard|'s'|client id → SessionRecord.
 	TableSession byte = 's'
-	// TableSessionOrder orders the sessions least recently seen first, for
+	// TableSessionOrder ordered the sessions least recently seen first, for
 	// expiry and eviction: shard|'o'|last seen(8)|client id, no value.
+	// Layout 1 only (the order is in memory since); the digest still
+	// covers each session's order key, as if it were written.
 	TableSessionOrder byte = 'o'
 	// TableReservation holds the keys that deleted tasks keep taken for
 	// their dedup window: shard|'r'|len(queue)|queue|key → Reservation.

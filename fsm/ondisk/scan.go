@@ -159,33 +159,19 @@ func (t *Txn) FirstDue() (queue, id string, tk *Task, ok bool, err error) {
 // (ties by client id), while fn returns true. fn may not change the
 // transaction.
 func (t *Txn) AscendSessions(fn func(client string, s *Session) bool) error {
-	lo := tableKey(t.s.shard, TableSessionOrder, 0)
-	from := t.sessionHead
-	if from == nil {
-		from = lo
-	}
-	it, err := t.r.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: tableKey(t.s.shard, TableSessionOrder+1, 0)})
-	if err != nil {
-		return err
-	}
-	defer it.Close()
-	for ok := it.SeekGE(from); ok; ok = it.Next() {
-		_, client, err := ParseSessionOrderKey(it.Key())
-		if err != nil {
-			return err
-		}
-		s, err := t.Session(client)
-		if err != nil {
-			return err
+	var err error
+	t.order.Ascend(func(o sessionAt) bool {
+		var s *Session
+		if s, err = t.Session(o.client); err != nil {
+			return false
 		}
 		if s == nil {
-			return errors.New("ondisk: a session order key without its session")
+			err = fmt.Errorf("ondisk: shard %d: session %q in the order has no record", t.s.shard, o.client)
+			return false
 		}
-		if !fn(client, s) {
-			return nil
-		}
-	}
-	return it.Error()
+		return fn(o.client, s)
+	})
+	return err
 }
 
 // QueueNames calls fn with the name of every queue the shard has a record

@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/google/btree"
 )
 
 // Session is a client's exactly-once record: the sequence number of its
@@ -97,25 +98,22 @@ func (t *Txn) PutSession(client string, s *Session) error {
 		return err
 	}
 	k, rec := SessionKey(t.s.shard, client), s.encode()
-	ok := SessionOrderKey(t.s.shard, s.LastSeen, client)
 	s.sum, s.rec = nil, rec
 	if t.unhashed == nil {
 		t.unhashed = map[string]*Session{}
 	}
 	t.unhashed[string(k)] = s
-	t.meta.digest.Add(ok[shardLen:], nil)
-	if t.meta.sessions == 0 || t.sessionHead != nil && bytes.Compare(ok, t.sessionHead) < 0 {
-		// Below every key left (none, or below a bound of them): the
-		// oldest.
-		t.sessionHead, t.sessionExact = ok, true
-	}
+	// The order is in memory (layout 2), but the digest covers it as the
+	// order key it was, so that it stays the same for every layout.
+	t.meta.digest.Add(SessionOrderKey(t.s.shard, s.LastSeen, client)[shardLen:], nil)
+	t.orderForWrite().ReplaceOrInsert(sessionAt{seen: s.LastSeen, client: client})
 	t.meta.sessions++
 	t.meta.sessionBytes += SessionSize(client, s)
 	if err := t.b.Set(k, rec, nil); err != nil {
 		return err
 	}
 	t.rememberSession(k, s)
-	return t.b.Set(ok, nil, nil)
+	return nil
 }
 
 // DeleteSession forgets client's record; it is not an error if there is
@@ -125,7 +123,7 @@ func (t *Txn) DeleteSession(client string) error {
 	if err != nil || old == nil {
 		return err
 	}
-	k, ok := SessionKey(t.s.shard, client), SessionOrderKey(t.s.shard, old.LastSeen, client)
+	k := SessionKey(t.s.shard, client)
 	switch {
 	case t.unhashed[string(k)] == old:
 		delete(t.unhashed, string(k)) // written by this transaction and not hashed yet
@@ -134,70 +132,92 @@ func (t *Txn) DeleteSession(client string) error {
 	default:
 		t.meta.digest.Remove(k[shardLen:], old.encode())
 	}
-	t.meta.digest.Remove(ok[shardLen:], nil)
-	if t.sessionExact && bytes.Equal(ok, t.sessionHead) {
-		t.sessionExact = false // still a bound below the rest
-	}
+	t.meta.digest.Remove(SessionOrderKey(t.s.shard, old.LastSeen, client)[shardLen:], nil)
+	t.orderForWrite().Delete(sessionAt{seen: old.LastSeen, client: client})
 	t.meta.sessions--
 	t.meta.sessionBytes -= SessionSize(client, old)
 	if err := t.b.Delete(k, nil); err != nil {
 		return err
 	}
 	t.rememberSession(k, nil)
-	return t.b.Delete(ok, nil)
+	return nil
 }
 
 // SessionsSeenSince returns a time no session was last seen before: the
-// oldest session's last-seen time or an earlier one, from what the
-// transaction knows without a read (known false: it knows none, or there
-// is no session). Expiry asks every command whether the oldest session is
-// too old; the oldest is often the client whose command it is, whose
-// touch leaves only a bound below the rest, and finding the oldest again
-// is a seek over the order's tombstones (16% of the CPU of claim+delete
-// with sessions).
+// oldest session's last-seen time (known false: there is no session).
+// Expiry asks every command whether the oldest session is too old.
 func (t *Txn) SessionsSeenSince() (since int64, known bool) {
-	if t.meta.sessions == 0 || t.sessionHead == nil {
-		return 0, false
-	}
-	lastSeen, _, err := ParseSessionOrderKey(t.sessionHead)
-	if err != nil {
-		return 0, false // OldestSession reports it
-	}
-	return lastSeen, true
+	o, ok := t.order.Min()
+	return o.seen, ok
 }
 
 // OldestSession returns the least recently seen session (ties by client
 // id), or "" when there is none.
 func (t *Txn) OldestSession() (client string, lastSeen int64, err error) {
-	if t.meta.sessions == 0 {
-		return "", 0, nil
+	o, _ := t.order.Min()
+	return o.client, o.seen, nil
+}
+
+// sessionAt is a session's place in the order of last-seen times, ties by
+// client id: the order eviction and expiry take sessions in, kept in
+// memory (a few tens of bytes per session, bounded by fsm's MaxSessions)
+// rather than as an order key per session, which every command of a
+// client deleted and wrote again (DESIGN.md, "Writes a command makes").
+type sessionAt struct {
+	seen   int64
+	client string
+}
+
+func sessionLess(a, b sessionAt) bool {
+	if a.seen != b.seen {
+		return a.seen < b.seen
 	}
-	if t.sessionExact {
-		lastSeen, client, err = ParseSessionOrderKey(t.sessionHead)
+	return a.client < b.client
+}
+
+// orderDegree is the order's B-tree degree.
+const orderDegree = 16
+
+func newSessionOrder() *btree.BTreeG[sessionAt] { return btree.NewG(orderDegree, sessionLess) }
+
+// orderForWrite returns the transaction's own copy of the session order,
+// made at its first change (a copy-on-write clone: the State's, and a
+// view's, stay as they are until Commit installs it).
+func (t *Txn) orderForWrite() *btree.BTreeG[sessionAt] {
+	if !t.orderMine {
+		t.order, t.orderMine = t.order.Clone(), true
+	}
+	return t.order
+}
+
+// loadSessionOrder builds the order from the session records (Open).
+func (s *State) loadSessionOrder() error {
+	s.order = newSessionOrder()
+	lo := SessionKey(s.shard, "")
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: tableKey(s.shard, TableSession+1, 0)})
+	if err != nil {
+		return err
+	}
+	for it.First(); it.Valid(); it.Next() {
+		seen, err := sessionLastSeen(it.Value())
 		if err != nil {
-			return "", 0, fmt.Errorf("ondisk: shard %d: %w", t.s.shard, err)
+			it.Close()
+			return fmt.Errorf("ondisk: shard %d: session %q: %w", s.shard, it.Key()[len(lo):], err)
 		}
-		return client, lastSeen, nil
+		s.order.ReplaceOrInsert(sessionAt{seen: seen, client: string(it.Key()[len(lo):])})
 	}
-	lo := tableKey(t.s.shard, TableSessionOrder, 0)
-	from := t.sessionHead
-	if from == nil {
-		from = lo
+	return it.Close()
+}
+
+// sessionLastSeen reads a session record's last-seen time only.
+func sessionLastSeen(b []byte) (int64, error) {
+	_, n := binary.Uvarint(b)
+	if n <= 0 {
+		return 0, errors.New("ondisk: bad session record")
 	}
-	it, err := t.r.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: tableKey(t.s.shard, TableSessionOrder+1, 0)})
-	if err != nil {
-		return "", 0, err
+	seen, m := binary.Varint(b[n:])
+	if m <= 0 {
+		return 0, errors.New("ondisk: bad session record")
 	}
-	defer it.Close()
-	if !it.SeekGE(from) {
-		return "", 0, it.Error()
-	}
-	// Everything below the first live key is gone: start there next time
-	// (the tombstones of expired sessions, as for queue heads).
-	t.sessionHead, t.sessionExact = bytes.Clone(it.Key()), true
-	lastSeen, client, err = ParseSessionOrderKey(it.Key())
-	if err != nil {
-		return "", 0, fmt.Errorf("ondisk: shard %d: %w", t.s.shard, err)
-	}
-	return client, lastSeen, nil
+	return seen, nil
 }

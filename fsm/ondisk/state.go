@@ -10,6 +10,7 @@ import (
 	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/google/btree"
 )
 
 // State is one shard's state in an engine shared by the node's shards:
@@ -23,13 +24,11 @@ type State struct {
 	queues map[string]*queueInfo
 	byNum  map[uint32]*queueInfo
 	meta   meta
-	// dueHead, sessionHead: every due key (session order key) of the shard
-	// below it is deleted (see DESIGN.md, "Queue heads").
-	dueHead, sessionHead []byte
-	// sessionExact: sessionHead is the oldest session's order key itself,
-	// not only a bound below it, so that expiry (which asks every
-	// command) reads nothing until that session is touched or dropped.
-	sessionExact bool
+	// dueHead: every due key of the shard below it is deleted (see
+	// DESIGN.md, "Queue heads").
+	dueHead []byte
+	// order: the sessions by last-seen time (session.go), as committed.
+	order *btree.BTreeG[sessionAt]
 	// dueAt, when dueKnown: no task is due before it (a lower bound of the
 	// due index's first at), so that advancing the clock short of it reads
 	// nothing.
@@ -47,7 +46,15 @@ type State struct {
 	ops []batchOp
 	// cacheBytes: the queues' heads in memory together (heads.go).
 	cacheBytes int
+	// writtenKeys, writtenBytes: the keys (sets and deletes) and their
+	// bytes (key and value) the commits wrote into the engine.
+	writtenKeys, writtenBytes uint64
 }
+
+// Written is how many keys the state's commits have written into the
+// engine (sets and deletes, the last write of each key per commit) and
+// their bytes, keys and values: what the engine's memtables take in.
+func (s *State) Written() (keys, bytes uint64) { return s.writtenKeys, s.writtenBytes }
 
 // recentMax and recentBytes bound each recentSet: reaching either starts
 // it over; a record over a sixteenth of recentBytes is not kept.
@@ -109,9 +116,18 @@ type meta struct {
 	sessions, sessionBytes uint64
 	// tasks and reservations count the task records and key reservations.
 	tasks, reservations uint64
+	// layout is the layout the shard's range is in (Layout once Open has
+	// upgraded it).
+	layout byte
 }
 
-const metaLen = 8 + 8 + 4 + 32 + 8 + 8 + 8 + 8
+// metaLen1 is the shard record's size in layout 1, which had no layout
+// byte; metaLen adds it. A binary of layout 1 refuses the longer record
+// ("shard record of 85 bytes, want 84") rather than misread the range.
+const (
+	metaLen1 = 8 + 8 + 4 + 32 + 8 + 8 + 8 + 8
+	metaLen  = metaLen1 + 1
+)
 
 func (m meta) encode() []byte {
 	b := make([]byte, 0, metaLen)
@@ -123,17 +139,27 @@ func (m meta) encode() []byte {
 	b = binary.BigEndian.AppendUint64(b, m.sessions)
 	b = binary.BigEndian.AppendUint64(b, m.sessionBytes)
 	b = binary.BigEndian.AppendUint64(b, m.tasks)
-	return binary.BigEndian.AppendUint64(b, m.reservations)
+	b = binary.BigEndian.AppendUint64(b, m.reservations)
+	return append(b, Layout)
 }
 
 func decodeMeta(b []byte) (meta, error) {
-	if len(b) != metaLen {
+	layout := byte(1)
+	switch len(b) {
+	case metaLen1:
+	case metaLen:
+		layout = b[metaLen1]
+		if layout > Layout {
+			return meta{}, fmt.Errorf("ondisk: the shard's data is in layout %d, newer than this binary's %d: run a newer binary on it", layout, Layout)
+		}
+	default:
 		return meta{}, fmt.Errorf("ondisk: shard record of %d bytes, want %d", len(b), metaLen)
 	}
 	m := meta{applied: binary.BigEndian.Uint64(b), clock: int64(binary.BigEndian.Uint64(b[8:])), nextQueue: binary.BigEndian.Uint32(b[16:])}
 	m.digest = DigestFromBytes([32]byte(b[20:52]))
 	m.sessions, m.sessionBytes = binary.BigEndian.Uint64(b[52:]), binary.BigEndian.Uint64(b[60:])
 	m.tasks, m.reservations = binary.BigEndian.Uint64(b[68:]), binary.BigEndian.Uint64(b[76:])
+	m.layout = layout
 	return m, nil
 }
 
@@ -178,7 +204,7 @@ func decodeQueue(name string, b []byte) (*queueInfo, error) {
 
 // Open loads shard's per-queue and per-shard records from db.
 func Open(db *pebble.DB, shard uint32) (*State, error) {
-	s := &State{db: db, shard: shard, queues: map[string]*queueInfo{}, byNum: map[uint32]*queueInfo{}}
+	s := &State{db: db, shard: shard, queues: map[string]*queueInfo{}, byNum: map[uint32]*queueInfo{}, meta: meta{layout: Layout}}
 	v, c, err := db.Get(MetaKey(shard, "shard"))
 	switch {
 	case errors.Is(err, pebble.ErrNotFound):
@@ -188,8 +214,14 @@ func Open(db *pebble.DB, shard uint32) (*State, error) {
 		s.meta, err = decodeMeta(v)
 		c.Close()
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("ondisk: shard %d: %w", shard, err)
 		}
+		if err := s.upgrade(); err != nil {
+			return nil, fmt.Errorf("ondisk: shard %d: upgrading from layout %d: %w", shard, s.meta.layout, err)
+		}
+	}
+	if err := s.loadSessionOrder(); err != nil {
+		return nil, err
 	}
 	prefix := QueueKey(shard, "")
 	it, err := db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: tableKey(shard, TableQueue+1, 0)})
@@ -209,6 +241,31 @@ func Open(db *pebble.DB, shard uint32) (*State, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// upgrade brings a range written by an older layout to Layout, in one
+// batch: layout 1 kept the session order as keys (table 'o'), which
+// layout 2 keeps in memory, so they are deleted. No sync: a crash before
+// the next flush leaves the old layout, upgraded again at the next Open.
+func (s *State) upgrade() error {
+	if s.meta.layout >= Layout {
+		return nil
+	}
+	b := s.db.NewBatch()
+	defer b.Close()
+	if err := b.DeleteRange(tableKey(s.shard, TableSessionOrder, 0), tableKey(s.shard, TableSessionOrder+1, 0), nil); err != nil {
+		return err
+	}
+	m := s.meta
+	m.layout = Layout
+	if err := b.Set(MetaKey(s.shard, "shard"), m.encode(), nil); err != nil {
+		return err
+	}
+	if err := b.Commit(pebble.NoSync); err != nil {
+		return err
+	}
+	s.meta = m
+	return nil
 }
 
 // AsyncFlush starts writing the memtables to files; the channel closes
@@ -256,7 +313,7 @@ func (s *State) Clear() error {
 		return err
 	}
 	s.queues, s.byNum = map[string]*queueInfo{}, map[uint32]*queueInfo{}
-	s.meta, s.dueHead, s.sessionHead, s.sessionExact, s.dueKnown = meta{}, nil, nil, false, false
+	s.meta, s.dueHead, s.order, s.dueKnown = meta{layout: Layout}, nil, newSessionOrder(), false
 	s.recent, s.recentSessions = recentSet[Task]{}, recentSet[Session]{}
 	s.cacheBytes = 0
 	return nil
@@ -291,18 +348,21 @@ func (s *State) Queues() int { return len(s.queues) }
 // Txn is a set of changes that commit together, with the applied index of
 // the last entry they apply. Its reads see its own writes.
 type Txn struct {
-	s                    *State
-	b                    *pebble.Batch // writes; nil in a view
-	r                    pebble.Reader // reads: b, or a view's snapshot
-	snap                 *pebble.Snapshot
-	view                 bool
-	meta                 meta
-	dueHead, sessionHead []byte
-	sessionExact         bool
-	dueAt                int64
-	dueKnown             bool
-	dirty                map[string]*queueInfo // copies of the queues changed, by name
-	byNum                map[uint32]*queueInfo // the same, by number
+	s       *State
+	b       *pebble.Batch // writes; nil in a view
+	r       pebble.Reader // reads: b, or a view's snapshot
+	snap    *pebble.Snapshot
+	view    bool
+	meta    meta
+	dueHead []byte
+	// order: the session order the transaction sees; orderMine: it is
+	// the transaction's own copy (orderForWrite).
+	order     *btree.BTreeG[sessionAt]
+	orderMine bool
+	dueAt     int64
+	dueKnown  bool
+	dirty     map[string]*queueInfo // copies of the queues changed, by name
+	byNum     map[uint32]*queueInfo // the same, by number
 	// tasks, sessions: the records this transaction read or wrote, by
 	// key (nil: none there), so that a command that reads a task and then
 	// replaces or deletes it (every claim and commit) reads it once.
@@ -323,7 +383,7 @@ type Txn struct {
 // Begin starts a transaction.
 func (s *State) Begin() *Txn {
 	b := s.db.NewIndexedBatch()
-	return &Txn{s: s, b: b, r: b, meta: s.meta, dueHead: s.dueHead, sessionHead: s.sessionHead, sessionExact: s.sessionExact,
+	return &Txn{s: s, b: b, r: b, meta: s.meta, dueHead: s.dueHead, order: s.order,
 		dueAt: s.dueAt, dueKnown: s.dueKnown, dirty: map[string]*queueInfo{}, byNum: map[uint32]*queueInfo{}}
 }
 
@@ -342,7 +402,7 @@ func (s *State) BeginRead() *Txn {
 // per-queue records, and a Pebble snapshot pins the files it reads. Its
 // changes fail; Discard releases it.
 func (s *State) View() *Txn {
-	t := &Txn{s: s, snap: s.db.NewSnapshot(), view: true, meta: s.meta, dueHead: s.dueHead, sessionHead: s.sessionHead, sessionExact: s.sessionExact,
+	t := &Txn{s: s, snap: s.db.NewSnapshot(), view: true, meta: s.meta, dueHead: s.dueHead, order: s.order.Clone(),
 		dueAt: s.dueAt, dueKnown: s.dueKnown, dirty: make(map[string]*queueInfo, len(s.queues)), byNum: make(map[uint32]*queueInfo, len(s.queues))}
 	t.r = t.snap
 	for name, q := range s.queues {
@@ -429,7 +489,7 @@ func (t *Txn) Commit(applied uint64) error {
 		}
 		s.cacheBytes = 0
 	}
-	s.meta, s.dueHead, s.sessionHead, s.sessionExact = t.meta, t.dueHead, t.sessionHead, t.sessionExact
+	s.meta, s.dueHead, s.order = t.meta, t.dueHead, t.order
 	s.dueAt, s.dueKnown = t.dueAt, t.dueKnown
 	s.recent.update(t.tasks, taskSize)
 	s.recentSessions.update(t.sessions, sessionSize)
@@ -468,6 +528,8 @@ func (s *State) commitSorted(b *pebble.Batch) error {
 		if i+1 < len(ops) && bytes.Equal(op.key, ops[i+1].key) {
 			continue // a later write of the key replaces this one
 		}
+		s.writtenKeys++
+		s.writtenBytes += uint64(len(op.key) + len(op.value))
 		var err error
 		if op.kind == pebble.InternalKeyKindSet {
 			err = sorted.Set(op.key, op.value, nil)

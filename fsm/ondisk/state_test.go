@@ -430,6 +430,15 @@ func fromScratch(t *testing.T, db *pebble.DB, shard uint32) Digest {
 		k := it.Key()
 		switch k[4] {
 		case TableClaim, TableDue, TableKey, TableQueue:
+		case TableSessionOrder:
+			t.Fatalf("session order key %x: layout %d writes none", k, Layout)
+		case TableSession:
+			d.Add(k[shardLen:], it.Value())
+			seen, err := sessionLastSeen(it.Value())
+			if err != nil {
+				t.Fatal(err)
+			}
+			d.Add(SessionOrderKey(shard, seen, string(k[5:]))[shardLen:], nil)
 		case TableMeta:
 			if string(k[5:]) == "small" {
 				d.Add(k[shardLen:], it.Value())
