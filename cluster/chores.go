@@ -59,6 +59,16 @@ func (c *chores) tickDue() {
 	})
 }
 
+// expireRetained deletes, on each shard this node leads, the tasks its
+// queues' retention policies no longer keep, in bounded steps
+// (retention.go), every retainEvery.
+func (c *chores) expireRetained() {
+	c.eachShard(retainEvery, "expire retained tasks", func(ctx context.Context, s *Shard) error {
+		_, err := s.ExpireRetained(ctx)
+		return err
+	})
+}
+
 // fireSchedules fires the due ticks of periodic schedules on each shard
 // this node leads, every dueEvery.
 func (c *chores) fireSchedules() {

@@ -267,6 +267,7 @@ func Start(cfg Config) (*Node, error) {
 	n.loop(func() { n.format.loop(n.stop) })
 	n.loop(n.runSlotMoves)
 	n.loop(chores.fireSchedules)
+	n.loop(chores.expireRetained)
 	n.loop(n.watchRemoval)
 	n.loop(chores.boundLogs)
 	n.loop(func() { n.clock.watch(n.stop) })

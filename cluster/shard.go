@@ -41,6 +41,9 @@ type Shard struct {
 	co            coalescer
 	scheduleTicks *prometheus.CounterVec // by result; nil in tests that build a bare shard
 	unevaluable   int64                  // the tick of the last schedule warned about (FireSchedules)
+	// retainAt is where each retained queue's walk goes on (ExpireRetained;
+	// only its chore touches it).
+	retainAt map[string]*fsmpb.ExpireResult
 	// aheadLog, aheadMono: the log time and monotonic instant Now counts
 	// from while the log's time is ahead of this node's clock.
 	aheadMu   sync.Mutex

@@ -190,6 +190,11 @@ func (a *applier) dispatch(cmd *fsmpb.Command) *fsmpb.Result {
 			return failuref(fsmpb.Failure_INVALID, "OP_POLICY without a queue")
 		}
 		return a.policy(cmd.Policy)
+	case fsmpb.Op_OP_EXPIRE:
+		if cmd.Expire == nil || cmd.Expire.Queue == "" {
+			return failuref(fsmpb.Failure_INVALID, "OP_EXPIRE without a queue")
+		}
+		return a.expire(cmd.Expire)
 	case fsmpb.Op_OP_SLOT:
 		if cmd.Slot == nil {
 			return failuref(fsmpb.Failure_INVALID, "OP_SLOT without a body")

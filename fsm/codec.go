@@ -32,7 +32,7 @@ func DecodeCommand(data []byte) (*fsmpb.Command, error) {
 }
 
 func checkOps(cmd *fsmpb.Command, path string) error {
-	if cmd.Op <= fsmpb.Op_OP_UNSPECIFIED || cmd.Op > fsmpb.Op_OP_POLICY {
+	if cmd.Op <= fsmpb.Op_OP_UNSPECIFIED || cmd.Op > fsmpb.Op_OP_EXPIRE {
 		return fmt.Errorf("%sop: %d is unknown to this version", path, int32(cmd.Op))
 	}
 	if cmd.Op == fsmpb.Op_OP_SET_FORMAT && cmd.Format > MaxFormat {

@@ -237,5 +237,16 @@ users.
     counted in the header; older binaries refuse them, as they refuse the
     format), the on-disk store's small record, slot moves and the Digest
     when there is one.
+
+ 26. Retention. From FormatRetention, a policy may have a retain (log
+    time), and OP_EXPIRE (the leader's retention steps, cluster/retention.go)
+    visits at most Expire.visit (and MaxExpireVisit) tasks of the queue in
+    claim order from its cursor, deleting those created retain ago or more
+    that are not under an unexpired lease (their keys reserved as by any
+    delete), and answers where the next step starts, or done. Without a
+    retain it does nothing and says done. Below the format a retain is
+    refused and OP_EXPIRE deletes nothing; the Digest shows a retain only
+    when set, so digests of policies without one are those of
+    FormatPolicies.
 */
 package fsm

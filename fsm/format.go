@@ -72,9 +72,15 @@ const (
 	// API refuses policies and the machine refuses OP_POLICY (a replica
 	// of an older binary would stop at it).
 	FormatPolicies uint32 = 8
+	// FormatRetention: a queue policy may retain its tasks for a while
+	// (QueuePolicy.retain), and the cluster accepts OP_EXPIRE, the leader's
+	// bounded steps that delete the tasks older than that. Below it the
+	// API and the machine refuse a policy with a retain, and OP_EXPIRE
+	// deletes nothing.
+	FormatRetention uint32 = 9
 
 	// MaxFormat is the highest format this binary applies.
-	MaxFormat = FormatPolicies
+	MaxFormat = FormatRetention
 )
 
 // Format is the state format the log has raised the machine to.

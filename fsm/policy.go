@@ -16,7 +16,7 @@ const (
 
 // policyEmpty reports whether p sets no rule (no policy).
 func policyEmpty(p *fsmpb.QueuePolicy) bool {
-	return p.MaxClaims == 0
+	return p.MaxClaims == 0 && p.Retain == 0
 }
 
 // checkPolicy refuses a policy the state cannot hold: a delivery limit
@@ -34,6 +34,8 @@ func checkPolicy(p *fsmpb.QueuePolicy) *fsmpb.Result {
 			p.DeadLetter, groupOf(p.Queue), p.Queue)
 	case p.DeadLetter != "" && p.DeadLetter == p.Queue:
 		return failuref(fsmpb.Failure_INVALID, "policy.dead_letter: %q is the queue itself", p.DeadLetter)
+	case p.Retain < 0:
+		return failuref(fsmpb.Failure_INVALID, "policy.retain: %d is negative", p.Retain)
 	}
 	return nil
 }
@@ -48,11 +50,14 @@ func (a *applier) policy(p *fsmpb.QueuePolicy) *fsmpb.Result {
 	if f := checkPolicy(p); f != nil {
 		return f
 	}
+	if p.Retain != 0 && a.st.format < FormatRetention {
+		return failuref(fsmpb.Failure_INVALID, "policy.retain needs state format %d; the shard is at %d", FormatRetention, a.st.format)
+	}
 	prev := a.st.policies[p.Queue]
 	if policyEmpty(p) {
 		delete(a.st.policies, p.Queue)
 	} else {
-		a.st.policies[p.Queue] = &fsmpb.QueuePolicy{Queue: p.Queue, MaxClaims: p.MaxClaims, DeadLetter: p.DeadLetter}
+		a.st.policies[p.Queue] = &fsmpb.QueuePolicy{Queue: p.Queue, MaxClaims: p.MaxClaims, DeadLetter: p.DeadLetter, Retain: p.Retain}
 	}
 	return &fsmpb.Result{Policy: &fsmpb.PolicyResult{Previous: prev}}
 }
@@ -116,6 +121,68 @@ func (m *Machine) Policies(prefix string) []*fsmpb.QueuePolicy {
 	for name, p := range m.st.policies {
 		if len(name) >= len(prefix) && name[:len(prefix)] == prefix {
 			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// MaxExpireVisit bounds the tasks one OP_EXPIRE step visits, so that a
+// retention step never stalls its shard however many tasks expire.
+const MaxExpireVisit = 4096
+
+// expire applies one retention step (rule 26): it visits at most e.Visit
+// (and MaxExpireVisit) tasks of the queue in claim order from the cursor
+// and deletes those created at least the policy's retain ago, unless held
+// under an unexpired lease. Without a retention policy it does nothing and
+// says done.
+func (a *applier) expire(e *fsmpb.Expire) *fsmpb.Result {
+	st := a.st
+	res := &fsmpb.ExpireResult{Done: true}
+	p := st.policies[e.Queue]
+	q := st.store.queue(e.Queue)
+	if st.format < FormatRetention || p == nil || p.Retain <= 0 || q == nil {
+		return &fsmpb.Result{Expire: res}
+	}
+	visit := int(min(max(e.Visit, 1), MaxExpireVisit))
+	var from *task
+	if e.Id != "" {
+		from = &task{priority: e.Priority, at: e.At, id: e.Id, q: q}
+	}
+	var victims []*task
+	n := 0
+	res.Done = true
+	st.store.ascendQueue(q, from, func(t *task) bool {
+		if n == visit {
+			res.Priority, res.At, res.Id, res.Done = t.priority, t.at, t.id, false
+			return false
+		}
+		n++
+		if addSat(t.created, p.Retain) <= st.clock && !isClaimed(t, st.clock) {
+			victims = append(victims, t)
+		}
+		return true
+	})
+	for _, t := range victims {
+		st.remove(t)
+		st.reserve(t)
+	}
+	st.prune(e.Queue)
+	res.Deleted = uint64(len(victims))
+	return &fsmpb.Result{Expire: res}
+}
+
+// Retained returns the queues of the shard with a retention policy, and
+// their retain (for the leader's retention loop).
+func (m *Machine) Retained() map[string]int64 {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	var out map[string]int64
+	for name, p := range m.st.policies {
+		if p.Retain > 0 && m.st.unserved(groupOf(name)) == nil {
+			if out == nil {
+				out = map[string]int64{}
+			}
+			out[name] = p.Retain
 		}
 	}
 	return out

@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -122,5 +123,91 @@ func deliveryLimit(t *testing.T, newMachine func(testing.TB, Options) *Machine) 
 	}
 	if qs := m.Queues("g/work", 1); len(qs) != 1 || qs[0].Policy != nil {
 		t.Fatalf("after clearing: %+v", qs)
+	}
+}
+
+// TestRetention: OP_EXPIRE steps visit at most their bound of tasks and
+// delete those created at least the policy's retain ago, except under an
+// unexpired lease, returning a cursor until the walk is done; a retain is
+// refused below FormatRetention and a step does nothing without one. The
+// digest and a snapshot keep the retain. Both stores.
+func TestRetention(t *testing.T) { onEachStore(t, retention) }
+
+func retention(t *testing.T, newMachine func(testing.TB, Options) *Machine) {
+	m := newMachine(t, Options{})
+	idx := uint64(0)
+	apply := func(cmd *fsmpb.Command) *fsmpb.Result {
+		idx++
+		return m.ApplyCommand(idx, cmd)
+	}
+	expire := func(now int64, from *fsmpb.ExpireResult, visit uint32) *fsmpb.ExpireResult {
+		e := &fsmpb.Expire{Queue: "g/done", Visit: visit}
+		if from != nil {
+			e.Priority, e.At, e.Id = from.Priority, from.At, from.Id
+		}
+		return apply(&fsmpb.Command{Op: fsmpb.Op_OP_EXPIRE, Now: now, Expire: e}).GetExpire()
+	}
+	p := &fsmpb.QueuePolicy{Queue: "g/done", Retain: 1000}
+	apply(SetFormatCommand(FormatPolicies))
+	if res := apply(&fsmpb.Command{Op: fsmpb.Op_OP_POLICY, Now: 1, Policy: p}); res.GetFailure().GetKind() != fsmpb.Failure_INVALID {
+		t.Fatalf("a retain at FormatPolicies: %v, want INVALID", res)
+	}
+	apply(SetFormatCommand(FormatRetention))
+	// 10 old tasks (created at 10), 5 young ones (created at 900), one
+	// old one claimed.
+	var old, young []*fsmpb.Insert
+	for i := range 10 {
+		old = append(old, &fsmpb.Insert{Id: fmt.Sprintf("old%d", i), Queue: "g/done", Priority: int32(i % 3)})
+	}
+	for i := range 5 {
+		young = append(young, &fsmpb.Insert{Id: fmt.Sprintf("young%d", i), Queue: "g/done", Priority: int32(i % 3)})
+	}
+	apply(&fsmpb.Command{Op: fsmpb.Op_OP_MODIFY, Now: 10, Modify: &fsmpb.Modify{Group: "g", Inserts: old}})
+	apply(&fsmpb.Command{Op: fsmpb.Op_OP_MODIFY, Now: 900, Modify: &fsmpb.Modify{Group: "g", Inserts: young}})
+	claimed := apply(&fsmpb.Command{Op: fsmpb.Op_OP_CLAIM, Now: 900, Claim: &fsmpb.Claim{Claimant: "w", Queues: []string{"g/done"}, Lease: 10_000, Limit: 1}}).GetClaim().GetTasks()[0]
+	if e := expire(1500, nil, 4); !e.Done || e.Deleted != 0 {
+		t.Fatalf("a step without a policy: %v, want done, nothing deleted", e)
+	}
+	if res := apply(&fsmpb.Command{Op: fsmpb.Op_OP_POLICY, Now: 1500, Policy: p}); res.Failure != nil {
+		t.Fatal(res.Failure)
+	}
+	before := m.Digest()
+	var deleted uint64
+	steps := 0
+	var cur *fsmpb.ExpireResult
+	for {
+		e := expire(1500, cur, 4)
+		steps++
+		deleted += e.Deleted
+		if e.Deleted > 4 {
+			t.Fatalf("a step of 4 visits deleted %d", e.Deleted)
+		}
+		if e.Done {
+			break
+		}
+		cur = e
+	}
+	if steps != 4 || deleted != 9 {
+		t.Fatalf("%d steps deleted %d tasks, want 4 steps of at most 4 (16 tasks) deleting the 9 unclaimed old ones", steps, deleted)
+	}
+	left, _, _ := m.List("g/done", "", 100, nil, false)
+	if len(left) != 6 {
+		t.Fatalf("left %d tasks, want the 5 young ones and the claimed old one", len(left))
+	}
+	for _, tk := range left {
+		if !strings.HasPrefix(tk.Id, "young") && tk.Id != claimed.Id {
+			t.Fatalf("%s survived", tk.Id)
+		}
+	}
+	if m.Digest() == before {
+		t.Fatal("the digest did not change")
+	}
+	b := persist(t, m)
+	m2 := newMachine(t, Options{})
+	if err := m2.Restore(nopCloser{bytes.NewBuffer(b)}); err != nil {
+		t.Fatal(err)
+	}
+	if m2.Digest() != m.Digest() || m2.Retained()["g/done"] != 1000 {
+		t.Fatalf("restored: retained %v, digest equal %v", m2.Retained(), m2.Digest() == m.Digest())
 	}
 }

@@ -30,6 +30,7 @@ type refModel struct {
 	reserved    map[[2]string]refReservation // queue, key
 	reservedHit int                          // inserts that met a reservation
 	deadLetters int                          // tasks moved over a delivery limit
+	expired     int                          // tasks deleted by retention
 	schedules   map[string]*fsmpb.Schedule   // by group, "\x00", name
 	sessions    map[string]*refSession
 	maxSessions int
@@ -95,6 +96,8 @@ func (r *refModel) apply(cmd *fsmpb.Command) *fsmpb.Result {
 		}
 	case fsmpb.Op_OP_POLICY:
 		res = r.policy(cmd.Policy)
+	case fsmpb.Op_OP_EXPIRE:
+		res = r.expire(cmd.Expire)
 	case fsmpb.Op_OP_PAUSE:
 		res = &fsmpb.Result{Pause: &fsmpb.PauseResult{WasPaused: r.paused[cmd.Pause.Queue]}}
 		if cmd.Pause.Paused {
@@ -425,20 +428,62 @@ func (r *refModel) policy(p *fsmpb.QueuePolicy) *fsmpb.Result {
 	if f := checkPolicy(p); f != nil { // the messages are the machine's
 		return f
 	}
+	if p.Retain != 0 && r.format < FormatRetention {
+		return &fsmpb.Result{Failure: &fsmpb.Failure{Kind: fsmpb.Failure_INVALID,
+			Message: fmt.Sprintf("policy.retain needs state format %d; the shard is at %d", FormatRetention, r.format)}}
+	}
 	prev := r.policies[p.Queue]
-	if p.MaxClaims == 0 {
+	if p.MaxClaims == 0 && p.Retain == 0 {
 		delete(r.policies, p.Queue)
 	} else {
-		r.policies[p.Queue] = &fsmpb.QueuePolicy{Queue: p.Queue, MaxClaims: p.MaxClaims, DeadLetter: p.DeadLetter}
+		r.policies[p.Queue] = &fsmpb.QueuePolicy{Queue: p.Queue, MaxClaims: p.MaxClaims, DeadLetter: p.DeadLetter, Retain: p.Retain}
 	}
 	return &fsmpb.Result{Policy: &fsmpb.PolicyResult{Previous: prev}}
+}
+
+// expire is one retention step: the queue's tasks in claim order from the
+// cursor, at most visit of them; those created retain ago or more and not
+// under an unexpired lease are deleted.
+func (r *refModel) expire(e *fsmpb.Expire) *fsmpb.Result {
+	res := &fsmpb.ExpireResult{Done: true}
+	p := r.policies[e.Queue]
+	if r.format < FormatRetention || p == nil || p.Retain == 0 {
+		return &fsmpb.Result{Expire: res}
+	}
+	pivot := &fsmpb.Task{Priority: e.Priority, At: e.At, Id: e.Id}
+	var walk []*fsmpb.Task
+	for _, t := range r.tasks {
+		if t.Queue == e.Queue && (e.Id == "" || refClaimLess(t, pivot) >= 0) {
+			walk = append(walk, t)
+		}
+	}
+	slices.SortFunc(walk, refClaimLess)
+	visit := int(min(max(e.Visit, 1), MaxExpireVisit))
+	if len(walk) > visit {
+		next := walk[visit]
+		res.Priority, res.At, res.Id, res.Done = next.Priority, next.At, next.Id, false
+		walk = walk[:visit]
+	}
+	for _, t := range walk {
+		if t.Created+p.Retain <= r.clock && !(t.Claimant != "" && t.At > r.clock) {
+			delete(r.tasks, refKey(refGroup(t.Queue), t.Id))
+			res.Deleted++
+			r.expired++
+		}
+	}
+	for _, t := range walk {
+		if t.Created+p.Retain <= r.clock && !(t.Claimant != "" && t.At > r.clock) {
+			r.reserve(t)
+		}
+	}
+	return &fsmpb.Result{Expire: res}
 }
 
 // overClaimed: the task was claimed at least its queue's max_claims times
 // and its last lease ran out (it still names its claimant).
 func (r *refModel) overClaimed(t *fsmpb.Task) *fsmpb.QueuePolicy {
 	p := r.policies[t.Queue]
-	if r.format < FormatPolicies || p == nil || t.Claims < p.MaxClaims || t.Claimant == "" {
+	if r.format < FormatPolicies || p == nil || p.MaxClaims == 0 || t.Claims < p.MaxClaims || t.Claimant == "" {
 		return nil
 	}
 	return p
@@ -691,11 +736,23 @@ func (g *gen) command(allowBatch bool) *fsmpb.Command {
 		cmd.Op, cmd.Limit = fsmpb.Op_OP_LIMIT, &fsmpb.QueueLimit{Queue: g.queueIn(group), MaxClaimed: uint32(r.IntN(3))}
 		return cmd
 	}
+	if r.IntN(15) == 0 {
+		// A retention step, from the start or from a task.
+		e := &fsmpb.Expire{Queue: g.queueIn(group), Visit: uint32(r.IntN(4))}
+		if t := g.someTask(group); t != nil && r.IntN(2) == 0 {
+			e.Priority, e.At, e.Id = t.Priority, t.At, t.Id
+		}
+		cmd.Op, cmd.Expire = fsmpb.Op_OP_EXPIRE, e
+		return cmd
+	}
 	if r.IntN(25) == 0 {
 		// A delivery limit, sometimes refused (a dead-letter queue of
 		// another group, or the queue itself), sometimes cleared.
 		q := g.queueIn(group)
 		p := &fsmpb.QueuePolicy{Queue: q, MaxClaims: uint32(r.IntN(3))}
+		if r.IntN(2) == 0 {
+			p.Retain = int64(r.IntN(300))
+		}
 		if p.MaxClaims > 0 {
 			p.DeadLetter = g.pick([]string{group + "/dead", group + "/dead", g.queueIn(group), "g/a"})
 		}
@@ -853,7 +910,7 @@ func TestProperty(t *testing.T) {
 	want := []string{"modify", "claim", "claim-empty", "purge", "batch", "stale-seq", "coalesced", "moved",
 		"modify-claim", "modify-claim-empty", "modify-claim-group", "modify-claim-refused", "id-in-two-groups",
 		"was-paused", "claim-in-paused", "claim-at-limit", "held-insert", "reserved-key",
-		"schedule-replaced", "schedule-elsewhere", "fired-insert", "fired-taken", "claim-read-empty", "dead-lettered"}
+		"schedule-replaced", "schedule-elsewhere", "fired-insert", "fired-taken", "claim-read-empty", "dead-lettered", "expired"}
 	for c := range fsmpb.RefError_Category_value {
 		if c != "CATEGORY_UNSPECIFIED" {
 			want = append(want, c)
@@ -1016,6 +1073,7 @@ func propertyRun(t *testing.T, seed uint64, steps int, seen map[string]int, newM
 	}
 	seen["reserved-key"] += ref.reservedHit
 	seen["dead-lettered"] += ref.deadLetters
+	seen["expired"] += ref.expired
 	if m.Digest() != replica.Digest() {
 		t.Fatalf("restored replica's digest differs")
 	}

@@ -477,6 +477,10 @@ func digestOf(snap *snapshot) [32]byte {
 			str(p.Queue)
 			u(uint64(p.MaxClaims))
 			str(p.DeadLetter)
+			if p.Retain != 0 { // (FormatRetention)
+				str("retain")
+				u(uint64(p.Retain))
+			}
 		}
 	}
 	flush()

@@ -149,10 +149,10 @@ func (v *validator) id(field, s string) error {
 }
 
 func (v *validator) bodies(cmd *fsmpb.Command, path string) error {
-	set := map[string]bool{"modify": cmd.Modify != nil, "claim": cmd.Claim != nil, "purge": cmd.Purge != nil, "pause": cmd.Pause != nil, "limit": cmd.Limit != nil, "schedule": cmd.Schedule != nil, "policy": cmd.Policy != nil, "batch": len(cmd.Batch) > 0}
+	set := map[string]bool{"modify": cmd.Modify != nil, "claim": cmd.Claim != nil, "purge": cmd.Purge != nil, "pause": cmd.Pause != nil, "limit": cmd.Limit != nil, "schedule": cmd.Schedule != nil, "policy": cmd.Policy != nil, "expire": cmd.Expire != nil, "batch": len(cmd.Batch) > 0}
 	want := map[fsmpb.Op]string{fsmpb.Op_OP_MODIFY: "modify", fsmpb.Op_OP_MODIFY_CLAIM: "modify", fsmpb.Op_OP_CLAIM: "claim", fsmpb.Op_OP_PURGE: "purge",
-		fsmpb.Op_OP_PAUSE: "pause", fsmpb.Op_OP_LIMIT: "limit", fsmpb.Op_OP_SCHEDULE: "schedule", fsmpb.Op_OP_POLICY: "policy", fsmpb.Op_OP_BATCH: "batch"}[cmd.Op]
-	for _, body := range []string{"modify", "claim", "purge", "pause", "limit", "schedule", "policy", "batch"} {
+		fsmpb.Op_OP_PAUSE: "pause", fsmpb.Op_OP_LIMIT: "limit", fsmpb.Op_OP_SCHEDULE: "schedule", fsmpb.Op_OP_POLICY: "policy", fsmpb.Op_OP_EXPIRE: "expire", fsmpb.Op_OP_BATCH: "batch"}[cmd.Op]
+	for _, body := range []string{"modify", "claim", "purge", "pause", "limit", "schedule", "policy", "expire", "batch"} {
 		if body == want && !set[body] {
 			return invalidf(path+body, "required for %v", cmd.Op)
 		}
@@ -168,7 +168,7 @@ func (v *validator) command(cmd *fsmpb.Command, path string, top bool) error {
 		return err
 	}
 	switch cmd.Op {
-	case fsmpb.Op_OP_MODIFY, fsmpb.Op_OP_MODIFY_CLAIM, fsmpb.Op_OP_CLAIM, fsmpb.Op_OP_PURGE, fsmpb.Op_OP_PAUSE, fsmpb.Op_OP_LIMIT, fsmpb.Op_OP_SCHEDULE, fsmpb.Op_OP_POLICY, fsmpb.Op_OP_TICK:
+	case fsmpb.Op_OP_MODIFY, fsmpb.Op_OP_MODIFY_CLAIM, fsmpb.Op_OP_CLAIM, fsmpb.Op_OP_PURGE, fsmpb.Op_OP_PAUSE, fsmpb.Op_OP_LIMIT, fsmpb.Op_OP_SCHEDULE, fsmpb.Op_OP_POLICY, fsmpb.Op_OP_EXPIRE, fsmpb.Op_OP_TICK:
 	case fsmpb.Op_OP_BATCH:
 		if !top {
 			return invalidf(path+"op", "a batch may not contain a batch")
@@ -213,6 +213,8 @@ func (v *validator) command(cmd *fsmpb.Command, path string, top bool) error {
 		if f := checkPolicy(p); f != nil {
 			return invalidf(path+"policy", "%s", f.Failure.Message)
 		}
+	case fsmpb.Op_OP_EXPIRE:
+		return v.queue(path+"expire.queue", cmd.Expire.Queue, "")
 	case fsmpb.Op_OP_BATCH:
 		if len(cmd.Batch) > v.l.MaxOps {
 			return &ValidationError{Field: path + "batch", Rule: fmt.Sprintf("%d commands exceeds the limit of %d", len(cmd.Batch), v.l.MaxOps), Kind: ErrTooLarge}

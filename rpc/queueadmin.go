@@ -2,6 +2,9 @@ package rpc
 
 import (
 	"context"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/e1158ecb/taskstore/api/taskstorepb"
 	"github.com/e1158ecb/taskstore/fsm"
@@ -81,8 +84,20 @@ func (srv *Server) setPolicy(ctx context.Context, req *taskstorepb.QueuePolicyRe
 		return nil, invalid("queue", "required")
 	}
 	p := req.GetPolicy()
-	cmd := &fsmpb.Command{Op: fsmpb.Op_OP_POLICY, Policy: &fsmpb.QueuePolicy{Queue: req.Queue, MaxClaims: p.GetMaxClaims(), DeadLetter: p.GetDeadLetter()}}
-	shard, err := srv.queueShard(ctx, req.Queue, cmd, req.Request, fsm.FormatPolicies, "a queue policy")
+	var retain time.Duration
+	if r := p.GetRetain(); r != nil {
+		if err := r.CheckValid(); err != nil || r.AsDuration() < 0 {
+			return nil, invalid("policy.retain", "not a duration of 0 or more")
+		}
+		retain = r.AsDuration()
+	}
+	cmd := &fsmpb.Command{Op: fsmpb.Op_OP_POLICY, Policy: &fsmpb.QueuePolicy{Queue: req.Queue, MaxClaims: p.GetMaxClaims(), DeadLetter: p.GetDeadLetter(),
+		Retain: int64(retain)}}
+	minFormat, what := fsm.FormatPolicies, "a queue policy"
+	if retain > 0 {
+		minFormat, what = fsm.FormatRetention, "a queue policy's retention"
+	}
+	shard, err := srv.queueShard(ctx, req.Queue, cmd, req.Request, minFormat, what)
 	if err != nil {
 		return nil, err
 	}
@@ -92,7 +107,7 @@ func (srv *Server) setPolicy(ctx context.Context, req *taskstorepb.QueuePolicyRe
 	}
 	prev := res.GetPolicy().GetPrevious()
 	if !res.Replayed {
-		srv.log.Info("queue policy set", "queue", req.Queue, "max_claims", p.GetMaxClaims(), "dead_letter", p.GetDeadLetter(),
+		srv.log.Info("queue policy set", "queue", req.Queue, "max_claims", p.GetMaxClaims(), "dead_letter", p.GetDeadLetter(), "retain", retain,
 			"previous_max_claims", prev.GetMaxClaims(), "previous_dead_letter", prev.GetDeadLetter())
 	}
 	resp := &taskstorepb.QueuePolicyResponse{}
@@ -104,7 +119,11 @@ func (srv *Server) setPolicy(ctx context.Context, req *taskstorepb.QueuePolicyRe
 
 // apiPolicy is a state machine's queue policy as the API shows it.
 func apiPolicy(p *fsmpb.QueuePolicy) *taskstorepb.QueuePolicy {
-	return &taskstorepb.QueuePolicy{MaxClaims: p.MaxClaims, DeadLetter: p.DeadLetter}
+	ap := &taskstorepb.QueuePolicy{MaxClaims: p.MaxClaims, DeadLetter: p.DeadLetter}
+	if p.Retain > 0 {
+		ap.Retain = durationpb.New(time.Duration(p.Retain))
+	}
+	return ap
 }
 
 // Purge implements TaskStore.Purge.

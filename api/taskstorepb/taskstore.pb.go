@@ -2581,8 +2581,13 @@ type QueuePolicy struct {
 	// dead-letter-claims, and its claim count starts again at 0, so that a
 	// move back (taskctl queue move) gives it max_claims more claims. 0: no
 	// limit.
-	MaxClaims     uint32 `protobuf:"varint,1,opt,name=max_claims,json=maxClaims,proto3" json:"max_claims,omitempty"`
-	DeadLetter    string `protobuf:"bytes,2,opt,name=dead_letter,json=deadLetter,proto3" json:"dead_letter,omitempty"`
+	MaxClaims  uint32 `protobuf:"varint,1,opt,name=max_claims,json=maxClaims,proto3" json:"max_claims,omitempty"`
+	DeadLetter string `protobuf:"bytes,2,opt,name=dead_letter,json=deadLetter,proto3" json:"dead_letter,omitempty"`
+	// Retention: the queue's tasks older than this since their insert are
+	// deleted by the server, in small steps (claimed ones once their lease
+	// ends); for "done" and dead-letter queues that must not grow forever.
+	// Absent or 0: kept until deleted.
+	Retain        *durationpb.Duration `protobuf:"bytes,3,opt,name=retain,proto3" json:"retain,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2629,6 +2634,13 @@ func (x *QueuePolicy) GetDeadLetter() string {
 		return x.DeadLetter
 	}
 	return ""
+}
+
+func (x *QueuePolicy) GetRetain() *durationpb.Duration {
+	if x != nil {
+		return x.Retain
+	}
+	return nil
 }
 
 type QueuePolicyRequest struct {
@@ -5504,12 +5516,13 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x1f\n" +
 	"\vmax_claimed\x18\x02 \x01(\rR\n" +
 	"maxClaimed\x121\n" +
-	"\arequest\x18\x03 \x01(\v2\x17.taskstore.v1.RequestIDR\arequest\"M\n" +
+	"\arequest\x18\x03 \x01(\v2\x17.taskstore.v1.RequestIDR\arequest\"\x80\x01\n" +
 	"\vQueuePolicy\x12\x1d\n" +
 	"\n" +
 	"max_claims\x18\x01 \x01(\rR\tmaxClaims\x12\x1f\n" +
 	"\vdead_letter\x18\x02 \x01(\tR\n" +
-	"deadLetter\"\x90\x01\n" +
+	"deadLetter\x121\n" +
+	"\x06retain\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x06retain\"\x90\x01\n" +
 	"\x12QueuePolicyRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x121\n" +
 	"\x06policy\x18\x02 \x01(\v2\x19.taskstore.v1.QueuePolicyR\x06policy\x121\n" +
@@ -5880,91 +5893,92 @@ var file_taskstore_v1_taskstore_proto_depIdxs = []int32{
 	5,   // 47: taskstore.v1.DeleteScheduleRequest.request:type_name -> taskstore.v1.RequestID
 	23,  // 48: taskstore.v1.SchedulesResponse.schedules:type_name -> taskstore.v1.Schedule
 	5,   // 49: taskstore.v1.QueueLimitRequest.request:type_name -> taskstore.v1.RequestID
-	31,  // 50: taskstore.v1.QueuePolicyRequest.policy:type_name -> taskstore.v1.QueuePolicy
-	5,   // 51: taskstore.v1.QueuePolicyRequest.request:type_name -> taskstore.v1.RequestID
-	31,  // 52: taskstore.v1.QueuePolicyResponse.previous:type_name -> taskstore.v1.QueuePolicy
-	81,  // 53: taskstore.v1.TimeResponse.now:type_name -> google.protobuf.Timestamp
-	39,  // 54: taskstore.v1.ProduceRequest.items:type_name -> taskstore.v1.ProduceItem
-	8,   // 55: taskstore.v1.ProduceItem.modify:type_name -> taskstore.v1.ModifyRequest
-	82,  // 56: taskstore.v1.ProduceItem.timeout:type_name -> google.protobuf.Duration
-	80,  // 57: taskstore.v1.ProduceItem.trace:type_name -> taskstore.v1.ProduceItem.TraceEntry
-	41,  // 58: taskstore.v1.ProduceResponse.answers:type_name -> taskstore.v1.ProduceAnswer
-	10,  // 59: taskstore.v1.ProduceAnswer.modify:type_name -> taskstore.v1.ModifyResponse
-	42,  // 60: taskstore.v1.ProduceAnswer.details:type_name -> taskstore.v1.ErrorDetail
-	47,  // 61: taskstore.v1.ReplicaStatus.checkpoints:type_name -> taskstore.v1.Checkpoint
-	48,  // 62: taskstore.v1.ReplicaStatus.divergence:type_name -> taskstore.v1.Divergence
-	81,  // 63: taskstore.v1.Divergence.detected:type_name -> google.protobuf.Timestamp
-	46,  // 64: taskstore.v1.ShardStatus.replica_status:type_name -> taskstore.v1.ReplicaStatus
-	45,  // 65: taskstore.v1.StatusResponse.nodes:type_name -> taskstore.v1.NodeStatus
-	49,  // 66: taskstore.v1.StatusResponse.shards:type_name -> taskstore.v1.ShardStatus
-	49,  // 67: taskstore.v1.StatusResponse.meta:type_name -> taskstore.v1.ShardStatus
-	81,  // 68: taskstore.v1.StatusResponse.now:type_name -> google.protobuf.Timestamp
-	59,  // 69: taskstore.v1.StatusResponse.moves:type_name -> taskstore.v1.SlotMove
-	59,  // 70: taskstore.v1.StatusResponse.finished_moves:type_name -> taskstore.v1.SlotMove
-	49,  // 71: taskstore.v1.AddShardsResponse.shards:type_name -> taskstore.v1.ShardStatus
-	59,  // 72: taskstore.v1.RemoveShardResponse.moves:type_name -> taskstore.v1.SlotMove
-	59,  // 73: taskstore.v1.RebalanceSlotsResponse.moves:type_name -> taskstore.v1.SlotMove
-	59,  // 74: taskstore.v1.MoveSlotsResponse.moves:type_name -> taskstore.v1.SlotMove
-	62,  // 75: taskstore.v1.BackupChunk.info:type_name -> taskstore.v1.BackupInfo
-	64,  // 76: taskstore.v1.ShardRoute.replicas:type_name -> taskstore.v1.Replica
-	65,  // 77: taskstore.v1.RoutingResponse.shards:type_name -> taskstore.v1.ShardRoute
-	45,  // 78: taskstore.v1.AddNodeResponse.node:type_name -> taskstore.v1.NodeStatus
-	45,  // 79: taskstore.v1.RemoveNodeResponse.node:type_name -> taskstore.v1.NodeStatus
-	8,   // 80: taskstore.v1.TaskStore.Modify:input_type -> taskstore.v1.ModifyRequest
-	13,  // 81: taskstore.v1.TaskStore.Claim:input_type -> taskstore.v1.ClaimRequest
-	15,  // 82: taskstore.v1.TaskStore.Tasks:input_type -> taskstore.v1.TasksRequest
-	17,  // 83: taskstore.v1.TaskStore.Queues:input_type -> taskstore.v1.QueuesRequest
-	36,  // 84: taskstore.v1.TaskStore.Time:input_type -> taskstore.v1.TimeRequest
-	20,  // 85: taskstore.v1.TaskStore.Purge:input_type -> taskstore.v1.PurgeRequest
-	22,  // 86: taskstore.v1.TaskStore.PauseQueue:input_type -> taskstore.v1.QueuePauseRequest
-	22,  // 87: taskstore.v1.TaskStore.ResumeQueue:input_type -> taskstore.v1.QueuePauseRequest
-	30,  // 88: taskstore.v1.TaskStore.SetQueueLimit:input_type -> taskstore.v1.QueueLimitRequest
-	32,  // 89: taskstore.v1.TaskStore.SetQueuePolicy:input_type -> taskstore.v1.QueuePolicyRequest
-	24,  // 90: taskstore.v1.TaskStore.PutSchedule:input_type -> taskstore.v1.PutScheduleRequest
-	26,  // 91: taskstore.v1.TaskStore.DeleteSchedule:input_type -> taskstore.v1.DeleteScheduleRequest
-	28,  // 92: taskstore.v1.TaskStore.Schedules:input_type -> taskstore.v1.SchedulesRequest
-	38,  // 93: taskstore.v1.TaskStore.Produce:input_type -> taskstore.v1.ProduceRequest
-	44,  // 94: taskstore.v1.Admin.Status:input_type -> taskstore.v1.StatusRequest
-	63,  // 95: taskstore.v1.Admin.Routing:input_type -> taskstore.v1.RoutingRequest
-	67,  // 96: taskstore.v1.Admin.TransferLeader:input_type -> taskstore.v1.TransferLeaderRequest
-	69,  // 97: taskstore.v1.Admin.AddNode:input_type -> taskstore.v1.AddNodeRequest
-	71,  // 98: taskstore.v1.Admin.RemoveNode:input_type -> taskstore.v1.RemoveNodeRequest
-	73,  // 99: taskstore.v1.Admin.RebuildReplica:input_type -> taskstore.v1.RebuildReplicaRequest
-	51,  // 100: taskstore.v1.Admin.MoveSlots:input_type -> taskstore.v1.MoveSlotsRequest
-	52,  // 101: taskstore.v1.Admin.AddShards:input_type -> taskstore.v1.AddShardsRequest
-	54,  // 102: taskstore.v1.Admin.RemoveShard:input_type -> taskstore.v1.RemoveShardRequest
-	56,  // 103: taskstore.v1.Admin.RebalanceSlots:input_type -> taskstore.v1.RebalanceSlotsRequest
-	60,  // 104: taskstore.v1.Admin.Backup:input_type -> taskstore.v1.BackupRequest
-	10,  // 105: taskstore.v1.TaskStore.Modify:output_type -> taskstore.v1.ModifyResponse
-	14,  // 106: taskstore.v1.TaskStore.Claim:output_type -> taskstore.v1.ClaimResponse
-	16,  // 107: taskstore.v1.TaskStore.Tasks:output_type -> taskstore.v1.TasksResponse
-	19,  // 108: taskstore.v1.TaskStore.Queues:output_type -> taskstore.v1.QueuesResponse
-	37,  // 109: taskstore.v1.TaskStore.Time:output_type -> taskstore.v1.TimeResponse
-	21,  // 110: taskstore.v1.TaskStore.Purge:output_type -> taskstore.v1.PurgeResponse
-	35,  // 111: taskstore.v1.TaskStore.PauseQueue:output_type -> taskstore.v1.QueuePauseResponse
-	35,  // 112: taskstore.v1.TaskStore.ResumeQueue:output_type -> taskstore.v1.QueuePauseResponse
-	34,  // 113: taskstore.v1.TaskStore.SetQueueLimit:output_type -> taskstore.v1.QueueLimitResponse
-	33,  // 114: taskstore.v1.TaskStore.SetQueuePolicy:output_type -> taskstore.v1.QueuePolicyResponse
-	25,  // 115: taskstore.v1.TaskStore.PutSchedule:output_type -> taskstore.v1.PutScheduleResponse
-	27,  // 116: taskstore.v1.TaskStore.DeleteSchedule:output_type -> taskstore.v1.DeleteScheduleResponse
-	29,  // 117: taskstore.v1.TaskStore.Schedules:output_type -> taskstore.v1.SchedulesResponse
-	40,  // 118: taskstore.v1.TaskStore.Produce:output_type -> taskstore.v1.ProduceResponse
-	50,  // 119: taskstore.v1.Admin.Status:output_type -> taskstore.v1.StatusResponse
-	66,  // 120: taskstore.v1.Admin.Routing:output_type -> taskstore.v1.RoutingResponse
-	68,  // 121: taskstore.v1.Admin.TransferLeader:output_type -> taskstore.v1.TransferLeaderResponse
-	70,  // 122: taskstore.v1.Admin.AddNode:output_type -> taskstore.v1.AddNodeResponse
-	72,  // 123: taskstore.v1.Admin.RemoveNode:output_type -> taskstore.v1.RemoveNodeResponse
-	74,  // 124: taskstore.v1.Admin.RebuildReplica:output_type -> taskstore.v1.RebuildReplicaResponse
-	58,  // 125: taskstore.v1.Admin.MoveSlots:output_type -> taskstore.v1.MoveSlotsResponse
-	53,  // 126: taskstore.v1.Admin.AddShards:output_type -> taskstore.v1.AddShardsResponse
-	55,  // 127: taskstore.v1.Admin.RemoveShard:output_type -> taskstore.v1.RemoveShardResponse
-	57,  // 128: taskstore.v1.Admin.RebalanceSlots:output_type -> taskstore.v1.RebalanceSlotsResponse
-	61,  // 129: taskstore.v1.Admin.Backup:output_type -> taskstore.v1.BackupChunk
-	105, // [105:130] is the sub-list for method output_type
-	80,  // [80:105] is the sub-list for method input_type
-	80,  // [80:80] is the sub-list for extension type_name
-	80,  // [80:80] is the sub-list for extension extendee
-	0,   // [0:80] is the sub-list for field type_name
+	82,  // 50: taskstore.v1.QueuePolicy.retain:type_name -> google.protobuf.Duration
+	31,  // 51: taskstore.v1.QueuePolicyRequest.policy:type_name -> taskstore.v1.QueuePolicy
+	5,   // 52: taskstore.v1.QueuePolicyRequest.request:type_name -> taskstore.v1.RequestID
+	31,  // 53: taskstore.v1.QueuePolicyResponse.previous:type_name -> taskstore.v1.QueuePolicy
+	81,  // 54: taskstore.v1.TimeResponse.now:type_name -> google.protobuf.Timestamp
+	39,  // 55: taskstore.v1.ProduceRequest.items:type_name -> taskstore.v1.ProduceItem
+	8,   // 56: taskstore.v1.ProduceItem.modify:type_name -> taskstore.v1.ModifyRequest
+	82,  // 57: taskstore.v1.ProduceItem.timeout:type_name -> google.protobuf.Duration
+	80,  // 58: taskstore.v1.ProduceItem.trace:type_name -> taskstore.v1.ProduceItem.TraceEntry
+	41,  // 59: taskstore.v1.ProduceResponse.answers:type_name -> taskstore.v1.ProduceAnswer
+	10,  // 60: taskstore.v1.ProduceAnswer.modify:type_name -> taskstore.v1.ModifyResponse
+	42,  // 61: taskstore.v1.ProduceAnswer.details:type_name -> taskstore.v1.ErrorDetail
+	47,  // 62: taskstore.v1.ReplicaStatus.checkpoints:type_name -> taskstore.v1.Checkpoint
+	48,  // 63: taskstore.v1.ReplicaStatus.divergence:type_name -> taskstore.v1.Divergence
+	81,  // 64: taskstore.v1.Divergence.detected:type_name -> google.protobuf.Timestamp
+	46,  // 65: taskstore.v1.ShardStatus.replica_status:type_name -> taskstore.v1.ReplicaStatus
+	45,  // 66: taskstore.v1.StatusResponse.nodes:type_name -> taskstore.v1.NodeStatus
+	49,  // 67: taskstore.v1.StatusResponse.shards:type_name -> taskstore.v1.ShardStatus
+	49,  // 68: taskstore.v1.StatusResponse.meta:type_name -> taskstore.v1.ShardStatus
+	81,  // 69: taskstore.v1.StatusResponse.now:type_name -> google.protobuf.Timestamp
+	59,  // 70: taskstore.v1.StatusResponse.moves:type_name -> taskstore.v1.SlotMove
+	59,  // 71: taskstore.v1.StatusResponse.finished_moves:type_name -> taskstore.v1.SlotMove
+	49,  // 72: taskstore.v1.AddShardsResponse.shards:type_name -> taskstore.v1.ShardStatus
+	59,  // 73: taskstore.v1.RemoveShardResponse.moves:type_name -> taskstore.v1.SlotMove
+	59,  // 74: taskstore.v1.RebalanceSlotsResponse.moves:type_name -> taskstore.v1.SlotMove
+	59,  // 75: taskstore.v1.MoveSlotsResponse.moves:type_name -> taskstore.v1.SlotMove
+	62,  // 76: taskstore.v1.BackupChunk.info:type_name -> taskstore.v1.BackupInfo
+	64,  // 77: taskstore.v1.ShardRoute.replicas:type_name -> taskstore.v1.Replica
+	65,  // 78: taskstore.v1.RoutingResponse.shards:type_name -> taskstore.v1.ShardRoute
+	45,  // 79: taskstore.v1.AddNodeResponse.node:type_name -> taskstore.v1.NodeStatus
+	45,  // 80: taskstore.v1.RemoveNodeResponse.node:type_name -> taskstore.v1.NodeStatus
+	8,   // 81: taskstore.v1.TaskStore.Modify:input_type -> taskstore.v1.ModifyRequest
+	13,  // 82: taskstore.v1.TaskStore.Claim:input_type -> taskstore.v1.ClaimRequest
+	15,  // 83: taskstore.v1.TaskStore.Tasks:input_type -> taskstore.v1.TasksRequest
+	17,  // 84: taskstore.v1.TaskStore.Queues:input_type -> taskstore.v1.QueuesRequest
+	36,  // 85: taskstore.v1.TaskStore.Time:input_type -> taskstore.v1.TimeRequest
+	20,  // 86: taskstore.v1.TaskStore.Purge:input_type -> taskstore.v1.PurgeRequest
+	22,  // 87: taskstore.v1.TaskStore.PauseQueue:input_type -> taskstore.v1.QueuePauseRequest
+	22,  // 88: taskstore.v1.TaskStore.ResumeQueue:input_type -> taskstore.v1.QueuePauseRequest
+	30,  // 89: taskstore.v1.TaskStore.SetQueueLimit:input_type -> taskstore.v1.QueueLimitRequest
+	32,  // 90: taskstore.v1.TaskStore.SetQueuePolicy:input_type -> taskstore.v1.QueuePolicyRequest
+	24,  // 91: taskstore.v1.TaskStore.PutSchedule:input_type -> taskstore.v1.PutScheduleRequest
+	26,  // 92: taskstore.v1.TaskStore.DeleteSchedule:input_type -> taskstore.v1.DeleteScheduleRequest
+	28,  // 93: taskstore.v1.TaskStore.Schedules:input_type -> taskstore.v1.SchedulesRequest
+	38,  // 94: taskstore.v1.TaskStore.Produce:input_type -> taskstore.v1.ProduceRequest
+	44,  // 95: taskstore.v1.Admin.Status:input_type -> taskstore.v1.StatusRequest
+	63,  // 96: taskstore.v1.Admin.Routing:input_type -> taskstore.v1.RoutingRequest
+	67,  // 97: taskstore.v1.Admin.TransferLeader:input_type -> taskstore.v1.TransferLeaderRequest
+	69,  // 98: taskstore.v1.Admin.AddNode:input_type -> taskstore.v1.AddNodeRequest
+	71,  // 99: taskstore.v1.Admin.RemoveNode:input_type -> taskstore.v1.RemoveNodeRequest
+	73,  // 100: taskstore.v1.Admin.RebuildReplica:input_type -> taskstore.v1.RebuildReplicaRequest
+	51,  // 101: taskstore.v1.Admin.MoveSlots:input_type -> taskstore.v1.MoveSlotsRequest
+	52,  // 102: taskstore.v1.Admin.AddShards:input_type -> taskstore.v1.AddShardsRequest
+	54,  // 103: taskstore.v1.Admin.RemoveShard:input_type -> taskstore.v1.RemoveShardRequest
+	56,  // 104: taskstore.v1.Admin.RebalanceSlots:input_type -> taskstore.v1.RebalanceSlotsRequest
+	60,  // 105: taskstore.v1.Admin.Backup:input_type -> taskstore.v1.BackupRequest
+	10,  // 106: taskstore.v1.TaskStore.Modify:output_type -> taskstore.v1.ModifyResponse
+	14,  // 107: taskstore.v1.TaskStore.Claim:output_type -> taskstore.v1.ClaimResponse
+	16,  // 108: taskstore.v1.TaskStore.Tasks:output_type -> taskstore.v1.TasksResponse
+	19,  // 109: taskstore.v1.TaskStore.Queues:output_type -> taskstore.v1.QueuesResponse
+	37,  // 110: taskstore.v1.TaskStore.Time:output_type -> taskstore.v1.TimeResponse
+	21,  // 111: taskstore.v1.TaskStore.Purge:output_type -> taskstore.v1.PurgeResponse
+	35,  // 112: taskstore.v1.TaskStore.PauseQueue:output_type -> taskstore.v1.QueuePauseResponse
+	35,  // 113: taskstore.v1.TaskStore.ResumeQueue:output_type -> taskstore.v1.QueuePauseResponse
+	34,  // 114: taskstore.v1.TaskStore.SetQueueLimit:output_type -> taskstore.v1.QueueLimitResponse
+	33,  // 115: taskstore.v1.TaskStore.SetQueuePolicy:output_type -> taskstore.v1.QueuePolicyResponse
+	25,  // 116: taskstore.v1.TaskStore.PutSchedule:output_type -> taskstore.v1.PutScheduleResponse
+	27,  // 117: taskstore.v1.TaskStore.DeleteSchedule:output_type -> taskstore.v1.DeleteScheduleResponse
+	29,  // 118: taskstore.v1.TaskStore.Schedules:output_type -> taskstore.v1.SchedulesResponse
+	40,  // 119: taskstore.v1.TaskStore.Produce:output_type -> taskstore.v1.ProduceResponse
+	50,  // 120: taskstore.v1.Admin.Status:output_type -> taskstore.v1.StatusResponse
+	66,  // 121: taskstore.v1.Admin.Routing:output_type -> taskstore.v1.RoutingResponse
+	68,  // 122: taskstore.v1.Admin.TransferLeader:output_type -> taskstore.v1.TransferLeaderResponse
+	70,  // 123: taskstore.v1.Admin.AddNode:output_type -> taskstore.v1.AddNodeResponse
+	72,  // 124: taskstore.v1.Admin.RemoveNode:output_type -> taskstore.v1.RemoveNodeResponse
+	74,  // 125: taskstore.v1.Admin.RebuildReplica:output_type -> taskstore.v1.RebuildReplicaResponse
+	58,  // 126: taskstore.v1.Admin.MoveSlots:output_type -> taskstore.v1.MoveSlotsResponse
+	53,  // 127: taskstore.v1.Admin.AddShards:output_type -> taskstore.v1.AddShardsResponse
+	55,  // 128: taskstore.v1.Admin.RemoveShard:output_type -> taskstore.v1.RemoveShardResponse
+	57,  // 129: taskstore.v1.Admin.RebalanceSlots:output_type -> taskstore.v1.RebalanceSlotsResponse
+	61,  // 130: taskstore.v1.Admin.Backup:output_type -> taskstore.v1.BackupChunk
+	106, // [106:131] is the sub-list for method output_type
+	81,  // [81:106] is the sub-list for method input_type
+	81,  // [81:81] is the sub-list for extension type_name
+	81,  // [81:81] is the sub-list for extension extendee
+	0,   // [0:81] is the sub-list for field type_name
 }
 
 func init() { file_taskstore_v1_taskstore_proto_init() }

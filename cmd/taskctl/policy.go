@@ -3,6 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/spf13/cobra"
 
@@ -14,6 +18,7 @@ func (a *app) queuePolicyCmd() *cobra.Command {
 	var (
 		maxClaims  uint32
 		deadLetter string
+		retain     time.Duration
 		clear      bool
 	)
 	cmd := &cobra.Command{
@@ -35,16 +40,23 @@ for N more claims. A claim that ended with a commit (a retry that changed
 the task) leaves the task claimable however often it was claimed.
 --max-claims 0 removes the limit.
 
+--retain DURATION deletes the queue's tasks older than that since their
+insert: the leader walks the queue in small steps (a thousand tasks each), so
+a huge expiry never stalls the shard, and a task under a live lease waits for
+its end. For "done" and dead-letter queues that must not grow forever.
+--retain 0 keeps tasks until deleted.
+
 Flags change only what they name (the rest of the policy stays); --clear
 removes the whole policy. It needs the admin role. With -o json it prints
 the policy (after a change, {"previous": ...} too).`,
 		Example: `  taskctl queue policy crawl/fetch
   taskctl queue policy crawl/fetch --max-claims 3 --dead-letter crawl/dead
+  taskctl queue policy crawl/done --retain 168h
   taskctl queue policy crawl/fetch --clear`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			queue := args[0]
-			change := cmd.Flags().Changed("max-claims") || cmd.Flags().Changed("dead-letter") || clear
+			change := cmd.Flags().Changed("max-claims") || cmd.Flags().Changed("dead-letter") || cmd.Flags().Changed("retain") || clear
 			return a.withClient(0, func(ctx context.Context, c *client.Client) error {
 				cur, err := c.QueuePolicy(ctx, queue)
 				if err != nil {
@@ -59,7 +71,16 @@ the policy (after a change, {"previous": ...} too).`,
 				}
 				next := &taskstorepb.QueuePolicy{}
 				if cur != nil && !clear {
-					next.MaxClaims, next.DeadLetter = cur.MaxClaims, cur.DeadLetter
+					next.MaxClaims, next.DeadLetter, next.Retain = cur.MaxClaims, cur.DeadLetter, cur.Retain
+				}
+				if cmd.Flags().Changed("retain") {
+					if retain < 0 {
+						return fmt.Errorf("--retain %s: a duration of 0 or more", retain)
+					}
+					next.Retain = nil
+					if retain > 0 {
+						next.Retain = durationpb.New(retain)
+					}
 				}
 				if cmd.Flags().Changed("max-claims") {
 					next.MaxClaims = maxClaims
@@ -84,6 +105,7 @@ the policy (after a change, {"previous": ...} too).`,
 	}
 	cmd.Flags().Uint32Var(&maxClaims, "max-claims", 0, "move a task claimed this many times, whose last lease ran out, to --dead-letter (0: no limit)")
 	cmd.Flags().StringVar(&deadLetter, "dead-letter", "", "the dead-letter queue of --max-claims (same consistency group)")
+	cmd.Flags().DurationVar(&retain, "retain", 0, "delete the queue's tasks older than this since their insert (0: keep them)")
 	cmd.Flags().BoolVar(&clear, "clear", false, "remove the queue's policy")
 	return cmd
 }
@@ -98,16 +120,30 @@ func orNoPolicy(p *taskstorepb.QueuePolicy) *taskstorepb.QueuePolicy {
 
 // policySentence says what a policy enforces.
 func policySentence(p *taskstorepb.QueuePolicy) string {
-	if p.GetMaxClaims() == 0 {
+	var parts []string
+	if p.GetMaxClaims() > 0 {
+		parts = append(parts, fmt.Sprintf("a task claimed %d times whose last lease ran out moves to %s", p.MaxClaims, p.DeadLetter))
+	}
+	if r := p.GetRetain().AsDuration(); r > 0 {
+		parts = append(parts, fmt.Sprintf("tasks older than %s are deleted", r))
+	}
+	if len(parts) == 0 {
 		return "no policy"
 	}
-	return fmt.Sprintf("a task claimed %d times whose last lease ran out moves to %s", p.MaxClaims, p.DeadLetter)
+	return strings.Join(parts, "; ")
 }
 
 // policyColumn is a policy in a queue list's POLICY column.
 func policyColumn(p *taskstorepb.QueuePolicy) string {
-	if p.GetMaxClaims() == 0 {
+	var parts []string
+	if p.GetMaxClaims() > 0 {
+		parts = append(parts, fmt.Sprintf("max-claims %d → %s", p.MaxClaims, p.DeadLetter))
+	}
+	if r := p.GetRetain().AsDuration(); r > 0 {
+		parts = append(parts, fmt.Sprintf("retain %s", r))
+	}
+	if len(parts) == 0 {
 		return "-"
 	}
-	return fmt.Sprintf("max-claims %d → %s", p.MaxClaims, p.DeadLetter)
+	return strings.Join(parts, ", ")
 }

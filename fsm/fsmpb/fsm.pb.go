@@ -63,6 +63,10 @@ const (
 	// Sets or clears a queue's policy (Command.policy): the rules the
 	// machine enforces on its tasks (FormatPolicies).
 	Op_OP_POLICY Op = 13
+	// One bounded step of a queue's retention (Command.expire), proposed by
+	// the shard's leader: deletes the tasks older than the queue's policy
+	// retains among those it visits.
+	Op_OP_EXPIRE Op = 14
 )
 
 // Enum value maps for Op.
@@ -82,6 +86,7 @@ var (
 		11: "OP_FIRE",
 		12: "OP_SLOT",
 		13: "OP_POLICY",
+		14: "OP_EXPIRE",
 	}
 	Op_value = map[string]int32{
 		"OP_UNSPECIFIED":  0,
@@ -98,6 +103,7 @@ var (
 		"OP_FIRE":         11,
 		"OP_SLOT":         12,
 		"OP_POLICY":       13,
+		"OP_EXPIRE":       14,
 	}
 )
 
@@ -331,7 +337,7 @@ func (x Failure_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Failure_Kind.Descriptor instead.
 func (Failure_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{25, 0}
+	return file_fsm_proto_rawDescGZIP(), []int{27, 0}
 }
 
 // Same numbering as taskstore.v1.RefError.Category.
@@ -402,7 +408,7 @@ func (x RefError_Category) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RefError_Category.Descriptor instead.
 func (RefError_Category) EnumDescriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{26, 0}
+	return file_fsm_proto_rawDescGZIP(), []int{28, 0}
 }
 
 // Command is one log entry's payload.
@@ -433,6 +439,7 @@ type Command struct {
 	// commands of an OP_BATCH take the batch's.
 	Budget        *MemoryBudget `protobuf:"bytes,20,opt,name=budget,proto3" json:"budget,omitempty"`
 	Policy        *QueuePolicy  `protobuf:"bytes,21,opt,name=policy,proto3" json:"policy,omitempty"`
+	Expire        *Expire       `protobuf:"bytes,22,opt,name=expire,proto3" json:"expire,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -575,6 +582,13 @@ func (x *Command) GetBudget() *MemoryBudget {
 func (x *Command) GetPolicy() *QueuePolicy {
 	if x != nil {
 		return x.Policy
+	}
+	return nil
+}
+
+func (x *Command) GetExpire() *Expire {
+	if x != nil {
+		return x.Expire
 	}
 	return nil
 }
@@ -1752,8 +1766,11 @@ type QueuePolicy struct {
 	// times already, whose last lease ran out without a commit (it still
 	// names its claimant), moves it to dead_letter (a queue of the same
 	// consistency group) instead. 0: no limit.
-	MaxClaims     uint32 `protobuf:"varint,2,opt,name=max_claims,json=maxClaims,proto3" json:"max_claims,omitempty"`
-	DeadLetter    string `protobuf:"bytes,3,opt,name=dead_letter,json=deadLetter,proto3" json:"dead_letter,omitempty"`
+	MaxClaims  uint32 `protobuf:"varint,2,opt,name=max_claims,json=maxClaims,proto3" json:"max_claims,omitempty"`
+	DeadLetter string `protobuf:"bytes,3,opt,name=dead_letter,json=deadLetter,proto3" json:"dead_letter,omitempty"`
+	// Retention: OP_EXPIRE deletes the queue's tasks created longer ago
+	// than this (nanoseconds of log time). 0: kept until deleted.
+	Retain        int64 `protobuf:"varint,4,opt,name=retain,proto3" json:"retain,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1807,6 +1824,13 @@ func (x *QueuePolicy) GetDeadLetter() string {
 		return x.DeadLetter
 	}
 	return ""
+}
+
+func (x *QueuePolicy) GetRetain() int64 {
+	if x != nil {
+		return x.Retain
+	}
+	return 0
 }
 
 type Pause struct {
@@ -2037,6 +2061,7 @@ type Result struct {
 	Schedule      *ScheduleResult `protobuf:"bytes,9,opt,name=schedule,proto3" json:"schedule,omitempty"`
 	Slot          *SlotResult     `protobuf:"bytes,10,opt,name=slot,proto3" json:"slot,omitempty"`
 	Policy        *PolicyResult   `protobuf:"bytes,11,opt,name=policy,proto3" json:"policy,omitempty"`
+	Expire        *ExpireResult   `protobuf:"bytes,12,opt,name=expire,proto3" json:"expire,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2148,6 +2173,170 @@ func (x *Result) GetPolicy() *PolicyResult {
 	return nil
 }
 
+func (x *Result) GetExpire() *ExpireResult {
+	if x != nil {
+		return x.Expire
+	}
+	return nil
+}
+
+// Expire visits at most visit tasks of queue in claim order, from the
+// first at or after the cursor (priority, at, id; an empty id: the first
+// task), and deletes those created longer than the queue's retain ago
+// (not those under an unexpired lease).
+type Expire struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Queue         string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	Priority      int32                  `protobuf:"varint,2,opt,name=priority,proto3" json:"priority,omitempty"`
+	At            int64                  `protobuf:"varint,3,opt,name=at,proto3" json:"at,omitempty"`
+	Id            string                 `protobuf:"bytes,4,opt,name=id,proto3" json:"id,omitempty"`
+	Visit         uint32                 `protobuf:"varint,5,opt,name=visit,proto3" json:"visit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Expire) Reset() {
+	*x = Expire{}
+	mi := &file_fsm_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Expire) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Expire) ProtoMessage() {}
+
+func (x *Expire) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Expire.ProtoReflect.Descriptor instead.
+func (*Expire) Descriptor() ([]byte, []int) {
+	return file_fsm_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *Expire) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *Expire) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+func (x *Expire) GetAt() int64 {
+	if x != nil {
+		return x.At
+	}
+	return 0
+}
+
+func (x *Expire) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Expire) GetVisit() uint32 {
+	if x != nil {
+		return x.Visit
+	}
+	return 0
+}
+
+type ExpireResult struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Deleted uint64                 `protobuf:"varint,1,opt,name=deleted,proto3" json:"deleted,omitempty"`
+	// Where the next step starts; done when the walk reached the end.
+	Priority      int32  `protobuf:"varint,2,opt,name=priority,proto3" json:"priority,omitempty"`
+	At            int64  `protobuf:"varint,3,opt,name=at,proto3" json:"at,omitempty"`
+	Id            string `protobuf:"bytes,4,opt,name=id,proto3" json:"id,omitempty"`
+	Done          bool   `protobuf:"varint,5,opt,name=done,proto3" json:"done,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExpireResult) Reset() {
+	*x = ExpireResult{}
+	mi := &file_fsm_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExpireResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExpireResult) ProtoMessage() {}
+
+func (x *ExpireResult) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExpireResult.ProtoReflect.Descriptor instead.
+func (*ExpireResult) Descriptor() ([]byte, []int) {
+	return file_fsm_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ExpireResult) GetDeleted() uint64 {
+	if x != nil {
+		return x.Deleted
+	}
+	return 0
+}
+
+func (x *ExpireResult) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+func (x *ExpireResult) GetAt() int64 {
+	if x != nil {
+		return x.At
+	}
+	return 0
+}
+
+func (x *ExpireResult) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ExpireResult) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
 type PolicyResult struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The queue's policy before the command (absent: none).
@@ -2158,7 +2347,7 @@ type PolicyResult struct {
 
 func (x *PolicyResult) Reset() {
 	*x = PolicyResult{}
-	mi := &file_fsm_proto_msgTypes[18]
+	mi := &file_fsm_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2170,7 +2359,7 @@ func (x *PolicyResult) String() string {
 func (*PolicyResult) ProtoMessage() {}
 
 func (x *PolicyResult) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[18]
+	mi := &file_fsm_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2183,7 +2372,7 @@ func (x *PolicyResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyResult.ProtoReflect.Descriptor instead.
 func (*PolicyResult) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{18}
+	return file_fsm_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PolicyResult) GetPrevious() *QueuePolicy {
@@ -2203,7 +2392,7 @@ type ScheduleResult struct {
 
 func (x *ScheduleResult) Reset() {
 	*x = ScheduleResult{}
-	mi := &file_fsm_proto_msgTypes[19]
+	mi := &file_fsm_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2215,7 +2404,7 @@ func (x *ScheduleResult) String() string {
 func (*ScheduleResult) ProtoMessage() {}
 
 func (x *ScheduleResult) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[19]
+	mi := &file_fsm_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2228,7 +2417,7 @@ func (x *ScheduleResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleResult.ProtoReflect.Descriptor instead.
 func (*ScheduleResult) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{19}
+	return file_fsm_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ScheduleResult) GetExisted() bool {
@@ -2248,7 +2437,7 @@ type LimitResult struct {
 
 func (x *LimitResult) Reset() {
 	*x = LimitResult{}
-	mi := &file_fsm_proto_msgTypes[20]
+	mi := &file_fsm_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2260,7 +2449,7 @@ func (x *LimitResult) String() string {
 func (*LimitResult) ProtoMessage() {}
 
 func (x *LimitResult) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[20]
+	mi := &file_fsm_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2273,7 +2462,7 @@ func (x *LimitResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitResult.ProtoReflect.Descriptor instead.
 func (*LimitResult) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{20}
+	return file_fsm_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *LimitResult) GetPrevious() uint32 {
@@ -2296,7 +2485,7 @@ type ModifyResult struct {
 
 func (x *ModifyResult) Reset() {
 	*x = ModifyResult{}
-	mi := &file_fsm_proto_msgTypes[21]
+	mi := &file_fsm_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2308,7 +2497,7 @@ func (x *ModifyResult) String() string {
 func (*ModifyResult) ProtoMessage() {}
 
 func (x *ModifyResult) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[21]
+	mi := &file_fsm_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2321,7 +2510,7 @@ func (x *ModifyResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModifyResult.ProtoReflect.Descriptor instead.
 func (*ModifyResult) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{21}
+	return file_fsm_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ModifyResult) GetInserted() []*Task {
@@ -2364,7 +2553,7 @@ type ClaimResult struct {
 
 func (x *ClaimResult) Reset() {
 	*x = ClaimResult{}
-	mi := &file_fsm_proto_msgTypes[22]
+	mi := &file_fsm_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2376,7 +2565,7 @@ func (x *ClaimResult) String() string {
 func (*ClaimResult) ProtoMessage() {}
 
 func (x *ClaimResult) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[22]
+	mi := &file_fsm_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2389,7 +2578,7 @@ func (x *ClaimResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimResult.ProtoReflect.Descriptor instead.
 func (*ClaimResult) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{22}
+	return file_fsm_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ClaimResult) GetTasks() []*Task {
@@ -2415,7 +2604,7 @@ type PurgeResult struct {
 
 func (x *PurgeResult) Reset() {
 	*x = PurgeResult{}
-	mi := &file_fsm_proto_msgTypes[23]
+	mi := &file_fsm_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2427,7 +2616,7 @@ func (x *PurgeResult) String() string {
 func (*PurgeResult) ProtoMessage() {}
 
 func (x *PurgeResult) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[23]
+	mi := &file_fsm_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2440,7 +2629,7 @@ func (x *PurgeResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeResult.ProtoReflect.Descriptor instead.
 func (*PurgeResult) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{23}
+	return file_fsm_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PurgeResult) GetDeleted() uint64 {
@@ -2460,7 +2649,7 @@ type PauseResult struct {
 
 func (x *PauseResult) Reset() {
 	*x = PauseResult{}
-	mi := &file_fsm_proto_msgTypes[24]
+	mi := &file_fsm_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2472,7 +2661,7 @@ func (x *PauseResult) String() string {
 func (*PauseResult) ProtoMessage() {}
 
 func (x *PauseResult) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[24]
+	mi := &file_fsm_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2485,7 +2674,7 @@ func (x *PauseResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseResult.ProtoReflect.Descriptor instead.
 func (*PauseResult) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{24}
+	return file_fsm_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PauseResult) GetWasPaused() bool {
@@ -2517,7 +2706,7 @@ type Failure struct {
 
 func (x *Failure) Reset() {
 	*x = Failure{}
-	mi := &file_fsm_proto_msgTypes[25]
+	mi := &file_fsm_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2529,7 +2718,7 @@ func (x *Failure) String() string {
 func (*Failure) ProtoMessage() {}
 
 func (x *Failure) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[25]
+	mi := &file_fsm_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2542,7 +2731,7 @@ func (x *Failure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Failure.ProtoReflect.Descriptor instead.
 func (*Failure) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{25}
+	return file_fsm_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Failure) GetErrors() []*RefError {
@@ -2590,7 +2779,7 @@ type RefError struct {
 
 func (x *RefError) Reset() {
 	*x = RefError{}
-	mi := &file_fsm_proto_msgTypes[26]
+	mi := &file_fsm_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2602,7 +2791,7 @@ func (x *RefError) String() string {
 func (*RefError) ProtoMessage() {}
 
 func (x *RefError) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[26]
+	mi := &file_fsm_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2615,7 +2804,7 @@ func (x *RefError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefError.ProtoReflect.Descriptor instead.
 func (*RefError) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{26}
+	return file_fsm_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RefError) GetCategory() RefError_Category {
@@ -2711,7 +2900,7 @@ type SnapshotRecord struct {
 
 func (x *SnapshotRecord) Reset() {
 	*x = SnapshotRecord{}
-	mi := &file_fsm_proto_msgTypes[27]
+	mi := &file_fsm_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2723,7 +2912,7 @@ func (x *SnapshotRecord) String() string {
 func (*SnapshotRecord) ProtoMessage() {}
 
 func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[27]
+	mi := &file_fsm_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2736,7 +2925,7 @@ func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
 func (*SnapshotRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{27}
+	return file_fsm_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SnapshotRecord) GetHeader() *SnapshotHeader {
@@ -2821,7 +3010,7 @@ type KeyReservation struct {
 
 func (x *KeyReservation) Reset() {
 	*x = KeyReservation{}
-	mi := &file_fsm_proto_msgTypes[28]
+	mi := &file_fsm_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2833,7 +3022,7 @@ func (x *KeyReservation) String() string {
 func (*KeyReservation) ProtoMessage() {}
 
 func (x *KeyReservation) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[28]
+	mi := &file_fsm_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2846,7 +3035,7 @@ func (x *KeyReservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyReservation.ProtoReflect.Descriptor instead.
 func (*KeyReservation) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{28}
+	return file_fsm_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *KeyReservation) GetTask() *Task {
@@ -2897,7 +3086,7 @@ type SnapshotHeader struct {
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_fsm_proto_msgTypes[29]
+	mi := &file_fsm_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2909,7 +3098,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[29]
+	mi := &file_fsm_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2922,7 +3111,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{29}
+	return file_fsm_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SnapshotHeader) GetFormat() uint32 {
@@ -3039,7 +3228,7 @@ type Session struct {
 
 func (x *Session) Reset() {
 	*x = Session{}
-	mi := &file_fsm_proto_msgTypes[30]
+	mi := &file_fsm_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3051,7 +3240,7 @@ func (x *Session) String() string {
 func (*Session) ProtoMessage() {}
 
 func (x *Session) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[30]
+	mi := &file_fsm_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3064,7 +3253,7 @@ func (x *Session) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Session.ProtoReflect.Descriptor instead.
 func (*Session) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{30}
+	return file_fsm_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Session) GetClientId() string {
@@ -3111,7 +3300,7 @@ type SnapshotTrailer struct {
 
 func (x *SnapshotTrailer) Reset() {
 	*x = SnapshotTrailer{}
-	mi := &file_fsm_proto_msgTypes[31]
+	mi := &file_fsm_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3123,7 +3312,7 @@ func (x *SnapshotTrailer) String() string {
 func (*SnapshotTrailer) ProtoMessage() {}
 
 func (x *SnapshotTrailer) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[31]
+	mi := &file_fsm_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3136,7 +3325,7 @@ func (x *SnapshotTrailer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotTrailer.ProtoReflect.Descriptor instead.
 func (*SnapshotTrailer) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{31}
+	return file_fsm_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SnapshotTrailer) GetCrc32C() uint32 {
@@ -3150,7 +3339,7 @@ var File_fsm_proto protoreflect.FileDescriptor
 
 const file_fsm_proto_rawDesc = "" +
 	"\n" +
-	"\tfsm.proto\x12\x10taskstore.fsm.v1\"\xb2\x05\n" +
+	"\tfsm.proto\x12\x10taskstore.fsm.v1\"\xe4\x05\n" +
 	"\aCommand\x12$\n" +
 	"\x02op\x18\x01 \x01(\x0e2\x14.taskstore.fsm.v1.OpR\x02op\x12\x10\n" +
 	"\x03now\x18\x02 \x01(\x03R\x03now\x12\x1b\n" +
@@ -3168,7 +3357,8 @@ const file_fsm_proto_rawDesc = "" +
 	"\x04fire\x18\x12 \x01(\v2\x16.taskstore.fsm.v1.FireR\x04fire\x121\n" +
 	"\x04slot\x18\x13 \x01(\v2\x1d.taskstore.fsm.v1.SlotCommandR\x04slot\x126\n" +
 	"\x06budget\x18\x14 \x01(\v2\x1e.taskstore.fsm.v1.MemoryBudgetR\x06budget\x125\n" +
-	"\x06policy\x18\x15 \x01(\v2\x1d.taskstore.fsm.v1.QueuePolicyR\x06policy\"I\n" +
+	"\x06policy\x18\x15 \x01(\v2\x1d.taskstore.fsm.v1.QueuePolicyR\x06policy\x120\n" +
+	"\x06expire\x18\x16 \x01(\v2\x18.taskstore.fsm.v1.ExpireR\x06expire\"I\n" +
 	"\fMemoryBudget\x12\x14\n" +
 	"\x05bytes\x18\x01 \x01(\x04R\x05bytes\x12#\n" +
 	"\rtask_overhead\x18\x02 \x01(\x04R\ftaskOverhead\"\xe1\x02\n" +
@@ -3291,13 +3481,14 @@ const file_fsm_proto_rawDesc = "" +
 	"QueueLimit\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x1f\n" +
 	"\vmax_claimed\x18\x02 \x01(\rR\n" +
-	"maxClaimed\"c\n" +
+	"maxClaimed\"{\n" +
 	"\vQueuePolicy\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x1d\n" +
 	"\n" +
 	"max_claims\x18\x02 \x01(\rR\tmaxClaims\x12\x1f\n" +
 	"\vdead_letter\x18\x03 \x01(\tR\n" +
-	"deadLetter\"5\n" +
+	"deadLetter\x12\x16\n" +
+	"\x06retain\x18\x04 \x01(\x03R\x06retain\"5\n" +
 	"\x05Pause\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x16\n" +
 	"\x06paused\x18\x02 \x01(\bR\x06paused\"\xce\x03\n" +
@@ -3320,7 +3511,7 @@ const file_fsm_proto_rawDesc = "" +
 	"\aheaders\x18\x0f \x03(\v2#.taskstore.fsm.v1.Task.HeadersEntryR\aheaders\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xbd\x04\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf5\x04\n" +
 	"\x06Result\x126\n" +
 	"\x06modify\x18\x01 \x01(\v2\x1e.taskstore.fsm.v1.ModifyResultR\x06modify\x123\n" +
 	"\x05claim\x18\x02 \x01(\v2\x1d.taskstore.fsm.v1.ClaimResultR\x05claim\x123\n" +
@@ -3333,7 +3524,20 @@ const file_fsm_proto_rawDesc = "" +
 	"\bschedule\x18\t \x01(\v2 .taskstore.fsm.v1.ScheduleResultR\bschedule\x120\n" +
 	"\x04slot\x18\n" +
 	" \x01(\v2\x1c.taskstore.fsm.v1.SlotResultR\x04slot\x126\n" +
-	"\x06policy\x18\v \x01(\v2\x1e.taskstore.fsm.v1.PolicyResultR\x06policy\"I\n" +
+	"\x06policy\x18\v \x01(\v2\x1e.taskstore.fsm.v1.PolicyResultR\x06policy\x126\n" +
+	"\x06expire\x18\f \x01(\v2\x1e.taskstore.fsm.v1.ExpireResultR\x06expire\"p\n" +
+	"\x06Expire\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x1a\n" +
+	"\bpriority\x18\x02 \x01(\x05R\bpriority\x12\x0e\n" +
+	"\x02at\x18\x03 \x01(\x03R\x02at\x12\x0e\n" +
+	"\x02id\x18\x04 \x01(\tR\x02id\x12\x14\n" +
+	"\x05visit\x18\x05 \x01(\rR\x05visit\"x\n" +
+	"\fExpireResult\x12\x18\n" +
+	"\adeleted\x18\x01 \x01(\x04R\adeleted\x12\x1a\n" +
+	"\bpriority\x18\x02 \x01(\x05R\bpriority\x12\x0e\n" +
+	"\x02at\x18\x03 \x01(\x03R\x02at\x12\x0e\n" +
+	"\x02id\x18\x04 \x01(\tR\x02id\x12\x12\n" +
+	"\x04done\x18\x05 \x01(\bR\x04done\"I\n" +
 	"\fPolicyResult\x129\n" +
 	"\bprevious\x18\x01 \x01(\v2\x1d.taskstore.fsm.v1.QueuePolicyR\bprevious\"*\n" +
 	"\x0eScheduleResult\x12\x18\n" +
@@ -3437,7 +3641,7 @@ const file_fsm_proto_rawDesc = "" +
 	"\x06result\x18\x04 \x01(\v2\x18.taskstore.fsm.v1.ResultR\x06result\x12\x14\n" +
 	"\x05group\x18\x05 \x01(\tR\x05group\")\n" +
 	"\x0fSnapshotTrailer\x12\x16\n" +
-	"\x06crc32c\x18\x01 \x01(\rR\x06crc32c*\xdc\x01\n" +
+	"\x06crc32c\x18\x01 \x01(\rR\x06crc32c*\xeb\x01\n" +
 	"\x02Op\x12\x12\n" +
 	"\x0eOP_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tOP_MODIFY\x10\x01\x12\f\n" +
@@ -3453,7 +3657,8 @@ const file_fsm_proto_rawDesc = "" +
 	"\x12\v\n" +
 	"\aOP_FIRE\x10\v\x12\v\n" +
 	"\aOP_SLOT\x10\f\x12\r\n" +
-	"\tOP_POLICY\x10\rB/Z-github.com/e1158ecb/taskstore/fsm/fsmpb;fsmpbb\x06proto3"
+	"\tOP_POLICY\x10\r\x12\r\n" +
+	"\tOP_EXPIRE\x10\x0eB/Z-github.com/e1158ecb/taskstore/fsm/fsmpb;fsmpbb\x06proto3"
 
 var (
 	file_fsm_proto_rawDescOnce sync.Once
@@ -3468,7 +3673,7 @@ func file_fsm_proto_rawDescGZIP() []byte {
 }
 
 var file_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_fsm_proto_goTypes = []any{
 	(Op)(0),                 // 0: taskstore.fsm.v1.Op
 	(SlotCommand_Action)(0), // 1: taskstore.fsm.v1.SlotCommand.Action
@@ -3493,23 +3698,25 @@ var file_fsm_proto_goTypes = []any{
 	(*Pause)(nil),           // 20: taskstore.fsm.v1.Pause
 	(*Task)(nil),            // 21: taskstore.fsm.v1.Task
 	(*Result)(nil),          // 22: taskstore.fsm.v1.Result
-	(*PolicyResult)(nil),    // 23: taskstore.fsm.v1.PolicyResult
-	(*ScheduleResult)(nil),  // 24: taskstore.fsm.v1.ScheduleResult
-	(*LimitResult)(nil),     // 25: taskstore.fsm.v1.LimitResult
-	(*ModifyResult)(nil),    // 26: taskstore.fsm.v1.ModifyResult
-	(*ClaimResult)(nil),     // 27: taskstore.fsm.v1.ClaimResult
-	(*PurgeResult)(nil),     // 28: taskstore.fsm.v1.PurgeResult
-	(*PauseResult)(nil),     // 29: taskstore.fsm.v1.PauseResult
-	(*Failure)(nil),         // 30: taskstore.fsm.v1.Failure
-	(*RefError)(nil),        // 31: taskstore.fsm.v1.RefError
-	(*SnapshotRecord)(nil),  // 32: taskstore.fsm.v1.SnapshotRecord
-	(*KeyReservation)(nil),  // 33: taskstore.fsm.v1.KeyReservation
-	(*SnapshotHeader)(nil),  // 34: taskstore.fsm.v1.SnapshotHeader
-	(*Session)(nil),         // 35: taskstore.fsm.v1.Session
-	(*SnapshotTrailer)(nil), // 36: taskstore.fsm.v1.SnapshotTrailer
-	nil,                     // 37: taskstore.fsm.v1.Insert.HeadersEntry
-	nil,                     // 38: taskstore.fsm.v1.Change.HeadersEntry
-	nil,                     // 39: taskstore.fsm.v1.Task.HeadersEntry
+	(*Expire)(nil),          // 23: taskstore.fsm.v1.Expire
+	(*ExpireResult)(nil),    // 24: taskstore.fsm.v1.ExpireResult
+	(*PolicyResult)(nil),    // 25: taskstore.fsm.v1.PolicyResult
+	(*ScheduleResult)(nil),  // 26: taskstore.fsm.v1.ScheduleResult
+	(*LimitResult)(nil),     // 27: taskstore.fsm.v1.LimitResult
+	(*ModifyResult)(nil),    // 28: taskstore.fsm.v1.ModifyResult
+	(*ClaimResult)(nil),     // 29: taskstore.fsm.v1.ClaimResult
+	(*PurgeResult)(nil),     // 30: taskstore.fsm.v1.PurgeResult
+	(*PauseResult)(nil),     // 31: taskstore.fsm.v1.PauseResult
+	(*Failure)(nil),         // 32: taskstore.fsm.v1.Failure
+	(*RefError)(nil),        // 33: taskstore.fsm.v1.RefError
+	(*SnapshotRecord)(nil),  // 34: taskstore.fsm.v1.SnapshotRecord
+	(*KeyReservation)(nil),  // 35: taskstore.fsm.v1.KeyReservation
+	(*SnapshotHeader)(nil),  // 36: taskstore.fsm.v1.SnapshotHeader
+	(*Session)(nil),         // 37: taskstore.fsm.v1.Session
+	(*SnapshotTrailer)(nil), // 38: taskstore.fsm.v1.SnapshotTrailer
+	nil,                     // 39: taskstore.fsm.v1.Insert.HeadersEntry
+	nil,                     // 40: taskstore.fsm.v1.Change.HeadersEntry
+	nil,                     // 41: taskstore.fsm.v1.Task.HeadersEntry
 }
 var file_fsm_proto_depIdxs = []int32{
 	0,  // 0: taskstore.fsm.v1.Command.op:type_name -> taskstore.fsm.v1.Op
@@ -3524,52 +3731,54 @@ var file_fsm_proto_depIdxs = []int32{
 	7,  // 9: taskstore.fsm.v1.Command.slot:type_name -> taskstore.fsm.v1.SlotCommand
 	6,  // 10: taskstore.fsm.v1.Command.budget:type_name -> taskstore.fsm.v1.MemoryBudget
 	19, // 11: taskstore.fsm.v1.Command.policy:type_name -> taskstore.fsm.v1.QueuePolicy
-	1,  // 12: taskstore.fsm.v1.SlotCommand.action:type_name -> taskstore.fsm.v1.SlotCommand.Action
-	32, // 13: taskstore.fsm.v1.SlotCommand.records:type_name -> taskstore.fsm.v1.SnapshotRecord
-	2,  // 14: taskstore.fsm.v1.SlotState.phase:type_name -> taskstore.fsm.v1.SlotState.Phase
-	13, // 15: taskstore.fsm.v1.Modify.inserts:type_name -> taskstore.fsm.v1.Insert
-	14, // 16: taskstore.fsm.v1.Modify.changes:type_name -> taskstore.fsm.v1.Change
-	15, // 17: taskstore.fsm.v1.Modify.deletes:type_name -> taskstore.fsm.v1.Ref
-	15, // 18: taskstore.fsm.v1.Modify.depends:type_name -> taskstore.fsm.v1.Ref
-	16, // 19: taskstore.fsm.v1.Modify.claim:type_name -> taskstore.fsm.v1.Claim
-	37, // 20: taskstore.fsm.v1.Insert.headers:type_name -> taskstore.fsm.v1.Insert.HeadersEntry
-	38, // 21: taskstore.fsm.v1.Change.headers:type_name -> taskstore.fsm.v1.Change.HeadersEntry
-	39, // 22: taskstore.fsm.v1.Task.headers:type_name -> taskstore.fsm.v1.Task.HeadersEntry
-	26, // 23: taskstore.fsm.v1.Result.modify:type_name -> taskstore.fsm.v1.ModifyResult
-	27, // 24: taskstore.fsm.v1.Result.claim:type_name -> taskstore.fsm.v1.ClaimResult
-	28, // 25: taskstore.fsm.v1.Result.purge:type_name -> taskstore.fsm.v1.PurgeResult
-	30, // 26: taskstore.fsm.v1.Result.failure:type_name -> taskstore.fsm.v1.Failure
-	22, // 27: taskstore.fsm.v1.Result.batch:type_name -> taskstore.fsm.v1.Result
-	29, // 28: taskstore.fsm.v1.Result.pause:type_name -> taskstore.fsm.v1.PauseResult
-	25, // 29: taskstore.fsm.v1.Result.limit:type_name -> taskstore.fsm.v1.LimitResult
-	24, // 30: taskstore.fsm.v1.Result.schedule:type_name -> taskstore.fsm.v1.ScheduleResult
-	9,  // 31: taskstore.fsm.v1.Result.slot:type_name -> taskstore.fsm.v1.SlotResult
-	23, // 32: taskstore.fsm.v1.Result.policy:type_name -> taskstore.fsm.v1.PolicyResult
-	19, // 33: taskstore.fsm.v1.PolicyResult.previous:type_name -> taskstore.fsm.v1.QueuePolicy
-	21, // 34: taskstore.fsm.v1.ModifyResult.inserted:type_name -> taskstore.fsm.v1.Task
-	21, // 35: taskstore.fsm.v1.ModifyResult.changed:type_name -> taskstore.fsm.v1.Task
-	27, // 36: taskstore.fsm.v1.ModifyResult.claim:type_name -> taskstore.fsm.v1.ClaimResult
-	21, // 37: taskstore.fsm.v1.ClaimResult.tasks:type_name -> taskstore.fsm.v1.Task
-	31, // 38: taskstore.fsm.v1.Failure.errors:type_name -> taskstore.fsm.v1.RefError
-	8,  // 39: taskstore.fsm.v1.Failure.moved:type_name -> taskstore.fsm.v1.SlotState
-	3,  // 40: taskstore.fsm.v1.Failure.kind:type_name -> taskstore.fsm.v1.Failure.Kind
-	4,  // 41: taskstore.fsm.v1.RefError.category:type_name -> taskstore.fsm.v1.RefError.Category
-	34, // 42: taskstore.fsm.v1.SnapshotRecord.header:type_name -> taskstore.fsm.v1.SnapshotHeader
-	21, // 43: taskstore.fsm.v1.SnapshotRecord.task:type_name -> taskstore.fsm.v1.Task
-	35, // 44: taskstore.fsm.v1.SnapshotRecord.session:type_name -> taskstore.fsm.v1.Session
-	36, // 45: taskstore.fsm.v1.SnapshotRecord.trailer:type_name -> taskstore.fsm.v1.SnapshotTrailer
-	18, // 46: taskstore.fsm.v1.SnapshotRecord.queue_limit:type_name -> taskstore.fsm.v1.QueueLimit
-	33, // 47: taskstore.fsm.v1.SnapshotRecord.reservation:type_name -> taskstore.fsm.v1.KeyReservation
-	10, // 48: taskstore.fsm.v1.SnapshotRecord.schedule:type_name -> taskstore.fsm.v1.Schedule
-	8,  // 49: taskstore.fsm.v1.SnapshotRecord.slot_state:type_name -> taskstore.fsm.v1.SlotState
-	19, // 50: taskstore.fsm.v1.SnapshotRecord.queue_policy:type_name -> taskstore.fsm.v1.QueuePolicy
-	21, // 51: taskstore.fsm.v1.KeyReservation.task:type_name -> taskstore.fsm.v1.Task
-	22, // 52: taskstore.fsm.v1.Session.result:type_name -> taskstore.fsm.v1.Result
-	53, // [53:53] is the sub-list for method output_type
-	53, // [53:53] is the sub-list for method input_type
-	53, // [53:53] is the sub-list for extension type_name
-	53, // [53:53] is the sub-list for extension extendee
-	0,  // [0:53] is the sub-list for field type_name
+	23, // 12: taskstore.fsm.v1.Command.expire:type_name -> taskstore.fsm.v1.Expire
+	1,  // 13: taskstore.fsm.v1.SlotCommand.action:type_name -> taskstore.fsm.v1.SlotCommand.Action
+	34, // 14: taskstore.fsm.v1.SlotCommand.records:type_name -> taskstore.fsm.v1.SnapshotRecord
+	2,  // 15: taskstore.fsm.v1.SlotState.phase:type_name -> taskstore.fsm.v1.SlotState.Phase
+	13, // 16: taskstore.fsm.v1.Modify.inserts:type_name -> taskstore.fsm.v1.Insert
+	14, // 17: taskstore.fsm.v1.Modify.changes:type_name -> taskstore.fsm.v1.Change
+	15, // 18: taskstore.fsm.v1.Modify.deletes:type_name -> taskstore.fsm.v1.Ref
+	15, // 19: taskstore.fsm.v1.Modify.depends:type_name -> taskstore.fsm.v1.Ref
+	16, // 20: taskstore.fsm.v1.Modify.claim:type_name -> taskstore.fsm.v1.Claim
+	39, // 21: taskstore.fsm.v1.Insert.headers:type_name -> taskstore.fsm.v1.Insert.HeadersEntry
+	40, // 22: taskstore.fsm.v1.Change.headers:type_name -> taskstore.fsm.v1.Change.HeadersEntry
+	41, // 23: taskstore.fsm.v1.Task.headers:type_name -> taskstore.fsm.v1.Task.HeadersEntry
+	28, // 24: taskstore.fsm.v1.Result.modify:type_name -> taskstore.fsm.v1.ModifyResult
+	29, // 25: taskstore.fsm.v1.Result.claim:type_name -> taskstore.fsm.v1.ClaimResult
+	30, // 26: taskstore.fsm.v1.Result.purge:type_name -> taskstore.fsm.v1.PurgeResult
+	32, // 27: taskstore.fsm.v1.Result.failure:type_name -> taskstore.fsm.v1.Failure
+	22, // 28: taskstore.fsm.v1.Result.batch:type_name -> taskstore.fsm.v1.Result
+	31, // 29: taskstore.fsm.v1.Result.pause:type_name -> taskstore.fsm.v1.PauseResult
+	27, // 30: taskstore.fsm.v1.Result.limit:type_name -> taskstore.fsm.v1.LimitResult
+	26, // 31: taskstore.fsm.v1.Result.schedule:type_name -> taskstore.fsm.v1.ScheduleResult
+	9,  // 32: taskstore.fsm.v1.Result.slot:type_name -> taskstore.fsm.v1.SlotResult
+	25, // 33: taskstore.fsm.v1.Result.policy:type_name -> taskstore.fsm.v1.PolicyResult
+	24, // 34: taskstore.fsm.v1.Result.expire:type_name -> taskstore.fsm.v1.ExpireResult
+	19, // 35: taskstore.fsm.v1.PolicyResult.previous:type_name -> taskstore.fsm.v1.QueuePolicy
+	21, // 36: taskstore.fsm.v1.ModifyResult.inserted:type_name -> taskstore.fsm.v1.Task
+	21, // 37: taskstore.fsm.v1.ModifyResult.changed:type_name -> taskstore.fsm.v1.Task
+	29, // 38: taskstore.fsm.v1.ModifyResult.claim:type_name -> taskstore.fsm.v1.ClaimResult
+	21, // 39: taskstore.fsm.v1.ClaimResult.tasks:type_name -> taskstore.fsm.v1.Task
+	33, // 40: taskstore.fsm.v1.Failure.errors:type_name -> taskstore.fsm.v1.RefError
+	8,  // 41: taskstore.fsm.v1.Failure.moved:type_name -> taskstore.fsm.v1.SlotState
+	3,  // 42: taskstore.fsm.v1.Failure.kind:type_name -> taskstore.fsm.v1.Failure.Kind
+	4,  // 43: taskstore.fsm.v1.RefError.category:type_name -> taskstore.fsm.v1.RefError.Category
+	36, // 44: taskstore.fsm.v1.SnapshotRecord.header:type_name -> taskstore.fsm.v1.SnapshotHeader
+	21, // 45: taskstore.fsm.v1.SnapshotRecord.task:type_name -> taskstore.fsm.v1.Task
+	37, // 46: taskstore.fsm.v1.SnapshotRecord.session:type_name -> taskstore.fsm.v1.Session
+	38, // 47: taskstore.fsm.v1.SnapshotRecord.trailer:type_name -> taskstore.fsm.v1.SnapshotTrailer
+	18, // 48: taskstore.fsm.v1.SnapshotRecord.queue_limit:type_name -> taskstore.fsm.v1.QueueLimit
+	35, // 49: taskstore.fsm.v1.SnapshotRecord.reservation:type_name -> taskstore.fsm.v1.KeyReservation
+	10, // 50: taskstore.fsm.v1.SnapshotRecord.schedule:type_name -> taskstore.fsm.v1.Schedule
+	8,  // 51: taskstore.fsm.v1.SnapshotRecord.slot_state:type_name -> taskstore.fsm.v1.SlotState
+	19, // 52: taskstore.fsm.v1.SnapshotRecord.queue_policy:type_name -> taskstore.fsm.v1.QueuePolicy
+	21, // 53: taskstore.fsm.v1.KeyReservation.task:type_name -> taskstore.fsm.v1.Task
+	22, // 54: taskstore.fsm.v1.Session.result:type_name -> taskstore.fsm.v1.Result
+	55, // [55:55] is the sub-list for method output_type
+	55, // [55:55] is the sub-list for method input_type
+	55, // [55:55] is the sub-list for extension type_name
+	55, // [55:55] is the sub-list for extension extendee
+	0,  // [0:55] is the sub-list for field type_name
 }
 
 func init() { file_fsm_proto_init() }
@@ -3584,7 +3793,7 @@ func file_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fsm_proto_rawDesc), len(file_fsm_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   35,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
