@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -76,7 +78,8 @@ func poisonWorker(spec string) int {
 // exactly 3 crash (one per lease of the poison task), then the poison task
 // is in the dead-letter queue with its last claimant, the source queue and
 // claim count in its headers, and every other task is done; taskctl queue
-// move sends it back, with 3 more claims to go.
+// move sends it back, with 3 more claims to go. A policy set over HTTP
+// through the proxy reads back through the Go client.
 func TestPoisonTaskDeadLetter(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
@@ -113,6 +116,28 @@ func TestPoisonTaskDeadLetter(t *testing.T) {
 	if p, err := cl.QueuePolicy(ctx, queue); err != nil || p.GetMaxClaims() != 3 || p.GetDeadLetter() != dead {
 		t.Fatalf("policy read back: %v (%v)", p, err)
 	}
+	// Over HTTP (the proxy's gateway): a retention policy on another
+	// queue, read back through the Go client.
+	px := pc.StartProxy("proxy")
+	for !px.Ready() {
+		if ctx.Err() != nil {
+			t.Fatal("the proxy did not get ready")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	res, err := http.Post(px.HTTPURL()+"/v1/policy", "application/json", strings.NewReader(`{"queue":"pz/done","policy":{"retain":"3600s"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("POST /v1/policy: %s %s", res.Status, body)
+	}
+	if p, err := cl.QueuePolicy(ctx, "pz/done"); err != nil || p.GetRetain().AsDuration() != time.Hour {
+		t.Fatalf("the policy set over HTTP reads back as %v (%v)", p, err)
+	}
+
 	for i := range 20 {
 		value := fmt.Sprintf("task %d", i)
 		if i == 7 {
