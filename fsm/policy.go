@@ -112,20 +112,6 @@ func (a *applier) deadLetter(t *task, p *fsmpb.QueuePolicy) {
 	a.n.add(p.DeadLetter)
 }
 
-// Policies returns the queue policies of queues that start with prefix,
-// in no order.
-func (m *Machine) Policies(prefix string) []*fsmpb.QueuePolicy {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	var out []*fsmpb.QueuePolicy
-	for name, p := range m.st.policies {
-		if len(name) >= len(prefix) && name[:len(prefix)] == prefix {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
 // MaxExpireVisit bounds the tasks one OP_EXPIRE step visits, so that a
 // retention step never stalls its shard however many tasks expire.
 const MaxExpireVisit = 4096
