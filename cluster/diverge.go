@@ -453,7 +453,7 @@ func (n *Node) RebuildReplica(ctx context.Context, shard uint32, node string) er
 			continue
 		}
 		n.log.Warn("rebuild: removing diverged replica from the shard's group", "shard", shard, "peer", node)
-		if err := n.changeConfig(ctx, s.g.raft, func(prev uint64) raft.IndexFuture {
+		if err := changeConfig(ctx, s.g.raft, func(prev uint64) raft.IndexFuture {
 			return s.g.raft.RemoveServer(srv.ID, prev, 0)
 		}); err != nil {
 			return fmt.Errorf("remove %s from shard %d: %w", node, shard, err)

@@ -3,6 +3,8 @@ package cluster
 import (
 	"errors"
 	"fmt"
+
+	"github.com/e1158ecb/taskstore/cluster/control"
 )
 
 // Errors returned by the node. The rpc package maps them to gRPC codes in one
@@ -60,14 +62,13 @@ func (e *NotLeaderError) Error() string {
 
 func (e *NotLeaderError) Unwrap() error { return ErrNotLeader }
 
-// NotFoundError: a named node or shard does not exist.
-type NotFoundError struct{ What, Name string }
-
-func (e *NotFoundError) Error() string { return fmt.Sprintf("%s %q not found", e.What, e.Name) }
+// NotFoundError: a named node or shard does not exist (the control
+// plane's, package control).
+type NotFoundError = control.NotFoundError
 
 // ErrInvalidRequest: a request that can never succeed as given.
-var ErrInvalidRequest = errors.New("invalid request")
+var ErrInvalidRequest = control.ErrInvalidRequest
 
 // ErrRefused: the request is valid but the cluster's state forbids it now
 // (e.g. a removal that would leave too few replicas).
-var ErrRefused = errors.New("refused")
+var ErrRefused = control.ErrRefused

@@ -141,8 +141,8 @@ type Node struct {
 	stopping, noHandOff atomic.Bool
 
 	stop chan struct{}
-	// moverWake wakes the slot mover (slotmove.go) when a move is recorded.
-	moverWake chan struct{}
+	// mover is the meta leader's slot mover (slotmove.go).
+	mover *slotMover
 	// ctl is the meta leader's control plane (package control), which acts
 	// through controlRuntime.
 	ctl *control.Controller
@@ -207,15 +207,14 @@ func Start(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{
-		cfg:       cfg,
-		log:       log,
-		addr:      addr,
-		meta:      newMetaFSM(),
-		shards:    make(map[uint32]*Shard),
-		stop:      make(chan struct{}),
-		moverWake: make(chan struct{}, 1),
-		removed:   make(chan struct{}),
-		peers:     newConnPool(cfg.DialOptions),
+		cfg:     cfg,
+		log:     log,
+		addr:    addr,
+		meta:    newMetaFSM(),
+		shards:  make(map[uint32]*Shard),
+		stop:    make(chan struct{}),
+		removed: make(chan struct{}),
+		peers:   newConnPool(cfg.DialOptions),
 
 		diverged: make(map[uint32]*divergenceRecord),
 		disagree: make(map[uint32]string),
@@ -241,6 +240,7 @@ func Start(cfg Config) (*Node, error) {
 			log.Warn("gossip the disk state", "err", err)
 		}
 	})
+	n.mover = newSlotMover(n)
 	n.mux = NewMux(l, cfg.Dialer, log, cfg.TLS, cfg.PeerTLS)
 	go n.mux.Serve()
 	if err := n.startGroups(); err != nil {
@@ -265,7 +265,7 @@ func Start(cfg Config) (*Node, error) {
 	n.loop(chores.tickIdle)
 	n.loop(chores.tickDue)
 	n.loop(func() { n.format.loop(n.stop) })
-	n.loop(n.runSlotMoves)
+	n.loop(n.mover.run)
 	n.loop(chores.fireSchedules)
 	n.loop(chores.expireRetained)
 	n.loop(n.watchRemoval)

@@ -17,8 +17,9 @@ import (
 // Placement works in two levels, both level-triggered so that a crash at
 // any point resumes where it stopped:
 //
-//   - The controller on the meta leader decides each shard's replica set and
-//     records it in the map (the intent): replace replicas on draining or
+//   - The controller on the meta leader (control.Controller.PlaceOnce)
+//     decides each shard's replica set and records it in the map (the
+//     intent), as do the operator's AddNode and RemoveNode: replace replicas on draining or
 //     removed nodes, fill up to the replication factor, and move one replica
 //     at a time from the most to the least loaded member.
 //   - Each shard's leader drives its Raft configuration towards the map's
@@ -31,113 +32,6 @@ import (
 // commit index to be promoted.
 const catchUpLag = 256
 
-// AddNode makes a node a member of the map and a voter of the meta group.
-// Only the meta leader does it; others answer ErrNotLeader (a
-// *NotLeaderError for shard 0).
-func (n *Node) AddNode(ctx context.Context, id, addr string) (*metapb.Node, error) {
-	if id == "" {
-		return nil, fmt.Errorf("%w: node id is required", ErrInvalidRequest)
-	}
-	if !n.metaReady.Load() {
-		return nil, n.metaNotLeader()
-	}
-	cm := n.meta.Map()
-	if have := findNode(cm, id); have != nil && have.Membership == NodeMember {
-		return have, nil // already a member: adding again is a no-op
-	} else if have != nil && have.Membership != NodeRemoved {
-		return nil, fmt.Errorf("%w: node %s is %s", ErrInvalidRequest, id, NodeStateName(have.Membership))
-	}
-	g, ok := n.gossip.snapshot()[id]
-	if addr == "" {
-		if !ok || g.Meta.Address == "" {
-			return nil, fmt.Errorf("%w: node %s is not gossiping: start it with --join, or give its address", ErrInvalidRequest, id)
-		}
-		addr = g.Meta.Address
-	}
-	node := withState(&metapb.Node{Id: id, Address: addr, GossipAddress: g.GossipAddress, HttpAddress: g.Meta.HTTPAddress}, NodeMember)
-	// Meta membership first: the new node must receive the map to learn
-	// which replicas it hosts.
-	if err := n.changeConfig(ctx, n.metaGroup.raft, func(prev uint64) raft.IndexFuture {
-		return n.metaGroup.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), prev, 0)
-	}); err != nil {
-		return nil, fmt.Errorf("add %s to the meta group: %w", id, err)
-	}
-	if err := n.proposeMeta(ctx, &metapb.Command{Op: metapb.Op_OP_UPDATE_NODE, Node: node}); err != nil {
-		return nil, err
-	}
-	if err := n.proposeMeta(ctx, &metapb.Command{Op: metapb.Op_OP_SET_NODE_STATE, Node: withState(&metapb.Node{Id: id}, NodeMember)}); err != nil {
-		return nil, err
-	}
-	n.log.Info("node added", "peer", id, "addr", addr)
-	return findNode(n.meta.Map(), id), nil
-}
-
-// waitingError is the answer to removing a node that this node's gossip
-// sees but the cluster map does not hold (listed as waiting): nothing to
-// remove. Nil for any other node.
-func (n *Node) waitingError(id string) error {
-	if findNode(n.meta.Map(), id) != nil {
-		return nil
-	}
-	if _, ok := n.gossip.snapshot()[id]; !ok {
-		return nil
-	}
-	return fmt.Errorf("%w: %s is waiting to be added, not a member: there is nothing to remove; stop its process, and the node list drops it once gossip sees it gone", ErrInvalidRequest, id)
-}
-
-// RemoveNode marks a node draining; the controller moves its replicas away
-// and then removes it from the meta group. Without force it refuses to
-// leave fewer members than the replication factor.
-func (n *Node) RemoveNode(ctx context.Context, id string, force bool) (*metapb.Node, error) {
-	// Any node answers this from its own view, before forwarding to the
-	// meta leader: the caller saw the node listed as waiting by this node,
-	// and the leader's gossip may not have heard of it yet.
-	if err := n.waitingError(id); err != nil {
-		return nil, err
-	}
-	if !n.metaReady.Load() {
-		return nil, n.metaNotLeader()
-	}
-	cm := n.meta.Map()
-	node := findNode(cm, id)
-	if node == nil || node.Membership == NodeRemoved {
-		return nil, &NotFoundError{What: "node", Name: id}
-	}
-	members := 0
-	for _, m := range cm.Nodes {
-		if m.Membership == NodeMember && m.Id != id {
-			members++
-		}
-	}
-	if members < int(cm.ReplicationFactor) && !force {
-		return nil, fmt.Errorf("%w: removing %s would leave %d member(s) for a replication factor of %d; add a node first, or use --force for a node that is dead for good",
-			ErrRefused, id, members, cm.ReplicationFactor)
-	}
-	if members == 0 {
-		return nil, fmt.Errorf("%w: %s is the last member", ErrRefused, id)
-	}
-	if force {
-		// A node dead for good: take it out of the meta group now and let
-		// the controller replace its replicas (shard leaders remove dead
-		// voters before adding replacements).
-		if err := n.changeConfig(ctx, n.metaGroup.raft, func(prev uint64) raft.IndexFuture {
-			return n.metaGroup.raft.RemoveServer(raft.ServerID(id), prev, 0)
-		}); err != nil {
-			return nil, fmt.Errorf("remove %s from the meta group: %w", id, err)
-		}
-		if err := n.proposeMeta(ctx, &metapb.Command{Op: metapb.Op_OP_SET_NODE_STATE, Node: withState(&metapb.Node{Id: id}, NodeRemoved)}); err != nil {
-			return nil, err
-		}
-		n.log.Warn("node removed by force", "peer", id)
-		return findNode(n.meta.Map(), id), nil
-	}
-	if err := n.proposeMeta(ctx, &metapb.Command{Op: metapb.Op_OP_SET_NODE_STATE, Node: withState(&metapb.Node{Id: id}, NodeDraining)}); err != nil {
-		return nil, err
-	}
-	n.log.Info("node draining", "peer", id, "force", force)
-	return findNode(n.meta.Map(), id), nil
-}
-
 func (n *Node) metaNotLeader() error {
 	addr, id := n.metaGroup.raft.LeaderWithID()
 	return &NotLeaderError{Shard: MetaGroupID, LeaderID: string(id), LeaderAddress: string(addr)}
@@ -145,7 +39,7 @@ func (n *Node) metaNotLeader() error {
 
 // changeConfig runs one configuration change with the previous
 // configuration's index, so two concurrent changes cannot both apply.
-func (n *Node) changeConfig(ctx context.Context, r *raft.Raft, change func(prev uint64) raft.IndexFuture) error {
+func changeConfig(ctx context.Context, r *raft.Raft, change func(prev uint64) raft.IndexFuture) error {
 	f := r.GetConfiguration()
 	if err := f.Error(); err != nil {
 		return err
@@ -214,7 +108,7 @@ func (n *Node) reconcileShardConfig(ctx context.Context, s *Shard, cm *metapb.Cl
 	}
 	change := func(what string, fn func(prev uint64) raft.IndexFuture) error {
 		n.log.Info("shard membership change", "shard", s.id, "change", what)
-		return n.changeConfig(ctx, r, fn)
+		return changeConfig(ctx, r, fn)
 	}
 	// 1. A dead voter the map no longer wants goes first (DESIGN §4).
 	for _, srv := range servers {

@@ -36,7 +36,7 @@ func (srv *Server) AddNode(ctx context.Context, req *taskstorepb.AddNodeRequest)
 	if err := checkAddNode(req); err != nil {
 		return nil, toStatus(err)
 	}
-	_, err := srv.node.AddNode(ctx, req.Id, req.Address)
+	_, err := srv.node.Control().AddNode(ctx, req.Id, req.Address)
 	if err != nil {
 		if leader, fctx, ok := srv.metaLeader(ctx, err); ok {
 			return leader.AddNode(fctx, req)
@@ -49,7 +49,7 @@ func (srv *Server) AddNode(ctx context.Context, req *taskstorepb.AddNodeRequest)
 // RemoveNode implements Admin.RemoveNode; any node forwards it to the meta
 // leader.
 func (srv *Server) RemoveNode(ctx context.Context, req *taskstorepb.RemoveNodeRequest) (*taskstorepb.RemoveNodeResponse, error) {
-	_, err := srv.node.RemoveNode(ctx, req.Id, req.Force)
+	_, err := srv.node.Control().RemoveNode(ctx, req.Id, req.Force)
 	if err != nil {
 		if leader, fctx, ok := srv.metaLeader(ctx, err); ok {
 			return leader.RemoveNode(fctx, req)
@@ -128,7 +128,7 @@ func (srv *Server) MoveSlots(ctx context.Context, req *taskstorepb.MoveSlotsRequ
 	if req.To == 0 {
 		return nil, toStatus(invalid("to", "the shard to move the slots to is required"))
 	}
-	moves, err := srv.node.MoveSlots(ctx, req.Slots, req.To)
+	moves, err := srv.node.Control().MoveSlots(ctx, req.Slots, req.To)
 	if err != nil {
 		if leader, fctx, ok := srv.metaLeader(ctx, err); ok {
 			return leader.MoveSlots(fctx, req)
@@ -149,7 +149,7 @@ func (srv *Server) AddShards(ctx context.Context, req *taskstorepb.AddShardsRequ
 	if count == 0 {
 		count = 1
 	}
-	shards, err := srv.node.AddShards(ctx, count, int(req.Total))
+	shards, err := srv.node.Control().AddShards(ctx, count, int(req.Total))
 	if err != nil && len(shards) == 0 {
 		if leader, fctx, ok := srv.metaLeader(ctx, err); ok {
 			return leader.AddShards(fctx, req)
@@ -169,7 +169,7 @@ func (srv *Server) RemoveShard(ctx context.Context, req *taskstorepb.RemoveShard
 	if req.Shard == 0 {
 		return nil, toStatus(invalid("shard", "required (the meta group is not a shard)"))
 	}
-	moves, err := srv.node.RemoveShard(ctx, req.Shard)
+	moves, err := srv.node.Control().RemoveShard(ctx, req.Shard)
 	if err != nil {
 		if leader, fctx, ok := srv.metaLeader(ctx, err); ok {
 			return leader.RemoveShard(fctx, req)
@@ -186,7 +186,7 @@ func (srv *Server) RemoveShard(ctx context.Context, req *taskstorepb.RemoveShard
 // RebalanceSlots implements Admin.RebalanceSlots; any node forwards it to
 // the meta leader.
 func (srv *Server) RebalanceSlots(ctx context.Context, req *taskstorepb.RebalanceSlotsRequest) (*taskstorepb.RebalanceSlotsResponse, error) {
-	moves, err := srv.node.RebalanceSlots(ctx, req.DryRun)
+	moves, err := srv.node.Control().RebalanceSlots(ctx, req.DryRun)
 	if err != nil {
 		if leader, fctx, ok := srv.metaLeader(ctx, err); ok {
 			return leader.RebalanceSlots(fctx, req)

@@ -9,23 +9,37 @@ import (
 )
 
 // Runtime is what the controller needs of the node it runs on, the meta
-// group's leader: the map, the meta group's log and configuration, and the
-// slot mover's entry point. The node implements it; tests implement it
-// over a map.
+// group's leader: the map, the meta group's log and configuration, what
+// gossip and the other nodes say, and the slot mover's wake-up. The node
+// implements it; tests implement it over a map.
 type Runtime interface {
 	// Map returns a copy of the current cluster map.
 	Map() *metapb.ClusterMap
+	// Leading returns nil when this node leads the meta group (and may
+	// propose), else an error that names the leader.
+	Leading() error
 	// Propose commits a meta command (only on the meta leader).
 	Propose(ctx context.Context, cmd *metapb.Command) error
+	// AddMetaVoter adds a node to the meta group's Raft configuration.
+	AddMetaVoter(ctx context.Context, id, addr string) error
 	// RemoveMetaVoter takes a node out of the meta group's Raft
 	// configuration.
 	RemoveMetaVoter(ctx context.Context, id string) error
 	// TransferMetaLeadership hands the meta group's leadership to another
 	// voter.
 	TransferMetaLeadership(ctx context.Context) error
-	// MoveSlots records moves of slots to shard to and returns them (the
-	// slot mover then runs them).
-	MoveSlots(ctx context.Context, slots []uint32, to uint32) ([]*metapb.SlotMove, error)
+	// Gossiped is what this node's gossip says of node id, and whether it
+	// gossips at all.
+	Gossiped(id string) (Gossiped, bool)
+	// EveryNodeMovesSlots refuses (ErrRefused) while a node of the map
+	// runs a binary that does not know the slot-move ops, or does not
+	// answer: its meta replica would stop at them.
+	EveryNodeMovesSlots(ctx context.Context, cm *metapb.ClusterMap) error
+	// SlotLoad is how many tasks each slot holds, as the shards' leaders
+	// answer; a shard that does not answer is left out.
+	SlotLoad(ctx context.Context, cm *metapb.ClusterMap) map[uint32]uint64
+	// WakeMover makes the slot mover look at the map now.
+	WakeMover()
 }
 
 // ErrDropIgnored is a drop of a retiring shard that the meta state machine
@@ -93,7 +107,7 @@ func StateName(s metapb.NodeState) string {
 func (c *Controller) MoveOffRetiring(ctx context.Context) ([]*metapb.SlotMove, error) {
 	var out []*metapb.SlotMove
 	for to, off := range PlanMoveOffRetiring(c.rt.Map()) {
-		moves, err := c.rt.MoveSlots(ctx, off, to)
+		moves, err := c.MoveSlots(ctx, off, to)
 		out = append(out, moves...)
 		if err != nil {
 			return out, err

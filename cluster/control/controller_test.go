@@ -21,9 +21,16 @@ type fakeRuntime struct {
 	cm         *metapb.ClusterMap
 	calls      []string
 	ignoreDrop bool
+	notLeader  error               // Leading's answer
+	gossip     map[string]Gossiped // nodes that gossip
+	oldNode    error               // EveryNodeMovesSlots's answer
+	load       map[uint32]uint64
+	wakes      int
 }
 
 func (f *fakeRuntime) Map() *metapb.ClusterMap { return proto.Clone(f.cm).(*metapb.ClusterMap) }
+
+func (f *fakeRuntime) Leading() error { return f.notLeader }
 
 func (f *fakeRuntime) Propose(_ context.Context, cmd *metapb.Command) error {
 	switch cmd.Op {
@@ -34,14 +41,56 @@ func (f *fakeRuntime) Propose(_ context.Context, cmd *metapb.Command) error {
 	case metapb.Op_OP_SET_NODE_STATE:
 		f.calls = append(f.calls, fmt.Sprintf("state %s %s", cmd.Node.Id, cmd.Node.State))
 		FindNode(f.cm, cmd.Node.Id).Membership = cmd.Node.Membership
+	case metapb.Op_OP_UPDATE_NODE:
+		f.calls = append(f.calls, fmt.Sprintf("node %s %s %s %s", cmd.Node.Id, cmd.Node.Address, cmd.Node.GossipAddress, cmd.Node.HttpAddress))
+		if FindNode(f.cm, cmd.Node.Id) == nil {
+			f.cm.Nodes = append(f.cm.Nodes, &metapb.Node{Id: cmd.Node.Id})
+		}
+		FindNode(f.cm, cmd.Node.Id).Address = cmd.Node.Address
 	case metapb.Op_OP_DROP_SHARD:
 		f.calls = append(f.calls, fmt.Sprintf("drop %d", cmd.Shard.Id))
 		if !f.ignoreDrop {
 			f.cm.Shards = slices.DeleteFunc(f.cm.Shards, func(s *metapb.Shard) bool { return s.Id == cmd.Shard.Id })
 		}
+	case metapb.Op_OP_ADD_SHARD:
+		f.calls = append(f.calls, fmt.Sprintf("add %d %s>%s", cmd.Shard.Id, strings.Join(cmd.Shard.Replicas, ","), cmd.Shard.PreferredLeader))
+		f.cm.Shards = append(f.cm.Shards, proto.Clone(cmd.Shard).(*metapb.Shard))
+		f.cm.LastShard = cmd.Shard.Id
+	case metapb.Op_OP_RETIRE_SHARD:
+		f.calls = append(f.calls, fmt.Sprintf("retire %d", cmd.Shard.Id))
+		serving := 0
+		for _, sh := range f.cm.Shards {
+			if !sh.Retiring && sh.Id != cmd.Shard.Id {
+				serving++
+			}
+		}
+		if serving > 0 { // the last serving shard stays (ignored)
+			FindShard(f.cm, cmd.Shard.Id).Retiring = true
+		}
+	case metapb.Op_OP_MOVE_BEGIN:
+		var slots []uint32
+		for _, m := range cmd.Moves {
+			slots = append(slots, m.Slot)
+			f.cm.LastMove++
+			f.cm.Moves = append(f.cm.Moves, &metapb.SlotMove{Id: f.cm.LastMove, Slot: m.Slot, From: m.From, To: m.To})
+		}
+		f.calls = append(f.calls, fmt.Sprintf("move %v to %d", slots, cmd.Moves[0].To))
 	default:
 		return fmt.Errorf("unexpected op %v", cmd.Op)
 	}
+	return nil
+}
+
+// finishMoves completes the moves under way, as the slot mover would.
+func (f *fakeRuntime) finishMoves() {
+	for _, m := range f.cm.Moves {
+		f.cm.Slots[m.Slot] = m.To
+	}
+	f.cm.Moves = nil
+}
+
+func (f *fakeRuntime) AddMetaVoter(_ context.Context, id, addr string) error {
+	f.calls = append(f.calls, "join meta "+id+" "+addr)
 	return nil
 }
 
@@ -55,15 +104,18 @@ func (f *fakeRuntime) TransferMetaLeadership(context.Context) error {
 	return nil
 }
 
-func (f *fakeRuntime) MoveSlots(_ context.Context, slots []uint32, to uint32) ([]*metapb.SlotMove, error) {
-	f.calls = append(f.calls, fmt.Sprintf("move %v to %d", slots, to))
-	var out []*metapb.SlotMove
-	for _, s := range slots {
-		out = append(out, &metapb.SlotMove{Slot: s, From: f.cm.Slots[s], To: to})
-		f.cm.Slots[s] = to // as if moved at once
-	}
-	return out, nil
+func (f *fakeRuntime) Gossiped(id string) (Gossiped, bool) {
+	g, ok := f.gossip[id]
+	return g, ok
 }
+
+func (f *fakeRuntime) EveryNodeMovesSlots(context.Context, *metapb.ClusterMap) error {
+	return f.oldNode
+}
+
+func (f *fakeRuntime) SlotLoad(context.Context, *metapb.ClusterMap) map[uint32]uint64 { return f.load }
+
+func (f *fakeRuntime) WakeMover() { f.wakes++ }
 
 // TestControllerDrainsANode: a node marked draining has its replicas
 // replaced one change at a time (the preferences even out again), then it
@@ -104,6 +156,7 @@ func TestControllerRetiresAShard(t *testing.T) {
 		if _, err := c.RetiringWork(context.Background()); err != nil {
 			t.Fatal(err)
 		}
+		rt.finishMoves()
 	}
 	slices.Sort(rt.calls[:2]) // one call per target, in map order
 	want := []string{"move [2] to 1", "move [3] to 2", "drop 3"}

@@ -11,7 +11,10 @@
 // the Raft groups, the meta state machine that applies the commands, gossip,
 // and the shard leaders that bring each group's Raft configuration to the
 // replica set the map records. Controller carries the planned steps out,
-// one a call, through Runtime.
+// one a call, through Runtime, and answers the operator's requests (add
+// or remove a node or shards, rebalance or move slots): validate against
+// the map, record, answer from the map. Its errors (ErrInvalidRequest,
+// ErrRefused, NotFoundError) are re-exported by package cluster.
 //
 // The split follows two models: a store that decides and a layer that
 // talks to the cluster, kept apart; and a consensus core that does no I/O
