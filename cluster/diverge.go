@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/e1158ecb/taskstore/api/taskstorepb"
+	"github.com/e1158ecb/taskstore/cluster/control"
 	"github.com/e1158ecb/taskstore/cluster/peerpb"
 	"github.com/e1158ecb/taskstore/fsm"
 	"github.com/e1158ecb/taskstore/fsm/fsmpb"
@@ -135,9 +136,9 @@ func (n *Node) divergedError(id uint32) error {
 	// after a restart, before the cluster map is loaded).
 	e := &NotLeaderError{Shard: id, Why: "this node's replica diverged and is stopped (taskctl shard rebuild)"}
 	cm := n.meta.Map()
-	if sh := findShard(cm, id); sh != nil {
+	if sh := control.FindShard(cm, id); sh != nil {
 		for _, r := range sh.Replicas {
-			if node := findNode(cm, r); node != nil && r != n.cfg.ID {
+			if node := control.FindNode(cm, r); node != nil && r != n.cfg.ID {
 				e.LeaderID, e.LeaderAddress, e.Replica = node.Id, node.Address, true
 				break
 			}
@@ -405,7 +406,7 @@ func (s *Shard) TickIfIdle(ctx context.Context, idle time.Duration) (bool, error
 // second: a voter that lost its files could vote twice in one term.
 func (n *Node) RebuildReplica(ctx context.Context, shard uint32, node string) error {
 	cm := n.meta.Map()
-	sh := findShard(cm, shard)
+	sh := control.FindShard(cm, shard)
 	if sh == nil {
 		n.mu.RLock()
 		local := n.shards[shard] != nil || n.diverged[shard] != nil
@@ -420,7 +421,7 @@ func (n *Node) RebuildReplica(ctx context.Context, shard uint32, node string) er
 	if !slices.Contains(sh.Replicas, node) {
 		return fmt.Errorf("%w: node %s holds no replica of shard %d", ErrInvalidRequest, node, shard)
 	}
-	target := findNode(cm, node)
+	target := control.FindNode(cm, node)
 	if target == nil || target.Address == "" {
 		return fmt.Errorf("%w: node %s has no address in the map", ErrInvalidRequest, node)
 	}
@@ -473,14 +474,14 @@ func (n *Node) shardLeaderError(ctx context.Context, shard uint32, s *Shard) err
 	}
 	// Not hosted here (or diverged): ask the replicas who leads.
 	cm := n.meta.Map()
-	if sh := findShard(cm, shard); sh != nil {
+	if sh := control.FindShard(cm, shard); sh != nil {
 		for _, r := range sh.Replicas {
-			node := findNode(cm, r)
+			node := control.FindNode(cm, r)
 			if r == n.cfg.ID || node == nil {
 				continue
 			}
 			if rep := replicaOf(n.askReport(ctx, node.Address), shard); rep != nil && rep.Leader != "" {
-				if l := findNode(cm, rep.Leader); l != nil && l.Id != n.cfg.ID {
+				if l := control.FindNode(cm, rep.Leader); l != nil && l.Id != n.cfg.ID {
 					return &NotLeaderError{Shard: shard, LeaderID: l.Id, LeaderAddress: l.Address}
 				}
 			}

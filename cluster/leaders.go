@@ -7,6 +7,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/e1158ecb/taskstore/cluster/control"
 	"github.com/e1158ecb/taskstore/cluster/metapb"
 )
 
@@ -24,7 +25,7 @@ func (n *Node) balanceLeaders() {
 			if !s.IsLeader() || time.Now().Before(backoff[s.id]) {
 				continue
 			}
-			sh := findShard(cm, s.id)
+			sh := control.FindShard(cm, s.id)
 			if sh == nil {
 				continue
 			}

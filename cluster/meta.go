@@ -301,11 +301,3 @@ func shardOf(cm *metapb.ClusterMap, group string) uint32 {
 	}
 	return cm.Slots[taskstorepb.SlotOf(group, len(cm.Slots))]
 }
-
-func findShard(cm *metapb.ClusterMap, id uint32) *metapb.Shard {
-	return control.FindShard(cm, id)
-}
-
-func findNode(cm *metapb.ClusterMap, id string) *metapb.Node {
-	return control.FindNode(cm, id)
-}

@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/e1158ecb/taskstore/cluster/control"
 	"github.com/e1158ecb/taskstore/cluster/metapb"
 )
 
@@ -27,13 +28,13 @@ func lookUpEverything(t *testing.T, f *metaFSM) {
 	cm := f.Map()
 	for _, g := range []string{"", "g", "jobs", "\x00"} {
 		if id := shardOf(cm, g); id != 0 {
-			findShard(cm, id)
+			control.FindShard(cm, id)
 		}
 	}
 	for _, s := range cm.Shards {
-		findShard(cm, s.Id)
+		control.FindShard(cm, s.Id)
 		for _, r := range s.Replicas {
-			findNode(cm, r)
+			control.FindNode(cm, r)
 		}
 	}
 	if _, err := f.Snapshot(); err != nil {

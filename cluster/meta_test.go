@@ -8,6 +8,7 @@ import (
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/e1158ecb/taskstore/cluster/control"
 	"github.com/e1158ecb/taskstore/cluster/metapb"
 )
 
@@ -78,7 +79,7 @@ func TestMetaFSMInitIsIdempotentAndSnapshots(t *testing.T) {
 	if cm.ClusterId != "a" || len(cm.Shards) != 4 || len(cm.Nodes) != 3 {
 		t.Fatalf("second init was applied: %v", cm)
 	}
-	if n := findNode(cm, "n2"); n.GossipAddress != "127.0.0.1:7202" || n.Address != "127.0.0.1:7102" {
+	if n := control.FindNode(cm, "n2"); n.GossipAddress != "127.0.0.1:7202" || n.Address != "127.0.0.1:7102" {
 		t.Fatalf("update node: %v", n)
 	}
 	if cm.Epoch != 3 {

@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/e1158ecb/taskstore/cluster/control"
 	"github.com/e1158ecb/taskstore/cluster/metapb"
 )
 
@@ -63,7 +64,7 @@ func (n *Node) runMetaLeader() {
 			}
 		} else {
 			for _, m := range n.gossip.snapshot() {
-				have := findNode(cm, m.ID)
+				have := control.FindNode(cm, m.ID)
 				if have == nil || m.Health != HealthAlive {
 					continue
 				}

@@ -32,7 +32,7 @@ func applyMove(cm *metapb.ClusterMap, cmd *metapb.Command) bool {
 	switch cmd.Op {
 	case metapb.Op_OP_MOVE_BEGIN:
 		if int(want.Slot) >= len(cm.Slots) || cm.Slots[want.Slot] != want.From || want.From == want.To ||
-			findShard(cm, want.To) == nil || findShard(cm, want.To).Retiring || moveOfSlot(cm, want.Slot) != nil {
+			control.FindShard(cm, want.To) == nil || control.FindShard(cm, want.To).Retiring || control.MoveOfSlot(cm, want.Slot) != nil {
 			return false
 		}
 		cm.LastMove++
@@ -84,16 +84,6 @@ func findMove(cm *metapb.ClusterMap, id uint64) *metapb.SlotMove {
 	return nil
 }
 
-// moveOfSlot returns the move of slot under way, if any.
-func moveOfSlot(cm *metapb.ClusterMap, slot uint32) *metapb.SlotMove {
-	return control.MoveOfSlot(cm, slot)
-}
-
-// lastShard is the highest shard id ever used.
-func lastShard(cm *metapb.ClusterMap) uint32 {
-	return control.LastShard(cm)
-}
-
 // applyShardOp applies the ops that add and remove shards; like the move
 // ops, one that does not fit the map is ignored.
 func applyShardOp(cm *metapb.ClusterMap, cmd *metapb.Command) bool {
@@ -101,10 +91,10 @@ func applyShardOp(cm *metapb.ClusterMap, cmd *metapb.Command) bool {
 	if want == nil || want.Id == MetaGroupID {
 		return false
 	}
-	have := findShard(cm, want.Id)
+	have := control.FindShard(cm, want.Id)
 	switch cmd.Op {
 	case metapb.Op_OP_ADD_SHARD:
-		if have != nil || len(want.Replicas) == 0 || want.Id <= lastShard(cm) {
+		if have != nil || len(want.Replicas) == 0 || want.Id <= control.LastShard(cm) {
 			return false
 		}
 		cm.LastShard = want.Id

@@ -7,6 +7,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/e1158ecb/taskstore/cluster/control"
 	"github.com/e1158ecb/taskstore/fsm"
 )
 
@@ -242,7 +243,7 @@ func (c *shardCollector) Collect(ch chan<- prometheus.Metric) {
 		if leader == 0 {
 			continue
 		}
-		if sh := findShard(cm, s.id); sh != nil {
+		if sh := control.FindShard(cm, s.id); sh != nil {
 			slots := 0
 			for _, id := range cm.Slots {
 				if id == s.id {

@@ -363,7 +363,7 @@ func (n *Node) startGroups() error {
 	// all of them, even if it crashed half-way the first time.
 	init := n.initialMap()
 	if init != nil {
-		if findNode(init, n.cfg.ID) == nil {
+		if control.FindNode(init, n.cfg.ID) == nil {
 			return fmt.Errorf("node %q is not in --initial-cluster", n.cfg.ID)
 		}
 	}
@@ -374,7 +374,7 @@ func (n *Node) startGroups() error {
 			}
 			var servers []raft.Server
 			for _, r := range s.Replicas {
-				servers = append(servers, raft.Server{ID: raft.ServerID(r), Address: raft.ServerAddress(findNode(init, r).Address)})
+				servers = append(servers, raft.Server{ID: raft.ServerID(r), Address: raft.ServerAddress(control.FindNode(init, r).Address)})
 			}
 			sh, err := n.openShard(s.Id)
 			if errors.Is(err, ErrDiverged) {
@@ -590,7 +590,7 @@ func (n *Node) ShardByID(id uint32) (*Shard, error) {
 	if len(cm.Shards) == 0 {
 		return nil, ErrNotReady
 	}
-	sh := findShard(cm, id)
+	sh := control.FindShard(cm, id)
 	if sh == nil {
 		return nil, fmt.Errorf("%w: %d", ErrUnknownShard, id)
 	}
@@ -598,7 +598,7 @@ func (n *Node) ShardByID(id uint32) (*Shard, error) {
 	// preferred one, which most likely is the leader).
 	e := &NotLeaderError{Shard: id}
 	for _, r := range append([]string{sh.PreferredLeader}, sh.Replicas...) {
-		if node := findNode(cm, r); node != nil {
+		if node := control.FindNode(cm, r); node != nil {
 			e.LeaderID, e.LeaderAddress, e.Replica = node.Id, node.Address, true
 			break
 		}

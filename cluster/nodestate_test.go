@@ -8,6 +8,7 @@ import (
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/e1158ecb/taskstore/cluster/control"
 	"github.com/e1158ecb/taskstore/cluster/metapb"
 )
 
@@ -29,26 +30,26 @@ func TestNodeStateIsTyped(t *testing.T) {
 	if !apply(&metapb.Node{Id: "n2", State: "draining"}) { // the older format
 		t.Fatal("a state by name was not applied")
 	}
-	if n := findNode(cm, "n2"); n.Membership != NodeDraining || n.State != "draining" {
+	if n := control.FindNode(cm, "n2"); n.Membership != NodeDraining || n.State != "draining" {
 		t.Fatalf("n2 after an old-format entry: %v %q", n.Membership, n.State)
 	}
 	if !apply(withState(&metapb.Node{Id: "n2"}, NodeRemoved)) {
 		t.Fatal("a typed state was not applied")
 	}
-	if n := findNode(cm, "n2"); n.Membership != NodeRemoved || n.State != "removed" {
+	if n := control.FindNode(cm, "n2"); n.Membership != NodeRemoved || n.State != "removed" {
 		t.Fatalf("n2 after a typed entry: %v %q", n.Membership, n.State)
 	}
 	for _, bad := range []*metapb.Node{{Id: "n3", State: "bogus"}, {Id: "n3"}, {Id: "n3", Membership: 42}} {
 		if apply(bad) {
 			t.Errorf("state %+v applied", bad)
 		}
-		if n := findNode(cm, "n3"); n.Membership != NodeMember || n.State != "member" {
+		if n := control.FindNode(cm, "n3"); n.Membership != NodeMember || n.State != "member" {
 			t.Fatalf("n3 after %+v: %v %q", bad, n.Membership, n.State)
 		}
 	}
 	// A node first heard of by gossip is a member.
 	applyMeta(cm, &metapb.Command{Op: metapb.Op_OP_UPDATE_NODE, Node: &metapb.Node{Id: "n4", Address: "a:4"}})
-	if n := findNode(cm, "n4"); n.Membership != NodeMember || n.State != "member" {
+	if n := control.FindNode(cm, "n4"); n.Membership != NodeMember || n.State != "member" {
 		t.Fatalf("n4: %v %q", n.Membership, n.State)
 	}
 }
@@ -80,7 +81,7 @@ func TestMetaSnapshotFromBeforeTheEnumRestores(t *testing.T) {
 	if changed, _ := f.Apply(&raft.Log{Index: 9, Type: raft.LogCommand, Data: cmd}).(bool); !changed {
 		t.Fatal("old-format entry not applied")
 	}
-	if n := findNode(f.Map(), "n1"); n.Membership != NodeRemoved {
+	if n := control.FindNode(f.Map(), "n1"); n.Membership != NodeRemoved {
 		t.Fatalf("n1: %v", n.Membership)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/e1158ecb/taskstore/cluster/control"
 	"github.com/e1158ecb/taskstore/cluster/metapb"
 )
 
@@ -71,7 +72,7 @@ func (n *Node) reconcileConfigs() {
 			if !s.IsLeader() {
 				continue
 			}
-			sh := findShard(cm, s.id)
+			sh := control.FindShard(cm, s.id)
 			if sh == nil {
 				continue
 			}
@@ -101,7 +102,7 @@ func (n *Node) reconcileShardConfig(ctx context.Context, s *Shard, cm *metapb.Cl
 		return nil
 	}
 	addrOf := func(id string) raft.ServerAddress {
-		if node := findNode(cm, id); node != nil {
+		if node := control.FindNode(cm, id); node != nil {
 			return raft.ServerAddress(node.Address)
 		}
 		return ""
@@ -171,7 +172,7 @@ func (n *Node) caughtUp(ctx context.Context, s *Shard, id, addr string) bool {
 // from the Raft configuration only after its replacement votes), and
 // deletes their data.
 func (n *Node) retireReplicas(cm *metapb.ClusterMap) {
-	if cm.ClusterId == "" || findNode(cm, n.cfg.ID) == nil {
+	if cm.ClusterId == "" || control.FindNode(cm, n.cfg.ID) == nil {
 		return // not a member (yet): keep everything
 	}
 	grace := 10 * n.cfg.Tuning.ElectionTimeout
@@ -181,7 +182,7 @@ func (n *Node) retireReplicas(cm *metapb.ClusterMap) {
 	}
 	var retire []*Shard
 	for id, s := range n.shards {
-		sh := findShard(cm, id)
+		sh := control.FindShard(cm, id)
 		if sh != nil && slices.Contains(sh.Replicas, n.cfg.ID) {
 			delete(n.unplacedSince, id)
 			continue
@@ -200,7 +201,7 @@ func (n *Node) retireReplicas(cm *metapb.ClusterMap) {
 		// configuration it saw committed (nothing counts on it any more).
 		// The grace covers what this replica cannot see: a leader stops
 		// sending to a server it removed, so the commit may not reach it.
-		removed := sh == nil && id <= lastShard(cm)
+		removed := sh == nil && id <= control.LastShard(cm)
 		settled := removed || (sh != nil && n.leftGroup(s))
 		if (settled || n.cfg.Clock().Sub(since) > grace) && (!s.IsLeader() || sh == nil) {
 			retire = append(retire, s)
@@ -258,7 +259,7 @@ func (n *Node) leftGroup(s *Shard) bool {
 // returns a member's address to ask instead, when it knows one.
 func (n *Node) Leaving() (bool, string) {
 	cm := n.meta.Map()
-	self := findNode(cm, n.cfg.ID)
+	self := control.FindNode(cm, n.cfg.ID)
 	leaving := self != nil && self.Membership != NodeMember
 	if f := n.metaGroup.raft.GetConfiguration(); f.Error() == nil && self != nil {
 		in := false

@@ -30,15 +30,15 @@ func TestPreferredLeaderIsAField(t *testing.T) {
 	}
 	set(&metapb.Shard{Id: 1, Replicas: []string{"n1", "n2", "n3"}, PreferredLeader: "n3"})
 	set(&metapb.Shard{Id: 1, Replicas: []string{"n2", "n3", "n1"}, PreferredLeader: "n3"}) // reordered
-	if got := findShard(cm, 1).PreferredLeader; got != "n3" {
+	if got := control.FindShard(cm, 1).PreferredLeader; got != "n3" {
 		t.Fatalf("after a reorder: preferred %q, want n3", got)
 	}
 	set(&metapb.Shard{Id: 1, Replicas: []string{"n2", "n1", "n3"}}) // older format: the first one
-	if got := findShard(cm, 1).PreferredLeader; got != "n2" {
+	if got := control.FindShard(cm, 1).PreferredLeader; got != "n2" {
 		t.Fatalf("older-format entry: preferred %q, want n2", got)
 	}
 	set(&metapb.Shard{Id: 1, Replicas: []string{"n1", "n3"}, PreferredLeader: "n2"}) // not a replica
-	if got := findShard(cm, 1).PreferredLeader; got != "n1" {
+	if got := control.FindShard(cm, 1).PreferredLeader; got != "n1" {
 		t.Fatalf("preference for a non-replica: preferred %q, want n1", got)
 	}
 
@@ -49,7 +49,7 @@ func TestPreferredLeaderIsAField(t *testing.T) {
 	if err := f.Restore(io.NopCloser(bytes.NewReader(data))); err != nil {
 		t.Fatal(err)
 	}
-	if got := findShard(f.Map(), 1).PreferredLeader; got != "n3" {
+	if got := control.FindShard(f.Map(), 1).PreferredLeader; got != "n3" {
 		t.Fatalf("old snapshot: preferred %q, want n3", got)
 	}
 }
@@ -79,7 +79,7 @@ func TestPlacementMovesPreferenceWithReplica(t *testing.T) {
 	if plan == nil {
 		t.Fatal("no plan for a draining node")
 	}
-	i := slices.Index(findShard(cm, plan.Id).Replicas, "n2")
+	i := slices.Index(control.FindShard(cm, plan.Id).Replicas, "n2")
 	if i < 0 {
 		t.Fatalf("plan %v is not for a shard on n2", plan)
 	}

@@ -3,6 +3,8 @@ package cluster
 import (
 	"context"
 	"time"
+
+	"github.com/e1158ecb/taskstore/cluster/control"
 )
 
 // removalCheckEvery is how often a node that may have been removed asks
@@ -22,7 +24,7 @@ func (n *Node) Removed() <-chan struct{} { return n.removed }
 func (n *Node) watchRemoval() {
 	for n.sleep(removalCheckEvery) {
 		cm := n.meta.Map()
-		me := findNode(cm, n.cfg.ID)
+		me := control.FindNode(cm, n.cfg.ID)
 		if me == nil {
 			continue // not added yet
 		}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/e1158ecb/taskstore/cluster/control"
 	"github.com/e1158ecb/taskstore/cluster/metapb"
 )
 
@@ -32,7 +33,7 @@ func (n *Node) bootstrapNewShard(cm *metapb.ClusterMap, sh *metapb.Shard, s *Sha
 	}
 	var servers []raft.Server
 	for _, r := range sh.InitialReplicas {
-		node := findNode(cm, r)
+		node := control.FindNode(cm, r)
 		if node == nil || node.Address == "" {
 			return // the map does not know where yet: the next change
 		}

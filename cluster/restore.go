@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/e1158ecb/taskstore/backup"
+	"github.com/e1158ecb/taskstore/cluster/control"
 	"github.com/e1158ecb/taskstore/cluster/metapb"
 	"github.com/e1158ecb/taskstore/fsm"
 )
@@ -121,7 +122,7 @@ func Restore(cfg RestoreConfig, r io.Reader) (res *RestoreResult, err error) {
 		if p.Kind != backup.KindShard {
 			return nil, &backup.CorruptError{Part: p.Name(), Err: errors.New("a part where a shard should be")}
 		}
-		sh := findShard(cm, p.ID)
+		sh := control.FindShard(cm, p.ID)
 		if sh == nil {
 			return nil, &backup.CorruptError{Part: p.Name(), Err: errors.New("a shard the cluster map does not have")}
 		}
@@ -229,7 +230,7 @@ func restoredMap(old *metapb.ClusterMap, oldData []byte, peers []Peer, replicas 
 func servers(cm *metapb.ClusterMap, ids []string) raft.Configuration {
 	var c raft.Configuration
 	for _, id := range ids {
-		c.Servers = append(c.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(id), Address: raft.ServerAddress(findNode(cm, id).Address)})
+		c.Servers = append(c.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(id), Address: raft.ServerAddress(control.FindNode(cm, id).Address)})
 	}
 	return c
 }

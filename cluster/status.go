@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/e1158ecb/taskstore/api/taskstorepb"
+	"github.com/e1158ecb/taskstore/cluster/control"
 	"github.com/e1158ecb/taskstore/cluster/metapb"
 )
 
@@ -172,12 +173,12 @@ func (n *Node) localStatus(cm *metapb.ClusterMap) *taskstorepb.StatusResponse {
 	n.mu.RLock()
 	var extra []uint32
 	for id := range n.shards {
-		if findShard(cm, id) == nil {
+		if control.FindShard(cm, id) == nil {
 			extra = append(extra, id)
 		}
 	}
 	for id := range n.diverged {
-		if findShard(cm, id) == nil && n.shards[id] == nil {
+		if control.FindShard(cm, id) == nil && n.shards[id] == nil {
 			extra = append(extra, id)
 		}
 	}
@@ -309,7 +310,7 @@ func (n *Node) Routing() *taskstorepb.RoutingResponse {
 		sr := &taskstorepb.ShardRoute{Id: s.Id}
 		for _, r := range s.Replicas {
 			addr := ""
-			if node := findNode(cm, r); node != nil {
+			if node := control.FindNode(cm, r); node != nil {
 				addr = node.Address
 			}
 			sr.Replicas = append(sr.Replicas, &taskstorepb.Replica{Id: r, Address: addr})
@@ -358,7 +359,7 @@ func (n *Node) TransferLeader(ctx context.Context, shard uint32, to string) (str
 		if to == n.cfg.ID {
 			return n.cfg.ID, nil // it leads already
 		}
-		if findNode(n.meta.Map(), to) == nil {
+		if control.FindNode(n.meta.Map(), to) == nil {
 			return "", &NotFoundError{What: "node", Name: to}
 		}
 		return "", fmt.Errorf("%w: %s is not a voter of shard %d", ErrRefused, to, shard)
