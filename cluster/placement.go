@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"slices"
 	"strconv"
@@ -28,6 +27,8 @@ import (
 //     configuration index: remove dead voters first, add new replicas as
 //     non-voters, promote them once they have caught up, and only then
 //     remove the surplus (handing leadership off first if it is itself).
+//     control.NextConfigChange decides each change; reconcileShardConfig
+//     makes it.
 
 // catchUpLag is how far (in log entries) a non-voter may trail the leader's
 // commit index to be promoted.
@@ -86,74 +87,42 @@ func (n *Node) reconcileConfigs() {
 	}
 }
 
+// reconcileShardConfig makes one change of the shard's Raft configuration
+// towards the map's replica set (control.NextConfigChange).
 func (n *Node) reconcileShardConfig(ctx context.Context, s *Shard, cm *metapb.ClusterMap, sh *metapb.Shard, health map[string]gossipMember) error {
 	r := s.g.raft
 	f := r.GetConfiguration()
 	if err := f.Error(); err != nil {
 		return err
 	}
-	servers := f.Configuration().Servers
-	in := func(id string) *raft.Server {
-		for i := range servers {
-			if string(servers[i].ID) == id {
-				return &servers[i]
-			}
-		}
-		return nil
+	var servers []control.Server
+	for _, srv := range f.Configuration().Servers {
+		servers = append(servers, control.Server{ID: string(srv.ID), Address: string(srv.Address), Voter: srv.Suffrage == raft.Voter})
 	}
-	addrOf := func(id string) raft.ServerAddress {
-		if node := control.FindNode(cm, id); node != nil {
-			return raft.ServerAddress(node.Address)
-		}
-		return ""
+	next, err := control.NextConfigChange(cm, sh, servers, n.cfg.ID, func(id string) bool { return health[id].Health == HealthDead })
+	if err != nil {
+		return err
 	}
+	id, addr := raft.ServerID(next.ID), raft.ServerAddress(next.Address)
 	change := func(what string, fn func(prev uint64) raft.IndexFuture) error {
 		n.log.Info("shard membership change", "shard", s.id, "change", what)
 		return changeConfig(ctx, r, fn)
 	}
-	// 1. A dead voter the map no longer wants goes first (DESIGN §4).
-	for _, srv := range servers {
-		id := string(srv.ID)
-		if !slices.Contains(sh.Replicas, id) && id != n.cfg.ID && health[id].Health == HealthDead {
-			return change("remove dead "+id, func(prev uint64) raft.IndexFuture { return r.RemoveServer(srv.ID, prev, 0) })
+	switch next.Kind {
+	case control.ConfigRemoveDead:
+		return change("remove dead "+next.ID, func(prev uint64) raft.IndexFuture { return r.RemoveServer(id, prev, 0) })
+	case control.ConfigAddNonvoter:
+		return change("add non-voter "+next.ID, func(prev uint64) raft.IndexFuture { return r.AddNonvoter(id, addr, prev, 0) })
+	case control.ConfigPromote:
+		if !n.caughtUp(ctx, s, next.ID, next.Address) {
+			return nil // wait: snapshot install or log catch-up under way
 		}
-	}
-	// 2. New replicas join as non-voters.
-	for _, id := range sh.Replicas {
-		if in(id) == nil {
-			addr := addrOf(id)
-			if addr == "" {
-				return fmt.Errorf("replica %s has no address in the map", id)
-			}
-			return change("add non-voter "+id, func(prev uint64) raft.IndexFuture {
-				return r.AddNonvoter(raft.ServerID(id), addr, prev, 0)
-			})
-		}
-	}
-	// 3. Promote non-voters that have caught up.
-	for _, id := range sh.Replicas {
-		if srv := in(id); srv != nil && srv.Suffrage == raft.Nonvoter {
-			if !n.caughtUp(ctx, s, id, string(srv.Address)) {
-				return nil // wait: snapshot install or log catch-up under way
-			}
-			return change("promote "+id, func(prev uint64) raft.IndexFuture {
-				return r.AddVoter(raft.ServerID(id), srv.Address, prev, 0)
-			})
-		}
-	}
-	// 4. Every wanted replica votes: remove the surplus, handing off first
-	// when the surplus is this leader.
-	for _, srv := range servers {
-		id := string(srv.ID)
-		if slices.Contains(sh.Replicas, id) {
-			continue
-		}
-		if id == n.cfg.ID {
-			to := sh.PreferredLeader
-			n.log.Info("handing off leadership of a shard this node leaves", "shard", s.id, "to", to)
-			return waitFuture(ctx, r.LeadershipTransferToServer(raft.ServerID(to), addrOf(to)))
-		}
-		return change("remove "+id, func(prev uint64) raft.IndexFuture { return r.RemoveServer(srv.ID, prev, 0) })
+		return change("promote "+next.ID, func(prev uint64) raft.IndexFuture { return r.AddVoter(id, addr, prev, 0) })
+	case control.ConfigHandOff:
+		n.log.Info("handing off leadership of a shard this node leaves", "shard", s.id, "to", next.ID)
+		return waitFuture(ctx, r.LeadershipTransferToServer(id, addr))
+	case control.ConfigRemove:
+		return change("remove "+next.ID, func(prev uint64) raft.IndexFuture { return r.RemoveServer(id, prev, 0) })
 	}
 	return nil
 }
