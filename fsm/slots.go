@@ -107,6 +107,19 @@ func (s *state) unserved(group string) *fsmpb.SlotState {
 	return s.slotStates[SlotOf(group, s.slotTable)]
 }
 
+// queuesInSlot lists, in order, the queues of a per-queue setting (pauses,
+// limits, policies) whose group is in slot: what a slot export carries.
+func queuesInSlot[V any](s *state, settings map[string]V, slot uint32) []string {
+	var names []string
+	for name := range settings {
+		if s.inSlot(groupOf(name), slot) {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
 // inSlot reports whether group is in slot of the state's table.
 func (s *state) inSlot(group string, slot uint32) bool {
 	return s.slotTable != 0 && SlotOf(group, s.slotTable) == slot
@@ -575,24 +588,10 @@ func (m *Machine) ExportSlot(slot, slots uint32, move uint64, after SlotCursor, 
 	}
 	// The rest is small (a queue's settings, a deleted task's key): one
 	// chunk, whatever its size.
-	var paused []string
-	for name := range st.paused {
-		if st.inSlot(groupOf(name), slot) {
-			paused = append(paused, name)
-		}
-	}
-	slices.Sort(paused)
-	for _, name := range paused {
+	for _, name := range queuesInSlot(st, st.paused, slot) {
 		out.Records = append(out.Records, &fsmpb.SnapshotRecord{PausedQueue: name})
 	}
-	var limits []string
-	for name := range st.limits {
-		if st.inSlot(groupOf(name), slot) {
-			limits = append(limits, name)
-		}
-	}
-	slices.Sort(limits)
-	for _, name := range limits {
+	for _, name := range queuesInSlot(st, st.limits, slot) {
 		out.Records = append(out.Records, &fsmpb.SnapshotRecord{QueueLimit: &fsmpb.QueueLimit{Queue: name, MaxClaimed: st.limits[name]}})
 	}
 	st.store.ascendReservations(func(r *reservation) bool {
@@ -611,14 +610,7 @@ func (m *Machine) ExportSlot(slot, slots uint32, move uint64, after SlotCursor, 
 	for _, sc := range sched {
 		out.Records = append(out.Records, &fsmpb.SnapshotRecord{Schedule: sc})
 	}
-	var policies []string
-	for name := range st.policies {
-		if st.inSlot(groupOf(name), slot) {
-			policies = append(policies, name)
-		}
-	}
-	slices.Sort(policies)
-	for _, name := range policies {
+	for _, name := range queuesInSlot(st, st.policies, slot) {
 		out.Records = append(out.Records, &fsmpb.SnapshotRecord{QueuePolicy: st.policies[name]})
 	}
 	out.Done = true
