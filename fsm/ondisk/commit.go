@@ -20,6 +20,18 @@ import (
 // skiplist, and in key order most find their place in a step or two.
 // Only Set and Delete are written in a transaction's batch, and for
 // those the last write of a key is what the key reads afterwards.
+//
+// Claim and due keys (singleDeleted) are written as a change of the
+// engine's state: a set where the key was absent, a single delete where
+// it was present, nothing where it is as it was. A single delete and the
+// set it meets in a compaction (or a flush) both vanish, where a delete
+// stays as a tombstone down to the last level; it is correct only if the
+// key was set once since it was last deleted, which this keeps: the
+// transaction sets a claim or due key only where it is absent (index, for
+// a task with no stored version) and deletes one only where it is present
+// (unindex, Advance), so a task replaced without moving (a delete and a
+// set of the same key, then present as before) writes nothing, where
+// layout 2 set the key again over itself.
 func (s *State) commitSorted(b *pebble.Batch) error {
 	ops := s.ops[:0]
 	for r := b.Reader(); ; {
@@ -38,16 +50,33 @@ func (s *State) commitSorted(b *pebble.Batch) error {
 	slices.SortFunc(ops, compareOps)
 	sorted := s.db.NewBatchWithSize(len(b.Repr()))
 	defer sorted.Close()
-	for i, op := range ops {
-		if i+1 < len(ops) && bytes.Equal(op.key, ops[i+1].key) {
-			continue // a later write of the key replaces this one
+	for i := 0; i < len(ops); {
+		first := ops[i]
+		for i++; i < len(ops) && bytes.Equal(ops[i].key, first.key); i++ {
+		}
+		op := ops[i-1] // the last write of the key replaces the others
+		kind := op.kind
+		if singleDeleted(op.key) {
+			// Set only where absent, deleted only where present: the
+			// first write says whether the key was there before the
+			// transaction, the last whether it is after.
+			before, after := first.kind == pebble.InternalKeyKindDelete, op.kind == pebble.InternalKeyKindSet
+			if before == after {
+				continue // there before and after (valueless: unchanged), or neither
+			}
+			if !after {
+				kind = pebble.InternalKeyKindSingleDelete
+			}
 		}
 		s.writtenKeys++
 		s.writtenBytes += uint64(len(op.key) + len(op.value))
 		var err error
-		if op.kind == pebble.InternalKeyKindSet {
+		switch kind {
+		case pebble.InternalKeyKindSet:
 			err = sorted.Set(op.key, op.value, nil)
-		} else {
+		case pebble.InternalKeyKindSingleDelete:
+			err = sorted.SingleDelete(op.key, nil)
+		default:
 			err = sorted.Delete(op.key, nil)
 		}
 		if err != nil {
@@ -92,4 +121,10 @@ func compareOps(a, b batchOp) int {
 		return cmp.Compare(a.p1, b.p1)
 	}
 	return cmp.Or(bytes.Compare(a.key, b.key), cmp.Compare(a.seq, b.seq))
+}
+
+// singleDeleted reports whether k is a claim or due key: valueless, set
+// and deleted in turn, so deleted with a single delete (commitSorted).
+func singleDeleted(k []byte) bool {
+	return len(k) > shardLen && (k[shardLen] == TableClaim || k[shardLen] == TableDue)
 }

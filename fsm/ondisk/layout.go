@@ -14,7 +14,9 @@ import (
 //   - 1: the first.
 //   - 2: no session order keys (TableSessionOrder): the order is rebuilt in
 //     memory from the session records when a range opens.
-const Layout byte = 2
+//   - 3: claim and due keys are set once and deleted with a single delete
+//     (commitSorted); the upgrade writes them anew over a range delete.
+const Layout byte = 3
 
 // Tables: the byte after the shard in every key.
 const (

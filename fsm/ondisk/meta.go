@@ -1,6 +1,7 @@
 package ondisk
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 
@@ -65,13 +66,20 @@ func decodeMeta(b []byte) (meta, error) {
 	return m, nil
 }
 
-// upgrade brings a range written by an older layout to Layout, in one
-// batch: layout 1 kept the session order as keys (table 'o'), which
-// layout 2 keeps in memory, so they are deleted. No sync: a crash before
+// upgrade brings a range written by an older layout to Layout: layout 1
+// kept the session order as keys (table 'o'), which layout 2 keeps in
+// memory, so they are deleted; before layout 3, a claim or due key could
+// be set again over itself (a task replaced without moving), and layout 3
+// deletes them with single deletes, which would uncover the older set, so
+// they are written anew over a range delete (rewriteIndexes). The shard
+// record names the new layout in the last batch. No sync: a crash before
 // the next flush leaves the old layout, upgraded again at the next Open.
 func (s *State) upgrade() error {
 	if s.meta.layout >= Layout {
 		return nil
+	}
+	if err := s.rewriteIndexes(); err != nil {
+		return err
 	}
 	b := s.db.NewBatch()
 	defer b.Close()
@@ -88,4 +96,55 @@ func (s *State) upgrade() error {
 	}
 	s.meta = m
 	return nil
+}
+
+// rewriteChunk is how many keys rewriteIndexes writes per batch.
+var rewriteChunk = 10_000
+
+// rewriteIndexes writes the shard's claim and due keys anew (tables 'c'
+// and 'd', adjacent), a batch per rewriteChunk keys: each batch deletes
+// its part of the tables with a range delete and sets its keys again
+// after it, so that every key is then set once over a range delete, as
+// single deletes need (commitSorted), whatever older sets the engine's
+// files hold and whatever snapshots are open. What it writes is what was
+// there: a crash part way leaves a range that reads the same, upgraded
+// again at the next Open.
+func (s *State) rewriteIndexes() error {
+	lo, hi := tableKey(s.shard, TableClaim, 0), tableKey(s.shard, TableDue+1, 0)
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	from := lo
+	var keys [][]byte
+	write := func(to []byte) error {
+		b := s.db.NewBatch()
+		defer b.Close()
+		if err := b.DeleteRange(from, to, nil); err != nil {
+			return err
+		}
+		for _, k := range keys {
+			if err := b.Set(k, nil, nil); err != nil {
+				return err
+			}
+		}
+		keys, from = keys[:0], to
+		return b.Commit(pebble.NoSync)
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		if len(it.Value()) != 0 {
+			return fmt.Errorf("ondisk: index key %x has a value", it.Key())
+		}
+		keys = append(keys, bytes.Clone(it.Key()))
+		if len(keys) == rewriteChunk {
+			if err := write(append(bytes.Clone(keys[len(keys)-1]), 0)); err != nil {
+				return err
+			}
+		}
+	}
+	if err := it.Error(); err != nil {
+		return err
+	}
+	return write(hi)
 }
