@@ -73,10 +73,10 @@ type BackupReplica struct {
 }
 
 // BackupFence is where a backup's copy of shard id may come from. On the
-// shard's leader, after a read barrier, it returns the leader's commit
-// index (every write acknowledged before the call is at or below it) and
-// the shard's other voters: a follower that has applied the fence holds
-// every such write too, and can take the copy instead of the leader
+// shard's leader, after a read barrier, it returns the index its state
+// machine applied (every write acknowledged before the call is at or below
+// it) and the shard's other voters: a follower that has applied the fence
+// holds every such write too, and can take the copy instead of the leader
 // (BackupShardAt). Elsewhere it returns a NotLeaderError.
 func (n *Node) BackupFence(ctx context.Context, id uint32) (uint64, []BackupReplica, error) {
 	s, err := n.backupShard(id)
@@ -86,9 +86,21 @@ func (n *Node) BackupFence(ctx context.Context, id uint32) (uint64, []BackupRepl
 	if err := s.ReadBarrier(ctx); err != nil {
 		return 0, nil, err
 	}
-	// Read after the barrier: a write acknowledged before the call was
-	// committed (and applied here) before it.
-	fence := s.g.raft.CommitIndex()
+	// After a raft barrier every entry committed before it is applied
+	// here, so the machine's applied index covers every write acknowledged
+	// before the call. Not the commit index: a new leader's first entry
+	// of its term and configuration entries never reach the machine, so
+	// on a shard idle since its last election no replica's applied index
+	// ever reached it until the next command (every replica refused the
+	// copy as behind).
+	err, stopped := awaitFuture(ctx, s.stop, s.g.raft.Barrier(0))
+	if stopped != nil {
+		return 0, nil, stopped
+	}
+	if err != nil {
+		return 0, nil, s.notLeader()
+	}
+	fence := s.machine.AppliedIndex()
 	f := s.g.raft.GetConfiguration()
 	if err := f.Error(); err != nil {
 		return 0, nil, fmt.Errorf("shard %d: configuration: %w", id, err)
