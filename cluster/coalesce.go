@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/hashicorp/raft"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/e1158ecb/taskstore/fsm"
 	"github.com/e1158ecb/taskstore/fsm/fsmpb"
@@ -55,11 +57,15 @@ const (
 
 // pending is one write waiting for, or carried by, a coalesced entry.
 type pending struct {
-	data  []byte // the encoded command, stamped with Now (and budget)
-	now   int64
-	state atomic.Int32
-	start time.Time
-	done  chan proposed // buffered: the deliverer never blocks
+	// data is the encoded command, stamped with Now but not with the
+	// memory budget: the entry carries that once (launch, batchEntry).
+	data []byte
+	now  int64
+	// budgeted: the command is one the budget applies to (takesBudget).
+	budgeted bool
+	state    atomic.Int32
+	start    time.Time
+	done     chan proposed // buffered: the deliverer never blocks
 	// span is the write's propose span, commit its commit span from when
 	// its entry goes to Raft (nil when not traced: tracing.go).
 	span, commit trace.Span
@@ -124,7 +130,7 @@ func (s *Shard) proposeCoalesced(ctx context.Context, cmd *fsmpb.Command, span t
 	if err != nil {
 		return nil, err
 	}
-	p := &pending{data: data, now: cmd.Now, start: time.Now(), done: make(chan proposed, 1), span: span}
+	p := &pending{data: data, now: cmd.Now, budgeted: takesBudget(cmd.Op), start: time.Now(), done: make(chan proposed, 1), span: span}
 	c := &s.co
 	c.mu.Lock()
 	c.queue = append(c.queue, p)
@@ -155,9 +161,11 @@ func (s *Shard) proposeCoalesced(ctx context.Context, cmd *fsmpb.Command, span t
 // slot is freed, and what queued after the append launched, when the leader
 // has appended it or it completed, whichever comes first.
 func (s *Shard) launch(batch []*pending) {
-	data := batch[0].data
+	var data []byte
 	if len(batch) > 1 {
 		data = s.batchEntry(batch)
+	} else {
+		data = s.loneEntry(batch[0])
 	}
 	for _, p := range batch {
 		if p.span != nil {
@@ -215,15 +223,17 @@ func (s *Shard) before(logs []*raft.Log) {
 		if e == nil || e.released.Load() {
 			continue
 		}
-		size := 0
+		// The bound is on the OP_BATCH the entry becomes: its head and
+		// each write's framing count.
+		size := s.batchHeadBytes()
 		for _, p := range e.batch {
-			size += len(p.data)
+			size += framedBytes(p)
 		}
 		grown := e.batch
 		i := 0
 		for ; i < len(c.queue); i++ {
 			p := c.queue[i]
-			if len(grown) >= maxRequests || size+len(p.data) > maxBytes {
+			if len(grown) >= maxRequests || size+framedBytes(p) > maxBytes {
 				break
 			}
 			if !p.state.CompareAndSwap(pendingQueued, pendingTaken) {
@@ -233,7 +243,7 @@ func (s *Shard) before(logs []*raft.Log) {
 				p.commit = startCommit(p.span, 0) // joins an entry as the leader appends it
 			}
 			grown = append(grown, p)
-			size += len(p.data)
+			size += framedBytes(p)
 		}
 		n := copy(c.queue, c.queue[i:])
 		clear(c.queue[n:])
@@ -295,23 +305,77 @@ func (c *coalescer) releaseLocked(e *launched) {
 	c.inflight--
 }
 
+// takesBudget reports whether the memory budget applies to commands of
+// op: the machine reads it for Modifies (and an OP_BATCH's commands take
+// the batch's).
+func takesBudget(op fsmpb.Op) bool {
+	return op == fsmpb.Op_OP_MODIFY || op == fsmpb.Op_OP_MODIFY_CLAIM || op == fsmpb.Op_OP_BATCH
+}
+
+// budgetStamp is the budget this leader stamps now, or nil (none).
+func (s *Shard) budgetStamp() *fsmpb.MemoryBudget {
+	if s.budget == nil {
+		return nil
+	}
+	return s.budget()
+}
+
+// Command's field numbers the coalescer writes as raw bytes.
+const (
+	commandBatchField  = 13 // Command.batch
+	commandBudgetField = 20 // Command.budget
+)
+
+// loneEntry is the entry of a write proposed alone: its command, stamped
+// with the budget when it takes one. A singular message field appended to
+// an encoded message is that field (its data carries none), so the bytes
+// are not encoded again.
+func (s *Shard) loneEntry(p *pending) []byte {
+	b := s.budgetStamp()
+	if !p.budgeted || b == nil {
+		return p.data
+	}
+	enc, err := proto.Marshal(b)
+	if err != nil {
+		panic(fmt.Sprintf("cluster: encode a memory budget: %v", err)) // a plain message always encodes
+	}
+	out := make([]byte, 0, len(p.data)+protowire.SizeTag(commandBudgetField)+protowire.SizeBytes(len(enc)))
+	out = append(out, p.data...)
+	out = protowire.AppendTag(out, commandBudgetField, protowire.BytesType)
+	return protowire.AppendBytes(out, enc)
+}
+
+// framedBytes is what p takes in an OP_BATCH: its command with the field's
+// tag and length.
+func framedBytes(p *pending) int {
+	return protowire.SizeTag(commandBatchField) + protowire.SizeBytes(len(p.data))
+}
+
+// batchHeadBytes bounds the size of an OP_BATCH's head (batchEntry): the
+// largest time and budget it may carry.
+func (s *Shard) batchHeadBytes() int {
+	head := &fsmpb.Command{Op: fsmpb.Op_OP_BATCH, Now: math.MaxInt64}
+	if s.budgetStamp() != nil {
+		head.Budget = &fsmpb.MemoryBudget{Bytes: math.MaxUint64, TaskOverhead: math.MaxUint64}
+	}
+	return proto.Size(head)
+}
+
 // batchEntry encodes an OP_BATCH of the writes' commands, as raw bytes
-// (each was encoded once, by its caller): the entry's time is the latest
-// of theirs, and it carries the budget the applier uses for all of them.
+// (each was encoded once, by its caller, without a budget): the entry's
+// time is the latest of theirs, and its head carries the budget the
+// applier uses for all of them, once.
 func (s *Shard) batchEntry(batch []*pending) []byte {
-	head := &fsmpb.Command{Op: fsmpb.Op_OP_BATCH}
+	head := &fsmpb.Command{Op: fsmpb.Op_OP_BATCH, Budget: s.budgetStamp()}
 	for _, p := range batch {
 		head.Now = max(head.Now, p.now)
-	}
-	if s.budget != nil {
-		head.Budget = s.budget()
 	}
 	out, err := fsm.EncodeCommand(head)
 	if err != nil {
 		panic(fmt.Sprintf("cluster: encode a batch head: %v", err)) // a plain message always encodes
 	}
 	for _, p := range batch {
-		out = protowire.AppendTag(out, 13, protowire.BytesType) // Command.batch
+		out = protowire.AppendTag(out, commandBatchField, protowire.BytesType)
 		out = protowire.AppendBytes(out, p.data)
 	}
 	return out
@@ -365,10 +429,15 @@ func (s *Shard) takeLocked() {
 		}
 	}
 	var batch []*pending
+	// The bound is on the OP_BATCH: its head and each write's framing
+	// count (a lone write goes as it is, whatever its size).
 	size, i := 0, 0
+	if len(c.queue) > 1 && refuse == nil {
+		size = s.batchHeadBytes()
+	}
 	for ; i < len(c.queue); i++ {
 		p := c.queue[i]
-		if refuse == nil && len(batch) > 0 && (len(batch) >= maxRequests || size+len(p.data) > maxBytes) {
+		if refuse == nil && len(batch) > 0 && (len(batch) >= maxRequests || size+framedBytes(p) > maxBytes) {
 			break
 		}
 		if !p.state.CompareAndSwap(pendingQueued, pendingTaken) {
@@ -379,7 +448,7 @@ func (s *Shard) takeLocked() {
 			continue
 		}
 		batch = append(batch, p)
-		size += len(p.data)
+		size += framedBytes(p)
 	}
 	n := copy(c.queue, c.queue[i:])
 	clear(c.queue[n:])

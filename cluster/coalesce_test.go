@@ -3,14 +3,20 @@ package cluster_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/e1158ecb/taskstore/api/taskstorepb"
+	"github.com/e1158ecb/taskstore/cluster"
+	"github.com/e1158ecb/taskstore/fsm"
+	"github.com/e1158ecb/taskstore/fsm/fsmpb"
 	"github.com/e1158ecb/taskstore/testing/harness"
 )
 
@@ -252,4 +258,126 @@ func TestOneEntryAnswersEachWrite(t *testing.T) {
 	if get(t, c, q, "c") != nil {
 		t.Error("c was inserted by a refused request")
 	}
+}
+
+// TestCoalescedEntryBoundAndOneBudget holds a shard's proposals while
+// writes of many sizes queue, then reads the entries the leader wrote in
+// its Raft log: no entry of several writes is over Tuning.CoalesceBytes,
+// counting its head and each write's framing, and the memory budget is in
+// each entry once: in a batch's head, never in its writes; in a write
+// proposed alone, once.
+func TestCoalescedEntryBoundAndOneBudget(t *testing.T) {
+	const maxBytes = 2048
+	c := harness.Start(t, 3, harness.Options{Shards: 1, Scale: raceScale, StateStore: cluster.StateInMemory, MemoryLimit: 1 << 30,
+		Tune: func(tu *cluster.Tuning) { tu.CoalesceBytes, tu.CoalesceRequests = maxBytes, 1000 }})
+	c.WaitReady()
+	const q = "coalesce/bound"
+	shard := c.ShardOf(q)
+	insert(t, c, q, "first", "x")
+	ts := c.TaskStore(q)
+	leader := c.Leader(shard)
+	s := c.Nodes[leader].Server().Node.Shard(shard)
+	from, err := s.Log().LastIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := s.HoldProposals()
+	const n = 200
+	errs := make(chan error, n)
+	for i := range n {
+		// Sizes from 80 to 330 bytes: the writes of a batch fill the bound
+		// to within a few bytes of it, over it when framing is not counted.
+		value := strings.Repeat("v", 80+(i*37)%251)
+		go func() {
+			_, err := ts.Modify(ctxT(t, 60*time.Second), &taskstorepb.ModifyRequest{Inserts: []*taskstorepb.TaskInsert{{Id: fmt.Sprint("b-", i), Queue: q, Value: []byte(value)}}})
+			errs <- err
+		}()
+	}
+	waitQueued(t, s, n)
+	release()
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c.Leader(shard) != leader {
+		t.Skip("the leadership moved while the writes were proposed (a starved machine)")
+	}
+	last, err := s.Log().LastIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	batches, carried := 0, 0
+	for i := from + 1; i <= last; i++ {
+		var l raft.Log
+		if err := s.Log().GetLog(i, &l); err != nil {
+			t.Fatal(err)
+		}
+		if l.Type != raft.LogCommand || len(l.Data) == 0 {
+			continue
+		}
+		cmd, err := fsm.DecodeCommand(l.Data)
+		if err != nil {
+			t.Fatalf("entry %d: %v", i, err)
+		}
+		switch cmd.Op {
+		case fsmpb.Op_OP_BATCH:
+			batches++
+			carried += len(cmd.Batch)
+			if len(l.Data) > maxBytes {
+				t.Errorf("entry %d: an OP_BATCH of %d writes is %d bytes, over the bound of %d", i, len(cmd.Batch), len(l.Data), maxBytes)
+			}
+			top, inner := budgetFields(t, l.Data)
+			if top != 1 {
+				t.Errorf("entry %d: the batch's head carries %d budgets, want 1", i, top)
+			}
+			for j, k := range inner {
+				if k != 0 {
+					t.Errorf("entry %d: write %d of the batch carries %d budgets of its own, want none (the head's)", i, j, k)
+				}
+			}
+		case fsmpb.Op_OP_MODIFY:
+			if top, _ := budgetFields(t, l.Data); top != 1 {
+				t.Errorf("entry %d: a write proposed alone carries %d budgets, want 1", i, top)
+			}
+		}
+	}
+	t.Logf("%d entries, %d batches carrying %d writes", last-from, batches, carried)
+	if batches == 0 || carried < n/2 {
+		t.Fatalf("%d batches carrying %d of %d writes: the writes did not share entries", batches, carried, n)
+	}
+}
+
+// budgetFields counts the Command.budget fields of an encoded command
+// (top) and of each command of its batch (inner), as raw fields: a second
+// stamp would merge into one when decoded.
+func budgetFields(t *testing.T, data []byte) (top int, inner []int) {
+	t.Helper()
+	for len(data) > 0 {
+		num, typ, n := protowire.ConsumeTag(data)
+		if n < 0 {
+			t.Fatalf("a malformed command: %v", protowire.ParseError(n))
+		}
+		data = data[n:]
+		if typ == protowire.BytesType && (num == 13 || num == 20) {
+			v, m := protowire.ConsumeBytes(data)
+			if m < 0 {
+				t.Fatalf("a malformed command: %v", protowire.ParseError(m))
+			}
+			if num == 20 {
+				top++
+			} else {
+				k, _ := budgetFields(t, v)
+				inner = append(inner, k)
+			}
+			data = data[m:]
+			continue
+		}
+		m := protowire.ConsumeFieldValue(num, typ, data)
+		if m < 0 {
+			t.Fatalf("a malformed command: %v", protowire.ParseError(m))
+		}
+		data = data[m:]
+	}
+	return top, inner
 }

@@ -241,15 +241,17 @@ func (s *Shard) Propose(ctx context.Context, cmd *fsmpb.Command) (res *fsmpb.Res
 		return nil, &NotLeaderError{Shard: s.id}
 	}
 	cmd.Now = s.Now()
-	if s.budget != nil && (cmd.Op == fsmpb.Op_OP_MODIFY || cmd.Op == fsmpb.Op_OP_MODIFY_CLAIM || cmd.Op == fsmpb.Op_OP_BATCH) {
-		// The machine decides by this stamp, so every replica refuses
-		// alike whatever its own limit (fsm/budget.go).
-		cmd.Budget = s.budget()
-	}
 	if coalesces(cmd) {
 		if _, n, _ := s.tuning.coalesceLimits(); n > 1 {
+			// Unstamped: the entry carries the budget once, a lone
+			// write's or a batch's head (launch, batchEntry).
 			return s.proposeCoalesced(ctx, cmd, span)
 		}
+	}
+	if takesBudget(cmd.Op) {
+		// The machine decides by this stamp, so every replica refuses
+		// alike whatever its own limit (fsm/budget.go).
+		cmd.Budget = s.budgetStamp()
 	}
 	data, err := fsm.EncodeCommand(cmd)
 	if err != nil {
