@@ -24,7 +24,9 @@ const backupChunk = 1 << 20
 // Backup implements Admin.Backup: a shard's state as its leader has it
 // after a read barrier, streamed by a follower that has applied the
 // leader's commit index (else by the leader), or (shard 0) the cluster map
-// from the meta leader, to which any node forwards it.
+// from the meta leader, to which any node forwards it. A caller that
+// follows (BackupRequest.follow) gets a redirect to the followers instead
+// of the relayed stream, and asks them with min_index itself.
 func (srv *Server) Backup(req *taskstorepb.BackupRequest, stream grpc.ServerStreamingServer[taskstorepb.BackupChunk]) error {
 	ctx := stream.Context()
 	if req.Shard == 0 {
@@ -46,7 +48,8 @@ func (srv *Server) Backup(req *taskstorepb.BackupRequest, stream grpc.ServerStre
 		return cw.flush()
 	}
 	if req.MinIndex > 0 {
-		// A shard's leader asks this replica for the copy.
+		// A shard's leader, or a client it redirected, asks this replica
+		// for the copy.
 		if refuse := srv.copyRefusal.Load(); refuse != nil {
 			if err := (*refuse)(ctx); err != nil {
 				return err
@@ -64,6 +67,16 @@ func (srv *Server) Backup(req *taskstorepb.BackupRequest, stream grpc.ServerStre
 	fence, followers, err := srv.node.BackupFence(ctx, req.Shard)
 	if err != nil {
 		return toStatus(err)
+	}
+	if req.Follow && len(followers) > 0 {
+		// The caller asks a follower itself: the stream then spares this
+		// node's CPU entirely, the relay included.
+		r := &taskstorepb.BackupRedirect{MinIndex: fence}
+		for _, f := range followers {
+			r.Replicas = append(r.Replicas, &taskstorepb.Replica{Id: f.ID, Address: f.Address})
+		}
+		srv.log.Info("backup: the copy is redirected to a follower", "shard", req.Shard, "fence", fence, "followers", len(followers))
+		return stream.Send(&taskstorepb.BackupChunk{Redirect: r})
 	}
 	// A caught-up follower streams the copy, which spares the leader the
 	// stream's CPU and garbage; the first that answers does it.

@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/e1158ecb/taskstore/api/taskstorepb"
+	"github.com/e1158ecb/taskstore/client"
 	"github.com/e1158ecb/taskstore/fsm"
 	"github.com/e1158ecb/taskstore/testing/harness"
 )
@@ -178,4 +182,136 @@ func TestBackupLeaderCopiesWhenFollowersRefuse(t *testing.T) {
 	if got := m.TaskCount(); got != 25 {
 		t.Fatalf("the copy restores to %d tasks, want 25", got)
 	}
+}
+
+// TestBackupRedirectToFollower: a shard's leader asked with follow answers
+// a redirect (its commit index, its followers) and nothing else; the
+// client follows it and a caught-up follower streams the copy, with every
+// write acknowledged before; a follower asked for an index it has not
+// applied refuses (FAILED_PRECONDITION); and when no follower takes the
+// copy (one stopped, one refusing as behind), the client falls back to
+// the leader after trying them.
+func TestBackupRedirectToFollower(t *testing.T) {
+	c := harness.Start(t, 3, harness.Options{Shards: 1, Scale: 2})
+	c.WaitReady()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	const shard = 1
+	lead := c.Leader(shard)
+	if lead < 0 {
+		t.Fatal("no leader of shard 1")
+	}
+	insert := func(n int, prefix string) {
+		t.Helper()
+		req := &taskstorepb.ModifyRequest{}
+		for i := range n {
+			req.Inserts = append(req.Inserts, &taskstorepb.TaskInsert{Queue: "g/q", Id: fmt.Sprintf("%s%03d", prefix, i), Value: []byte("v")})
+		}
+		if _, err := taskstorepb.NewTaskStoreClient(c.Conn(lead)).Modify(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(info *taskstorepb.BackupInfo, data []byte, tasks uint64, commit uint64) {
+		t.Helper()
+		if info == nil || info.Tasks != tasks || info.Index < commit {
+			t.Fatalf("copy %v: want %d tasks at an index at or past %d", info, tasks, commit)
+		}
+		m := fsm.New(fsm.Options{})
+		if err := m.Restore(io.NopCloser(bytes.NewReader(data))); err != nil {
+			t.Fatal(err)
+		}
+		if got := m.TaskCount(); uint64(got) != tasks {
+			t.Fatalf("the copy restores to %d tasks, want %d", got, tasks)
+		}
+	}
+	var followers []int
+	for i := range c.Nodes {
+		if i != lead {
+			followers = append(followers, i)
+		}
+	}
+
+	insert(40, "a")
+	leader := c.Nodes[lead].Server().Node.Shard(shard)
+	commit := leader.Raft().CommitIndex()
+	stream, err := taskstorepb.NewAdminClient(c.Conn(lead)).Backup(ctx, &taskstorepb.BackupRequest{Shard: shard, Follow: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := first.GetRedirect()
+	if r == nil || first.Info != nil || len(first.Data) > 0 {
+		t.Fatalf("the leader asked with follow answered %v, want only a redirect", first)
+	}
+	if r.MinIndex < commit {
+		t.Errorf("redirect to index %d, below the leader's commit index %d before the call", r.MinIndex, commit)
+	}
+	var named []string
+	for _, rep := range r.Replicas {
+		named = append(named, rep.Id)
+	}
+	want := []string{c.Nodes[followers[0]].ID, c.Nodes[followers[1]].ID}
+	if !sameSet(named, want) {
+		t.Errorf("redirect names %v, want the followers %v", named, want)
+	}
+	if m, err := stream.Recv(); !errors.Is(err, io.EOF) {
+		t.Errorf("after the redirect: %v, %v; want the end of the stream", m, err)
+	}
+
+	cl, err := client.Dial(ctx, strings.Join(c.Endpoints(), ","), client.WithAttemptTimeout(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var buf bytes.Buffer
+	info, err := cl.Backup(ctx, shard, &buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Node == c.Nodes[lead].ID {
+		t.Errorf("the leader %s streamed the copy; its followers are caught up", info.Node)
+	}
+	check(info, buf.Bytes(), 40, commit)
+
+	_, _, err = backupCopy(ctx, c.Conn(followers[0]), &taskstorepb.BackupRequest{Shard: shard, MinIndex: commit + 1_000_000, Follow: true})
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("a follower asked for an index it has not applied: %v, want FailedPrecondition", err)
+	}
+
+	// No follower takes the copy: one is stopped (unreachable), the
+	// other answers that it is behind. The client tries them, then the
+	// leader streams the copy.
+	c.Stop(followers[0])
+	var asked atomic.Int32
+	undo := c.Nodes[followers[1]].Server().RPC.RefuseBackupCopies(func(context.Context) error {
+		asked.Add(1)
+		return status.Error(codes.FailedPrecondition, "behind (test)")
+	})
+	defer undo()
+	insert(30, "b")
+	commit = leader.Raft().CommitIndex()
+	buf.Reset()
+	start := time.Now()
+	info, err = cl.Backup(ctx, shard, &buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("fell back to the leader after %v; the refusing follower was asked %d times", time.Since(start).Round(time.Millisecond), asked.Load())
+	if info.Node != c.Nodes[lead].ID {
+		t.Errorf("copy streamed by %s, want the leader %s (one follower stopped, one behind)", info.Node, c.Nodes[lead].ID)
+	}
+	if asked.Load() == 0 {
+		t.Error("the client never asked the follower that is up")
+	}
+	check(info, buf.Bytes(), 70, commit)
+}
+
+func sameSet(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
 }

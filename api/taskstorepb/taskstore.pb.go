@@ -4479,8 +4479,16 @@ type BackupRequest struct {
 	// asked. The follower copies only once it has applied this index (every
 	// write acknowledged before the backup asked is then in the copy), and
 	// refuses with FAILED_PRECONDITION if it does not get there at once;
-	// the leader then copies itself.
-	MinIndex      uint64 `protobuf:"varint,2,opt,name=min_index,json=minIndex,proto3" json:"min_index,omitempty"`
+	// the leader then copies itself. A client that followed a redirect sets
+	// it to the redirect's min_index, on a follower or (to fall back) on the
+	// leader.
+	MinIndex uint64 `protobuf:"varint,2,opt,name=min_index,json=minIndex,proto3" json:"min_index,omitempty"`
+	// The caller follows a redirect: a shard's leader asked without
+	// min_index answers with one message holding only a BackupRedirect (its
+	// commit index and the shard's followers) when it has followers, so that
+	// the copy streams from a follower to the caller without passing through
+	// the leader. Without it the leader relays a follower's copy itself.
+	Follow        bool `protobuf:"varint,3,opt,name=follow,proto3" json:"follow,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4529,13 +4537,23 @@ func (x *BackupRequest) GetMinIndex() uint64 {
 	return 0
 }
 
+func (x *BackupRequest) GetFollow() bool {
+	if x != nil {
+		return x.Follow
+	}
+	return false
+}
+
 type BackupChunk struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Set in the first message only.
 	Info *BackupInfo `protobuf:"bytes,1,opt,name=info,proto3" json:"info,omitempty"`
 	// The next bytes of the copy: a shard's state machine snapshot stream,
 	// or the cluster map (an opaque encoding restore reads).
-	Data          []byte `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	Data []byte `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	// The only field of the only message of a leader's answer to a request
+	// with follow: ask a follower for the copy instead.
+	Redirect      *BackupRedirect `protobuf:"bytes,3,opt,name=redirect,proto3" json:"redirect,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4584,6 +4602,73 @@ func (x *BackupChunk) GetData() []byte {
 	return nil
 }
 
+func (x *BackupChunk) GetRedirect() *BackupRedirect {
+	if x != nil {
+		return x.Redirect
+	}
+	return nil
+}
+
+// BackupRedirect sends a backup's copy of a shard to its followers.
+type BackupRedirect struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The leader's commit index after its leadership check: every write
+	// acknowledged before the backup asked is at or below it. Ask a
+	// follower with BackupRequest.min_index set to it: one that has applied
+	// it streams the copy (of an index at or past it), one behind answers
+	// FAILED_PRECONDITION. If none does within seconds, ask the leader the
+	// same.
+	MinIndex uint64 `protobuf:"varint,1,opt,name=min_index,json=minIndex,proto3" json:"min_index,omitempty"`
+	// The shard's voters other than the leader.
+	Replicas      []*Replica `protobuf:"bytes,2,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackupRedirect) Reset() {
+	*x = BackupRedirect{}
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupRedirect) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupRedirect) ProtoMessage() {}
+
+func (x *BackupRedirect) ProtoReflect() protoreflect.Message {
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupRedirect.ProtoReflect.Descriptor instead.
+func (*BackupRedirect) Descriptor() ([]byte, []int) {
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *BackupRedirect) GetMinIndex() uint64 {
+	if x != nil {
+		return x.MinIndex
+	}
+	return 0
+}
+
+func (x *BackupRedirect) GetReplicas() []*Replica {
+	if x != nil {
+		return x.Replicas
+	}
+	return nil
+}
+
 // BackupInfo describes one copy in a backup.
 type BackupInfo struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -4601,7 +4686,7 @@ type BackupInfo struct {
 
 func (x *BackupInfo) Reset() {
 	*x = BackupInfo{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[59]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4613,7 +4698,7 @@ func (x *BackupInfo) String() string {
 func (*BackupInfo) ProtoMessage() {}
 
 func (x *BackupInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[59]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4626,7 +4711,7 @@ func (x *BackupInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupInfo.ProtoReflect.Descriptor instead.
 func (*BackupInfo) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{59}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *BackupInfo) GetShard() uint32 {
@@ -4672,7 +4757,7 @@ type RoutingRequest struct {
 
 func (x *RoutingRequest) Reset() {
 	*x = RoutingRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[60]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4684,7 +4769,7 @@ func (x *RoutingRequest) String() string {
 func (*RoutingRequest) ProtoMessage() {}
 
 func (x *RoutingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[60]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4697,7 +4782,7 @@ func (x *RoutingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoutingRequest.ProtoReflect.Descriptor instead.
 func (*RoutingRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{60}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{61}
 }
 
 type Replica struct {
@@ -4710,7 +4795,7 @@ type Replica struct {
 
 func (x *Replica) Reset() {
 	*x = Replica{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[61]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4722,7 +4807,7 @@ func (x *Replica) String() string {
 func (*Replica) ProtoMessage() {}
 
 func (x *Replica) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[61]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4735,7 +4820,7 @@ func (x *Replica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Replica.ProtoReflect.Descriptor instead.
 func (*Replica) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{61}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *Replica) GetId() string {
@@ -4765,7 +4850,7 @@ type ShardRoute struct {
 
 func (x *ShardRoute) Reset() {
 	*x = ShardRoute{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[62]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4777,7 +4862,7 @@ func (x *ShardRoute) String() string {
 func (*ShardRoute) ProtoMessage() {}
 
 func (x *ShardRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[62]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4790,7 +4875,7 @@ func (x *ShardRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardRoute.ProtoReflect.Descriptor instead.
 func (*ShardRoute) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{62}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ShardRoute) GetId() uint32 {
@@ -4835,7 +4920,7 @@ type RoutingResponse struct {
 
 func (x *RoutingResponse) Reset() {
 	*x = RoutingResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[63]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4847,7 +4932,7 @@ func (x *RoutingResponse) String() string {
 func (*RoutingResponse) ProtoMessage() {}
 
 func (x *RoutingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[63]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4860,7 +4945,7 @@ func (x *RoutingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RoutingResponse.ProtoReflect.Descriptor instead.
 func (*RoutingResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{63}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *RoutingResponse) GetSlots() []uint32 {
@@ -4895,7 +4980,7 @@ type TransferLeaderRequest struct {
 
 func (x *TransferLeaderRequest) Reset() {
 	*x = TransferLeaderRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[64]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4907,7 +4992,7 @@ func (x *TransferLeaderRequest) String() string {
 func (*TransferLeaderRequest) ProtoMessage() {}
 
 func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[64]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4920,7 +5005,7 @@ func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{64}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *TransferLeaderRequest) GetShard() uint32 {
@@ -4946,7 +5031,7 @@ type TransferLeaderResponse struct {
 
 func (x *TransferLeaderResponse) Reset() {
 	*x = TransferLeaderResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[65]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4958,7 +5043,7 @@ func (x *TransferLeaderResponse) String() string {
 func (*TransferLeaderResponse) ProtoMessage() {}
 
 func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[65]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4971,7 +5056,7 @@ func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{65}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *TransferLeaderResponse) GetLeader() string {
@@ -4992,7 +5077,7 @@ type AddNodeRequest struct {
 
 func (x *AddNodeRequest) Reset() {
 	*x = AddNodeRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[66]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5004,7 +5089,7 @@ func (x *AddNodeRequest) String() string {
 func (*AddNodeRequest) ProtoMessage() {}
 
 func (x *AddNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[66]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5017,7 +5102,7 @@ func (x *AddNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodeRequest.ProtoReflect.Descriptor instead.
 func (*AddNodeRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{66}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *AddNodeRequest) GetId() string {
@@ -5043,7 +5128,7 @@ type AddNodeResponse struct {
 
 func (x *AddNodeResponse) Reset() {
 	*x = AddNodeResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[67]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5055,7 +5140,7 @@ func (x *AddNodeResponse) String() string {
 func (*AddNodeResponse) ProtoMessage() {}
 
 func (x *AddNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[67]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5068,7 +5153,7 @@ func (x *AddNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodeResponse.ProtoReflect.Descriptor instead.
 func (*AddNodeResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{67}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *AddNodeResponse) GetNode() *NodeStatus {
@@ -5090,7 +5175,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[68]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5102,7 +5187,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[68]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5115,7 +5200,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{68}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *RemoveNodeRequest) GetId() string {
@@ -5141,7 +5226,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[69]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5153,7 +5238,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[69]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5166,7 +5251,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{69}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *RemoveNodeResponse) GetNode() *NodeStatus {
@@ -5194,7 +5279,7 @@ type RebuildReplicaRequest struct {
 
 func (x *RebuildReplicaRequest) Reset() {
 	*x = RebuildReplicaRequest{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[70]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5206,7 +5291,7 @@ func (x *RebuildReplicaRequest) String() string {
 func (*RebuildReplicaRequest) ProtoMessage() {}
 
 func (x *RebuildReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[70]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5219,7 +5304,7 @@ func (x *RebuildReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebuildReplicaRequest.ProtoReflect.Descriptor instead.
 func (*RebuildReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{70}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *RebuildReplicaRequest) GetShard() uint32 {
@@ -5251,7 +5336,7 @@ type RebuildReplicaResponse struct {
 
 func (x *RebuildReplicaResponse) Reset() {
 	*x = RebuildReplicaResponse{}
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[71]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5263,7 +5348,7 @@ func (x *RebuildReplicaResponse) String() string {
 func (*RebuildReplicaResponse) ProtoMessage() {}
 
 func (x *RebuildReplicaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_taskstore_v1_taskstore_proto_msgTypes[71]
+	mi := &file_taskstore_v1_taskstore_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5276,7 +5361,7 @@ func (x *RebuildReplicaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebuildReplicaResponse.ProtoReflect.Descriptor instead.
 func (*RebuildReplicaResponse) Descriptor() ([]byte, []int) {
-	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{71}
+	return file_taskstore_v1_taskstore_proto_rawDescGZIP(), []int{72}
 }
 
 var File_taskstore_v1_taskstore_proto protoreflect.FileDescriptor
@@ -5656,13 +5741,18 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\x04from\x18\x03 \x01(\rR\x04from\x12\x0e\n" +
 	"\x02to\x18\x04 \x01(\rR\x02to\x12\x14\n" +
 	"\x05phase\x18\x05 \x01(\tR\x05phase\x12\x14\n" +
-	"\x05error\x18\x06 \x01(\tR\x05error\"B\n" +
+	"\x05error\x18\x06 \x01(\tR\x05error\"Z\n" +
 	"\rBackupRequest\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\rR\x05shard\x12\x1b\n" +
-	"\tmin_index\x18\x02 \x01(\x04R\bminIndex\"O\n" +
+	"\tmin_index\x18\x02 \x01(\x04R\bminIndex\x12\x16\n" +
+	"\x06follow\x18\x03 \x01(\bR\x06follow\"\x89\x01\n" +
 	"\vBackupChunk\x12,\n" +
 	"\x04info\x18\x01 \x01(\v2\x18.taskstore.v1.BackupInfoR\x04info\x12\x12\n" +
-	"\x04data\x18\x02 \x01(\fR\x04data\"\x81\x01\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\x128\n" +
+	"\bredirect\x18\x03 \x01(\v2\x1c.taskstore.v1.BackupRedirectR\bredirect\"`\n" +
+	"\x0eBackupRedirect\x12\x1b\n" +
+	"\tmin_index\x18\x01 \x01(\x04R\bminIndex\x121\n" +
+	"\breplicas\x18\x02 \x03(\v2\x15.taskstore.v1.ReplicaR\breplicas\"\x81\x01\n" +
 	"\n" +
 	"BackupInfo\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\rR\x05shard\x12\x14\n" +
@@ -5756,7 +5846,7 @@ func file_taskstore_v1_taskstore_proto_rawDescGZIP() []byte {
 }
 
 var file_taskstore_v1_taskstore_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_taskstore_v1_taskstore_proto_msgTypes = make([]protoimpl.MessageInfo, 78)
+var file_taskstore_v1_taskstore_proto_msgTypes = make([]protoimpl.MessageInfo, 79)
 var file_taskstore_v1_taskstore_proto_goTypes = []any{
 	(TaskState)(0),                 // 0: taskstore.v1.TaskState
 	(MissedTicks)(0),               // 1: taskstore.v1.MissedTicks
@@ -5820,165 +5910,168 @@ var file_taskstore_v1_taskstore_proto_goTypes = []any{
 	(*SlotMove)(nil),               // 59: taskstore.v1.SlotMove
 	(*BackupRequest)(nil),          // 60: taskstore.v1.BackupRequest
 	(*BackupChunk)(nil),            // 61: taskstore.v1.BackupChunk
-	(*BackupInfo)(nil),             // 62: taskstore.v1.BackupInfo
-	(*RoutingRequest)(nil),         // 63: taskstore.v1.RoutingRequest
-	(*Replica)(nil),                // 64: taskstore.v1.Replica
-	(*ShardRoute)(nil),             // 65: taskstore.v1.ShardRoute
-	(*RoutingResponse)(nil),        // 66: taskstore.v1.RoutingResponse
-	(*TransferLeaderRequest)(nil),  // 67: taskstore.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil), // 68: taskstore.v1.TransferLeaderResponse
-	(*AddNodeRequest)(nil),         // 69: taskstore.v1.AddNodeRequest
-	(*AddNodeResponse)(nil),        // 70: taskstore.v1.AddNodeResponse
-	(*RemoveNodeRequest)(nil),      // 71: taskstore.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),     // 72: taskstore.v1.RemoveNodeResponse
-	(*RebuildReplicaRequest)(nil),  // 73: taskstore.v1.RebuildReplicaRequest
-	(*RebuildReplicaResponse)(nil), // 74: taskstore.v1.RebuildReplicaResponse
-	nil,                            // 75: taskstore.v1.Task.HeadersEntry
-	nil,                            // 76: taskstore.v1.TaskInsert.HeadersEntry
-	nil,                            // 77: taskstore.v1.TaskChange.HeadersEntry
-	nil,                            // 78: taskstore.v1.ModifyResponse.SameAsEntry
-	nil,                            // 79: taskstore.v1.TasksRequest.HeadersEntry
-	nil,                            // 80: taskstore.v1.ProduceItem.TraceEntry
-	(*timestamppb.Timestamp)(nil),  // 81: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 82: google.protobuf.Duration
+	(*BackupRedirect)(nil),         // 62: taskstore.v1.BackupRedirect
+	(*BackupInfo)(nil),             // 63: taskstore.v1.BackupInfo
+	(*RoutingRequest)(nil),         // 64: taskstore.v1.RoutingRequest
+	(*Replica)(nil),                // 65: taskstore.v1.Replica
+	(*ShardRoute)(nil),             // 66: taskstore.v1.ShardRoute
+	(*RoutingResponse)(nil),        // 67: taskstore.v1.RoutingResponse
+	(*TransferLeaderRequest)(nil),  // 68: taskstore.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil), // 69: taskstore.v1.TransferLeaderResponse
+	(*AddNodeRequest)(nil),         // 70: taskstore.v1.AddNodeRequest
+	(*AddNodeResponse)(nil),        // 71: taskstore.v1.AddNodeResponse
+	(*RemoveNodeRequest)(nil),      // 72: taskstore.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),     // 73: taskstore.v1.RemoveNodeResponse
+	(*RebuildReplicaRequest)(nil),  // 74: taskstore.v1.RebuildReplicaRequest
+	(*RebuildReplicaResponse)(nil), // 75: taskstore.v1.RebuildReplicaResponse
+	nil,                            // 76: taskstore.v1.Task.HeadersEntry
+	nil,                            // 77: taskstore.v1.TaskInsert.HeadersEntry
+	nil,                            // 78: taskstore.v1.TaskChange.HeadersEntry
+	nil,                            // 79: taskstore.v1.ModifyResponse.SameAsEntry
+	nil,                            // 80: taskstore.v1.TasksRequest.HeadersEntry
+	nil,                            // 81: taskstore.v1.ProduceItem.TraceEntry
+	(*timestamppb.Timestamp)(nil),  // 82: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 83: google.protobuf.Duration
 }
 var file_taskstore_v1_taskstore_proto_depIdxs = []int32{
-	81,  // 0: taskstore.v1.Task.at:type_name -> google.protobuf.Timestamp
-	81,  // 1: taskstore.v1.Task.created:type_name -> google.protobuf.Timestamp
-	81,  // 2: taskstore.v1.Task.modified:type_name -> google.protobuf.Timestamp
-	82,  // 3: taskstore.v1.Task.dedup_window:type_name -> google.protobuf.Duration
-	75,  // 4: taskstore.v1.Task.headers:type_name -> taskstore.v1.Task.HeadersEntry
-	81,  // 5: taskstore.v1.TaskInsert.at:type_name -> google.protobuf.Timestamp
-	82,  // 6: taskstore.v1.TaskInsert.delay:type_name -> google.protobuf.Duration
-	82,  // 7: taskstore.v1.TaskInsert.dedup_window:type_name -> google.protobuf.Duration
-	76,  // 8: taskstore.v1.TaskInsert.headers:type_name -> taskstore.v1.TaskInsert.HeadersEntry
-	81,  // 9: taskstore.v1.TaskChange.at:type_name -> google.protobuf.Timestamp
-	82,  // 10: taskstore.v1.TaskChange.delay:type_name -> google.protobuf.Duration
-	77,  // 11: taskstore.v1.TaskChange.headers:type_name -> taskstore.v1.TaskChange.HeadersEntry
+	82,  // 0: taskstore.v1.Task.at:type_name -> google.protobuf.Timestamp
+	82,  // 1: taskstore.v1.Task.created:type_name -> google.protobuf.Timestamp
+	82,  // 2: taskstore.v1.Task.modified:type_name -> google.protobuf.Timestamp
+	83,  // 3: taskstore.v1.Task.dedup_window:type_name -> google.protobuf.Duration
+	76,  // 4: taskstore.v1.Task.headers:type_name -> taskstore.v1.Task.HeadersEntry
+	82,  // 5: taskstore.v1.TaskInsert.at:type_name -> google.protobuf.Timestamp
+	83,  // 6: taskstore.v1.TaskInsert.delay:type_name -> google.protobuf.Duration
+	83,  // 7: taskstore.v1.TaskInsert.dedup_window:type_name -> google.protobuf.Duration
+	77,  // 8: taskstore.v1.TaskInsert.headers:type_name -> taskstore.v1.TaskInsert.HeadersEntry
+	82,  // 9: taskstore.v1.TaskChange.at:type_name -> google.protobuf.Timestamp
+	83,  // 10: taskstore.v1.TaskChange.delay:type_name -> google.protobuf.Duration
+	78,  // 11: taskstore.v1.TaskChange.headers:type_name -> taskstore.v1.TaskChange.HeadersEntry
 	6,   // 12: taskstore.v1.ModifyRequest.inserts:type_name -> taskstore.v1.TaskInsert
 	7,   // 13: taskstore.v1.ModifyRequest.changes:type_name -> taskstore.v1.TaskChange
 	4,   // 14: taskstore.v1.ModifyRequest.deletes:type_name -> taskstore.v1.TaskRef
 	4,   // 15: taskstore.v1.ModifyRequest.depends:type_name -> taskstore.v1.TaskRef
 	5,   // 16: taskstore.v1.ModifyRequest.request:type_name -> taskstore.v1.RequestID
 	9,   // 17: taskstore.v1.ModifyRequest.claim:type_name -> taskstore.v1.ModifyClaim
-	82,  // 18: taskstore.v1.ModifyClaim.lease:type_name -> google.protobuf.Duration
+	83,  // 18: taskstore.v1.ModifyClaim.lease:type_name -> google.protobuf.Duration
 	3,   // 19: taskstore.v1.ModifyResponse.inserted:type_name -> taskstore.v1.Task
 	3,   // 20: taskstore.v1.ModifyResponse.changed:type_name -> taskstore.v1.Task
 	3,   // 21: taskstore.v1.ModifyResponse.claimed:type_name -> taskstore.v1.Task
-	78,  // 22: taskstore.v1.ModifyResponse.same_as:type_name -> taskstore.v1.ModifyResponse.SameAsEntry
+	79,  // 22: taskstore.v1.ModifyResponse.same_as:type_name -> taskstore.v1.ModifyResponse.SameAsEntry
 	12,  // 23: taskstore.v1.ModifyError.errors:type_name -> taskstore.v1.RefError
 	2,   // 24: taskstore.v1.RefError.category:type_name -> taskstore.v1.RefError.Category
-	81,  // 25: taskstore.v1.RefError.lease_until:type_name -> google.protobuf.Timestamp
-	82,  // 26: taskstore.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
-	82,  // 27: taskstore.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	82,  // 25: taskstore.v1.RefError.lease_until:type_name -> google.protobuf.Timestamp
+	83,  // 26: taskstore.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
+	83,  // 27: taskstore.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
 	5,   // 28: taskstore.v1.ClaimRequest.request:type_name -> taskstore.v1.RequestID
 	3,   // 29: taskstore.v1.ClaimResponse.tasks:type_name -> taskstore.v1.Task
 	0,   // 30: taskstore.v1.TasksRequest.state:type_name -> taskstore.v1.TaskState
-	79,  // 31: taskstore.v1.TasksRequest.headers:type_name -> taskstore.v1.TasksRequest.HeadersEntry
+	80,  // 31: taskstore.v1.TasksRequest.headers:type_name -> taskstore.v1.TasksRequest.HeadersEntry
 	3,   // 32: taskstore.v1.TasksResponse.tasks:type_name -> taskstore.v1.Task
-	82,  // 33: taskstore.v1.QueueStats.oldest_available_age:type_name -> google.protobuf.Duration
-	82,  // 34: taskstore.v1.QueueStats.avg_claim_to_commit:type_name -> google.protobuf.Duration
-	82,  // 35: taskstore.v1.QueueStats.rate_window:type_name -> google.protobuf.Duration
+	83,  // 33: taskstore.v1.QueueStats.oldest_available_age:type_name -> google.protobuf.Duration
+	83,  // 34: taskstore.v1.QueueStats.avg_claim_to_commit:type_name -> google.protobuf.Duration
+	83,  // 35: taskstore.v1.QueueStats.rate_window:type_name -> google.protobuf.Duration
 	31,  // 36: taskstore.v1.QueueStats.policy:type_name -> taskstore.v1.QueuePolicy
 	18,  // 37: taskstore.v1.QueuesResponse.queues:type_name -> taskstore.v1.QueueStats
 	5,   // 38: taskstore.v1.PurgeRequest.request:type_name -> taskstore.v1.RequestID
 	5,   // 39: taskstore.v1.QueuePauseRequest.request:type_name -> taskstore.v1.RequestID
-	82,  // 40: taskstore.v1.Schedule.every:type_name -> google.protobuf.Duration
+	83,  // 40: taskstore.v1.Schedule.every:type_name -> google.protobuf.Duration
 	1,   // 41: taskstore.v1.Schedule.missed:type_name -> taskstore.v1.MissedTicks
-	81,  // 42: taskstore.v1.Schedule.next:type_name -> google.protobuf.Timestamp
-	81,  // 43: taskstore.v1.Schedule.last:type_name -> google.protobuf.Timestamp
+	82,  // 42: taskstore.v1.Schedule.next:type_name -> google.protobuf.Timestamp
+	82,  // 43: taskstore.v1.Schedule.last:type_name -> google.protobuf.Timestamp
 	23,  // 44: taskstore.v1.PutScheduleRequest.schedule:type_name -> taskstore.v1.Schedule
 	5,   // 45: taskstore.v1.PutScheduleRequest.request:type_name -> taskstore.v1.RequestID
 	23,  // 46: taskstore.v1.PutScheduleResponse.schedule:type_name -> taskstore.v1.Schedule
 	5,   // 47: taskstore.v1.DeleteScheduleRequest.request:type_name -> taskstore.v1.RequestID
 	23,  // 48: taskstore.v1.SchedulesResponse.schedules:type_name -> taskstore.v1.Schedule
 	5,   // 49: taskstore.v1.QueueLimitRequest.request:type_name -> taskstore.v1.RequestID
-	82,  // 50: taskstore.v1.QueuePolicy.retain:type_name -> google.protobuf.Duration
+	83,  // 50: taskstore.v1.QueuePolicy.retain:type_name -> google.protobuf.Duration
 	31,  // 51: taskstore.v1.QueuePolicyRequest.policy:type_name -> taskstore.v1.QueuePolicy
 	5,   // 52: taskstore.v1.QueuePolicyRequest.request:type_name -> taskstore.v1.RequestID
 	31,  // 53: taskstore.v1.QueuePolicyResponse.previous:type_name -> taskstore.v1.QueuePolicy
-	81,  // 54: taskstore.v1.TimeResponse.now:type_name -> google.protobuf.Timestamp
+	82,  // 54: taskstore.v1.TimeResponse.now:type_name -> google.protobuf.Timestamp
 	39,  // 55: taskstore.v1.ProduceRequest.items:type_name -> taskstore.v1.ProduceItem
 	8,   // 56: taskstore.v1.ProduceItem.modify:type_name -> taskstore.v1.ModifyRequest
-	82,  // 57: taskstore.v1.ProduceItem.timeout:type_name -> google.protobuf.Duration
-	80,  // 58: taskstore.v1.ProduceItem.trace:type_name -> taskstore.v1.ProduceItem.TraceEntry
+	83,  // 57: taskstore.v1.ProduceItem.timeout:type_name -> google.protobuf.Duration
+	81,  // 58: taskstore.v1.ProduceItem.trace:type_name -> taskstore.v1.ProduceItem.TraceEntry
 	41,  // 59: taskstore.v1.ProduceResponse.answers:type_name -> taskstore.v1.ProduceAnswer
 	10,  // 60: taskstore.v1.ProduceAnswer.modify:type_name -> taskstore.v1.ModifyResponse
 	42,  // 61: taskstore.v1.ProduceAnswer.details:type_name -> taskstore.v1.ErrorDetail
 	47,  // 62: taskstore.v1.ReplicaStatus.checkpoints:type_name -> taskstore.v1.Checkpoint
 	48,  // 63: taskstore.v1.ReplicaStatus.divergence:type_name -> taskstore.v1.Divergence
-	81,  // 64: taskstore.v1.Divergence.detected:type_name -> google.protobuf.Timestamp
+	82,  // 64: taskstore.v1.Divergence.detected:type_name -> google.protobuf.Timestamp
 	46,  // 65: taskstore.v1.ShardStatus.replica_status:type_name -> taskstore.v1.ReplicaStatus
 	45,  // 66: taskstore.v1.StatusResponse.nodes:type_name -> taskstore.v1.NodeStatus
 	49,  // 67: taskstore.v1.StatusResponse.shards:type_name -> taskstore.v1.ShardStatus
 	49,  // 68: taskstore.v1.StatusResponse.meta:type_name -> taskstore.v1.ShardStatus
-	81,  // 69: taskstore.v1.StatusResponse.now:type_name -> google.protobuf.Timestamp
+	82,  // 69: taskstore.v1.StatusResponse.now:type_name -> google.protobuf.Timestamp
 	59,  // 70: taskstore.v1.StatusResponse.moves:type_name -> taskstore.v1.SlotMove
 	59,  // 71: taskstore.v1.StatusResponse.finished_moves:type_name -> taskstore.v1.SlotMove
 	49,  // 72: taskstore.v1.AddShardsResponse.shards:type_name -> taskstore.v1.ShardStatus
 	59,  // 73: taskstore.v1.RemoveShardResponse.moves:type_name -> taskstore.v1.SlotMove
 	59,  // 74: taskstore.v1.RebalanceSlotsResponse.moves:type_name -> taskstore.v1.SlotMove
 	59,  // 75: taskstore.v1.MoveSlotsResponse.moves:type_name -> taskstore.v1.SlotMove
-	62,  // 76: taskstore.v1.BackupChunk.info:type_name -> taskstore.v1.BackupInfo
-	64,  // 77: taskstore.v1.ShardRoute.replicas:type_name -> taskstore.v1.Replica
-	65,  // 78: taskstore.v1.RoutingResponse.shards:type_name -> taskstore.v1.ShardRoute
-	45,  // 79: taskstore.v1.AddNodeResponse.node:type_name -> taskstore.v1.NodeStatus
-	45,  // 80: taskstore.v1.RemoveNodeResponse.node:type_name -> taskstore.v1.NodeStatus
-	8,   // 81: taskstore.v1.TaskStore.Modify:input_type -> taskstore.v1.ModifyRequest
-	13,  // 82: taskstore.v1.TaskStore.Claim:input_type -> taskstore.v1.ClaimRequest
-	15,  // 83: taskstore.v1.TaskStore.Tasks:input_type -> taskstore.v1.TasksRequest
-	17,  // 84: taskstore.v1.TaskStore.Queues:input_type -> taskstore.v1.QueuesRequest
-	36,  // 85: taskstore.v1.TaskStore.Time:input_type -> taskstore.v1.TimeRequest
-	20,  // 86: taskstore.v1.TaskStore.Purge:input_type -> taskstore.v1.PurgeRequest
-	22,  // 87: taskstore.v1.TaskStore.PauseQueue:input_type -> taskstore.v1.QueuePauseRequest
-	22,  // 88: taskstore.v1.TaskStore.ResumeQueue:input_type -> taskstore.v1.QueuePauseRequest
-	30,  // 89: taskstore.v1.TaskStore.SetQueueLimit:input_type -> taskstore.v1.QueueLimitRequest
-	32,  // 90: taskstore.v1.TaskStore.SetQueuePolicy:input_type -> taskstore.v1.QueuePolicyRequest
-	24,  // 91: taskstore.v1.TaskStore.PutSchedule:input_type -> taskstore.v1.PutScheduleRequest
-	26,  // 92: taskstore.v1.TaskStore.DeleteSchedule:input_type -> taskstore.v1.DeleteScheduleRequest
-	28,  // 93: taskstore.v1.TaskStore.Schedules:input_type -> taskstore.v1.SchedulesRequest
-	38,  // 94: taskstore.v1.TaskStore.Produce:input_type -> taskstore.v1.ProduceRequest
-	44,  // 95: taskstore.v1.Admin.Status:input_type -> taskstore.v1.StatusRequest
-	63,  // 96: taskstore.v1.Admin.Routing:input_type -> taskstore.v1.RoutingRequest
-	67,  // 97: taskstore.v1.Admin.TransferLeader:input_type -> taskstore.v1.TransferLeaderRequest
-	69,  // 98: taskstore.v1.Admin.AddNode:input_type -> taskstore.v1.AddNodeRequest
-	71,  // 99: taskstore.v1.Admin.RemoveNode:input_type -> taskstore.v1.RemoveNodeRequest
-	73,  // 100: taskstore.v1.Admin.RebuildReplica:input_type -> taskstore.v1.RebuildReplicaRequest
-	51,  // 101: taskstore.v1.Admin.MoveSlots:input_type -> taskstore.v1.MoveSlotsRequest
-	52,  // 102: taskstore.v1.Admin.AddShards:input_type -> taskstore.v1.AddShardsRequest
-	54,  // 103: taskstore.v1.Admin.RemoveShard:input_type -> taskstore.v1.RemoveShardRequest
-	56,  // 104: taskstore.v1.Admin.RebalanceSlots:input_type -> taskstore.v1.RebalanceSlotsRequest
-	60,  // 105: taskstore.v1.Admin.Backup:input_type -> taskstore.v1.BackupRequest
-	10,  // 106: taskstore.v1.TaskStore.Modify:output_type -> taskstore.v1.ModifyResponse
-	14,  // 107: taskstore.v1.TaskStore.Claim:output_type -> taskstore.v1.ClaimResponse
-	16,  // 108: taskstore.v1.TaskStore.Tasks:output_type -> taskstore.v1.TasksResponse
-	19,  // 109: taskstore.v1.TaskStore.Queues:output_type -> taskstore.v1.QueuesResponse
-	37,  // 110: taskstore.v1.TaskStore.Time:output_type -> taskstore.v1.TimeResponse
-	21,  // 111: taskstore.v1.TaskStore.Purge:output_type -> taskstore.v1.PurgeResponse
-	35,  // 112: taskstore.v1.TaskStore.PauseQueue:output_type -> taskstore.v1.QueuePauseResponse
-	35,  // 113: taskstore.v1.TaskStore.ResumeQueue:output_type -> taskstore.v1.QueuePauseResponse
-	34,  // 114: taskstore.v1.TaskStore.SetQueueLimit:output_type -> taskstore.v1.QueueLimitResponse
-	33,  // 115: taskstore.v1.TaskStore.SetQueuePolicy:output_type -> taskstore.v1.QueuePolicyResponse
-	25,  // 116: taskstore.v1.TaskStore.PutSchedule:output_type -> taskstore.v1.PutScheduleResponse
-	27,  // 117: taskstore.v1.TaskStore.DeleteSchedule:output_type -> taskstore.v1.DeleteScheduleResponse
-	29,  // 118: taskstore.v1.TaskStore.Schedules:output_type -> taskstore.v1.SchedulesResponse
-	40,  // 119: taskstore.v1.TaskStore.Produce:output_type -> taskstore.v1.ProduceResponse
-	50,  // 120: taskstore.v1.Admin.Status:output_type -> taskstore.v1.StatusResponse
-	66,  // 121: taskstore.v1.Admin.Routing:output_type -> taskstore.v1.RoutingResponse
-	68,  // 122: taskstore.v1.Admin.TransferLeader:output_type -> taskstore.v1.TransferLeaderResponse
-	70,  // 123: taskstore.v1.Admin.AddNode:output_type -> taskstore.v1.AddNodeResponse
-	72,  // 124: taskstore.v1.Admin.RemoveNode:output_type -> taskstore.v1.RemoveNodeResponse
-	74,  // 125: taskstore.v1.Admin.RebuildReplica:output_type -> taskstore.v1.RebuildReplicaResponse
-	58,  // 126: taskstore.v1.Admin.MoveSlots:output_type -> taskstore.v1.MoveSlotsResponse
-	53,  // 127: taskstore.v1.Admin.AddShards:output_type -> taskstore.v1.AddShardsResponse
-	55,  // 128: taskstore.v1.Admin.RemoveShard:output_type -> taskstore.v1.RemoveShardResponse
-	57,  // 129: taskstore.v1.Admin.RebalanceSlots:output_type -> taskstore.v1.RebalanceSlotsResponse
-	61,  // 130: taskstore.v1.Admin.Backup:output_type -> taskstore.v1.BackupChunk
-	106, // [106:131] is the sub-list for method output_type
-	81,  // [81:106] is the sub-list for method input_type
-	81,  // [81:81] is the sub-list for extension type_name
-	81,  // [81:81] is the sub-list for extension extendee
-	0,   // [0:81] is the sub-list for field type_name
+	63,  // 76: taskstore.v1.BackupChunk.info:type_name -> taskstore.v1.BackupInfo
+	62,  // 77: taskstore.v1.BackupChunk.redirect:type_name -> taskstore.v1.BackupRedirect
+	65,  // 78: taskstore.v1.BackupRedirect.replicas:type_name -> taskstore.v1.Replica
+	65,  // 79: taskstore.v1.ShardRoute.replicas:type_name -> taskstore.v1.Replica
+	66,  // 80: taskstore.v1.RoutingResponse.shards:type_name -> taskstore.v1.ShardRoute
+	45,  // 81: taskstore.v1.AddNodeResponse.node:type_name -> taskstore.v1.NodeStatus
+	45,  // 82: taskstore.v1.RemoveNodeResponse.node:type_name -> taskstore.v1.NodeStatus
+	8,   // 83: taskstore.v1.TaskStore.Modify:input_type -> taskstore.v1.ModifyRequest
+	13,  // 84: taskstore.v1.TaskStore.Claim:input_type -> taskstore.v1.ClaimRequest
+	15,  // 85: taskstore.v1.TaskStore.Tasks:input_type -> taskstore.v1.TasksRequest
+	17,  // 86: taskstore.v1.TaskStore.Queues:input_type -> taskstore.v1.QueuesRequest
+	36,  // 87: taskstore.v1.TaskStore.Time:input_type -> taskstore.v1.TimeRequest
+	20,  // 88: taskstore.v1.TaskStore.Purge:input_type -> taskstore.v1.PurgeRequest
+	22,  // 89: taskstore.v1.TaskStore.PauseQueue:input_type -> taskstore.v1.QueuePauseRequest
+	22,  // 90: taskstore.v1.TaskStore.ResumeQueue:input_type -> taskstore.v1.QueuePauseRequest
+	30,  // 91: taskstore.v1.TaskStore.SetQueueLimit:input_type -> taskstore.v1.QueueLimitRequest
+	32,  // 92: taskstore.v1.TaskStore.SetQueuePolicy:input_type -> taskstore.v1.QueuePolicyRequest
+	24,  // 93: taskstore.v1.TaskStore.PutSchedule:input_type -> taskstore.v1.PutScheduleRequest
+	26,  // 94: taskstore.v1.TaskStore.DeleteSchedule:input_type -> taskstore.v1.DeleteScheduleRequest
+	28,  // 95: taskstore.v1.TaskStore.Schedules:input_type -> taskstore.v1.SchedulesRequest
+	38,  // 96: taskstore.v1.TaskStore.Produce:input_type -> taskstore.v1.ProduceRequest
+	44,  // 97: taskstore.v1.Admin.Status:input_type -> taskstore.v1.StatusRequest
+	64,  // 98: taskstore.v1.Admin.Routing:input_type -> taskstore.v1.RoutingRequest
+	68,  // 99: taskstore.v1.Admin.TransferLeader:input_type -> taskstore.v1.TransferLeaderRequest
+	70,  // 100: taskstore.v1.Admin.AddNode:input_type -> taskstore.v1.AddNodeRequest
+	72,  // 101: taskstore.v1.Admin.RemoveNode:input_type -> taskstore.v1.RemoveNodeRequest
+	74,  // 102: taskstore.v1.Admin.RebuildReplica:input_type -> taskstore.v1.RebuildReplicaRequest
+	51,  // 103: taskstore.v1.Admin.MoveSlots:input_type -> taskstore.v1.MoveSlotsRequest
+	52,  // 104: taskstore.v1.Admin.AddShards:input_type -> taskstore.v1.AddShardsRequest
+	54,  // 105: taskstore.v1.Admin.RemoveShard:input_type -> taskstore.v1.RemoveShardRequest
+	56,  // 106: taskstore.v1.Admin.RebalanceSlots:input_type -> taskstore.v1.RebalanceSlotsRequest
+	60,  // 107: taskstore.v1.Admin.Backup:input_type -> taskstore.v1.BackupRequest
+	10,  // 108: taskstore.v1.TaskStore.Modify:output_type -> taskstore.v1.ModifyResponse
+	14,  // 109: taskstore.v1.TaskStore.Claim:output_type -> taskstore.v1.ClaimResponse
+	16,  // 110: taskstore.v1.TaskStore.Tasks:output_type -> taskstore.v1.TasksResponse
+	19,  // 111: taskstore.v1.TaskStore.Queues:output_type -> taskstore.v1.QueuesResponse
+	37,  // 112: taskstore.v1.TaskStore.Time:output_type -> taskstore.v1.TimeResponse
+	21,  // 113: taskstore.v1.TaskStore.Purge:output_type -> taskstore.v1.PurgeResponse
+	35,  // 114: taskstore.v1.TaskStore.PauseQueue:output_type -> taskstore.v1.QueuePauseResponse
+	35,  // 115: taskstore.v1.TaskStore.ResumeQueue:output_type -> taskstore.v1.QueuePauseResponse
+	34,  // 116: taskstore.v1.TaskStore.SetQueueLimit:output_type -> taskstore.v1.QueueLimitResponse
+	33,  // 117: taskstore.v1.TaskStore.SetQueuePolicy:output_type -> taskstore.v1.QueuePolicyResponse
+	25,  // 118: taskstore.v1.TaskStore.PutSchedule:output_type -> taskstore.v1.PutScheduleResponse
+	27,  // 119: taskstore.v1.TaskStore.DeleteSchedule:output_type -> taskstore.v1.DeleteScheduleResponse
+	29,  // 120: taskstore.v1.TaskStore.Schedules:output_type -> taskstore.v1.SchedulesResponse
+	40,  // 121: taskstore.v1.TaskStore.Produce:output_type -> taskstore.v1.ProduceResponse
+	50,  // 122: taskstore.v1.Admin.Status:output_type -> taskstore.v1.StatusResponse
+	67,  // 123: taskstore.v1.Admin.Routing:output_type -> taskstore.v1.RoutingResponse
+	69,  // 124: taskstore.v1.Admin.TransferLeader:output_type -> taskstore.v1.TransferLeaderResponse
+	71,  // 125: taskstore.v1.Admin.AddNode:output_type -> taskstore.v1.AddNodeResponse
+	73,  // 126: taskstore.v1.Admin.RemoveNode:output_type -> taskstore.v1.RemoveNodeResponse
+	75,  // 127: taskstore.v1.Admin.RebuildReplica:output_type -> taskstore.v1.RebuildReplicaResponse
+	58,  // 128: taskstore.v1.Admin.MoveSlots:output_type -> taskstore.v1.MoveSlotsResponse
+	53,  // 129: taskstore.v1.Admin.AddShards:output_type -> taskstore.v1.AddShardsResponse
+	55,  // 130: taskstore.v1.Admin.RemoveShard:output_type -> taskstore.v1.RemoveShardResponse
+	57,  // 131: taskstore.v1.Admin.RebalanceSlots:output_type -> taskstore.v1.RebalanceSlotsResponse
+	61,  // 132: taskstore.v1.Admin.Backup:output_type -> taskstore.v1.BackupChunk
+	108, // [108:133] is the sub-list for method output_type
+	83,  // [83:108] is the sub-list for method input_type
+	83,  // [83:83] is the sub-list for extension type_name
+	83,  // [83:83] is the sub-list for extension extendee
+	0,   // [0:83] is the sub-list for field type_name
 }
 
 func init() { file_taskstore_v1_taskstore_proto_init() }
@@ -5994,7 +6087,7 @@ func file_taskstore_v1_taskstore_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_taskstore_v1_taskstore_proto_rawDesc), len(file_taskstore_v1_taskstore_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   78,
+			NumMessages:   79,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -751,8 +751,9 @@ type AdminClient interface {
 	// its log that every write acknowledged before the call is within, taken
 	// without stopping writes (ask the shard's leader: elsewhere it answers
 	// Unavailable with the leader; the leader has a follower that applied its
-	// commit index stream the copy, else streams it itself); with shard 0, the cluster map (any node
-	// forwards it to the meta leader). The first message describes the copy,
+	// commit index stream the copy, else streams it itself; with follow set
+	// it answers a redirect instead, and the caller asks a follower itself);
+	// with shard 0, the cluster map (any node forwards it to the meta leader). The first message describes the copy,
 	// the data follows in chunks. `taskctl backup create` calls it for the
 	// map and every shard and writes the backup file (package backup).
 	Backup(ctx context.Context, in *BackupRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BackupChunk], error)
@@ -934,8 +935,9 @@ type AdminServer interface {
 	// its log that every write acknowledged before the call is within, taken
 	// without stopping writes (ask the shard's leader: elsewhere it answers
 	// Unavailable with the leader; the leader has a follower that applied its
-	// commit index stream the copy, else streams it itself); with shard 0, the cluster map (any node
-	// forwards it to the meta leader). The first message describes the copy,
+	// commit index stream the copy, else streams it itself; with follow set
+	// it answers a redirect instead, and the caller asks a follower itself);
+	// with shard 0, the cluster map (any node forwards it to the meta leader). The first message describes the copy,
 	// the data follows in chunks. `taskctl backup create` calls it for the
 	// map and every shard and writes the backup file (package backup).
 	Backup(*BackupRequest, grpc.ServerStreamingServer[BackupChunk]) error

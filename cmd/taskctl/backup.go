@@ -58,8 +58,9 @@ func (a *app) backupCreateCmd() *cobra.Command {
 		Use:   "create FILE|-",
 		Short: "Take an online backup of every shard and the cluster map",
 		Long: `backup create copies the cluster map (from the meta leader) and then each
-shard's state machine (from the shard's leader) into FILE, while the cluster
-serves traffic. Each shard's copy is its state as of one Raft index of its
+shard's state machine into FILE, while the cluster serves traffic: the
+shard's leader redirects the copy to a follower that has applied its commit
+index (tried for up to 5 s; else the leader streams it). Each shard's copy is its state as of one Raft index of its
 log, taken after a leadership check: every write acknowledged before the
 backup began is in it, and nothing after that index is. Transactions never
 span shards, so a copy per shard is a consistent backup. Writers of a shard
@@ -90,7 +91,7 @@ Needs the admin role. Progress goes to stderr when it is a terminal.`,
 			return a.backupCreate(args[0], rate)
 		},
 	}
-	cmd.Flags().Float64Var(&rate, "rate", defaultBackupRate, "read the copies at most this many MB/s (0: as fast as they come); a slower copy leaves the leaders' CPU to writers")
+	cmd.Flags().Float64Var(&rate, "rate", defaultBackupRate, "read the copies at most this many MB/s (0: as fast as they come); a slower copy leaves the nodes' CPU to writers")
 	return cmd
 }
 

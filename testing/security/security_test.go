@@ -102,6 +102,24 @@ func calls(queue string) []call {
 			_, err = stream.Recv()
 			return err
 		}},
+		// The follower path: the leader's redirect, and the copy a
+		// replica streams to a caller that followed one.
+		{"Backup redirect", true, func(ctx context.Context, cc *grpc.ClientConn) error {
+			stream, err := ad(cc).Backup(ctx, &taskstorepb.BackupRequest{Shard: 1, Follow: true})
+			if err != nil {
+				return err
+			}
+			_, err = stream.Recv()
+			return err
+		}},
+		{"Backup from a replica", true, func(ctx context.Context, cc *grpc.ClientConn) error {
+			stream, err := ad(cc).Backup(ctx, &taskstorepb.BackupRequest{Shard: 1, MinIndex: 1, Follow: true})
+			if err != nil {
+				return err
+			}
+			_, err = stream.Recv()
+			return err
+		}},
 	}
 }
 
