@@ -45,7 +45,7 @@ func (a *applier) take(c *fsmpb.Claim, used uint64) *fsmpb.ClaimResult {
 	limit := int(c.Limit)
 	var picked []*task
 	for _, q := range queues {
-		if n := min(limit, st.capacity(q)); n > 0 {
+		if n := min(limit, st.capacity(q), st.tokens(q.name, st.clock)); n > 0 {
 			picked = a.availableUnder(q, n, picked)
 		}
 	}
@@ -87,6 +87,18 @@ func (a *applier) take(c *fsmpb.Claim, used uint64) *fsmpb.ClaimResult {
 		nt.modified = st.clock
 		st.replace(t, &nt)
 		res.Tasks[i] = nt.toProto(false)
+	}
+	for _, q := range queues {
+		if st.ratePolicy(q.name) == nil {
+			continue
+		}
+		n := 0
+		for _, t := range res.Tasks {
+			if t.Queue == q.name {
+				n++
+			}
+		}
+		st.spend(q.name, n) // (rule 27)
 	}
 	return res
 }
@@ -226,7 +238,9 @@ func taskAnswerBytes(f uint32, t *task, claimant string) uint64 {
 //   - a queue has a task whose at is <= max(now, clock) (due, or a lease
 //     that ran out), unless the queue is paused, or at its concurrency
 //     limit with no lease of the machine ending by then (a lease ending
-//     frees room: the machine's earliest pending at decides).
+//     frees room: the machine's earliest pending at decides), or its
+//     rate's bucket holds no token at max(now, clock) (it holds none
+//     earlier either).
 //
 // What an empty claim's entry did besides answering is housekeeping that
 // the next entry does as well (the clock, expired sessions and
@@ -257,6 +271,9 @@ func (m *Machine) ClaimFindsNothing(cmd *fsmpb.Command, now int64) bool {
 		}
 		if st.capacity(q) == 0 && !leaseEnds {
 			continue
+		}
+		if st.tokens(name, clock) == 0 {
+			continue // its rate's bucket is empty until after now
 		}
 		if len(st.store.available(q, clock, 1, nil)) > 0 {
 			return false

@@ -248,5 +248,26 @@ users.
     refused and OP_EXPIRE deletes nothing; the Digest shows a retain only
     when set, so digests of policies without one are those of
     FormatPolicies.
+
+ 27. Rate. From FormatRate, a policy may have a rate: rate_interval (log
+    time per task) and burst, a token bucket whose state is the log time
+    at which it is full again (QueuePolicy.bucket_full_at, 0: full). At
+    the clock it holds burst less one token for every rate_interval begun
+    between the clock and that time (state.tokens). A claim (or a Modify's
+    claim part) takes from the queue at most as many tasks as it holds, as
+    it takes at most what a concurrency limit leaves; each task it takes
+    moves the time on by rate_interval from max(it, clock) (state.spend),
+    in the same entry. A task dead-lettered by rule 25 takes no token. So
+    every replica decides by the entry's time stamp, never its own clock,
+    and the bucket travels with the policy: snapshots, the on-disk small
+    record, slot moves and the Digest (only when a rate is set, so that
+    digests without one are those of FormatRetention). OP_POLICY keeps the
+    bucket of a queue that had a rate (at most one new burst behind the
+    clock) and ignores the command's bucket_full_at; it tells waiting
+    claims to look again when it changes or removes a rate. NextAt answers
+    no earlier than the time the bucket holds a token (tokenAt), Available
+    counts no more than it holds, and ClaimFindsNothing answers true for a
+    queue whose bucket is empty at max(now, clock): a claim of an empty
+    bucket writes no entry. Below the format a rate is refused.
 */
 package fsm

@@ -78,9 +78,14 @@ const (
 	// API and the machine refuse a policy with a retain, and OP_EXPIRE
 	// deletes nothing.
 	FormatRetention uint32 = 9
+	// FormatRate: a queue policy may have a rate (QueuePolicy.rate_interval
+	// and burst), a token bucket in log time that bounds how fast claims
+	// take the queue's tasks (rule 27); the bucket's state is part of the
+	// policy. Below it the API and the machine refuse a policy with a rate.
+	FormatRate uint32 = 10
 
 	// MaxFormat is the highest format this binary applies.
-	MaxFormat = FormatRetention
+	MaxFormat = FormatRate
 )
 
 // Format is the state format the log has raised the machine to.

@@ -1,7 +1,11 @@
 package fsm
 
 import (
+	"math"
 	"strconv"
+	"time"
+
+	"google.golang.org/protobuf/proto"
 
 	"github.com/e1158ecb/taskstore/fsm/fsmpb"
 )
@@ -16,7 +20,7 @@ const (
 
 // policyEmpty reports whether p sets no rule (no policy).
 func policyEmpty(p *fsmpb.QueuePolicy) bool {
-	return p.MaxClaims == 0 && p.Retain == 0
+	return p.MaxClaims == 0 && p.Retain == 0 && p.RateInterval == 0
 }
 
 // checkPolicy refuses a policy the state cannot hold: a delivery limit
@@ -36,6 +40,16 @@ func checkPolicy(p *fsmpb.QueuePolicy) *fsmpb.Result {
 		return failuref(fsmpb.Failure_INVALID, "policy.dead_letter: %q is the queue itself", p.DeadLetter)
 	case p.Retain < 0:
 		return failuref(fsmpb.Failure_INVALID, "policy.retain: %d is negative", p.Retain)
+	case p.RateInterval < 0:
+		return failuref(fsmpb.Failure_INVALID, "policy.rate_interval: %d is negative", p.RateInterval)
+	case p.RateInterval > MaxRateInterval:
+		return failuref(fsmpb.Failure_INVALID, "policy.rate_interval: %d ns is over the most of %d (one task an hour)", p.RateInterval, MaxRateInterval)
+	case p.RateInterval > 0 && p.Burst == 0:
+		return failuref(fsmpb.Failure_INVALID, "policy.burst: required with a rate (1 or more)")
+	case p.RateInterval == 0 && p.Burst != 0:
+		return failuref(fsmpb.Failure_INVALID, "policy.burst: needs a rate")
+	case p.Burst > MaxBurst:
+		return failuref(fsmpb.Failure_INVALID, "policy.burst: %d is over the most of %d", p.Burst, MaxBurst)
 	}
 	return nil
 }
@@ -53,13 +67,85 @@ func (a *applier) policy(p *fsmpb.QueuePolicy) *fsmpb.Result {
 	if p.Retain != 0 && a.st.format < FormatRetention {
 		return failuref(fsmpb.Failure_INVALID, "policy.retain needs state format %d; the shard is at %d", FormatRetention, a.st.format)
 	}
+	if p.RateInterval != 0 && a.st.format < FormatRate {
+		return failuref(fsmpb.Failure_INVALID, "policy.rate needs state format %d; the shard is at %d", FormatRate, a.st.format)
+	}
 	prev := a.st.policies[p.Queue]
 	if policyEmpty(p) {
 		delete(a.st.policies, p.Queue)
 	} else {
-		a.st.policies[p.Queue] = &fsmpb.QueuePolicy{Queue: p.Queue, MaxClaims: p.MaxClaims, DeadLetter: p.DeadLetter, Retain: p.Retain}
+		np := &fsmpb.QueuePolicy{Queue: p.Queue, MaxClaims: p.MaxClaims, DeadLetter: p.DeadLetter, Retain: p.Retain,
+			RateInterval: p.RateInterval, Burst: p.Burst}
+		if np.RateInterval > 0 && prev != nil && prev.RateInterval > 0 && prev.BucketFullAt > a.st.clock {
+			// The bucket stays as empty as it was (a new rate is no new
+			// burst), at most a full new burst behind.
+			np.BucketFullAt = min(prev.BucketFullAt, a.st.clock+int64(np.Burst)*np.RateInterval)
+		}
+		a.st.policies[p.Queue] = np
+	}
+	if prev != nil && prev.RateInterval > 0 {
+		a.n.add(p.Queue) // a rate raised or removed may let waiting claims take tasks
 	}
 	return &fsmpb.Result{Policy: &fsmpb.PolicyResult{Previous: prev}}
+}
+
+// Bounds of a rate (checkPolicy): at least one task an hour, and bursts of
+// at most a million tasks, so that a full bucket's span (burst times the
+// interval) fits an int64 of nanoseconds.
+const (
+	MaxRateInterval = int64(time.Hour)
+	MaxBurst        = 1_000_000
+)
+
+// tokens is how many tasks claims may still take from the named queue at
+// log time now under its rate (rule 27): the burst less one for every
+// rate_interval (begun) between now and the time the bucket is full again.
+// Without a rate (or below FormatRate) it is math.MaxInt.
+func (s *state) tokens(name string, now int64) int {
+	p := s.ratePolicy(name)
+	if p == nil {
+		return math.MaxInt
+	}
+	return bucketTokens(p, now)
+}
+
+// ratePolicy returns the named queue's policy if it has a rate in force.
+func (s *state) ratePolicy(name string) *fsmpb.QueuePolicy {
+	if s.format < FormatRate || len(s.policies) == 0 {
+		return nil
+	}
+	if p := s.policies[name]; p != nil && p.RateInterval > 0 {
+		return p
+	}
+	return nil
+}
+
+func bucketTokens(p *fsmpb.QueuePolicy, now int64) int {
+	if p.BucketFullAt <= now {
+		return int(p.Burst)
+	}
+	owed := (p.BucketFullAt - now + p.RateInterval - 1) / p.RateInterval
+	return int(max(0, int64(p.Burst)-owed))
+}
+
+// tokenAt is the earliest log time at which the bucket of p (a rate
+// policy) holds a token: at or before the clock when it holds one now.
+func tokenAt(p *fsmpb.QueuePolicy) int64 {
+	return p.BucketFullAt - int64(p.Burst-1)*p.RateInterval
+}
+
+// spend takes n tokens from the named queue's bucket at the clock, if it
+// has a rate: the time it is full again moves n intervals on from
+// max(that time, clock). The policy is replaced, not changed (snapshots
+// share it).
+func (s *state) spend(name string, n int) {
+	p := s.ratePolicy(name)
+	if p == nil || n == 0 {
+		return
+	}
+	np := proto.Clone(p).(*fsmpb.QueuePolicy)
+	np.BucketFullAt = max(p.BucketFullAt, s.clock) + int64(n)*p.RateInterval
+	s.policies[name] = np
 }
 
 // overClaimed reports whether a claim of t must dead-letter it instead

@@ -283,8 +283,14 @@ func (m *Machine) NextAt(queues []string) (at int64, ok bool) {
 			// running out, which both tell them).
 			continue
 		}
+		// A queue with a rate gives nothing before its bucket holds a
+		// token (rule 27).
+		from := int64(math.MinInt64)
+		if p := m.st.ratePolicy(name); p != nil {
+			from = tokenAt(p)
+		}
 		all := m.st.store.runs(q, func(first *task) bool {
-			at, ok = min(at, first.at), true
+			at, ok = min(at, max(first.at, from)), true
 			return true
 		})
 		if !all {
@@ -313,10 +319,11 @@ func (m *Machine) Available(queue string, now int64, limit int) int {
 	}
 	// Capacity by the machine's clock: leases that ran out since count once
 	// a tick moves it, and the tick tells the waiters.
-	if limit = min(limit, m.st.capacity(q)); limit <= 0 {
+	now = max(now, m.st.clock)
+	if limit = min(limit, m.st.capacity(q), m.st.tokens(queue, now)); limit <= 0 {
 		return 0
 	}
-	return len(m.st.store.available(q, max(now, m.st.clock), limit, nil))
+	return len(m.st.store.available(q, now, limit, nil))
 }
 
 // nextAtUnseen is how soon NextAt tells a waiting claim to look again when
@@ -480,6 +487,12 @@ func digestOf(snap *snapshot) [32]byte {
 			if p.Retain != 0 { // (FormatRetention)
 				str("retain")
 				u(uint64(p.Retain))
+			}
+			if p.RateInterval != 0 { // (FormatRate)
+				str("rate")
+				u(uint64(p.RateInterval))
+				u(uint64(p.Burst))
+				u(uint64(p.BucketFullAt))
 			}
 		}
 	}

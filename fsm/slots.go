@@ -399,8 +399,8 @@ func (s *state) checkImport(slot uint32, recs []*fsmpb.SnapshotRecord) error {
 			if err := in("policy", r.QueuePolicy.Queue); err != nil {
 				return fmt.Errorf("record %d: %w", i, err)
 			}
-			if s.format < FormatPolicies || r.QueuePolicy.Retain != 0 && s.format < FormatRetention {
-				return fmt.Errorf("record %d: a queue policy needs state format %d; the shard is at %d", i, FormatRetention, s.format)
+			if s.format < FormatPolicies || r.QueuePolicy.Retain != 0 && s.format < FormatRetention || r.QueuePolicy.RateInterval != 0 && s.format < FormatRate {
+				return fmt.Errorf("record %d: a queue policy needs state format %d; the shard is at %d", i, FormatRate, s.format)
 			}
 			if f := checkPolicy(r.QueuePolicy); f != nil {
 				return fmt.Errorf("record %d: %s", i, f.Failure.Message)

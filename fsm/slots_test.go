@@ -180,9 +180,16 @@ func slotMoveCarriesTheSlotsState(t *testing.T, newMachine func(testing.TB, Opti
 	r.ok(r.src, &fsmpb.Command{Op: fsmpb.Op_OP_CLAIM, Claim: &fsmpb.Claim{Claimant: "w1", Queues: []string{g + "/work"}, Lease: 1_000_000, Limit: 2}})
 	r.ok(r.src, &fsmpb.Command{Op: fsmpb.Op_OP_PAUSE, Pause: &fsmpb.Pause{Queue: groups[1] + "/work", Paused: true}})
 	r.ok(r.src, &fsmpb.Command{Op: fsmpb.Op_OP_LIMIT, Limit: &fsmpb.QueueLimit{Queue: groups[2] + "/work", MaxClaimed: 3}})
-	r.on(r.src, SetFormatCommand(FormatPolicies))
-	r.on(r.dst, SetFormatCommand(FormatPolicies))
-	r.ok(r.src, &fsmpb.Command{Op: fsmpb.Op_OP_POLICY, Policy: &fsmpb.QueuePolicy{Queue: groups[2] + "/work", MaxClaims: 2, DeadLetter: groups[2] + "/dead"}})
+	r.on(r.src, SetFormatCommand(FormatRate))
+	r.on(r.dst, SetFormatCommand(FormatRate))
+	r.ok(r.src, &fsmpb.Command{Op: fsmpb.Op_OP_POLICY, Policy: &fsmpb.QueuePolicy{Queue: groups[2] + "/work", MaxClaims: 2, DeadLetter: groups[2] + "/dead",
+		RateInterval: 1_000_000, Burst: 2}})
+	// Two tokens of the rate spent: the bucket's state moves with the policy.
+	r.ok(r.src, &fsmpb.Command{Op: fsmpb.Op_OP_CLAIM, Claim: &fsmpb.Claim{Claimant: "w2", Queues: []string{groups[2] + "/work"}, Lease: 1_000_000, Limit: 2}})
+	bucket := r.src.Queues(groups[2]+"/work", 1)[0].Policy.GetBucketFullAt()
+	if bucket == 0 {
+		t.Fatal("a claim under a rate left the bucket full")
+	}
 	r.ok(r.src, &fsmpb.Command{Op: fsmpb.Op_OP_SCHEDULE, Schedule: &fsmpb.Schedule{Queue: g + "/cron", Name: "nightly", Next: r.now + 5000, Every: 5000}})
 	r.ok(r.src, &fsmpb.Command{Op: fsmpb.Op_OP_MODIFY, Modify: &fsmpb.Modify{Group: g, Deletes: []*fsmpb.Ref{{Id: "t3", Version: 1}}}})
 	// The last request of a client, in the slot: its retry must be answered
@@ -268,6 +275,9 @@ func slotMoveCarriesTheSlotsState(t *testing.T, newMachine func(testing.TB, Opti
 	}
 	if qs := r.dst.Queues(groups[2]+"/work", 1); len(qs) != 1 || qs[0].MaxClaimed != 3 || qs[0].Policy.GetMaxClaims() != 2 {
 		t.Fatalf("limit or policy did not move: %+v", qs)
+	}
+	if qs := r.dst.Queues(groups[2]+"/work", 1); qs[0].Policy.GetRateInterval() != 1_000_000 || qs[0].Policy.GetBucketFullAt() != bucket {
+		t.Fatalf("the rate or its bucket did not move: %v, want bucket full at %d", qs[0].Policy, bucket)
 	}
 	if sc := r.dst.Schedules(g); len(sc) != 1 || sc[0].Name != "nightly" {
 		t.Fatalf("schedule did not move: %v", sc)

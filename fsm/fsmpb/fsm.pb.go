@@ -1770,7 +1770,17 @@ type QueuePolicy struct {
 	DeadLetter string `protobuf:"bytes,3,opt,name=dead_letter,json=deadLetter,proto3" json:"dead_letter,omitempty"`
 	// Retention: OP_EXPIRE deletes the queue's tasks created longer ago
 	// than this (nanoseconds of log time). 0: kept until deleted.
-	Retain        int64 `protobuf:"varint,4,opt,name=retain,proto3" json:"retain,omitempty"`
+	Retain int64 `protobuf:"varint,4,opt,name=retain,proto3" json:"retain,omitempty"`
+	// The rate (FormatRate): claims take the queue's tasks at most one per
+	// rate_interval nanoseconds of log time on average, in bursts of up to
+	// burst (a token bucket). 0: no rate; a rate needs a burst of 1 or more.
+	RateInterval int64  `protobuf:"varint,5,opt,name=rate_interval,json=rateInterval,proto3" json:"rate_interval,omitempty"`
+	Burst        uint32 `protobuf:"varint,6,opt,name=burst,proto3" json:"burst,omitempty"`
+	// The bucket's state: the log time at which it is full again (0, or at
+	// or before the clock: full). Claims set it (each task claimed moves it
+	// rate_interval on from max(it, clock)); OP_POLICY ignores what the
+	// command says and keeps the queue's bucket across a change of rate.
+	BucketFullAt  int64 `protobuf:"varint,7,opt,name=bucket_full_at,json=bucketFullAt,proto3" json:"bucket_full_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1829,6 +1839,27 @@ func (x *QueuePolicy) GetDeadLetter() string {
 func (x *QueuePolicy) GetRetain() int64 {
 	if x != nil {
 		return x.Retain
+	}
+	return 0
+}
+
+func (x *QueuePolicy) GetRateInterval() int64 {
+	if x != nil {
+		return x.RateInterval
+	}
+	return 0
+}
+
+func (x *QueuePolicy) GetBurst() uint32 {
+	if x != nil {
+		return x.Burst
+	}
+	return 0
+}
+
+func (x *QueuePolicy) GetBucketFullAt() int64 {
+	if x != nil {
+		return x.BucketFullAt
 	}
 	return 0
 }
@@ -3481,14 +3512,17 @@ const file_fsm_proto_rawDesc = "" +
 	"QueueLimit\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x1f\n" +
 	"\vmax_claimed\x18\x02 \x01(\rR\n" +
-	"maxClaimed\"{\n" +
+	"maxClaimed\"\xdc\x01\n" +
 	"\vQueuePolicy\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x1d\n" +
 	"\n" +
 	"max_claims\x18\x02 \x01(\rR\tmaxClaims\x12\x1f\n" +
 	"\vdead_letter\x18\x03 \x01(\tR\n" +
 	"deadLetter\x12\x16\n" +
-	"\x06retain\x18\x04 \x01(\x03R\x06retain\"5\n" +
+	"\x06retain\x18\x04 \x01(\x03R\x06retain\x12#\n" +
+	"\rrate_interval\x18\x05 \x01(\x03R\frateInterval\x12\x14\n" +
+	"\x05burst\x18\x06 \x01(\rR\x05burst\x12$\n" +
+	"\x0ebucket_full_at\x18\a \x01(\x03R\fbucketFullAt\"5\n" +
 	"\x05Pause\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x16\n" +
 	"\x06paused\x18\x02 \x01(\bR\x06paused\"\xce\x03\n" +
