@@ -41,6 +41,7 @@ func (s *Server) httpHandler() (http.Handler, error) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", tracing.HTTP(limitBody(s.authenticateHTTP(gw))))
+	mux.Handle("POST /v1/inserts", tracing.HTTP(limitBody(s.authenticateHTTP(http.HandlerFunc(s.serveBulkInserts)))))
 	mux.HandleFunc("GET /openapi.json", serveOpenAPI)
 	mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	serving.HealthHandlers(mux, s.Ready)
