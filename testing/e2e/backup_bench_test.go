@@ -168,6 +168,16 @@ func BenchmarkBackupRestore(b *testing.B) {
 	b.Logf("file %.1f MB; backup %v (%.1f MB/s); writers' p99 %v before (%d inserts in 5 s), %v during (%d inserts)",
 		mb, ended.Sub(began).Round(time.Millisecond), mb/ended.Sub(began).Seconds(), before, nb, during, nd)
 
+	// Which node streamed each shard's copy and how long its view held
+	// the shard's writers (the node logs say).
+	for _, p := range pc.Nodes {
+		data, _ := os.ReadFile(p.Log)
+		for _, line := range strings.Split(string(data), "\n") {
+			if strings.Contains(line, "backup: copying a shard") || strings.Contains(line, "backup: the copy is redirected") {
+				b.Logf("%s: %s", p.ID, line)
+			}
+		}
+	}
 	for _, p := range pc.Nodes {
 		p.Kill()
 	}
