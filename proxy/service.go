@@ -504,8 +504,9 @@ func (s *Server) RebuildReplica(ctx context.Context, req *taskstorepb.RebuildRep
 	return resp, s.toStatus(ctx, "RebuildReplica", err)
 }
 
-// Backup implements Admin.Backup: the copy of a shard streams from its
-// leader (the cluster map from the meta leader) through the proxy, one
+// Backup implements Admin.Backup: the copy of a shard streams from a
+// caught-up follower the leader redirects the proxy's client to, else from
+// the leader (the cluster map from the meta leader), through the proxy, one
 // chunk at a time: the proxy holds at most a chunk and what gRPC's flow
 // control lets it queue for the caller. The caller's principal travels to
 // the node, which checks the admin role as for a direct call.
