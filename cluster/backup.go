@@ -14,10 +14,10 @@ import (
 )
 
 // ShardCopy is a point-in-time copy of a shard's state machine for a
-// backup: the state as of Index, which every write acknowledged before
-// BackupShard was called is within. Stream writes it (fsm's snapshot
-// stream, the format a replica catching up by snapshot receives) while
-// the shard goes on applying; Release ends it.
+// backup: the state as of Index, which holds every write acknowledged
+// before the leader's fence (BackupFence) was taken. Stream writes it
+// (fsm's snapshot stream, the format a replica catching up by snapshot
+// receives) while the shard goes on applying; Release ends it.
 type ShardCopy struct {
 	Shard uint32
 	Index uint64
@@ -28,28 +28,12 @@ type ShardCopy struct {
 	snap raft.FSMSnapshot
 }
 
-// BackupShard takes a copy of shard id's state on its leader, after a
-// read barrier: it is a linearizable read, so it holds every write
-// acknowledged before the call. The copy holds the state machine's lock
-// only while it takes a view (the on-disk store: an engine snapshot; in
-// memory: a copy-on-write clone of its trees, a step per queue); the
-// stream is written from that view while writes go on.
-func (n *Node) BackupShard(ctx context.Context, id uint32) (*ShardCopy, error) {
-	s, err := n.backupShard(id)
-	if err != nil {
-		return nil, err
-	}
-	if err := s.ReadBarrier(ctx); err != nil {
-		return nil, err
-	}
-	return copyShard(s)
-}
-
-func (n *Node) backupShard(id uint32) (*Shard, error) {
+// notBackupShard refuses shard 0, the cluster map, which BackupMap copies.
+func notBackupShard(id uint32) error {
 	if id == MetaGroupID {
-		return nil, fmt.Errorf("%w: shard 0 is the cluster map (BackupMap)", ErrInvalidRequest)
+		return fmt.Errorf("%w: shard 0 is the cluster map (BackupMap)", ErrInvalidRequest)
 	}
-	return n.ShardByID(id)
+	return nil
 }
 
 func copyShard(s *Shard) (*ShardCopy, error) {
@@ -79,7 +63,10 @@ type BackupReplica struct {
 // holds every such write too, and can take the copy instead of the leader
 // (BackupShardAt). Elsewhere it returns a NotLeaderError.
 func (n *Node) BackupFence(ctx context.Context, id uint32) (uint64, []BackupReplica, error) {
-	s, err := n.backupShard(id)
+	if err := notBackupShard(id); err != nil {
+		return 0, nil, err
+	}
+	s, err := n.ShardByID(id)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -127,7 +114,10 @@ const backupPoll = 2 * time.Millisecond
 // caller copies elsewhere. The copy is of a committed prefix of the log at
 // or past min, so it holds every write the fence covers.
 func (n *Node) BackupShardAt(ctx context.Context, id uint32, min uint64, wait time.Duration) (*ShardCopy, error) {
-	s, err := n.backupShard(id)
+	if err := notBackupShard(id); err != nil {
+		return nil, err
+	}
+	s, err := n.ShardByID(id)
 	if err != nil {
 		return nil, err
 	}

@@ -162,7 +162,3 @@ func abs(d time.Duration) time.Duration {
 	}
 	return d
 }
-
-// peerClockFar reports whether this node measured peer id's clock too far
-// from its own (the control plane's leader balancing asks).
-func (n *Node) peerClockFar(id string) bool { return n.clock.peerFar(id) }

@@ -72,8 +72,8 @@ func (r controlRuntime) EveryNodeMovesSlots(ctx context.Context, cm *metapb.Clus
 		}
 		var f uint32
 		if node.Id == n.cfg.ID {
-			f = n.maxStateFormat()
-		} else if r := n.askReport(ctx, node.Address); r != nil && r.Node == node.Id {
+			f = n.format.max()
+		} else if r := n.peerc.report(ctx, node.Address); r != nil && r.Node == node.Id {
 			f = r.MaxStateFormat
 		} else {
 			return fmt.Errorf("%w: node %s does not answer; every node must run a version that moves slots before a move starts", ErrRefused, node.Id)

@@ -144,12 +144,13 @@ func handAwayLeaderships(shards []*Shard) {
 	}
 }
 
-// mayNotLead says why this node must not lead a shard now, or "".
-func (n *Node) mayNotLead() string {
+// mayNotLead says why a node with these guards must not lead a shard now,
+// or "".
+func mayNotLead(clock *clockGuard, disk *diskGuard) string {
 	switch {
-	case n.clock.isBad():
+	case clock.isBad():
 		return "clock too far from its peers'"
-	case n.disk.isLow():
+	case disk.isLow():
 		return "data disk nearly full"
 	}
 	return ""

@@ -159,7 +159,7 @@ func checkpointsOf(m *fsm.Machine) []*taskstorepb.Checkpoint {
 
 // checkReplicasLoop compares checkpoints every replicaCheckInterval.
 func (n *Node) checkReplicasLoop() {
-	for n.sleep(replicaCheckInterval) {
+	for sleepUntil(n.stop, replicaCheckInterval) {
 		ctx, cancel := context.WithTimeout(context.Background(), replicaCheckInterval/2)
 		n.CheckReplicas(ctx)
 		cancel()
@@ -191,7 +191,7 @@ func (n *Node) CheckReplicas(ctx context.Context) {
 	ch := make(chan answer, len(addrs))
 	for id, addr := range addrs {
 		go func() {
-			ch <- answer{id, n.askReport(ctx, addr)}
+			ch <- answer{id, n.peerc.report(ctx, addr)}
 		}()
 	}
 	for range addrs {
@@ -438,7 +438,7 @@ func (n *Node) RebuildReplica(ctx context.Context, shard uint32, node string) er
 	}
 	// Refuse a healthy replica: rebuilding one costs a copy of the shard
 	// and, while it catches up, a vote.
-	rep := n.askReport(ctx, target.Address)
+	rep := n.peerc.report(ctx, target.Address)
 	if rep == nil {
 		return fmt.Errorf("%w: node %s does not answer; rebuild it when it is up", ErrRefused, node)
 	}
@@ -480,7 +480,7 @@ func (n *Node) shardLeaderError(ctx context.Context, shard uint32, s *Shard) err
 			if r == n.cfg.ID || node == nil {
 				continue
 			}
-			if rep := replicaOf(n.askReport(ctx, node.Address), shard); rep != nil && rep.Leader != "" {
+			if rep := replicaOf(n.peerc.report(ctx, node.Address), shard); rep != nil && rep.Leader != "" {
 				if l := control.FindNode(cm, rep.Leader); l != nil && l.Id != n.cfg.ID {
 					return &NotLeaderError{Shard: shard, LeaderID: l.Id, LeaderAddress: l.Address}
 				}

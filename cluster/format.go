@@ -87,10 +87,6 @@ func (f *formatGate) max() uint32 {
 	return fsm.MaxFormat
 }
 
-// maxStateFormat is the highest state format this node applies (the
-// control plane's slot moves ask).
-func (n *Node) maxStateFormat() uint32 { return n.format.max() }
-
 // appliesFormat asks srv's node whether its binary applies format v.
 func (f *formatGate) appliesFormat(ctx context.Context, srv raft.Server, v uint32) bool {
 	r := f.report(ctx, string(srv.Address))

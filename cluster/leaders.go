@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -11,17 +12,33 @@ import (
 	"github.com/e1158ecb/taskstore/cluster/metapb"
 )
 
-// balanceLeaders hands each shard's leadership to its preferred replica (the
-// first alive voter in the map's replica list). The map spreads first
-// replicas evenly, so leaders spread within one of each other after
-// bootstrap and after a node returns.
-func (n *Node) balanceLeaders() {
+// leaderBalancer hands each shard's leadership to its preferred replica (the
+// first alive voter in the map's replica list, control.PreferredLeader). The
+// map spreads first replicas evenly, so leaders spread within one of each
+// other after bootstrap and after a node returns.
+type leaderBalancer struct {
+	self            string
+	electionTimeout time.Duration
+	log             *slog.Logger
+	stop            <-chan struct{}
+	// local lists the replicas hosted here; clusterMap is the map as this
+	// node has it.
+	local      func() []*Shard
+	clusterMap func() *metapb.ClusterMap
+	gossip     *gossip
+	peerc      *peerClient
+	clock      *clockGuard
+	disk       *diskGuard
+}
+
+// run balances the leaders of the shards this node leads until stop closes.
+func (b *leaderBalancer) run() {
 	backoff := make(map[uint32]time.Time)
-	interval := max(2*n.cfg.Tuning.ElectionTimeout, 2*time.Second)
-	for n.sleep(interval) {
-		cm := n.meta.Map()
-		health := n.gossip.snapshot()
-		for _, s := range n.LocalShards() {
+	interval := max(2*b.electionTimeout, 2*time.Second)
+	for sleepUntil(b.stop, interval) {
+		cm := b.clusterMap()
+		health := b.gossip.snapshot()
+		for _, s := range b.local() {
 			if !s.IsLeader() || time.Now().Before(backoff[s.id]) {
 				continue
 			}
@@ -29,20 +46,20 @@ func (n *Node) balanceLeaders() {
 			if sh == nil {
 				continue
 			}
-			pref := n.preferredLeader(s, sh, health)
-			if pref == nil || string(pref.ID) == n.cfg.ID {
+			pref := b.preferred(s, sh, health)
+			if pref == nil || string(pref.ID) == b.self {
 				continue
 			}
-			if why := n.notReadyToLead(s, pref); why != "" {
-				n.log.Debug("not handing shard leadership to preferred replica", "shard", s.id, "to", pref.ID, "why", why)
+			if why := notReadyToLead(b.peerc, s, pref); why != "" {
+				b.log.Debug("not handing shard leadership to preferred replica", "shard", s.id, "to", pref.ID, "why", why)
 				continue
 			}
-			n.log.Info("handing shard leadership to preferred replica", "shard", s.id, "to", pref.ID)
-			ctx, cancel := context.WithTimeout(context.Background(), 2*n.cfg.Tuning.ElectionTimeout+time.Second)
+			b.log.Info("handing shard leadership to preferred replica", "shard", s.id, "to", pref.ID)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*b.electionTimeout+time.Second)
 			err := waitFuture(ctx, s.g.raft.LeadershipTransferToServer(pref.ID, pref.Address))
 			cancel()
 			if err != nil {
-				n.log.Warn("leadership transfer failed", "shard", s.id, "to", pref.ID, "err", err)
+				b.log.Warn("leadership transfer failed", "shard", s.id, "to", pref.ID, "err", err)
 				backoff[s.id] = time.Now().Add(30 * time.Second)
 			}
 		}
@@ -60,10 +77,10 @@ const maxTransferLag = 256
 // over now: it answers, its disk has space, it runs the shard with a healthy
 // role and it has applied all but maxTransferLag of what this leader has
 // committed. It returns why not, or "".
-func (n *Node) notReadyToLead(s *Shard, to *raft.Server) string {
+func notReadyToLead(pc *peerClient, s *Shard, to *raft.Server) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	r := n.askReport(ctx, string(to.Address))
+	r := pc.report(ctx, string(to.Address))
 	switch {
 	case r == nil:
 		return "does not answer"
@@ -85,27 +102,29 @@ func (n *Node) notReadyToLead(s *Shard, to *raft.Server) string {
 	return ""
 }
 
-func (n *Node) preferredLeader(s *Shard, sh *metapb.Shard, health map[string]gossipMember) *raft.Server {
+// preferred is the voter of s that should lead it (control.PreferredLeader),
+// or nil: a peer may lead when gossip sees it alive, its clock is near this
+// node's and its disk has space; this node, when mayNotLead says nothing.
+func (b *leaderBalancer) preferred(s *Shard, sh *metapb.Shard, health map[string]gossipMember) *raft.Server {
 	f := s.g.raft.GetConfiguration()
 	if f.Error() != nil {
 		return nil
 	}
-	// The preferred replica first, then the others in list order (it is
-	// looked at twice: harmless).
-	for _, id := range append([]string{sh.PreferredLeader}, sh.Replicas...) {
-		if id != n.cfg.ID && (health[id].Health != HealthAlive || n.peerClockFar(id)) {
-			continue
+	var voters []string
+	for _, srv := range f.Configuration().Servers {
+		if srv.Suffrage == raft.Voter {
+			voters = append(voters, string(srv.ID))
 		}
-		if id != n.cfg.ID && health[id].Meta.DiskLow {
-			continue
+	}
+	id := control.PreferredLeader(sh, voters, func(id string) bool {
+		if id == b.self {
+			return mayNotLead(b.clock, b.disk) == ""
 		}
-		if id == n.cfg.ID && n.mayNotLead() != "" {
-			continue
-		}
-		for _, srv := range f.Configuration().Servers {
-			if string(srv.ID) == id && srv.Suffrage == raft.Voter {
-				return &srv
-			}
+		return health[id].Health == HealthAlive && !b.clock.peerFar(id) && !health[id].Meta.DiskLow
+	})
+	for _, srv := range f.Configuration().Servers {
+		if string(srv.ID) == id {
+			return &srv
 		}
 	}
 	return nil

@@ -48,7 +48,7 @@ func (n *Node) proposeMeta(ctx context.Context, cmd *metapb.Command) error {
 // runMetaLeader does the meta leader's chores: write the initial map, and
 // record the addresses nodes gossip.
 func (n *Node) runMetaLeader() {
-	for n.sleep(500 * time.Millisecond) {
+	for sleepUntil(n.stop, 500*time.Millisecond) {
 		if !n.metaReady.Load() {
 			continue
 		}

@@ -258,7 +258,8 @@ func Start(cfg Config) (*Node, error) {
 	n.loop(n.joinGossip)
 	n.loop(n.runMetaLeader)
 	n.loop(n.reconcileShards)
-	n.loop(n.balanceLeaders)
+	n.loop((&leaderBalancer{self: cfg.ID, electionTimeout: cfg.Tuning.ElectionTimeout, log: log, stop: n.stop,
+		local: n.LocalShards, clusterMap: n.meta.Map, gossip: g, peerc: n.peerc, clock: n.clock, disk: n.disk}).run)
 	n.loop(n.runController)
 	n.loop(n.reconcileConfigs)
 	n.loop(n.checkReplicasLoop)
@@ -268,7 +269,8 @@ func Start(cfg Config) (*Node, error) {
 	n.loop(n.mover.run)
 	n.loop(chores.fireSchedules)
 	n.loop(chores.expireRetained)
-	n.loop(n.watchRemoval)
+	n.loop((&removalWatcher{self: cfg.ID, log: log, stop: n.stop, clusterMap: n.meta.Map,
+		metaRaft: n.metaGroup.raft, peerc: n.peerc, removed: n.removed}).run)
 	n.loop(chores.boundLogs)
 	n.loop(func() { n.clock.watch(n.stop) })
 	n.loop(func() { n.disk.watch(n.stop) })
@@ -449,7 +451,7 @@ func (n *Node) openShard(id uint32) (*Shard, error) {
 		return nil, fmt.Errorf("shard %d: %w: %w", id, ErrDiverged, err)
 	}
 	s.leaderHint = n.leaderHint
-	s.mayNotLead = n.mayNotLead
+	s.mayNotLead = func() string { return mayNotLead(n.clock, n.disk) }
 	s.beforeReady = func() { n.format.onElection(s) }
 	s.budget = n.memory.forShard
 	label := shardLabel(id)
@@ -514,9 +516,6 @@ func (n *Node) loop(f func()) {
 		f()
 	}()
 }
-
-// sleep waits d or until the node stops; it reports whether to go on.
-func (n *Node) sleep(d time.Duration) bool { return sleepUntil(n.stop, d) }
 
 // sleepUntil waits d and reports true, or false as soon as stop closes.
 func sleepUntil(stop <-chan struct{}, d time.Duration) bool {
@@ -770,7 +769,7 @@ func (n *Node) reconcileShards() {
 // nodes it declared dead after a partition heals).
 func (n *Node) joinGossip() {
 	delay := 500 * time.Millisecond
-	for n.sleep(delay) {
+	for sleepUntil(n.stop, delay) {
 		known := n.gossip.snapshot()
 		var addrs []string
 		addrs = append(addrs, n.cfg.Join...)
@@ -809,7 +808,7 @@ func (n *Node) joinGossip() {
 func (n *Node) askGossipAddress(p Peer) string {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	if r := n.askReport(ctx, p.Address); r.GetNode() == p.ID {
+	if r := n.peerc.report(ctx, p.Address); r.GetNode() == p.ID {
 		return r.GetGossipAddress()
 	}
 	return ""

@@ -70,7 +70,7 @@ func (n *Node) report() *peerpb.NodeReport {
 	cm := n.meta.Map()
 	// The gossip address: the map's, else what gossip advertises (a
 	// --gossip of ":7201" is no address to dial), else the flag.
-	r := &peerpb.NodeReport{Node: n.cfg.ID, GossipAddress: n.cfg.GossipAddr, DiskLow: n.DiskLow(), MaxStateFormat: n.maxStateFormat()}
+	r := &peerpb.NodeReport{Node: n.cfg.ID, GossipAddress: n.cfg.GossipAddr, DiskLow: n.DiskLow(), MaxStateFormat: n.format.max()}
 	if m, ok := n.gossip.snapshot()[n.cfg.ID]; ok && m.GossipAddress != "" {
 		r.GossipAddress = m.GossipAddress
 	}
@@ -196,12 +196,6 @@ func (c *peerClient) clock(ctx context.Context, addr string) (int64, error) {
 	return now, err
 }
 
-// askReport asks the node at addr for its report; nil if it does not
-// answer (peerClient.report; the control plane's runtime asks through it).
-func (n *Node) askReport(ctx context.Context, addr string) *peerpb.NodeReport {
-	return n.peerc.report(ctx, addr)
-}
-
 // fetchReport asks Peer.Report, or Admin.Status of a node without Peer
 // (legacy: known not to serve it). It says whether it had to fall back.
 func fetchReport(ctx context.Context, conn grpc.ClientConnInterface, legacy bool) (*peerpb.NodeReport, bool, error) {
@@ -317,7 +311,7 @@ func (n *Node) CatchUp(ctx context.Context, shard uint32, addr string) error {
 	if s == nil {
 		return fmt.Errorf("shard %d: %w", shard, ErrUnknownShard)
 	}
-	rep := replicaOf(n.askReport(ctx, addr), shard)
+	rep := replicaOf(n.peerc.report(ctx, addr), shard)
 	if rep == nil {
 		return fmt.Errorf("shard %d: no report from %s", shard, addr)
 	}

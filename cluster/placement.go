@@ -51,7 +51,7 @@ func changeConfig(ctx context.Context, r *raft.Raft, change func(prev uint64) ra
 
 // runController is the meta leader's placement loop.
 func (n *Node) runController() {
-	for n.sleep(max(n.cfg.Tuning.HeartbeatTimeout, time.Second)) {
+	for sleepUntil(n.stop, max(n.cfg.Tuning.HeartbeatTimeout, time.Second)) {
 		if !n.metaReady.Load() {
 			continue
 		}
@@ -66,7 +66,7 @@ func (n *Node) runController() {
 // reconcileConfigs runs on every node: for each shard it leads, one step of
 // bringing the Raft configuration to the map's replica set.
 func (n *Node) reconcileConfigs() {
-	for n.sleep(max(n.cfg.Tuning.HeartbeatTimeout/2, 500*time.Millisecond)) {
+	for sleepUntil(n.stop, max(n.cfg.Tuning.HeartbeatTimeout/2, 500*time.Millisecond)) {
 		cm := n.meta.Map()
 		health := n.gossip.snapshot()
 		for _, s := range n.LocalShards() {
@@ -131,7 +131,7 @@ func (n *Node) reconcileShardConfig(ctx context.Context, s *Shard, cm *metapb.Cl
 func (n *Node) caughtUp(ctx context.Context, s *Shard, id, addr string) bool {
 	cctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	r := n.askReport(cctx, addr)
+	r := n.peerc.report(cctx, addr)
 	rep := replicaOf(r, s.id)
 	return r.GetNode() == id && rep != nil && rep.AppliedIndex+catchUpLag >= s.g.raft.CommitIndex()
 }

@@ -2,9 +2,13 @@ package cluster
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
+	"github.com/hashicorp/raft"
+
 	"github.com/e1158ecb/taskstore/cluster/control"
+	"github.com/e1158ecb/taskstore/cluster/metapb"
 )
 
 // removalCheckEvery is how often a node that may have been removed asks
@@ -16,40 +20,53 @@ const removalCheckEvery = 2 * time.Second
 // nothing, and its data directory may be deleted.
 func (n *Node) Removed() <-chan struct{} { return n.removed }
 
-// watchRemoval finds out whether this node was removed. The meta group
-// records the removal only after the node has left the group, so the
-// node's own map never shows it: once the map says it is draining, or the
-// meta group has had no leader it can see, it asks the members how they
-// see it.
-func (n *Node) watchRemoval() {
-	for n.sleep(removalCheckEvery) {
-		cm := n.meta.Map()
-		me := control.FindNode(cm, n.cfg.ID)
+// removalWatcher finds out whether this node was removed, and then closes
+// removed. The meta group records the removal only after the node has left
+// the group, so the node's own map never shows it: once the map says it is
+// draining, or the meta group has had no leader it can see, it asks the
+// members how they see it.
+type removalWatcher struct {
+	self       string
+	log        *slog.Logger
+	stop       <-chan struct{}
+	clusterMap func() *metapb.ClusterMap
+	// metaRaft is the meta group's Raft, asked whether it sees a leader.
+	metaRaft *raft.Raft
+	peerc    *peerClient
+	removed  chan struct{}
+}
+
+// run checks every removalCheckEvery until stop closes or the node learns
+// it was removed.
+func (w *removalWatcher) run() {
+	for sleepUntil(w.stop, removalCheckEvery) {
+		cm := w.clusterMap()
+		me := control.FindNode(cm, w.self)
 		if me == nil {
 			continue // not added yet
 		}
 		removed := me.Membership == NodeRemoved
-		if !removed && (me.Membership == NodeDraining || n.metaGroup.raft.Leader() == "") {
-			removed = n.peersSayRemoved()
+		if !removed && (me.Membership == NodeDraining || w.metaRaft.Leader() == "") {
+			removed = w.peersSayRemoved()
 		}
 		if removed {
-			n.log.Warn("this node was removed from the cluster: it stops now; its data directory may be deleted")
-			close(n.removed)
+			w.log.Warn("this node was removed from the cluster: it stops now; its data directory may be deleted")
+			close(w.removed)
 			return
 		}
 	}
 }
 
 // peersSayRemoved asks the other members how they see this node.
-func (n *Node) peersSayRemoved() bool {
-	for _, node := range n.meta.Map().Nodes {
-		if node.Id == n.cfg.ID || node.Membership == NodeRemoved || node.Address == "" {
+func (w *removalWatcher) peersSayRemoved() bool {
+	for _, node := range w.clusterMap().Nodes {
+		if node.Id == w.self || node.Membership == NodeRemoved || node.Address == "" {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		r := n.askReport(ctx, node.Address)
+		r := w.peerc.report(ctx, node.Address)
 		cancel()
-		if state, ok := memberState(r, n.cfg.ID); ok && state == NodeRemoved {
+		if state, ok := memberState(r, w.self); ok && state == NodeRemoved {
 			return true
 		}
 	}

@@ -341,7 +341,7 @@ func (n *Node) TransferLeader(ctx context.Context, shard uint32, to string) (str
 		if string(srv.ID) == n.cfg.ID || to != "" && string(srv.ID) != to {
 			continue
 		}
-		reason := n.notReadyToLead(s, &srv)
+		reason := notReadyToLead(n.peerc, s, &srv)
 		if reason == "" && n.clock.peerFar(string(srv.ID)) {
 			reason = "clock too far from this node's"
 		}

@@ -75,3 +75,15 @@ func NormalizeShard(sh *metapb.Shard) {
 		}
 	}
 }
+
+// PreferredLeader is the replica of sh that should lead it: the first of
+// its preferred leader, then its replicas in list order, that is one of
+// voters and that mayLead accepts; "" if none is.
+func PreferredLeader(sh *metapb.Shard, voters []string, mayLead func(id string) bool) string {
+	for _, id := range append([]string{sh.PreferredLeader}, sh.Replicas...) {
+		if id != "" && slices.Contains(voters, id) && mayLead(id) {
+			return id
+		}
+	}
+	return ""
+}
