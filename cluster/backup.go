@@ -166,12 +166,12 @@ func (s *writerSink) Cancel() error               { s.cancelled = true; return n
 // leadership check: a map no change acknowledged before the call is
 // missing from. Elsewhere it returns a NotLeaderError for the meta group.
 func (n *Node) BackupMap(ctx context.Context) (*metapb.ClusterMap, error) {
-	if !n.metaReady.Load() {
-		return nil, n.metaNotLeader()
+	if !n.metaLead.ready.Load() {
+		return nil, n.metaLead.notLeader()
 	}
 	if err := waitFuture(ctx, n.metaGroup.raft.VerifyLeader()); err != nil {
 		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
-			return nil, n.metaNotLeader()
+			return nil, n.metaLead.notLeader()
 		}
 		return nil, err
 	}

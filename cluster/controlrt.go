@@ -27,14 +27,14 @@ func (n *Node) Control() *control.Controller { return n.ctl }
 func (r controlRuntime) Map() *metapb.ClusterMap { return r.n.meta.Map() }
 
 func (r controlRuntime) Leading() error {
-	if !r.n.metaReady.Load() {
-		return r.n.metaNotLeader()
+	if !r.n.metaLead.ready.Load() {
+		return r.n.metaLead.notLeader()
 	}
 	return nil
 }
 
 func (r controlRuntime) Propose(ctx context.Context, cmd *metapb.Command) error {
-	return r.n.proposeMeta(ctx, cmd)
+	return r.n.metaLead.propose(ctx, cmd)
 }
 
 func (r controlRuntime) AddMetaVoter(ctx context.Context, id, addr string) error {

@@ -506,7 +506,7 @@ func (n *Node) WipeReplica(shard uint32) error {
 	dir := groupDir(n.cfg.DataDir, shard)
 	// The state first: without the group's files, a crash before the
 	// drop would have the next start drop it anyway (newMachine).
-	if err := n.dropState(shard); err != nil {
+	if err := n.state.drop(shard); err != nil {
 		n.mu.Lock()
 		n.diverged[shard] = rec
 		n.mu.Unlock()

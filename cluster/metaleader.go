@@ -2,61 +2,78 @@ package cluster
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
+	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/e1158ecb/taskstore/cluster/control"
 	"github.com/e1158ecb/taskstore/cluster/metapb"
 )
 
-// watchMetaLeadership marks the meta group ready after its barrier.
-func (n *Node) watchMetaLeadership() {
-	defer n.wg.Done()
+// metaLeadership is whether this node leads the meta group and may change
+// the map: ready after the barrier of its term has applied, so its map holds
+// every change an earlier leader committed.
+type metaLeadership struct {
+	// raft is the meta group's, set when the group opens (startGroups).
+	raft         *raft.Raft
+	applyTimeout time.Duration
+	ready        atomic.Bool
+}
+
+// watch keeps ready until stop closes.
+func (l *metaLeadership) watch(stop <-chan struct{}) {
 	for {
 		select {
-		case <-n.stop:
+		case <-stop:
 			return
-		case leader := <-n.metaGroup.raft.LeaderCh():
-			n.metaReady.Store(false)
+		case leader := <-l.raft.LeaderCh():
+			l.ready.Store(false)
 			if !leader {
 				continue
 			}
-			err, stopped := awaitFuture(context.Background(), n.stop, n.metaGroup.raft.Barrier(n.cfg.Tuning.ApplyTimeout))
+			err, stopped := awaitFuture(context.Background(), stop, l.raft.Barrier(l.applyTimeout))
 			if stopped != nil {
 				return
 			}
 			if err == nil {
-				n.metaReady.Store(true)
+				l.ready.Store(true)
 			}
 		}
 	}
 }
 
-// proposeMeta commits a meta command; only on the meta leader.
-func (n *Node) proposeMeta(ctx context.Context, cmd *metapb.Command) error {
-	if !n.metaReady.Load() {
+// propose commits a meta command; only on the meta leader.
+func (l *metaLeadership) propose(ctx context.Context, cmd *metapb.Command) error {
+	if !l.ready.Load() {
 		return ErrNotLeader
 	}
 	data, err := proto.Marshal(cmd)
 	if err != nil {
 		return err
 	}
-	return waitFuture(ctx, n.metaGroup.raft.Apply(data, n.cfg.Tuning.ApplyTimeout))
+	return waitFuture(ctx, l.raft.Apply(data, l.applyTimeout))
+}
+
+// notLeader names the meta group's leader, as this node knows it.
+func (l *metaLeadership) notLeader() error {
+	addr, id := l.raft.LeaderWithID()
+	return &NotLeaderError{Shard: MetaGroupID, LeaderID: string(id), LeaderAddress: string(addr)}
 }
 
 // runMetaLeader does the meta leader's chores: write the initial map, and
 // record the addresses nodes gossip.
 func (n *Node) runMetaLeader() {
 	for sleepUntil(n.stop, 500*time.Millisecond) {
-		if !n.metaReady.Load() {
+		if !n.metaLead.ready.Load() {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.Tuning.ApplyTimeout)
 		cm := n.meta.Map()
 		if cm.ClusterId == "" {
 			if init := n.initialMap(); init != nil {
-				if err := n.proposeMeta(ctx, &metapb.Command{Op: metapb.Op_OP_INIT, Init: init}); err != nil {
+				if err := n.metaLead.propose(ctx, &metapb.Command{Op: metapb.Op_OP_INIT, Init: init}); err != nil {
 					n.log.Warn("write initial cluster map", "err", err)
 				} else {
 					n.log.Info("cluster map initialised", "cluster", init.ClusterId, "shards", len(init.Shards), "replicas", init.ReplicationFactor)
@@ -70,7 +87,7 @@ func (n *Node) runMetaLeader() {
 				}
 				if have.GossipAddress != m.GossipAddress || have.HttpAddress != m.Meta.HTTPAddress || (m.Meta.Address != "" && have.Address != m.Meta.Address) {
 					up := &metapb.Node{Id: m.ID, Address: m.Meta.Address, GossipAddress: m.GossipAddress, HttpAddress: m.Meta.HTTPAddress}
-					if err := n.proposeMeta(ctx, &metapb.Command{Op: metapb.Op_OP_UPDATE_NODE, Node: up}); err != nil {
+					if err := n.metaLead.propose(ctx, &metapb.Command{Op: metapb.Op_OP_UPDATE_NODE, Node: up}); err != nil {
 						n.log.Warn("record node addresses", "peer", m.ID, "err", err)
 					}
 				}

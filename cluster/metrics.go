@@ -305,7 +305,7 @@ func (c *shardCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		gauge(descQueuePaused, paused, name)
 	}
-	if c.n.metaReady.Load() {
+	if c.n.metaLead.ready.Load() {
 		phases := map[string]float64{"copying": 0, "flipped": 0, "aborting": 0}
 		for _, mv := range cm.Moves {
 			phases[MovePhaseName(mv.Phase)]++

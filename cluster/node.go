@@ -18,7 +18,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -104,18 +103,15 @@ type Node struct {
 	metaGroup *group
 	// raftLog holds the entries of every data shard hosted here (nodelog).
 	raftLog *nodelog.Log
-	// state holds the state of every data shard hosted here (nil: in
-	// memory); see state.go.
-	state *pebble.DB
-	// oldState is the engine a node in memory reads a marker's state from
-	// (streamFromEngine), opened when first needed.
-	oldStateMu sync.Mutex
-	oldState   *pebble.DB
-	clock      *clockGuard
-	disk       *diskGuard
-	metaReady  atomic.Bool
-	gossip     *gossip
-	peers      *connPool
+	// state holds the state of every data shard hosted here (state.go);
+	// set by startGroups.
+	state *stateStore
+	clock *clockGuard
+	disk  *diskGuard
+	// metaLead is whether this node leads the meta group (metaleader.go).
+	metaLead metaLeadership
+	gossip   *gossip
+	peers    *connPool
 	// peerc asks the other nodes through the Peer service (peer.go).
 	peerc *peerClient
 	// format raises the shards' state format (format.go).
@@ -348,14 +344,21 @@ func (n *Node) startGroups() error {
 	}); err != nil {
 		return fmt.Errorf("open the node's Raft log: %w", err)
 	}
-	if n.state, err = openState(n.cfg, n.cfg.Logger.With("node", n.cfg.ID, "component", "state")); err != nil {
+	stateLog := n.cfg.Logger.With("node", n.cfg.ID, "component", "state")
+	db, err := openState(n.cfg, stateLog)
+	if err != nil {
 		return err
 	}
+	n.state = &stateStore{dataDir: n.cfg.DataDir, memoryLimit: n.cfg.MemoryLimit, log: stateLog, db: db}
 	if n.metaGroup, err = openGroup(MetaGroupID, n.cfg.DataDir, n.cfg.ID, n.meta, n.mux, n.cfg.Tuning, nil, nil, n.quiet(n.log.With("group", "meta"))); err != nil {
 		return err
 	}
+	n.metaLead.raft, n.metaLead.applyTimeout = n.metaGroup.raft, n.cfg.Tuning.ApplyTimeout
 	n.wg.Add(1)
-	go n.watchMetaLeadership()
+	go func() {
+		defer n.wg.Done()
+		n.metaLead.watch(n.stop)
+	}()
 	// Bootstrap from --initial-cluster only a node that never started:
 	// on a restart the map decides which replicas live here (a shard of
 	// the initial map may have been removed since, or moved to other
@@ -442,7 +445,7 @@ func (n *Node) openShard(id uint32) (*Shard, error) {
 		return nil, fmt.Errorf("shard %d: %w", id, ErrDiverged)
 	}
 	s, err := newShard(id, n.cfg.Clock, n.cfg.Tuning, n.log, func(opts fsm.Options) (*fsm.Machine, error) {
-		return n.newMachine(id, opts)
+		return n.state.newMachine(id, opts)
 	})
 	if err != nil {
 		n.diverged[id] = &divergenceRecord{Shard: id, Damaged: err.Error(), Detected: time.Now()}
@@ -464,7 +467,7 @@ func (n *Node) openShard(id uint32) (*Shard, error) {
 	snapshotSeconds := n.metrics.snapshotSeconds.WithLabelValues(label)
 	timed := timedFSM{Machine: s.machine, observe: func(d time.Duration) { snapshotSeconds.Observe(d.Seconds()) }}
 	var markers *fsm.Machine
-	if n.state != nil {
+	if n.state.db != nil {
 		markers = s.machine
 	}
 	g, err := openGroup(id, n.cfg.DataDir, n.cfg.ID, timed, n.mux, n.cfg.Tuning, n.raftLog.Group(id), markers, n.quiet(n.log.With("shard", id)))
@@ -499,7 +502,9 @@ func (n *Node) abort() {
 	if n.raftLog != nil {
 		n.raftLog.Close()
 	}
-	n.closeState()
+	if n.state != nil {
+		n.state.close()
+	}
 	if n.gossip != nil {
 		n.gossip.leave(false)
 	}
@@ -642,7 +647,7 @@ func (n *Node) Close(ctx context.Context) error {
 	}
 	errs = append(errs, n.metaGroup.shutdown())
 	errs = append(errs, n.raftLog.Close())
-	errs = append(errs, n.closeState())
+	errs = append(errs, n.state.close())
 	n.mux.Close()
 	n.wg.Wait()
 	n.peers.close()

@@ -34,11 +34,6 @@ import (
 // commit index to be promoted.
 const catchUpLag = 256
 
-func (n *Node) metaNotLeader() error {
-	addr, id := n.metaGroup.raft.LeaderWithID()
-	return &NotLeaderError{Shard: MetaGroupID, LeaderID: string(id), LeaderAddress: string(addr)}
-}
-
 // changeConfig runs one configuration change with the previous
 // configuration's index, so two concurrent changes cannot both apply.
 func changeConfig(ctx context.Context, r *raft.Raft, change func(prev uint64) raft.IndexFuture) error {
@@ -52,7 +47,7 @@ func changeConfig(ctx context.Context, r *raft.Raft, change func(prev uint64) ra
 // runController is the meta leader's placement loop.
 func (n *Node) runController() {
 	for sleepUntil(n.stop, max(n.cfg.Tuning.HeartbeatTimeout, time.Second)) {
-		if !n.metaReady.Load() {
+		if !n.metaLead.ready.Load() {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.Tuning.ApplyTimeout)
@@ -114,7 +109,7 @@ func (n *Node) reconcileShardConfig(ctx context.Context, s *Shard, cm *metapb.Cl
 	case control.ConfigAddNonvoter:
 		return change("add non-voter "+next.ID, func(prev uint64) raft.IndexFuture { return r.AddNonvoter(id, addr, prev, 0) })
 	case control.ConfigPromote:
-		if !n.caughtUp(ctx, s, next.ID, next.Address) {
+		if !caughtUp(ctx, n.peerc, s, next.ID, next.Address) {
 			return nil // wait: snapshot install or log catch-up under way
 		}
 		return change("promote "+next.ID, func(prev uint64) raft.IndexFuture { return r.AddVoter(id, addr, prev, 0) })
@@ -128,10 +123,10 @@ func (n *Node) reconcileShardConfig(ctx context.Context, s *Shard, cm *metapb.Cl
 }
 
 // caughtUp asks a replica how far it has applied the shard.
-func (n *Node) caughtUp(ctx context.Context, s *Shard, id, addr string) bool {
+func caughtUp(ctx context.Context, pc *peerClient, s *Shard, id, addr string) bool {
 	cctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	r := n.peerc.report(cctx, addr)
+	r := pc.report(cctx, addr)
 	rep := replicaOf(r, s.id)
 	return r.GetNode() == id && rep != nil && rep.AppliedIndex+catchUpLag >= s.g.raft.CommitIndex()
 }
@@ -171,7 +166,7 @@ func (n *Node) retireReplicas(cm *metapb.ClusterMap) {
 		// The grace covers what this replica cannot see: a leader stops
 		// sending to a server it removed, so the commit may not reach it.
 		removed := sh == nil && id <= control.LastShard(cm)
-		settled := removed || (sh != nil && n.leftGroup(s))
+		settled := removed || (sh != nil && s.leftGroup(n.cfg.ID))
 		if (settled || n.cfg.Clock().Sub(since) > grace) && (!s.IsLeader() || sh == nil) {
 			retire = append(retire, s)
 			delete(n.shards, id)
@@ -197,22 +192,22 @@ func (n *Node) retireReplicas(cm *metapb.ClusterMap) {
 		if err := n.raftLog.Group(s.id).Reset(); err != nil {
 			n.log.Warn("drop retired replica's Raft log entries", "shard", s.id, "err", err)
 		}
-		if err := n.dropState(s.id); err != nil {
+		if err := n.state.drop(s.id); err != nil {
 			n.log.Warn("drop retired replica's state", "shard", s.id, "err", err)
 		}
 	}
 }
 
-// leftGroup reports whether this node's replica of s saw its own removal
-// from the group's Raft configuration committed.
-func (n *Node) leftGroup(s *Shard) bool {
+// leftGroup reports whether node self's replica s saw its own removal from
+// the group's Raft configuration committed.
+func (s *Shard) leftGroup(self string) bool {
 	r := s.g.raft
 	f := r.GetConfiguration()
 	if f.Error() != nil {
 		return false
 	}
 	for _, srv := range f.Configuration().Servers {
-		if string(srv.ID) == n.cfg.ID {
+		if string(srv.ID) == self {
 			return false
 		}
 	}

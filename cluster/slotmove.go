@@ -87,8 +87,8 @@ type slotMover struct {
 func newSlotMover(n *Node) *slotMover {
 	return &slotMover{
 		meta:     n.meta,
-		leading:  n.metaReady.Load,
-		propose:  n.proposeMeta,
+		leading:  n.metaLead.ready.Load,
+		propose:  n.metaLead.propose,
 		leaders:  n.shardLeaders(),
 		ctl:      n.ctl,
 		log:      n.log,

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -79,43 +80,59 @@ func openEngine(dir string, memoryLimit int64, log *slog.Logger) (*pebble.DB, er
 	return db, nil
 }
 
+// stateStore is where the node's data shards keep their state: the engine
+// when they keep it on disk, else nothing (in memory), and the engine a node
+// now in memory left when it ran on disk, opened when a marker needs it.
+type stateStore struct {
+	dataDir     string
+	memoryLimit int64
+	log         *slog.Logger
+	// db is the node's state engine; nil: the shards keep their state in
+	// memory.
+	db *pebble.DB
+	// old is the engine a node in memory reads a marker's state from
+	// (streamFromEngine), opened when first needed.
+	oldMu sync.Mutex
+	old   *pebble.DB
+}
+
 // newMachine makes a shard's state machine: on the engine when the node
 // has one, else in memory. A replica with no Raft state yet (a new one,
 // or one retired or rebuilt before) drops whatever the engine holds for
 // its shard, which belongs to an earlier replica, so that the entries and
 // snapshot the leader sends build the state from nothing.
-func (n *Node) newMachine(id uint32, opts fsm.Options) (*fsm.Machine, error) {
-	if n.state == nil {
-		opts.MarkerSource = func() (io.ReadCloser, error) { return n.streamFromEngine(id) }
+func (st *stateStore) newMachine(id uint32, opts fsm.Options) (*fsm.Machine, error) {
+	if st.db == nil {
+		opts.MarkerSource = func() (io.ReadCloser, error) { return st.streamFromEngine(id) }
 		return fsm.New(opts), nil
 	}
-	if !hasRaftState(n.cfg.DataDir, id) {
-		if err := fsm.DropOnDisk(n.state, id); err != nil {
+	if !hasRaftState(st.dataDir, id) {
+		if err := fsm.DropOnDisk(st.db, id); err != nil {
 			return nil, err
 		}
 	}
 	opts.MarkerSnapshots = true // markerStore expands them for followers
-	return fsm.NewOnDisk(opts, n.state, id)
+	return fsm.NewOnDisk(opts, st.db, id)
 }
 
 // streamFromEngine streams shard id's state out of the engine a node that
 // now runs in memory left when it ran on disk: raft's latest snapshot of
 // the shard is then a marker of it (fsm.Options.MarkerSource).
-func (n *Node) streamFromEngine(id uint32) (io.ReadCloser, error) {
-	n.oldStateMu.Lock()
-	defer n.oldStateMu.Unlock()
-	if n.oldState == nil {
-		dir := stateDir(n.cfg.DataDir)
+func (st *stateStore) streamFromEngine(id uint32) (io.ReadCloser, error) {
+	st.oldMu.Lock()
+	defer st.oldMu.Unlock()
+	if st.old == nil {
+		dir := stateDir(st.dataDir)
 		if _, err := os.Stat(dir); err != nil {
 			return nil, fmt.Errorf("the state engine %s this node kept with --state disk: %w", dir, err)
 		}
-		db, err := openEngine(dir, n.cfg.MemoryLimit, n.cfg.Logger.With("node", n.cfg.ID, "component", "state"))
+		db, err := openEngine(dir, st.memoryLimit, st.log)
 		if err != nil {
 			return nil, err
 		}
-		n.oldState = db
+		st.old = db
 	}
-	m, err := fsm.NewOnDisk(fsm.Options{}, n.oldState, id)
+	m, err := fsm.NewOnDisk(fsm.Options{}, st.old, id)
 	if err != nil {
 		return nil, err
 	}
@@ -138,33 +155,33 @@ type pipeSink struct{ *io.PipeWriter }
 func (pipeSink) ID() string      { return "engine" }
 func (p pipeSink) Cancel() error { return p.CloseWithError(errors.New("snapshot cancelled")) }
 
-// closeState closes the node's engine once every shard is closed.
-func (n *Node) closeState() error {
-	n.oldStateMu.Lock()
-	if n.oldState != nil {
-		n.oldState.Close()
-		n.oldState = nil
+// close closes the engines once every shard is closed.
+func (st *stateStore) close() error {
+	st.oldMu.Lock()
+	if st.old != nil {
+		st.old.Close()
+		st.old = nil
 	}
-	n.oldStateMu.Unlock()
-	if n.state == nil {
+	st.oldMu.Unlock()
+	if st.db == nil {
 		return nil
 	}
-	db := n.state
-	n.state = nil
+	db := st.db
+	st.db = nil
 	if err := db.Close(); err != nil {
 		return fmt.Errorf("close the state engine: %w", err)
 	}
 	return nil
 }
 
-// dropState deletes a closed replica's state from the engine (retired or
+// drop deletes a closed replica's state from the engine (retired or
 // wiped). Were it lost to a crash, the replica's next start would find no
 // Raft files and drop it then (newMachine).
-func (n *Node) dropState(id uint32) error {
-	if n.state == nil {
+func (st *stateStore) drop(id uint32) error {
+	if st.db == nil {
 		return nil
 	}
-	return fsm.DropOnDisk(n.state, id)
+	return fsm.DropOnDisk(st.db, id)
 }
 
 // hasRaftState reports whether a data shard's group directory holds its
