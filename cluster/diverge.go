@@ -18,6 +18,7 @@ import (
 
 	"github.com/e1158ecb/taskstore/api/taskstorepb"
 	"github.com/e1158ecb/taskstore/cluster/control"
+	"github.com/e1158ecb/taskstore/cluster/metapb"
 	"github.com/e1158ecb/taskstore/cluster/peerpb"
 	"github.com/e1158ecb/taskstore/fsm"
 	"github.com/e1158ecb/taskstore/fsm/fsmpb"
@@ -129,16 +130,15 @@ func (n *Node) Diverged(shard uint32) *taskstorepb.Divergence {
 	return nil
 }
 
-// divergedError points a request for a diverged shard at another replica,
-// never at this node.
-func (n *Node) divergedError(id uint32) error {
+// divergedError points a request for node self's diverged replica of shard
+// id at another replica of map cm, never at self.
+func divergedError(cm *metapb.ClusterMap, self string, id uint32) error {
 	// The reason is given even when no other replica is known yet (right
 	// after a restart, before the cluster map is loaded).
 	e := &NotLeaderError{Shard: id, Why: "this node's replica diverged and is stopped (taskctl shard rebuild)"}
-	cm := n.meta.Map()
 	if sh := control.FindShard(cm, id); sh != nil {
 		for _, r := range sh.Replicas {
-			if node := control.FindNode(cm, r); node != nil && r != n.cfg.ID {
+			if node := control.FindNode(cm, r); node != nil && r != self {
 				e.LeaderID, e.LeaderAddress, e.Replica = node.Id, node.Address, true
 				break
 			}
@@ -157,11 +157,12 @@ func checkpointsOf(m *fsm.Machine) []*taskstorepb.Checkpoint {
 	return out
 }
 
-// checkReplicasLoop compares checkpoints every replicaCheckInterval.
-func (n *Node) checkReplicasLoop() {
-	for sleepUntil(n.stop, replicaCheckInterval) {
+// checkReplicasEvery calls check (Node.CheckReplicas) every
+// replicaCheckInterval until stop closes.
+func checkReplicasEvery(stop <-chan struct{}, check func(context.Context)) {
+	for sleepUntil(stop, replicaCheckInterval) {
 		ctx, cancel := context.WithTimeout(context.Background(), replicaCheckInterval/2)
-		n.CheckReplicas(ctx)
+		check(ctx)
 		cancel()
 	}
 }
@@ -427,7 +428,7 @@ func (n *Node) RebuildReplica(ctx context.Context, shard uint32, node string) er
 	}
 	s := n.Shard(shard)
 	if s == nil || !s.IsLeader() {
-		return n.shardLeaderError(ctx, shard, s)
+		return shardLeaderError(ctx, n.peerc, n.meta.Map(), n.cfg.ID, shard, s)
 	}
 	if node == n.cfg.ID {
 		return fmt.Errorf("%w: the leader of shard %d is %s itself, so it is not diverged", ErrRefused, shard, node)
@@ -467,21 +468,22 @@ func (n *Node) RebuildReplica(ctx context.Context, shard uint32, node string) er
 	return nil
 }
 
-// shardLeaderError names the shard's leader for a request only it can do.
-func (n *Node) shardLeaderError(ctx context.Context, shard uint32, s *Shard) error {
+// shardLeaderError names the shard's leader for a request only it can do,
+// s being node self's replica of it (nil: none here); the replicas of map
+// cm are asked through pc.
+func shardLeaderError(ctx context.Context, pc *peerClient, cm *metapb.ClusterMap, self string, shard uint32, s *Shard) error {
 	if s != nil {
 		return s.notLeader()
 	}
 	// Not hosted here (or diverged): ask the replicas who leads.
-	cm := n.meta.Map()
 	if sh := control.FindShard(cm, shard); sh != nil {
 		for _, r := range sh.Replicas {
 			node := control.FindNode(cm, r)
-			if r == n.cfg.ID || node == nil {
+			if r == self || node == nil {
 				continue
 			}
-			if rep := replicaOf(n.peerc.report(ctx, node.Address), shard); rep != nil && rep.Leader != "" {
-				if l := control.FindNode(cm, rep.Leader); l != nil && l.Id != n.cfg.ID {
+			if rep := replicaOf(pc.report(ctx, node.Address), shard); rep != nil && rep.Leader != "" {
+				if l := control.FindNode(cm, rep.Leader); l != nil && l.Id != self {
 					return &NotLeaderError{Shard: shard, LeaderID: l.Id, LeaderAddress: l.Address}
 				}
 			}

@@ -72,7 +72,7 @@ func (n *Node) runMetaLeader() {
 		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.Tuning.ApplyTimeout)
 		cm := n.meta.Map()
 		if cm.ClusterId == "" {
-			if init := n.initialMap(); init != nil {
+			if init := initialMap(n.cfg); init != nil {
 				if err := n.metaLead.propose(ctx, &metapb.Command{Op: metapb.Op_OP_INIT, Init: init}); err != nil {
 					n.log.Warn("write initial cluster map", "err", err)
 				} else {

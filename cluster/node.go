@@ -244,7 +244,7 @@ func Start(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	g, err := startGossip(gossipConfig{ID: cfg.ID, BindAddr: cfg.GossipAddr, Keys: cfg.GossipKeys, Label: "taskstore/" + cfg.ClusterName},
-		gossipMeta{Address: n.addr, HTTPAddress: cfg.HTTPAddr}, n.quiet(base.With("component", "gossip")))
+		gossipMeta{Address: n.addr, HTTPAddress: cfg.HTTPAddr}, quiet(&n.stopping, base.With("component", "gossip")))
 	if err != nil {
 		n.abort()
 		return nil, err
@@ -258,7 +258,7 @@ func Start(cfg Config) (*Node, error) {
 		local: n.LocalShards, clusterMap: n.meta.Map, gossip: g, peerc: n.peerc, clock: n.clock, disk: n.disk}).run)
 	n.loop(n.runController)
 	n.loop(n.reconcileConfigs)
-	n.loop(n.checkReplicasLoop)
+	n.loop(func() { checkReplicasEvery(n.stop, n.CheckReplicas) })
 	n.loop(chores.tickIdle)
 	n.loop(chores.tickDue)
 	n.loop(func() { n.format.loop(n.stop) })
@@ -325,11 +325,13 @@ func ClusterID(peers []Peer, shards, rf int) string {
 	return strconv.FormatUint(h.Sum64(), 16)
 }
 
-func (n *Node) initialMap() *metapb.ClusterMap {
-	if len(n.cfg.InitialCluster) == 0 {
+// initialMap is the map a new cluster starts with (InitialMap), nil
+// without InitialCluster.
+func initialMap(cfg Config) *metapb.ClusterMap {
+	if len(cfg.InitialCluster) == 0 {
 		return nil
 	}
-	return InitialMap(ClusterID(n.cfg.InitialCluster, n.cfg.Shards, n.cfg.Replicas), n.cfg.InitialCluster, n.cfg.Shards, n.cfg.Replicas)
+	return InitialMap(ClusterID(cfg.InitialCluster, cfg.Shards, cfg.Replicas), cfg.InitialCluster, cfg.Shards, cfg.Replicas)
 }
 
 // startGroups opens the meta group and every shard this node has on disk, and
@@ -350,7 +352,7 @@ func (n *Node) startGroups() error {
 		return err
 	}
 	n.state = &stateStore{dataDir: n.cfg.DataDir, memoryLimit: n.cfg.MemoryLimit, log: stateLog, db: db}
-	if n.metaGroup, err = openGroup(MetaGroupID, n.cfg.DataDir, n.cfg.ID, n.meta, n.mux, n.cfg.Tuning, nil, nil, n.quiet(n.log.With("group", "meta"))); err != nil {
+	if n.metaGroup, err = openGroup(MetaGroupID, n.cfg.DataDir, n.cfg.ID, n.meta, n.mux, n.cfg.Tuning, nil, nil, quiet(&n.stopping, n.log.With("group", "meta"))); err != nil {
 		return err
 	}
 	n.metaLead.raft, n.metaLead.applyTimeout = n.metaGroup.raft, n.cfg.Tuning.ApplyTimeout
@@ -366,7 +368,7 @@ func (n *Node) startGroups() error {
 	// group of the old configuration). The shards go first and the meta
 	// group last, so that a node whose meta group has state bootstrapped
 	// all of them, even if it crashed half-way the first time.
-	init := n.initialMap()
+	init := initialMap(n.cfg)
 	if init != nil {
 		if control.FindNode(init, n.cfg.ID) == nil {
 			return fmt.Errorf("node %q is not in --initial-cluster", n.cfg.ID)
@@ -453,7 +455,9 @@ func (n *Node) openShard(id uint32) (*Shard, error) {
 			"shard", id, "err", err, "dir", stateDir(n.cfg.DataDir))
 		return nil, fmt.Errorf("shard %d: %w: %w", id, ErrDiverged, err)
 	}
-	s.leaderHint = n.leaderHint
+	s.leaderHint = func(shard uint32, id raft.ServerID, addr raft.ServerAddress) *NotLeaderError {
+		return leaderHint(n.cfg.ID, shard, id, addr)
+	}
 	s.mayNotLead = func() string { return mayNotLead(n.clock, n.disk) }
 	s.beforeReady = func() { n.format.onElection(s) }
 	s.budget = n.memory.forShard
@@ -470,7 +474,7 @@ func (n *Node) openShard(id uint32) (*Shard, error) {
 	if n.state.db != nil {
 		markers = s.machine
 	}
-	g, err := openGroup(id, n.cfg.DataDir, n.cfg.ID, timed, n.mux, n.cfg.Tuning, n.raftLog.Group(id), markers, n.quiet(n.log.With("shard", id)))
+	g, err := openGroup(id, n.cfg.DataDir, n.cfg.ID, timed, n.mux, n.cfg.Tuning, n.raftLog.Group(id), markers, quiet(&n.stopping, n.log.With("shard", id)))
 	if err != nil {
 		// One replica whose files will not open must not keep the node's
 		// other replicas down: it stays stopped, shown like a diverged
@@ -588,7 +592,7 @@ func (n *Node) ShardByID(id uint32) (*Shard, error) {
 		return s, nil
 	}
 	if diverged {
-		return nil, n.divergedError(id)
+		return nil, divergedError(n.meta.Map(), n.cfg.ID, id)
 	}
 	cm := n.meta.Map()
 	if len(cm.Shards) == 0 {
@@ -610,11 +614,12 @@ func (n *Node) ShardByID(id uint32) (*Shard, error) {
 	return nil, e
 }
 
-// leaderHint is the NotLeaderError a caller gets: never one naming this
-// node, which raft reports as leader while a leadership transfer it started
-// refuses every write (a client told to retry here would only come back).
-func (n *Node) leaderHint(shard uint32, id raft.ServerID, addr raft.ServerAddress) *NotLeaderError {
-	if string(id) == n.cfg.ID {
+// leaderHint is the NotLeaderError a caller of node self gets: never one
+// naming self, which raft reports as leader while a leadership transfer it
+// started refuses every write (a client told to retry here would only come
+// back).
+func leaderHint(self string, shard uint32, id raft.ServerID, addr raft.ServerAddress) *NotLeaderError {
+	if string(id) == self {
 		return &NotLeaderError{Shard: shard}
 	}
 	return &NotLeaderError{Shard: shard, LeaderID: string(id), LeaderAddress: string(addr)}
@@ -670,9 +675,10 @@ func (n *Node) BeginStop(handOff bool) {
 // HandsOff reports whether stopping hands leaderships off (BeginStop).
 func (n *Node) HandsOff() bool { return !n.noHandOff.Load() }
 
-// quiet wraps a logger for parts whose warnings a stop makes (BeginStop).
-func (n *Node) quiet(l *slog.Logger) *slog.Logger {
-	return slog.New(stopQuiet{Handler: l.Handler(), stopping: &n.stopping})
+// quiet wraps a logger for parts whose warnings a stop makes (BeginStop
+// sets stopping).
+func quiet(stopping *atomic.Bool, l *slog.Logger) *slog.Logger {
+	return slog.New(stopQuiet{Handler: l.Handler(), stopping: stopping})
 }
 
 // HandOff transfers every leadership this node holds to another replica, so
@@ -733,7 +739,7 @@ func (n *Node) reconcileShards() {
 		cm := n.meta.Map()
 		// Only a node bootstrapped in this run built replicas from its
 		// flags; on a restart they are ignored (startGroups).
-		if init := n.initialMap(); init != nil && !n.metaGroup.existing && cm.ClusterId != "" && cm.ClusterId != init.ClusterId && !warned {
+		if init := initialMap(n.cfg); init != nil && !n.metaGroup.existing && cm.ClusterId != "" && cm.ClusterId != init.ClusterId && !warned {
 			n.log.Error("cluster map was bootstrapped with other --initial-cluster/--shards/--replicas flags than this node's; the map wins",
 				"map_cluster", cm.ClusterId, "flags_cluster", init.ClusterId)
 			warned = true
@@ -792,7 +798,7 @@ func (n *Node) joinGossip() {
 				if p.ID == n.cfg.ID {
 					continue
 				}
-				if a := n.askGossipAddress(p); a != "" {
+				if a := askGossipAddress(n.peerc, p); a != "" {
 					addrs = append(addrs, a)
 				}
 			}
@@ -810,10 +816,12 @@ func (n *Node) joinGossip() {
 	}
 }
 
-func (n *Node) askGossipAddress(p Peer) string {
+// askGossipAddress asks initial peer p for its gossip address; "" if it
+// does not answer as p.
+func askGossipAddress(pc *peerClient, p Peer) string {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	if r := n.peerc.report(ctx, p.Address); r.GetNode() == p.ID {
+	if r := pc.report(ctx, p.Address); r.GetNode() == p.ID {
 		return r.GetGossipAddress()
 	}
 	return ""
