@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"context"
+	"errors"
+	"log/slog"
 	"sync/atomic"
 	"time"
 
@@ -62,36 +64,62 @@ func (l *metaLeadership) notLeader() error {
 	return &NotLeaderError{Shard: MetaGroupID, LeaderID: string(id), LeaderAddress: string(addr)}
 }
 
-// runMetaLeader does the meta leader's chores: write the initial map, and
-// record the addresses nodes gossip.
-func (n *Node) runMetaLeader() {
-	for sleepUntil(n.stop, 500*time.Millisecond) {
-		if !n.metaLead.ready.Load() {
+// metaChores are the meta leader's loops, each until stop closes: write
+// the initial map and record the addresses nodes gossip (record), and place
+// replicas (place, control.Controller.PlaceOnce).
+type metaChores struct {
+	cfg        Config
+	log        *slog.Logger
+	stop       <-chan struct{}
+	lead       *metaLeadership
+	clusterMap func() *metapb.ClusterMap
+	gossip     *gossip
+	ctl        *control.Controller
+}
+
+// record writes the initial map, and records the addresses nodes gossip.
+func (c *metaChores) record() {
+	for sleepUntil(c.stop, 500*time.Millisecond) {
+		if !c.lead.ready.Load() {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.Tuning.ApplyTimeout)
-		cm := n.meta.Map()
+		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.Tuning.ApplyTimeout)
+		cm := c.clusterMap()
 		if cm.ClusterId == "" {
-			if init := initialMap(n.cfg); init != nil {
-				if err := n.metaLead.propose(ctx, &metapb.Command{Op: metapb.Op_OP_INIT, Init: init}); err != nil {
-					n.log.Warn("write initial cluster map", "err", err)
+			if init := initialMap(c.cfg); init != nil {
+				if err := c.lead.propose(ctx, &metapb.Command{Op: metapb.Op_OP_INIT, Init: init}); err != nil {
+					c.log.Warn("write initial cluster map", "err", err)
 				} else {
-					n.log.Info("cluster map initialised", "cluster", init.ClusterId, "shards", len(init.Shards), "replicas", init.ReplicationFactor)
+					c.log.Info("cluster map initialised", "cluster", init.ClusterId, "shards", len(init.Shards), "replicas", init.ReplicationFactor)
 				}
 			}
 		} else {
-			for _, m := range n.gossip.snapshot() {
+			for _, m := range c.gossip.snapshot() {
 				have := control.FindNode(cm, m.ID)
 				if have == nil || m.Health != HealthAlive {
 					continue
 				}
 				if have.GossipAddress != m.GossipAddress || have.HttpAddress != m.Meta.HTTPAddress || (m.Meta.Address != "" && have.Address != m.Meta.Address) {
 					up := &metapb.Node{Id: m.ID, Address: m.Meta.Address, GossipAddress: m.GossipAddress, HttpAddress: m.Meta.HTTPAddress}
-					if err := n.metaLead.propose(ctx, &metapb.Command{Op: metapb.Op_OP_UPDATE_NODE, Node: up}); err != nil {
-						n.log.Warn("record node addresses", "peer", m.ID, "err", err)
+					if err := c.lead.propose(ctx, &metapb.Command{Op: metapb.Op_OP_UPDATE_NODE, Node: up}); err != nil {
+						c.log.Warn("record node addresses", "peer", m.ID, "err", err)
 					}
 				}
 			}
+		}
+		cancel()
+	}
+}
+
+// place is the meta leader's placement loop.
+func (c *metaChores) place() {
+	for sleepUntil(c.stop, max(c.cfg.Tuning.HeartbeatTimeout, time.Second)) {
+		if !c.lead.ready.Load() {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.Tuning.ApplyTimeout)
+		if err := c.ctl.PlaceOnce(ctx); err != nil && !errors.Is(err, ErrNotLeader) {
+			c.log.Warn("placement", "err", err)
 		}
 		cancel()
 	}

@@ -251,12 +251,13 @@ func Start(cfg Config) (*Node, error) {
 	}
 	n.gossip = g
 	chores := &chores{tuning: cfg.Tuning, log: log, stop: n.stop, local: n.LocalShards}
-	n.loop(n.joinGossip)
-	n.loop(n.runMetaLeader)
+	n.loop((&gossipJoiner{cfg: cfg, log: log, stop: n.stop, gossip: g, clusterMap: n.meta.Map, peerc: n.peerc}).run)
+	meta := &metaChores{cfg: cfg, log: log, stop: n.stop, lead: &n.metaLead, clusterMap: n.meta.Map, gossip: g, ctl: n.ctl}
+	n.loop(meta.record)
 	n.loop(n.reconcileShards)
 	n.loop((&leaderBalancer{self: cfg.ID, electionTimeout: cfg.Tuning.ElectionTimeout, log: log, stop: n.stop,
 		local: n.LocalShards, clusterMap: n.meta.Map, gossip: g, peerc: n.peerc, clock: n.clock, disk: n.disk}).run)
-	n.loop(n.runController)
+	n.loop(meta.place)
 	n.loop(n.reconcileConfigs)
 	n.loop(func() { checkReplicasEvery(n.stop, n.CheckReplicas) })
 	n.loop(chores.tickIdle)
@@ -774,19 +775,29 @@ func (n *Node) reconcileShards() {
 	}
 }
 
-// joinGossip finds the other nodes: --join addresses, the map's gossip
+// gossipJoiner finds the other nodes: --join addresses, the map's gossip
 // addresses, and the initial peers' gossip addresses asked over gRPC. It keeps
 // rejoining map members gossip has lost (memberlist does not reconnect to
 // nodes it declared dead after a partition heals).
-func (n *Node) joinGossip() {
+type gossipJoiner struct {
+	cfg        Config
+	log        *slog.Logger
+	stop       <-chan struct{}
+	gossip     *gossip
+	clusterMap func() *metapb.ClusterMap
+	peerc      *peerClient
+}
+
+// run joins until stop closes.
+func (j *gossipJoiner) run() {
 	delay := 500 * time.Millisecond
-	for sleepUntil(n.stop, delay) {
-		known := n.gossip.snapshot()
+	for sleepUntil(j.stop, delay) {
+		known := j.gossip.snapshot()
 		var addrs []string
-		addrs = append(addrs, n.cfg.Join...)
-		cm := n.meta.Map()
+		addrs = append(addrs, j.cfg.Join...)
+		cm := j.clusterMap()
 		for _, node := range cm.Nodes {
-			if node.Id == n.cfg.ID || node.GossipAddress == "" || node.Membership == NodeRemoved {
+			if node.Id == j.cfg.ID || node.GossipAddress == "" || node.Membership == NodeRemoved {
 				continue
 			}
 			if m, ok := known[node.Id]; !ok || m.Health == HealthDead {
@@ -794,11 +805,11 @@ func (n *Node) joinGossip() {
 			}
 		}
 		if len(known) <= 1 {
-			for _, p := range n.cfg.InitialCluster {
-				if p.ID == n.cfg.ID {
+			for _, p := range j.cfg.InitialCluster {
+				if p.ID == j.cfg.ID {
 					continue
 				}
-				if a := askGossipAddress(n.peerc, p); a != "" {
+				if a := askGossipAddress(j.peerc, p); a != "" {
 					addrs = append(addrs, a)
 				}
 			}
@@ -807,8 +818,8 @@ func (n *Node) joinGossip() {
 			delay = 5 * time.Second
 			continue
 		}
-		if joined, err := n.gossip.join(slices.Compact(addrs)); err != nil && joined == 0 {
-			n.log.Debug("gossip join", "err", err)
+		if joined, err := j.gossip.join(slices.Compact(addrs)); err != nil && joined == 0 {
+			j.log.Debug("gossip join", "err", err)
 			delay = time.Second
 			continue
 		}

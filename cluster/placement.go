@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"errors"
 	"os"
 	"slices"
 	"strconv"
@@ -42,20 +41,6 @@ func changeConfig(ctx context.Context, r *raft.Raft, change func(prev uint64) ra
 		return err
 	}
 	return waitFuture(ctx, change(f.Index()))
-}
-
-// runController is the meta leader's placement loop.
-func (n *Node) runController() {
-	for sleepUntil(n.stop, max(n.cfg.Tuning.HeartbeatTimeout, time.Second)) {
-		if !n.metaLead.ready.Load() {
-			continue
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.Tuning.ApplyTimeout)
-		if err := n.ctl.PlaceOnce(ctx); err != nil && !errors.Is(err, ErrNotLeader) {
-			n.log.Warn("placement", "err", err)
-		}
-		cancel()
-	}
 }
 
 // reconcileConfigs runs on every node: for each shard it leads, one step of
