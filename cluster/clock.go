@@ -21,7 +21,7 @@ import (
 // whose clock is more than Tuning.MaxClockOffset from most of its peers'
 // refuses to lead: its proposals answer "not leader" (no hint), it hands its
 // leaderships away, and it says why at ERROR until its clock is back. Peers
-// that see it off do not hand it leadership either (preferredLeader).
+// that see it off do not hand it leadership either (leaderBalancer.preferred).
 //
 // A node that has measured nothing yet (just started, or no peer answers)
 // is trusted: refusing then would stop a one-node cluster, and a node that

@@ -17,12 +17,12 @@ import (
 // A follower whose disk fills cannot append: the leader retries it forever,
 // which costs nothing while a quorum of others acknowledges. A leader whose
 // disk fills cannot append either, and every write of the shards it leads
-// stops; worse, a leadership handed to such a node (by balanceLeaders, on
+// stops; worse, a leadership handed to such a node (by the leaderBalancer, on
 // gossip health alone) takes the shard down with it. So the node watches the
 // free space of its data directory, and below Tuning.MinFreeDisk it:
 //   - refuses to lead, as a node with a far clock does: its proposals answer
 //     "not leader" and it hands every leadership it holds away;
-//   - gossips disk_low, so peers do not hand it leadership (preferredLeader);
+//   - gossips disk_low, so peers do not hand it leadership (leaderBalancer.preferred);
 //   - says so: ERROR once, taskstore_disk_free_bytes and taskstore_disk_low,
 //     and the node's row in `taskctl status`.
 //

@@ -22,6 +22,12 @@
 // runtime: the groups, the meta state machine, gossip, and each shard
 // leader's reconciliation of its Raft configuration with the map.
 //
+// Node assembles the runtime and is the contract with rpc and the test
+// harness; each concern with its own state or loop (the state store, the
+// meta leadership and its loops, leader balancing, the removal watcher,
+// the guards of memory, disk and clock, ...) is a small type holding only
+// what it reads (DESIGN.md, "The node's parts").
+//
 // Rules for callers (the rpc package):
 //  1. Write through Shard.Propose on the shard's leader. ErrNotLeader
 //     (*NotLeaderError) means nothing was applied; ErrUnknownOutcome means it

@@ -19,11 +19,11 @@ var ReportFromStatus = reportFromStatus
 
 // PretendMaxStateFormat makes the node report, and raise shards to, at
 // most format f, as a node of an older binary would.
-func (n *Node) PretendMaxStateFormat(f uint32) { n.format.cap.Store(&f) }
+func PretendMaxStateFormat(n *Node, f uint32) { n.format.cap.Store(&f) }
 
 // SnapshotMeta takes a snapshot of the node's copy of the meta group: a
 // restart then starts from the map it holds.
-func (n *Node) SnapshotMeta() error { return n.metaGroup.raft.Snapshot().Error() }
+func SnapshotMeta(n *Node) error { return n.metaGroup.raft.Snapshot().Error() }
 
 // HoldProposals makes the shard's writes queue as if entries were waiting
 // to be appended, once none is, until release is called: release proposes

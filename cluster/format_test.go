@@ -32,7 +32,7 @@ func TestRaiseFormatAfterUpgrade(t *testing.T) {
 	defer cancel()
 	const shard = 1
 	older := c.Nodes[(c.Leader(shard)+1)%3].Server().Node
-	older.PretendMaxStateFormat(fsm.FormatShardIDs)
+	cluster.PretendMaxStateFormat(older, fsm.FormatShardIDs)
 
 	leader := func() *cluster.Node { return c.Nodes[c.Leader(shard)].Server().Node }
 	raise := func() bool {
@@ -80,7 +80,7 @@ func TestRaiseFormatAfterUpgrade(t *testing.T) {
 		t.Fatalf("format 0: the id of another group's task on the shard: %v, want refused as a duplicate", err)
 	}
 
-	older.PretendMaxStateFormat(fsm.MaxFormat) // the last node is upgraded
+	cluster.PretendMaxStateFormat(older, fsm.MaxFormat) // the last node is upgraded
 	if !raise() {
 		t.Fatal("every node applies the new format, but the leader did not raise it")
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/e1158ecb/taskstore/client"
+	"github.com/e1158ecb/taskstore/cluster"
 	"github.com/e1158ecb/taskstore/testing/harness"
 )
 
@@ -36,7 +37,7 @@ func TestRemovedShardStaysGoneAfterARestart(t *testing.T) {
 		return true
 	})
 	// The snapshot node 1 restarts from lists shard 3, placed on it.
-	if err := c.Nodes[0].Server().Node.SnapshotMeta(); err != nil {
+	if err := cluster.SnapshotMeta(c.Nodes[0].Server().Node); err != nil {
 		t.Fatal(err)
 	}
 	moves, err := cl.RemoveShard(ctx, 3)

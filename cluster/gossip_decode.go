@@ -13,7 +13,7 @@ import (
 // decodeGossipMeta decodes the metadata a member gossips (gossipMeta, as
 // JSON). Gossip is authenticated by the cluster's gossip key at most, and
 // what it carries ends up in the cluster map: the meta leader records the
-// addresses (runMetaLeader) and AddNode without an address uses the gossiped
+// addresses (metaChores.record) and AddNode without an address uses the gossiped
 // one as a Raft voter's address. So metadata that is over memberlist's size
 // limit or not JSON decodes to the zero gossipMeta, and an address that is
 // not host:port is dropped; the member still counts for health.

@@ -6,8 +6,9 @@
 //
 // The planners (NextPlacement, PlanPlacement, PlanNewShard, PlanSlots,
 // PlanMoveOffRetiring, NextRetiring, and for the runtime NextConfigChange,
-// a shard leader's next Raft configuration change, and MoveSteps, a slot
-// move's steps) are pure functions of the cluster
+// a shard leader's next Raft configuration change, MoveSteps, a slot
+// move's steps, and PreferredLeader, the replica a shard's leadership is
+// handed to) are pure functions of the cluster
 // map, deterministic in it, so they are tested from a map alone, without
 // Raft: given this map, what is the next command. The node (package cluster) keeps everything with I/O:
 // the Raft groups, the meta state machine that applies the commands, gossip,
