@@ -68,6 +68,13 @@ type Config struct {
 	// caller); an answer beyond it is refused with ResourceExhausted.
 	// Default DefaultAnswerMemory.
 	AnswerMemory int64
+	// ProduceInflight bounds the Produce items the proxy forwards at once,
+	// per caller's stream (ProduceInflightPerStream) and across all of
+	// them (ProduceInflight): at a bound a stream is read no further until
+	// an item is answered, so a fast producer is held back by the stream's
+	// flow control instead of filling the proxy's memory. Defaults
+	// DefaultProduceInflightPerStream and DefaultProduceInflight.
+	ProduceInflightPerStream, ProduceInflight int
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -80,6 +87,7 @@ type Server struct {
 	taskstorepb.UnimplementedAdminServer
 
 	c       *client.Client
+	produce *taskstorepb.Inflight // Config.ProduceInflight
 	budget  time.Duration
 	log     *slog.Logger
 	metrics *metrics
@@ -177,6 +185,12 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		}
 	}
 	m := newMetrics(cfg.Version)
+	if cfg.ProduceInflightPerStream <= 0 {
+		cfg.ProduceInflightPerStream = DefaultProduceInflightPerStream
+	}
+	if cfg.ProduceInflight <= 0 {
+		cfg.ProduceInflight = DefaultProduceInflight
+	}
 	if cfg.AnswerMemory <= 0 {
 		cfg.AnswerMemory = DefaultAnswerMemory
 	}
@@ -193,6 +207,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("proxy: %w", err)
 	}
 	s := &Server{
+		produce:  taskstorepb.NewInflight(cfg.ProduceInflightPerStream, cfg.ProduceInflight),
 		c:        c,
 		budget:   budget,
 		log:      log,

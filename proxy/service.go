@@ -129,13 +129,21 @@ func (s *Server) Modify(ctx context.Context, req *taskstorepb.ModifyRequest) (*t
 	return s.modify(ctx, req, false)
 }
 
+// Defaults of Config.ProduceInflightPerStream and ProduceInflight.
+const (
+	DefaultProduceInflightPerStream = 1024
+	DefaultProduceInflight          = 8192
+)
+
 // Produce implements TaskStore.Produce: each item is forwarded as the
 // Modify it is (request id, deadline, the caller's principal), over the
 // proxy's own Produce stream to the leader of the item's group (one per
 // node and caller), so that the items of all of a caller's messages that
-// go to one node travel together; each is answered alone.
+// go to one node travel together; each is answered alone. The items in
+// flight are bounded (Config.ProduceInflight): the stream is read no
+// further until one is answered.
 func (s *Server) Produce(stream taskstorepb.TaskStore_ProduceServer) error {
-	return taskstorepb.ServeProduce(stream, taskstorepb.MaxResponseBytes-64<<10, func(ctx context.Context, it *taskstorepb.ProduceItem) *taskstorepb.ProduceAnswer {
+	return taskstorepb.ServeProduceBounded(stream, taskstorepb.MaxResponseBytes-64<<10, s.produce, func(ctx context.Context, it *taskstorepb.ProduceItem) *taskstorepb.ProduceAnswer {
 		if it.Modify == nil {
 			return taskstorepb.FailedAnswer(it.Id, status.Error(codes.InvalidArgument, "modify: required"))
 		}

@@ -74,6 +74,62 @@ func WithItemGate(ctx context.Context, gate func() error) context.Context {
 // refused. The stream ends when the caller closes its side and every item
 // it sent is answered.
 func ServeProduce(stream TaskStore_ProduceServer, limit int, handle func(ctx context.Context, it *ProduceItem) *ProduceAnswer) error {
+	return ServeProduceBounded(stream, limit, nil, handle)
+}
+
+// Inflight bounds the items a server's Produce streams have in flight: per
+// stream and across all of them (nil: no bound).
+type Inflight struct {
+	perStream int
+	shared    chan struct{}
+}
+
+// NewInflight bounds items in flight to perStream on one stream and total
+// across the streams served with it (<= 0: that bound is off).
+func NewInflight(perStream, total int) *Inflight {
+	in := &Inflight{perStream: perStream}
+	if total > 0 {
+		in.shared = make(chan struct{}, total)
+	}
+	return in
+}
+
+// ServeProduceBounded is ServeProduce with the items in flight bounded by
+// in: at a bound, the stream stops reading until an item is answered, so
+// the caller is held back by the stream's flow control and its items wait
+// in its own buffers, not in the server's memory.
+func ServeProduceBounded(stream TaskStore_ProduceServer, limit int, in *Inflight, handle func(ctx context.Context, it *ProduceItem) *ProduceAnswer) error {
+	var own, shared chan struct{}
+	if in != nil {
+		if in.perStream > 0 {
+			own = make(chan struct{}, in.perStream)
+		}
+		shared = in.shared
+	}
+	acquire := func(ctx context.Context) error {
+		for _, ch := range []chan struct{}{own, shared} {
+			if ch == nil {
+				continue
+			}
+			select {
+			case ch <- struct{}{}:
+			case <-ctx.Done():
+				if ch == shared && own != nil {
+					<-own
+				}
+				return ctx.Err()
+			}
+		}
+		return nil
+	}
+	releaseSlot := func() {
+		if shared != nil {
+			<-shared
+		}
+		if own != nil {
+			<-own
+		}
+	}
 	gate, _ := stream.Context().Value(itemGateKey{}).(func() error)
 	ctx, cancelAll := context.WithCancel(stream.Context())
 	defer cancelAll()
@@ -111,15 +167,24 @@ func ServeProduce(stream TaskStore_ProduceServer, limit int, handle func(ctx con
 				cancel()
 			}
 		}
+		mu.Unlock()
 		for _, it := range req.Items {
+			if err := acquire(ctx); err != nil {
+				return finish(grpcstatus.FromContextError(err).Err())
+			}
+			mu.Lock()
 			if _, dup := inflight[it.Id]; dup {
 				// Two items in flight under one id could not be told
 				// apart by their answers.
+				mu.Unlock()
+				releaseSlot()
 				out.add(FailedAnswer(it.Id, grpcstatus.Errorf(codes.InvalidArgument, "item id %d is already in flight on this stream", it.Id)))
 				continue
 			}
 			if gate != nil {
 				if err := gate(); err != nil {
+					mu.Unlock()
+					releaseSlot()
 					out.add(FailedAnswer(it.Id, err))
 					continue
 				}
@@ -148,10 +213,11 @@ func ServeProduce(stream TaskStore_ProduceServer, limit int, handle func(ctx con
 				mu.Lock()
 				delete(inflight, it.Id)
 				mu.Unlock()
+				releaseSlot()
 				out.add(a)
 			}()
+			mu.Unlock()
 		}
-		mu.Unlock()
 	}
 }
 
