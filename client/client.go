@@ -49,6 +49,7 @@ type Client struct {
 
 type options struct {
 	proxyOnly      bool
+	streamIdle     time.Duration // WithStreamIdle
 	dialOpts       []grpc.DialOption
 	claimant       string
 	backoffBase    time.Duration
@@ -67,6 +68,17 @@ type Option func(*options)
 // instances (or a load balancer in front of them). Retries with backoff still
 // happen, rotating through the addresses.
 func WithProxyOnly() Option { return func(o *options) { o.proxyOnly = true } }
+
+// DefaultStreamIdle is how long a Produce stream to a node stays open
+// with nothing in flight before the Client closes it (WithStreamIdle).
+const DefaultStreamIdle = 2 * time.Minute
+
+// WithStreamIdle closes a shared Produce stream to a node (ModifyStreamed,
+// a Producer, a proxy's streams to the leaders) once nothing was in flight
+// on it for d, so that a node that stopped leading, or a caller that went
+// quiet, does not keep a stream and its goroutines open; the next request
+// opens a new one. Default DefaultStreamIdle; d <= 0 keeps streams open.
+func WithStreamIdle(d time.Duration) Option { return func(o *options) { o.streamIdle = d } }
 
 // WithDirect(false) is WithProxyOnly; WithDirect(true), the default, routes
 // each request to its shard's leader.
@@ -117,7 +129,7 @@ func Dial(ctx context.Context, addrs string, opts ...Option) (*Client, error) {
 	if len(seeds) == 0 {
 		return nil, fmt.Errorf("taskstore: dial: no address given: %w", ErrInvalid)
 	}
-	o := options{
+	o := options{streamIdle: DefaultStreamIdle,
 		backoffBase:    25 * time.Millisecond,
 		backoffMax:     2 * time.Second,
 		attemptTimeout: 10 * time.Second,

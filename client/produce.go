@@ -202,7 +202,7 @@ func (c *Client) produce(ctx context.Context, cc *grpc.ClientConn, req *taskstor
 			slot.mu.Unlock()
 			return nil, err
 		}
-		ps = newProduceStream(st, cancel)
+		ps = newProduceStream(st, cancel, c.opts.streamIdle)
 		slot.ps = ps
 	}
 	slot.mu.Unlock()
@@ -251,13 +251,45 @@ type produceStream struct {
 	queue   []*taskstorepb.ProduceItem
 	cancels []uint64
 	broken  error
+	active  time.Time // the last request joined or answered
 }
 
-func newProduceStream(st taskstorepb.TaskStore_ProduceClient, cancel context.CancelFunc) *produceStream {
-	ps := &produceStream{st: st, cancel: cancel, wake: make(chan struct{}, 1), waiting: map[uint64]chan *taskstorepb.ProduceAnswer{}}
+func newProduceStream(st taskstorepb.TaskStore_ProduceClient, cancel context.CancelFunc, idle time.Duration) *produceStream {
+	ps := &produceStream{st: st, cancel: cancel, wake: make(chan struct{}, 1), waiting: map[uint64]chan *taskstorepb.ProduceAnswer{}, active: time.Now()}
 	go ps.sendLoop()
 	go ps.recvLoop()
+	if idle > 0 {
+		go ps.closeIdle(idle)
+	}
 	return ps
+}
+
+// errIdle ends a stream that was idle: nothing was waiting on it.
+var errIdle = status.Error(codes.Unavailable, "produce stream closed: idle")
+
+// closeIdle ends the stream once nothing was in flight on it for idle.
+// It is marked broken under the lock that every request checks before it
+// joins, so no request is lost to the close: the next opens a new stream.
+func (ps *produceStream) closeIdle(idle time.Duration) {
+	t := time.NewTimer(idle)
+	defer t.Stop()
+	for range t.C {
+		ps.mu.Lock()
+		if ps.broken != nil {
+			ps.mu.Unlock()
+			return
+		}
+		quiet := time.Since(ps.active)
+		if len(ps.waiting) == 0 && len(ps.queue) == 0 && quiet >= idle {
+			ps.broken = errIdle
+			ps.mu.Unlock()
+			ps.cancel()
+			ps.signal()
+			return
+		}
+		ps.mu.Unlock()
+		t.Reset(max(idle-quiet, idle/10))
+	}
 }
 
 func (ps *produceStream) isBroken() bool {
@@ -293,6 +325,7 @@ func (ps *produceStream) do(ctx context.Context, req *taskstorepb.ModifyRequest,
 		return nil, err
 	}
 	ps.next++
+	ps.active = time.Now()
 	it.Id = ps.next
 	ps.waiting[it.Id] = ch
 	ps.queue = append(ps.queue, it)
@@ -384,6 +417,7 @@ func (ps *produceStream) recvLoop() {
 			ps.mu.Lock()
 			ch := ps.waiting[a.Id]
 			delete(ps.waiting, a.Id)
+			ps.active = time.Now()
 			ps.mu.Unlock()
 			if ch != nil {
 				ch <- a
