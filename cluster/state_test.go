@@ -28,7 +28,10 @@ func TestStateMovesBetweenMemoryAndDisk(t *testing.T) {
 	for i := range 60 {
 		insert(t, c, queue, fmt.Sprintf("t%02d", i), fmt.Sprint("v", i))
 		if i == 30 {
-			// Half before a snapshot, half in the log after it.
+			// Half before a snapshot, half in the log after it. Every
+			// replica first applies what was written: a follower that has
+			// not would have nothing new to snapshot.
+			waitDigestsAgree(t, c, shard)
 			for _, n := range c.Nodes {
 				if err := n.Server().Node.Shard(shard).Raft().Snapshot().Error(); err != nil {
 					t.Fatalf("snapshot on %s: %v", n.ID, err)
@@ -75,6 +78,9 @@ func TestStateMovesBetweenMemoryAndDisk(t *testing.T) {
 	insert(t, c, queue, "after", "v60")
 	snapshotAll := func() {
 		t.Helper()
+		// A follower that has not applied the last insert would have
+		// nothing new to snapshot after its restart's own.
+		waitDigestsAgree(t, c, shard)
 		for _, n := range c.Nodes {
 			if err := n.Server().Node.Shard(shard).Raft().Snapshot().Error(); err != nil {
 				t.Fatalf("snapshot on %s: %v", n.ID, err)
