@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"math"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -91,10 +92,17 @@ func (srv *Server) setPolicy(ctx context.Context, req *taskstorepb.QueuePolicyRe
 		}
 		retain = r.AsDuration()
 	}
+	interval, burst, err := rateOf(p)
+	if err != nil {
+		return nil, err
+	}
 	cmd := &fsmpb.Command{Op: fsmpb.Op_OP_POLICY, Policy: &fsmpb.QueuePolicy{Queue: req.Queue, MaxClaims: p.GetMaxClaims(), DeadLetter: p.GetDeadLetter(),
-		Retain: int64(retain)}}
+		Retain: int64(retain), RateInterval: interval, Burst: burst}}
 	minFormat, what := fsm.FormatPolicies, "a queue policy"
-	if retain > 0 {
+	switch {
+	case interval > 0:
+		minFormat, what = fsm.FormatRate, "a queue policy's rate"
+	case retain > 0:
 		minFormat, what = fsm.FormatRetention, "a queue policy's retention"
 	}
 	shard, err := srv.queueShard(ctx, req.Queue, cmd, req.Request, minFormat, what)
@@ -108,6 +116,7 @@ func (srv *Server) setPolicy(ctx context.Context, req *taskstorepb.QueuePolicyRe
 	prev := res.GetPolicy().GetPrevious()
 	if !res.Replayed {
 		srv.log.Info("queue policy set", "queue", req.Queue, "max_claims", p.GetMaxClaims(), "dead_letter", p.GetDeadLetter(), "retain", retain,
+			"rate_interval", time.Duration(interval), "burst", burst,
 			"previous_max_claims", prev.GetMaxClaims(), "previous_dead_letter", prev.GetDeadLetter())
 	}
 	resp := &taskstorepb.QueuePolicyResponse{}
@@ -123,7 +132,38 @@ func apiPolicy(p *fsmpb.QueuePolicy) *taskstorepb.QueuePolicy {
 	if p.Retain > 0 {
 		ap.Retain = durationpb.New(time.Duration(p.Retain))
 	}
+	if p.RateInterval > 0 {
+		ap.Rate, ap.Burst = float64(time.Second)/float64(p.RateInterval), p.Burst
+	}
 	return ap
+}
+
+// rateOf is a policy's rate as the state machine keeps it: the nanoseconds
+// between two tokens (0: no rate) and the burst, a tenth of a second's
+// tokens (at least 1) when the request gives none.
+func rateOf(p *taskstorepb.QueuePolicy) (interval int64, burst uint32, err error) {
+	r := p.GetRate()
+	switch {
+	case r == 0:
+		if p.GetBurst() != 0 {
+			return 0, 0, invalid("policy.burst", "needs a rate")
+		}
+		return 0, 0, nil
+	case math.IsNaN(r) || r < 0 || math.IsInf(r, 0):
+		return 0, 0, invalid("policy.rate", "not a number of tasks a second of 0 or more")
+	}
+	iv := math.Round(float64(time.Second) / r)
+	if iv < 1 || iv > float64(fsm.MaxRateInterval) {
+		return 0, 0, invalid("policy.rate", "%g a second is outside one an hour to one a nanosecond", r)
+	}
+	burst = p.GetBurst()
+	if burst == 0 {
+		burst = uint32(max(1, math.Ceil(r/10)))
+	}
+	if burst > fsm.MaxBurst {
+		return 0, 0, invalid("policy.burst", "%d is over the most of %d", burst, fsm.MaxBurst)
+	}
+	return int64(iv), burst, nil
 }
 
 // Purge implements TaskStore.Purge.

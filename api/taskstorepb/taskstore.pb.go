@@ -2587,7 +2587,17 @@ type QueuePolicy struct {
 	// deleted by the server, in small steps (claimed ones once their lease
 	// ends); for "done" and dead-letter queues that must not grow forever.
 	// Absent or 0: kept until deleted.
-	Retain        *durationpb.Duration `protobuf:"bytes,3,opt,name=retain,proto3" json:"retain,omitempty"`
+	Retain *durationpb.Duration `protobuf:"bytes,3,opt,name=retain,proto3" json:"retain,omitempty"`
+	// Rate: claims take the queue's tasks at no more than rate a second on
+	// average, in bursts of up to burst (a token bucket the state machine
+	// keeps in log time, so every replica decides alike). A claim beyond it
+	// gets nothing, as from an empty queue, and a waiting claim is served
+	// when the next token frees. 0: no rate. The rate is kept as the
+	// nanoseconds between two tokens (1e9/rate, rounded), from one an hour to
+	// one a nanosecond. burst is 1 to 1,000,000; absent (0) with a rate it is
+	// a tenth of a second's tokens, at least 1.
+	Rate          float64 `protobuf:"fixed64,4,opt,name=rate,proto3" json:"rate,omitempty"`
+	Burst         uint32  `protobuf:"varint,5,opt,name=burst,proto3" json:"burst,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2641,6 +2651,20 @@ func (x *QueuePolicy) GetRetain() *durationpb.Duration {
 		return x.Retain
 	}
 	return nil
+}
+
+func (x *QueuePolicy) GetRate() float64 {
+	if x != nil {
+		return x.Rate
+	}
+	return 0
+}
+
+func (x *QueuePolicy) GetBurst() uint32 {
+	if x != nil {
+		return x.Burst
+	}
+	return 0
 }
 
 type QueuePolicyRequest struct {
@@ -5601,13 +5625,15 @@ const file_taskstore_v1_taskstore_proto_rawDesc = "" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x1f\n" +
 	"\vmax_claimed\x18\x02 \x01(\rR\n" +
 	"maxClaimed\x121\n" +
-	"\arequest\x18\x03 \x01(\v2\x17.taskstore.v1.RequestIDR\arequest\"\x80\x01\n" +
+	"\arequest\x18\x03 \x01(\v2\x17.taskstore.v1.RequestIDR\arequest\"\xaa\x01\n" +
 	"\vQueuePolicy\x12\x1d\n" +
 	"\n" +
 	"max_claims\x18\x01 \x01(\rR\tmaxClaims\x12\x1f\n" +
 	"\vdead_letter\x18\x02 \x01(\tR\n" +
 	"deadLetter\x121\n" +
-	"\x06retain\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x06retain\"\x90\x01\n" +
+	"\x06retain\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x06retain\x12\x12\n" +
+	"\x04rate\x18\x04 \x01(\x01R\x04rate\x12\x14\n" +
+	"\x05burst\x18\x05 \x01(\rR\x05burst\"\x90\x01\n" +
 	"\x12QueuePolicyRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x121\n" +
 	"\x06policy\x18\x02 \x01(\v2\x19.taskstore.v1.QueuePolicyR\x06policy\x121\n" +

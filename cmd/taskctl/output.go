@@ -183,10 +183,10 @@ func printTask(w io.Writer, task *taskstorepb.Task) error {
 }
 
 func printQueues(w io.Writer, queues []*taskstorepb.QueueStats) error {
-	t := newTable(w, "QUEUE", "SHARD", "TOTAL", "AVAILABLE", "CLAIMED", "DELAYED", "OLDEST AVAILABLE", "PAUSED", "LIMIT")
+	t := newTable(w, "QUEUE", "SHARD", "TOTAL", "AVAILABLE", "CLAIMED", "DELAYED", "OLDEST AVAILABLE", "PAUSED", "LIMIT", "POLICY")
 	for _, q := range queues {
 		t.row(q.Name, u64(uint64(q.Shard)), u64(q.Total), u64(q.Available), u64(q.Claimed), u64(q.Delayed), formatDuration(q.OldestAvailableAge),
-			pausedWord(q.Paused), limitWord(q.MaxClaimed))
+			pausedWord(q.Paused), limitWord(q.MaxClaimed), policyColumn(q.Policy))
 	}
 	return t.flush()
 }

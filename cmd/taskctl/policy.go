@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
+	"strconv"
 	"strings"
 	"time"
 
@@ -19,6 +21,8 @@ func (a *app) queuePolicyCmd() *cobra.Command {
 		maxClaims  uint32
 		deadLetter string
 		retain     time.Duration
+		rate       string
+		burst      uint32
 		clear      bool
 	)
 	cmd := &cobra.Command{
@@ -46,17 +50,27 @@ a huge expiry never stalls the shard, and a task under a live lease waits for
 its end. For "done" and dead-letter queues that must not grow forever.
 --retain 0 keeps tasks until deleted.
 
+--rate R/s (or R/m, R/h; a bare R is a second) bounds how fast claims take
+the queue's tasks: a token bucket of --burst N tokens (default: a tenth of a
+second's, at least 1) that refills at the rate, kept by the state machine in
+log time, so every replica decides alike. A claim beyond it gets nothing,
+as from an empty queue; a claim of several tasks takes as many as there are
+tokens; a waiting claim is served when the next token frees. --rate 0
+removes the rate.
+
 Flags change only what they name (the rest of the policy stays); --clear
 removes the whole policy. It needs the admin role. With -o json it prints
 the policy (after a change, {"previous": ...} too).`,
 		Example: `  taskctl queue policy crawl/fetch
   taskctl queue policy crawl/fetch --max-claims 3 --dead-letter crawl/dead
   taskctl queue policy crawl/done --retain 168h
+  taskctl queue policy crawl/fetch --rate 50/s --burst 10
   taskctl queue policy crawl/fetch --clear`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			queue := args[0]
-			change := cmd.Flags().Changed("max-claims") || cmd.Flags().Changed("dead-letter") || cmd.Flags().Changed("retain") || clear
+			change := cmd.Flags().Changed("max-claims") || cmd.Flags().Changed("dead-letter") || cmd.Flags().Changed("retain") ||
+				cmd.Flags().Changed("rate") || cmd.Flags().Changed("burst") || clear
 			return a.withClient(0, func(ctx context.Context, c *client.Client) error {
 				cur, err := c.QueuePolicy(ctx, queue)
 				if err != nil {
@@ -72,6 +86,20 @@ the policy (after a change, {"previous": ...} too).`,
 				next := &taskstorepb.QueuePolicy{}
 				if cur != nil && !clear {
 					next.MaxClaims, next.DeadLetter, next.Retain = cur.MaxClaims, cur.DeadLetter, cur.Retain
+					next.Rate, next.Burst = cur.Rate, cur.Burst
+				}
+				if cmd.Flags().Changed("rate") {
+					r, err := parseRate(rate)
+					if err != nil {
+						return err
+					}
+					next.Rate, next.Burst = r, 0 // a new rate: the default burst unless --burst
+				}
+				if cmd.Flags().Changed("burst") {
+					if next.Rate == 0 {
+						return fmt.Errorf("--burst %d: needs a rate (--rate)", burst)
+					}
+					next.Burst = burst
 				}
 				if cmd.Flags().Changed("retain") {
 					if retain < 0 {
@@ -106,6 +134,8 @@ the policy (after a change, {"previous": ...} too).`,
 	cmd.Flags().Uint32Var(&maxClaims, "max-claims", 0, "move a task claimed this many times, whose last lease ran out, to --dead-letter (0: no limit)")
 	cmd.Flags().StringVar(&deadLetter, "dead-letter", "", "the dead-letter queue of --max-claims (same consistency group)")
 	cmd.Flags().DurationVar(&retain, "retain", 0, "delete the queue's tasks older than this since their insert (0: keep them)")
+	cmd.Flags().StringVar(&rate, "rate", "", "claim at most this many of the queue's tasks a second (R/s, R/m, R/h; 0: no rate)")
+	cmd.Flags().Uint32Var(&burst, "burst", 0, "with --rate, the most tasks claimed at once after a pause (default: a tenth of a second's, at least 1)")
 	cmd.Flags().BoolVar(&clear, "clear", false, "remove the queue's policy")
 	return cmd
 }
@@ -127,6 +157,9 @@ func policySentence(p *taskstorepb.QueuePolicy) string {
 	if r := p.GetRetain().AsDuration(); r > 0 {
 		parts = append(parts, fmt.Sprintf("tasks older than %s are deleted", r))
 	}
+	if p.GetRate() > 0 {
+		parts = append(parts, fmt.Sprintf("claims take at most %s tasks, in bursts of up to %d", formatRate(p.Rate), p.Burst))
+	}
 	if len(parts) == 0 {
 		return "no policy"
 	}
@@ -142,8 +175,34 @@ func policyColumn(p *taskstorepb.QueuePolicy) string {
 	if r := p.GetRetain().AsDuration(); r > 0 {
 		parts = append(parts, fmt.Sprintf("retain %s", r))
 	}
+	if p.GetRate() > 0 {
+		parts = append(parts, fmt.Sprintf("rate %s burst %d", formatRate(p.Rate), p.Burst))
+	}
 	if len(parts) == 0 {
 		return "-"
 	}
 	return strings.Join(parts, ", ")
+}
+
+// parseRate reads a --rate: R/s, R/m or R/h (a bare R is a second), as
+// tasks a second.
+func parseRate(s string) (float64, error) {
+	num, unit, _ := strings.Cut(strings.TrimSpace(s), "/")
+	per := map[string]float64{"": 1, "s": 1, "m": 60, "h": 3600}[unit]
+	r, err := strconv.ParseFloat(num, 64)
+	if err != nil || per == 0 || r < 0 || math.IsInf(r, 0) || math.IsNaN(r) {
+		return 0, fmt.Errorf("--rate %q: want a number of tasks of 0 or more per s, m or h (50/s, 10/m, 2/h)", s)
+	}
+	return r / per, nil
+}
+
+// formatRate writes tasks a second as parseRate reads them.
+func formatRate(r float64) string {
+	switch {
+	case r >= 1:
+		return strconv.FormatFloat(r, 'g', 4, 64) + "/s"
+	case r*60 >= 1:
+		return strconv.FormatFloat(r*60, 'g', 4, 64) + "/m"
+	}
+	return strconv.FormatFloat(r*3600, 'g', 4, 64) + "/h"
 }
