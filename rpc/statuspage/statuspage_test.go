@@ -436,7 +436,7 @@ func TestStatusPage(t *testing.T) {
 			// (The cluster raises the state format policies need after
 			// its start.)
 			_, err := f.c.TaskStore("beta/mail").SetQueuePolicy(ctx, &taskstorepb.QueuePolicyRequest{Queue: "beta/mail",
-				Policy: &taskstorepb.QueuePolicy{MaxClaims: 2, DeadLetter: "beta/dead"}})
+				Policy: &taskstorepb.QueuePolicy{MaxClaims: 2, DeadLetter: "beta/dead", Rate: 50, Burst: 5}})
 			if err == nil {
 				break
 			}
@@ -447,13 +447,13 @@ func TestStatusPage(t *testing.T) {
 		}
 		defer f.c.TaskStore("beta/mail").SetQueuePolicy(ctx, &taskstorepb.QueuePolicyRequest{Queue: "beta/mail"})
 		body := getOK(t, base+"/queues")
-		if cells := row(t, body, `href="/queues/beta%2Fmail"`); cells[0] != "beta/mail paused limit 3 max-claims 2 → beta/dead" {
+		if cells := row(t, body, `href="/queues/beta%2Fmail"`); cells[0] != "beta/mail paused limit 3 max-claims 2 → beta/dead rate 50/s" {
 			t.Errorf("beta/mail row %q, want the name with paused, limit and policy badges", cells)
 		}
 		if cells := row(t, body, `href="/queues/alpha%2Fjobs"`); cells[0] != "alpha/jobs" {
 			t.Errorf("alpha/jobs row %q: a queue that is not paused shows a badge", cells)
 		}
-		contains(t, "queue page", getOK(t, base+"/queues/beta%2Fmail"), `<span class="badge warn"`, ">paused</span>")
+		contains(t, "queue page", getOK(t, base+"/queues/beta%2Fmail"), `<span class="badge warn"`, ">paused</span>", ">rate 50/s</span>")
 	})
 
 	t.Run("schedules", func(t *testing.T) {
