@@ -276,8 +276,9 @@ func compareState(t *testing.T, step int, m *Machine, ref *refModel) {
 			if tk.Queue == q {
 				wantQ = append(wantQ, tk)
 				full := ref.limits[q] > 0 && ref.claimedIn(q) >= int(ref.limits[q])
-				if !ref.paused[q] && !full && (!any || tk.At < nextAt) {
-					nextAt, any = tk.At, true
+				at := max(tk.At, ref.tokenAt(q)) // nothing before a token (a rate)
+				if !ref.paused[q] && !full && (!any || at < nextAt) {
+					nextAt, any = at, true
 				}
 			}
 		}

@@ -116,6 +116,12 @@ func (g *gen) command(allowBatch bool) *fsmpb.Command {
 		if r.IntN(2) == 0 {
 			p.Retain = int64(r.IntN(300))
 		}
+		if r.IntN(2) == 0 {
+			// A rate of one task every 1-5 ticks, bursts of 1-3 (a
+			// burst without a rate, or none with one, is refused).
+			p.RateInterval, p.Burst = int64(r.IntN(6)), uint32(r.IntN(4))
+			p.BucketFullAt = int64(r.IntN(100)) // ignored
+		}
 		if p.MaxClaims > 0 {
 			p.DeadLetter = g.pick([]string{group + "/dead", group + "/dead", g.queueIn(group), "g/a"})
 		}

@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -426,11 +427,22 @@ func (r *refModel) policy(p *fsmpb.QueuePolicy) *fsmpb.Result {
 		return &fsmpb.Result{Failure: &fsmpb.Failure{Kind: fsmpb.Failure_INVALID,
 			Message: fmt.Sprintf("policy.retain needs state format %d; the shard is at %d", FormatRetention, r.format)}}
 	}
+	if p.RateInterval != 0 && r.format < FormatRate {
+		return &fsmpb.Result{Failure: &fsmpb.Failure{Kind: fsmpb.Failure_INVALID,
+			Message: fmt.Sprintf("policy.rate needs state format %d; the shard is at %d", FormatRate, r.format)}}
+	}
 	prev := r.policies[p.Queue]
-	if p.MaxClaims == 0 && p.Retain == 0 {
+	if p.MaxClaims == 0 && p.Retain == 0 && p.RateInterval == 0 {
 		delete(r.policies, p.Queue)
 	} else {
-		r.policies[p.Queue] = &fsmpb.QueuePolicy{Queue: p.Queue, MaxClaims: p.MaxClaims, DeadLetter: p.DeadLetter, Retain: p.Retain}
+		np := &fsmpb.QueuePolicy{Queue: p.Queue, MaxClaims: p.MaxClaims, DeadLetter: p.DeadLetter, Retain: p.Retain,
+			RateInterval: p.RateInterval, Burst: p.Burst}
+		// A new rate keeps the old bucket's debt (the command's
+		// bucket_full_at is ignored), at most a full new burst of it.
+		if p.RateInterval > 0 && prev != nil && prev.RateInterval > 0 && prev.BucketFullAt > r.clock {
+			np.BucketFullAt = min(prev.BucketFullAt, r.clock+int64(p.Burst)*p.RateInterval)
+		}
+		r.policies[p.Queue] = np
 	}
 	return &fsmpb.Result{Policy: &fsmpb.PolicyResult{Previous: prev}}
 }
@@ -527,6 +539,7 @@ func (r *refModel) claim(c *fsmpb.Claim) *fsmpb.Result {
 		if l := r.limits[q]; l > 0 {
 			n = min(n, int(l)-r.claimedIn(q))
 		}
+		n = min(n, r.tokens(q))
 		var avail []*fsmpb.Task
 		for _, t := range r.tasks {
 			if t.Queue == q && t.At <= r.clock {
@@ -560,6 +573,15 @@ func (r *refModel) claim(c *fsmpb.Claim) *fsmpb.Result {
 		}
 		took[t.Queue]++
 		take = append(take, t)
+	}
+	for q, n := range took {
+		if p := r.ratePolicy(q); p != nil {
+			// Each task taken moves the time the bucket is full again
+			// one interval on, from the clock at the latest.
+			np := proto.Clone(p).(*fsmpb.QueuePolicy)
+			np.BucketFullAt = max(p.BucketFullAt, r.clock) + int64(n)*p.RateInterval
+			r.policies[q] = np
+		}
 	}
 	res := &fsmpb.ClaimResult{}
 	for _, t := range take {
@@ -667,4 +689,37 @@ func (r *refModel) claimedIn(q string) int {
 func inKeyed(insertedKey map[[2]string]string, queue, key string) bool {
 	_, ok := insertedKey[[2]string{queue, key}]
 	return ok
+}
+
+// ratePolicy is q's policy if it has a rate in force (from FormatRate).
+func (r *refModel) ratePolicy(q string) *fsmpb.QueuePolicy {
+	if p := r.policies[q]; r.format >= FormatRate && p != nil && p.RateInterval > 0 {
+		return p
+	}
+	return nil
+}
+
+// tokens is how many of q's tasks a claim may take at the clock under its
+// rate: the burst, less one for every interval begun between the clock
+// and the time the bucket is full again.
+func (r *refModel) tokens(q string) int {
+	p := r.ratePolicy(q)
+	if p == nil {
+		return math.MaxInt
+	}
+	owed := int64(0)
+	for t := p.BucketFullAt; t > r.clock; t -= p.RateInterval {
+		owed++
+	}
+	return int(max(0, int64(p.Burst)-owed))
+}
+
+// tokenAt is the first log time at which q's bucket holds a token
+// (math.MinInt64 without a rate).
+func (r *refModel) tokenAt(q string) int64 {
+	p := r.ratePolicy(q)
+	if p == nil {
+		return math.MinInt64
+	}
+	return p.BucketFullAt - int64(p.Burst-1)*p.RateInterval
 }
