@@ -488,7 +488,7 @@ func TestQueuePauseResume(t *testing.T) {
 	}
 	mustRun(t, fc, "task", "insert", "jobs/q", "--id", "p1", "--value", "v")
 	list := mustRun(t, fc, "queue", "list", "jobs/")
-	if lines := strings.Split(strings.TrimSpace(list), "\n"); len(lines) != 2 || !regexp.MustCompile(`\syes\s+-$`).MatchString(strings.TrimSpace(lines[1])) {
+	if lines := strings.Split(strings.TrimSpace(list), "\n"); len(lines) != 2 || !regexp.MustCompile(`\syes\s+-\s+-$`).MatchString(strings.TrimSpace(lines[1])) {
 		t.Fatalf("queue list of a paused queue:\n%s", list)
 	}
 	if out := mustRun(t, fc, "queue", "stats", "jobs/q"); !regexp.MustCompile(`paused\s+yes`).MatchString(out) {
@@ -528,7 +528,7 @@ func TestQueueLimit(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stderr, "no task available: lim/q has 1 claimed, its limit") {
 		t.Fatalf("a claim at the limit: exit %d, stderr %q", r.code, r.stderr)
 	}
-	if out := mustRun(t, fc, "queue", "list", "lim/"); !regexp.MustCompile(`lim/q\s.*\s-\s+1\s*$`).MatchString(strings.TrimSpace(out)) {
+	if out := mustRun(t, fc, "queue", "list", "lim/"); !regexp.MustCompile(`lim/q\s.*\s-\s+1\s+-\s*$`).MatchString(strings.TrimSpace(out)) {
 		t.Fatalf("queue list shows no LIMIT 1:\n%s", out)
 	}
 	if out := mustRun(t, fc, "queue", "stats", "lim/q"); !regexp.MustCompile(`max claimed\s+1`).MatchString(out) {

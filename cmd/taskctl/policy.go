@@ -123,6 +123,10 @@ the policy (after a change, {"previous": ...} too).`,
 				if err != nil {
 					return err
 				}
+				// What the cluster holds now, defaults filled in (a burst).
+				if now, err := c.QueuePolicy(ctx, queue); err == nil {
+					next = now
+				}
 				if a.output == "json" {
 					return printJSON(a.stdout, &taskstorepb.QueuePolicyResponse{Previous: prev})
 				}
@@ -158,7 +162,7 @@ func policySentence(p *taskstorepb.QueuePolicy) string {
 		parts = append(parts, fmt.Sprintf("tasks older than %s are deleted", r))
 	}
 	if p.GetRate() > 0 {
-		parts = append(parts, fmt.Sprintf("claims take at most %s tasks, in bursts of up to %d", formatRate(p.Rate), p.Burst))
+		parts = append(parts, fmt.Sprintf("claims take its tasks at no more than %s, in bursts of up to %d", formatRate(p.Rate), p.Burst))
 	}
 	if len(parts) == 0 {
 		return "no policy"
