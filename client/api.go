@@ -202,7 +202,8 @@ func (c *Client) claimGroup(ctx context.Context, req *taskstorepb.ClaimRequest, 
 // and the results merged.
 func (c *Client) Tasks(ctx context.Context, req *taskstorepb.TasksRequest) (*taskstorepb.TasksResponse, error) {
 	if req.Queue == "" && req.Shard == 0 && len(req.Ids) > 0 && !c.opts.proxyOnly {
-		return c.tasksEverywhere(ctx, req)
+		l := &idLookup{rt: &c.rt, tasks: c.Tasks, base: c.opts.backoffBase, most: c.opts.backoffMax}
+		return l.run(ctx, req)
 	}
 	t := target{shard: req.Shard}
 	if req.Shard == 0 {
@@ -219,16 +220,23 @@ func (c *Client) Tasks(ctx context.Context, req *taskstorepb.TasksRequest) (*tas
 	return resp, err
 }
 
-// tasksEverywhere asks every shard for req.Ids, and answers only when every
-// shard did. A shard that failed may hold a task the others do not (it
+// idLookup asks every shard for a list of ids (Tasks without a queue or a
+// shard) through tasks, each at its leader.
+type idLookup struct {
+	rt         *router
+	tasks      func(context.Context, *taskstorepb.TasksRequest) (*taskstorepb.TasksResponse, error)
+	base, most time.Duration // the pause between passes (WithBackoff)
+}
+
+// run asks every shard for req.Ids, and answers only when every shard did. A shard that failed may hold a task the others do not (it
 // would be reported absent) or another group's task with an id the others
 // found (ids are unique within a group only: Get would take one copy for
 // the only one, and a delete by id alone would act on it), so the shards'
 // errors are returned instead.
-func (c *Client) tasksEverywhere(ctx context.Context, req *taskstorepb.TasksRequest) (*taskstorepb.TasksResponse, error) {
-	bound := c.opts.backoffBase
+func (l *idLookup) run(ctx context.Context, req *taskstorepb.TasksRequest) (*taskstorepb.TasksResponse, error) {
+	bound := l.base
 	for {
-		out, complete, err := c.tasksOnce(ctx, req)
+		out, complete, err := l.once(ctx, req)
 		if err != nil {
 			return nil, err
 		}
@@ -244,26 +252,26 @@ func (c *Client) tasksEverywhere(ctx context.Context, req *taskstorepb.TasksRequ
 		}
 		// A slot moved between the shards' answers: a task of it may be
 		// missing, or there twice. Ask again with a fresh routing table.
-		c.rt.markStale()
-		if !c.pause(ctx, &bound) {
+		l.rt.markStale()
+		if !pause(ctx, &bound, l.most) {
 			return nil, fmt.Errorf("tasks: a slot kept moving between the shards' answers: %w: %w", ErrUnavailable, ctx.Err())
 		}
 	}
 }
 
-// tasksOnce asks every shard once and reports whether the answers cover
+// once asks every shard once and reports whether the answers cover
 // every hash slot exactly once (TasksResponse.served_slots; answers of
 // nodes that predate slot moves carry none and are taken as they are).
-func (c *Client) tasksOnce(ctx context.Context, req *taskstorepb.TasksRequest) (*taskstorepb.TasksResponse, bool, error) {
+func (l *idLookup) once(ctx context.Context, req *taskstorepb.TasksRequest) (*taskstorepb.TasksResponse, bool, error) {
 	out := &taskstorepb.TasksResponse{}
 	var mu sync.Mutex
 	var errs []error
 	var served [][]byte
 	legacy := false
-	c.eachShard(ctx, func(ctx context.Context, shard uint32) {
+	l.rt.eachShard(ctx, func(ctx context.Context, shard uint32) {
 		r := proto.CloneOf(req) // filters included: a node refuses them with ids
 		r.Shard = shard
-		resp, err := c.Tasks(ctx, r)
+		resp, err := l.tasks(ctx, r)
 		mu.Lock()
 		defer mu.Unlock()
 		if err != nil {
@@ -282,7 +290,7 @@ func (c *Client) tasksOnce(ctx context.Context, req *taskstorepb.TasksRequest) (
 	if legacy {
 		return out, true, nil
 	}
-	t, err := c.rt.current(ctx)
+	t, err := l.rt.current(ctx)
 	if err != nil {
 		return nil, false, err
 	}
@@ -311,8 +319,8 @@ func coversOnce(maps [][]byte, slots int) bool {
 
 // eachShard runs fn for every shard of the routing table concurrently. An
 // error getting the table is appended to errs.
-func (c *Client) eachShard(ctx context.Context, fn func(ctx context.Context, shard uint32), errs *[]error) {
-	ids, err := c.rt.shardIDs(ctx)
+func (r *router) eachShard(ctx context.Context, fn func(ctx context.Context, shard uint32), errs *[]error) {
+	ids, err := r.shardIDs(ctx)
 	if err != nil {
 		*errs = append(*errs, err)
 		return
@@ -332,7 +340,7 @@ func (c *Client) Queues(ctx context.Context, req *taskstorepb.QueuesRequest) (*t
 		out := &taskstorepb.QueuesResponse{}
 		var mu sync.Mutex
 		var errs []error
-		c.eachShard(ctx, func(ctx context.Context, shard uint32) {
+		c.rt.eachShard(ctx, func(ctx context.Context, shard uint32) {
 			r := &taskstorepb.QueuesRequest{Prefix: req.Prefix, Shard: shard, Limit: req.Limit, Stale: req.Stale}
 			resp, err := c.Queues(ctx, r)
 			mu.Lock()
@@ -412,7 +420,7 @@ func (c *Client) TransferLeader(ctx context.Context, req *taskstorepb.TransferLe
 	t := target{shard: req.Shard}
 	if c.opts.proxyOnly {
 		t = target{anyNode: true}
-	} else if req.To != "" && c.shardLeader(ctx, req.Shard) == req.To {
+	} else if req.To != "" && leaderOf(c.Routing(ctx))(req.Shard) == req.To {
 		return &taskstorepb.TransferLeaderResponse{Leader: req.To}, nil // nothing to move
 	}
 	err := c.call(ctx, "TransferLeader", t, 0, func(ctx context.Context, cc *grpc.ClientConn) (err error) {
@@ -428,22 +436,23 @@ func (c *Client) TransferLeader(ctx context.Context, req *taskstorepb.TransferLe
 	})
 	if err == nil && resp.Leader == "" && !c.opts.proxyOnly {
 		// The old leader may answer before it learns who won.
-		resp.Leader = cmp.Or(req.To, c.shardLeader(ctx, req.Shard))
+		resp.Leader = cmp.Or(req.To, leaderOf(c.Routing(ctx))(req.Shard))
 	}
 	return resp, err
 }
 
-// shardLeader reads the routing table afresh and returns the id of the
-// shard's leader ("" when unknown or on error).
-func (c *Client) shardLeader(ctx context.Context, shard uint32) string {
-	rt, err := c.Routing(ctx)
-	if err != nil {
+// leaderOf answers, from a routing table read afresh, the id of a shard's
+// leader ("" when unknown or the read failed).
+func leaderOf(rt *taskstorepb.RoutingResponse, err error) func(shard uint32) string {
+	return func(shard uint32) string {
+		if err != nil {
+			return ""
+		}
+		for _, s := range rt.Shards {
+			if s.Id == shard {
+				return s.LeaderId
+			}
+		}
 		return ""
 	}
-	for _, s := range rt.Shards {
-		if s.Id == shard {
-			return s.LeaderId
-		}
-	}
-	return ""
 }

@@ -47,29 +47,41 @@ const followerFirst = 2500 * time.Millisecond
 // copy holds before its first bytes reach w: a proxy relays it ahead of
 // the bytes. A retried copy calls it again.
 func (c *Client) BackupStream(ctx context.Context, shard uint32, onInfo func(*taskstorepb.BackupInfo), w io.Writer) (*taskstorepb.BackupInfo, error) {
+	bc := &backupCopy{c: c, shard: shard, onInfo: onInfo, w: w}
 	if shard == 0 || c.opts.proxyOnly {
 		// The map comes from the meta leader; a proxy follows the
 		// redirect itself.
-		return c.backupCall(ctx, target{anyNode: true}, &taskstorepb.BackupRequest{Shard: shard}, onInfo, w, nil)
+		return bc.call(ctx, target{anyNode: true}, &taskstorepb.BackupRequest{Shard: shard}, nil)
 	}
 	var redirect *taskstorepb.BackupRedirect
-	info, err := c.backupCall(ctx, target{shard: shard}, &taskstorepb.BackupRequest{Shard: shard, Follow: true}, onInfo, w, &redirect)
+	info, err := bc.call(ctx, target{shard: shard}, &taskstorepb.BackupRequest{Shard: shard, Follow: true}, &redirect)
 	if err != nil || redirect == nil {
 		return info, err // a leader without followers streamed it
 	}
-	info, err = c.backupFollowers(ctx, shard, redirect, onInfo, w)
+	info, err = bc.followers(ctx, redirect)
 	var broken *BackupBrokenError
 	if err == nil || errors.As(err, &broken) || ctx.Err() != nil {
 		return info, err
 	}
 	c.log.Info("backup: no follower took the copy; the leader streams it", "shard", shard, "min_index", redirect.MinIndex, "err", err)
 	// The leader (whichever node leads now) has applied what it committed.
-	return c.backupCall(ctx, target{shard: shard}, &taskstorepb.BackupRequest{Shard: shard, MinIndex: redirect.MinIndex}, onInfo, w, nil)
+	return bc.call(ctx, target{shard: shard}, &taskstorepb.BackupRequest{Shard: shard, MinIndex: redirect.MinIndex}, nil)
 }
 
-// backupFollowers asks the redirect's followers in turn for the copy
-// until one streams it or followerWindow has passed.
-func (c *Client) backupFollowers(ctx context.Context, shard uint32, r *taskstorepb.BackupRedirect, onInfo func(*taskstorepb.BackupInfo), w io.Writer) (*taskstorepb.BackupInfo, error) {
+// backupCopy is one shard's copy on its way into w: the calls that find a
+// node to stream it (the leader, a follower it redirects to), and where its
+// first message and its bytes go.
+type backupCopy struct {
+	c      *Client
+	shard  uint32
+	onInfo func(*taskstorepb.BackupInfo)
+	w      io.Writer
+}
+
+// followers asks the redirect's followers in turn for the copy until one
+// streams it or followerWindow has passed.
+func (b *backupCopy) followers(ctx context.Context, r *taskstorepb.BackupRedirect) (*taskstorepb.BackupInfo, error) {
+	shard := b.shard
 	if len(r.Replicas) == 0 {
 		return nil, errors.New("the redirect names no follower")
 	}
@@ -81,8 +93,8 @@ func (c *Client) backupFollowers(ctx context.Context, shard uint32, r *taskstore
 			if left <= 0 {
 				return nil, fmt.Errorf("no follower streamed the copy within %v: %w", followerWindow, lastErr)
 			}
-			info, err := c.backupFollower(ctx, f.Address, &taskstorepb.BackupRequest{Shard: shard, MinIndex: r.MinIndex, Follow: true},
-				min(left, followerFirst), onInfo, w)
+			info, err := b.follower(ctx, f.Address, &taskstorepb.BackupRequest{Shard: shard, MinIndex: r.MinIndex, Follow: true},
+				min(left, followerFirst))
 			if err == nil {
 				return info, nil
 			}
@@ -93,7 +105,7 @@ func (c *Client) backupFollowers(ctx context.Context, shard uint32, r *taskstore
 			if errors.Is(err, ErrPermission) || status.Code(err) == codes.PermissionDenied || status.Code(err) == codes.Unauthenticated {
 				return nil, err // the leader would refuse the caller too
 			}
-			c.log.Debug("backup: a follower did not take the copy", "shard", shard, "follower", f.Id, "err", err)
+			b.c.log.Debug("backup: a follower did not take the copy", "shard", shard, "follower", f.Id, "err", err)
 			lastErr = fmt.Errorf("%s: %w", f.Id, err)
 		}
 		// Each follower is behind or out of reach: a behind one catches
@@ -106,10 +118,10 @@ func (c *Client) backupFollowers(ctx context.Context, shard uint32, r *taskstore
 	}
 }
 
-// backupFollower asks the node at addr for the copy; first bounds the
-// wait for its first chunk.
-func (c *Client) backupFollower(ctx context.Context, addr string, req *taskstorepb.BackupRequest, first time.Duration, onInfo func(*taskstorepb.BackupInfo), w io.Writer) (*taskstorepb.BackupInfo, error) {
-	cc, err := c.conn(addr)
+// follower asks the node at addr for the copy; first bounds the wait for
+// its first chunk.
+func (b *backupCopy) follower(ctx context.Context, addr string, req *taskstorepb.BackupRequest, first time.Duration) (*taskstorepb.BackupInfo, error) {
+	cc, err := b.c.conn(addr)
 	if err != nil {
 		return nil, err
 	}
@@ -130,14 +142,14 @@ func (c *Client) backupFollower(ctx context.Context, addr string, req *taskstore
 	if m.Info == nil || m.Info.Index < req.MinIndex {
 		return nil, fmt.Errorf("the copy begins with %v, not a copy at or past index %d", m.Info, req.MinIndex)
 	}
-	return m.Info, copyBackup(req.Shard, stream, m, onInfo, w)
+	return m.Info, copyBackup(req.Shard, stream, m, b.onInfo, b.w)
 }
 
-// backupCall asks t for a copy with req and streams it into w. With
-// redirect set, a redirect is stored there instead (nothing is written).
-func (c *Client) backupCall(ctx context.Context, t target, req *taskstorepb.BackupRequest, onInfo func(*taskstorepb.BackupInfo), w io.Writer, redirect **taskstorepb.BackupRedirect) (*taskstorepb.BackupInfo, error) {
+// call asks t for a copy with req and streams it into w. With redirect
+// set, a redirect is stored there instead (nothing is written).
+func (b *backupCopy) call(ctx context.Context, t target, req *taskstorepb.BackupRequest, redirect **taskstorepb.BackupRedirect) (*taskstorepb.BackupInfo, error) {
 	var info *taskstorepb.BackupInfo
-	err := c.call(ctx, "Backup", t, backupWait, func(ctx context.Context, cc *grpc.ClientConn) error {
+	err := b.c.call(ctx, "Backup", t, backupWait, func(ctx context.Context, cc *grpc.ClientConn) error {
 		stream, err := taskstorepb.NewAdminClient(cc).Backup(ctx, req)
 		if err != nil {
 			return err
@@ -157,7 +169,7 @@ func (c *Client) backupCall(ctx context.Context, t target, req *taskstorepb.Back
 			return fmt.Errorf("backup: the copy begins with %v, not a copy at or past index %d", first.Info, req.MinIndex)
 		}
 		info = first.Info
-		return copyBackup(req.Shard, stream, first, onInfo, w)
+		return copyBackup(req.Shard, stream, first, b.onInfo, b.w)
 	})
 	if err != nil {
 		return nil, err

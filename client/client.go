@@ -43,8 +43,8 @@ type Client struct {
 
 	rt router
 
-	// streams are the shared Produce streams (streamKey -> *streamSlot).
-	streams sync.Map
+	// streams are the shared Produce streams.
+	streams streamSet
 }
 
 type options struct {
@@ -165,6 +165,7 @@ func Dial(ctx context.Context, addrs string, opts ...Option) (*Client, error) {
 		conns:    make(map[string]*grpc.ClientConn),
 	}
 	c.rt.init(c)
+	c.streams.idle, c.streams.tracer = c.opts.streamIdle, c.opts.tracer
 	if !o.proxyOnly {
 		// Best effort: one pass over the addresses.
 		if err := c.rt.refresh(ctx); err != nil {
@@ -177,7 +178,7 @@ func Dial(ctx context.Context, addrs string, opts ...Option) (*Client, error) {
 // Close closes every connection. Calls in flight fail; later calls return
 // ErrClosed.
 func (c *Client) Close() error {
-	c.closeStreams()
+	c.streams.close()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {

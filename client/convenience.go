@@ -159,32 +159,33 @@ func InQueue(queue string) RefOption { return func(o *refOptions) { o.queue = qu
 // The default is the Client's claimant.
 func AsClaimant(name string) RefOption { return func(o *refOptions) { o.claimant = name } }
 
-// refOptions applies opts and finds the task's queue unless one was given.
-func (c *Client) refOptions(ctx context.Context, id string, opts []RefOption) (refOptions, error) {
+// taskGetter finds a task by id alone (Client.Get).
+type taskGetter interface {
+	Get(ctx context.Context, id string) (*Task, error)
+}
+
+// applyRefOptions applies opts and, unless they name the queue, finds the
+// task's queue with g.
+func applyRefOptions(ctx context.Context, g taskGetter, id string, opts []RefOption) (refOptions, error) {
 	var o refOptions
 	for _, f := range opts {
 		f(&o)
 	}
-	err := c.refQueue(ctx, id, &o)
-	return o, err
-}
-
-func (c *Client) refQueue(ctx context.Context, id string, o *refOptions) error {
 	if o.queue != "" {
-		return nil
+		return o, nil
 	}
-	t, err := c.Get(ctx, id)
+	t, err := g.Get(ctx, id)
 	if err != nil {
-		return err
+		return o, err
 	}
 	o.queue = t.Queue
-	return nil
+	return o, nil
 }
 
 // Delete deletes version of task id. A missing task or another version is
 // refused with a *DependencyError.
 func (c *Client) Delete(ctx context.Context, id string, version uint64, opts ...RefOption) error {
-	o, err := c.refOptions(ctx, id, opts)
+	o, err := applyRefOptions(ctx, c, id, opts)
 	if err != nil {
 		return err
 	}
@@ -209,7 +210,7 @@ func ClaimNext(lease time.Duration, limit uint32, queues ...string) *taskstorepb
 // It returns the claimed tasks, none when nothing was available; a refused
 // delete claims nothing and returns a *DependencyError.
 func (c *Client) DeleteAndClaim(ctx context.Context, id string, version uint64, next *taskstorepb.ModifyClaim, opts ...RefOption) ([]*Task, error) {
-	o, err := c.refOptions(ctx, id, opts)
+	o, err := applyRefOptions(ctx, c, id, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -225,7 +226,7 @@ func (c *Client) DeleteAndClaim(ctx context.Context, id string, version uint64, 
 // once: a change with a zero delay, so "now" is the shard leader's clock,
 // not this machine's. It returns the new version.
 func (c *Client) Release(ctx context.Context, id string, version uint64, opts ...RefOption) (*Task, error) {
-	o, err := c.refOptions(ctx, id, opts)
+	o, err := applyRefOptions(ctx, c, id, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -3,7 +3,7 @@ package client
 // OpenStreams is how many of the Client's shared Produce streams are open.
 func (c *Client) OpenStreams() int {
 	n := 0
-	c.streams.Range(func(_, v any) bool {
+	c.streams.m.Range(func(_, v any) bool {
 		slot := v.(*streamSlot)
 		slot.mu.Lock()
 		if slot.ps != nil && !slot.ps.isBroken() {

@@ -48,7 +48,7 @@ func (t target) String() string {
 // fn must be safe to repeat: mutating requests carry one request id for
 // every attempt. extra lengthens the attempt timeout (a Claim's wait).
 func (c *Client) call(ctx context.Context, op string, t target, extra time.Duration, fn func(ctx context.Context, cc *grpc.ClientConn) error) (err error) {
-	ctx, span := c.startCall(ctx, op)
+	ctx, span := startCall(ctx, c.opts.tracer, op)
 	defer func() { endCall(span, err) }()
 	var (
 		lastErr error
@@ -67,7 +67,7 @@ func (c *Client) call(ctx context.Context, op string, t target, extra time.Durat
 		hint = ""
 		if addr == "" {
 			var err error
-			if addr, err = c.pick(ctx, t, attempt, avoid); err != nil {
+			if addr, err = c.rt.pick(ctx, t, attempt, avoid); err != nil {
 				if errors.Is(err, ErrClosed) || errors.Is(err, ErrPermission) {
 					return err // a refused caller will not be admitted by retrying
 				}
@@ -75,7 +75,7 @@ func (c *Client) call(ctx context.Context, op string, t target, extra time.Durat
 					return fmt.Errorf("%s: %w", strings.ToLower(op), err)
 				}
 				lastErr = err
-				if !c.pause(ctx, &bound) {
+				if !pause(ctx, &bound, c.opts.backoffMax) {
 					return giveUp(op, t, ctx.Err(), lastErr, tried)
 				}
 				continue
@@ -142,7 +142,7 @@ func (c *Client) call(ctx context.Context, op string, t target, extra time.Durat
 		case errors.As(err, &nl) && !c.opts.proxyOnly:
 			if nl.LeaderAddress != "" && nl.LeaderAddress != addr {
 				c.rt.setLeader(nl.Shard, nl.LeaderID, nl.LeaderAddress)
-				if t.shard != 0 && nl.Shard != t.shard || t.group != "" && !c.owns(nl.Shard, t.group) {
+				if t.shard != 0 && nl.Shard != t.shard || t.group != "" && !c.rt.owns(nl.Shard, t.group) {
 					c.rt.markStale() // the group moved to another shard
 				}
 				if hops++; hops <= c.opts.maxHops {
@@ -168,7 +168,7 @@ func (c *Client) call(ctx context.Context, op string, t target, extra time.Durat
 				// Remember it beyond this call too (a caller's retry is a
 				// new call): route the shard to another replica until the
 				// table says otherwise.
-				if shard, ok := c.shardOfTarget(t); ok {
+				if shard, ok := c.rt.shardOfTarget(t); ok {
 					c.rt.forgetLeader(shard, addr)
 				}
 			}
@@ -176,31 +176,31 @@ func (c *Client) call(ctx context.Context, op string, t target, extra time.Durat
 		}
 		hops = 0
 		c.log.Debug("retrying", "op", op, "target", t.String(), "addr", addr, "attempt", attempt, "err", err)
-		if !c.pause(ctx, &bound) {
+		if !pause(ctx, &bound, c.opts.backoffMax) {
 			return giveUp(op, t, ctx.Err(), lastErr, tried)
 		}
 	}
 }
 
 // owns reports whether the table maps group to shard.
-func (c *Client) owns(shard uint32, group string) bool {
-	c.rt.mu.RLock()
-	defer c.rt.mu.RUnlock()
-	if c.rt.table == nil {
+func (r *router) owns(shard uint32, group string) bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if r.table == nil {
 		return false
 	}
-	s, ok := c.rt.table.shardOf(group)
+	s, ok := r.table.shardOf(group)
 	return ok && s == shard
 }
 
 // pick chooses the address for one attempt.
-func (c *Client) pick(ctx context.Context, t target, attempt int, avoid string) (string, error) {
-	if c.opts.proxyOnly || t.anyNode {
-		addrs := c.seeds
-		if t.anyNode && !c.opts.proxyOnly {
-			addrs = c.rt.addresses()
+func (r *router) pick(ctx context.Context, t target, attempt int, avoid string) (string, error) {
+	if r.c.opts.proxyOnly || t.anyNode {
+		addrs := r.c.seeds
+		if t.anyNode && !r.c.opts.proxyOnly {
+			addrs = r.addresses()
 		}
-		start := int(c.rt.rotate.Load())
+		start := int(r.rotate.Load())
 		addr := addrs[(start+attempt)%len(addrs)]
 		if addr == avoid && len(addrs) > 1 {
 			addr = addrs[(start+attempt+1)%len(addrs)]
@@ -212,7 +212,7 @@ func (c *Client) pick(ctx context.Context, t target, attempt int, avoid string) 
 		// to route by, and no retry finds something.
 		return "", fmt.Errorf("no consistency group to route by: a queue is named GROUP/NAME: %w", ErrInvalid)
 	}
-	tab, err := c.rt.current(ctx)
+	tab, err := r.current(ctx)
 	if err != nil {
 		return "", err
 	}
@@ -223,9 +223,9 @@ func (c *Client) pick(ctx context.Context, t target, attempt int, avoid string) 
 			return "", errNoRoute
 		}
 	}
-	addr, ok := c.rt.route(shard, attempt, avoid)
+	addr, ok := r.route(shard, attempt, avoid)
 	if !ok {
-		c.rt.markStale()
+		r.markStale()
 		return "", fmt.Errorf("shard %d has no known replica: %w", shard, errNoRoute)
 	}
 	return addr, nil
@@ -238,10 +238,10 @@ func (c *Client) pick(ctx context.Context, t target, attempt int, avoid string) 
 const failoverPause = 200 * time.Millisecond
 
 // pause sleeps for a random time up to *bound, then doubles the bound up to
-// the maximum. It returns false when ctx ends first.
-func (c *Client) pause(ctx context.Context, bound *time.Duration) bool {
+// most. It returns false when ctx ends first.
+func pause(ctx context.Context, bound *time.Duration, most time.Duration) bool {
 	d := time.Duration(rand.Int64N(int64(*bound))) + 1
-	*bound = min(*bound*2, c.opts.backoffMax)
+	*bound = min(*bound*2, most)
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	select {
@@ -354,19 +354,19 @@ func onlyTimedOut(err error) bool {
 }
 
 // shardOfTarget is the shard a target routes to, when the table knows it.
-func (c *Client) shardOfTarget(t target) (uint32, bool) {
+func (r *router) shardOfTarget(t target) (uint32, bool) {
 	if t.anyNode {
 		return 0, false
 	}
 	if t.group == "" {
 		return t.shard, t.shard != 0
 	}
-	c.rt.mu.RLock()
-	defer c.rt.mu.RUnlock()
-	if c.rt.table == nil {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if r.table == nil {
 		return 0, false
 	}
-	return c.rt.table.shardOf(t.group)
+	return r.table.shardOf(t.group)
 }
 
 // minAttempt is the shortest attempt attemptTimeout gives.

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -177,12 +178,20 @@ func mdKey(md metadata.MD) string {
 	return b.String()
 }
 
+// streamSet is a Client's shared Produce streams, one a connection and
+// caller metadata (streamKey -> *streamSlot).
+type streamSet struct {
+	m      sync.Map
+	idle   time.Duration        // a stream with nothing in flight this long closes (WithStreamIdle)
+	tracer trace.TracerProvider // nil: no spans
+}
+
 // produce sends req over the shared stream to cc and waits for its answer.
 // errUnary says the node has no Produce stream.
-func (c *Client) produce(ctx context.Context, cc *grpc.ClientConn, req *taskstorepb.ModifyRequest) (*taskstorepb.ModifyResponse, error) {
+func (s *streamSet) produce(ctx context.Context, cc *grpc.ClientConn, req *taskstorepb.ModifyRequest) (*taskstorepb.ModifyResponse, error) {
 	md, _ := metadata.FromOutgoingContext(ctx)
 	key := streamKey{cc: cc, md: mdKey(md)}
-	v, _ := c.streams.LoadOrStore(key, &streamSlot{})
+	v, _ := s.m.LoadOrStore(key, &streamSlot{})
 	slot := v.(*streamSlot)
 	slot.mu.Lock()
 	if slot.unsupported {
@@ -202,13 +211,13 @@ func (c *Client) produce(ctx context.Context, cc *grpc.ClientConn, req *taskstor
 			slot.mu.Unlock()
 			return nil, err
 		}
-		ps = newProduceStream(st, cancel, c.opts.streamIdle)
+		ps = newProduceStream(st, cancel, s.idle)
 		slot.ps = ps
 	}
 	slot.mu.Unlock()
 	// The item is traced as the unary call it stands for
 	// (internal/tracing/stream.go).
-	ctx, span, carrier := tracing.StartStreamedCall(ctx, c.opts.tracer, taskstorepb.TaskStore_Modify_FullMethodName)
+	ctx, span, carrier := tracing.StartStreamedCall(ctx, s.tracer, taskstorepb.TaskStore_Modify_FullMethodName)
 	resp, err := ps.do(ctx, req, carrier)
 	tracing.EndStreamedCall(span, err)
 	if status.Code(err) == codes.Unimplemented && ps.isBroken() {
@@ -223,16 +232,16 @@ func (c *Client) produce(ctx context.Context, cc *grpc.ClientConn, req *taskstor
 // errUnary: send this request as a unary call instead.
 var errUnary = errors.New("the node has no Produce stream")
 
-// closeStreams ends the Client's streams (Close).
-func (c *Client) closeStreams() {
-	c.streams.Range(func(k, v any) bool {
+// close ends the streams (Client.Close).
+func (s *streamSet) close() {
+	s.m.Range(func(k, v any) bool {
 		slot := v.(*streamSlot)
 		slot.mu.Lock()
 		if slot.ps != nil {
 			slot.ps.fail(ErrClosed)
 		}
 		slot.mu.Unlock()
-		c.streams.Delete(k)
+		s.m.Delete(k)
 		return true
 	})
 }
@@ -437,7 +446,7 @@ func (c *Client) modify(ctx context.Context, req *taskstorepb.ModifyRequest, str
 	}
 	r := &taskstorepb.ModifyRequest{Claimant: cmp.Or(req.Claimant, c.opts.claimant), Inserts: req.Inserts,
 		Changes: req.Changes, Deletes: req.Deletes, Depends: req.Depends, Request: req.Request, Claim: req.Claim}
-	r.Inserts = c.traceInserts(ctx, r.Inserts) // the trace context in the tasks' headers (tracing.go)
+	r.Inserts = traceInserts(ctx, c.opts.tracer, r.Inserts) // the trace context in the tasks' headers (tracing.go)
 	if r.Request == nil {
 		var release func()
 		r.Request, release = c.nextRequestID()
@@ -446,7 +455,7 @@ func (c *Client) modify(ctx context.Context, req *taskstorepb.ModifyRequest, str
 	var resp *taskstorepb.ModifyResponse
 	err = c.call(ctx, "Modify", target{group: group}, 0, func(ctx context.Context, cc *grpc.ClientConn) (err error) {
 		if streamed {
-			resp, err = c.produce(ctx, cc, r)
+			resp, err = c.streams.produce(ctx, cc, r)
 			if !errors.Is(err, errUnary) {
 				return err
 			}

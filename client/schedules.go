@@ -82,7 +82,7 @@ func (c *Client) Schedules(ctx context.Context, req *taskstorepb.SchedulesReques
 		out := &taskstorepb.SchedulesResponse{}
 		var mu sync.Mutex
 		var errs []error
-		c.eachShard(ctx, func(ctx context.Context, shard uint32) {
+		c.rt.eachShard(ctx, func(ctx context.Context, shard uint32) {
 			resp, err := c.Schedules(ctx, &taskstorepb.SchedulesRequest{Prefix: req.Prefix, Shard: shard, Stale: req.Stale})
 			mu.Lock()
 			defer mu.Unlock()

@@ -31,11 +31,11 @@ var noSpan = trace.SpanFromContext(context.Background())
 // startCall starts the span of one call of the Client (the parent of its
 // attempts' gRPC spans), or returns ctx and a non-recording span when the
 // Client does not trace.
-func (c *Client) startCall(ctx context.Context, op string) (context.Context, trace.Span) {
-	if c.opts.tracer == nil {
+func startCall(ctx context.Context, tp trace.TracerProvider, op string) (context.Context, trace.Span) {
+	if tp == nil {
 		return ctx, noSpan
 	}
-	return c.opts.tracer.Tracer(tracing.Name).Start(ctx, "taskstore.client/"+op)
+	return tp.Tracer(tracing.Name).Start(ctx, "taskstore.client/"+op)
 }
 
 // endCall ends a call's span with its error.
@@ -72,8 +72,8 @@ func (w *Worker) startHandle(ctx context.Context, t *Task) (context.Context, tra
 // caller set are kept, a traceparent among them too. inserts itself while
 // the Client does not trace or ctx carries no span: the caller's messages
 // are never changed.
-func (c *Client) traceInserts(ctx context.Context, inserts []*taskstorepb.TaskInsert) []*taskstorepb.TaskInsert {
-	if c.opts.tracer == nil || len(inserts) == 0 || !trace.SpanContextFromContext(ctx).IsValid() {
+func traceInserts(ctx context.Context, tp trace.TracerProvider, inserts []*taskstorepb.TaskInsert) []*taskstorepb.TaskInsert {
+	if tp == nil || len(inserts) == 0 || !trace.SpanContextFromContext(ctx).IsValid() {
 		return inserts
 	}
 	carrier := propagation.MapCarrier{}
