@@ -53,38 +53,9 @@ func backupCopy(ctx context.Context, conn *grpc.ClientConn, req *taskstorepb.Bac
 // older state; a follower cut off from the leader (behind) is passed
 // over: the other follower streams, with every write.
 func TestBackupFromCaughtUpFollower(t *testing.T) {
-	c := harness.Start(t, 3, harness.Options{Shards: 1, Scale: 2})
-	c.WaitReady()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
 	const shard = 1
-	lead := c.Leader(shard)
-	if lead < 0 {
-		t.Fatal("no leader of shard 1")
-	}
-	insert := func(n int, prefix string) {
-		t.Helper()
-		req := &taskstorepb.ModifyRequest{}
-		for i := range n {
-			req.Inserts = append(req.Inserts, &taskstorepb.TaskInsert{Queue: "g/q", Id: fmt.Sprintf("%s%03d", prefix, i), Value: []byte("v")})
-		}
-		if _, err := taskstorepb.NewTaskStoreClient(c.Conn(lead)).Modify(ctx, req); err != nil {
-			t.Fatal(err)
-		}
-	}
-	check := func(info *taskstorepb.BackupInfo, data []byte, tasks uint64, commit uint64) {
-		t.Helper()
-		if info == nil || info.Tasks != tasks || info.Index < commit {
-			t.Fatalf("copy %v: want %d tasks at an index at or past %d", info, tasks, commit)
-		}
-		m := fsm.New(fsm.Options{})
-		if err := m.Restore(io.NopCloser(bytes.NewReader(data))); err != nil {
-			t.Fatal(err)
-		}
-		if got := m.TaskCount(); uint64(got) != tasks {
-			t.Fatalf("the copy restores to %d tasks, want %d", got, tasks)
-		}
-	}
+	f := newBackupFixture(t)
+	c, ctx, lead, insert, check := f.c, f.ctx, f.lead, f.insert, f.check
 
 	insert(40, "a")
 	leader := c.Nodes[lead].Server().Node.Shard(shard)
@@ -192,38 +163,9 @@ func TestBackupLeaderCopiesWhenFollowersRefuse(t *testing.T) {
 // copy (one stopped, one refusing as behind), the client falls back to
 // the leader after trying them.
 func TestBackupRedirectToFollower(t *testing.T) {
-	c := harness.Start(t, 3, harness.Options{Shards: 1, Scale: 2})
-	c.WaitReady()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
 	const shard = 1
-	lead := c.Leader(shard)
-	if lead < 0 {
-		t.Fatal("no leader of shard 1")
-	}
-	insert := func(n int, prefix string) {
-		t.Helper()
-		req := &taskstorepb.ModifyRequest{}
-		for i := range n {
-			req.Inserts = append(req.Inserts, &taskstorepb.TaskInsert{Queue: "g/q", Id: fmt.Sprintf("%s%03d", prefix, i), Value: []byte("v")})
-		}
-		if _, err := taskstorepb.NewTaskStoreClient(c.Conn(lead)).Modify(ctx, req); err != nil {
-			t.Fatal(err)
-		}
-	}
-	check := func(info *taskstorepb.BackupInfo, data []byte, tasks uint64, commit uint64) {
-		t.Helper()
-		if info == nil || info.Tasks != tasks || info.Index < commit {
-			t.Fatalf("copy %v: want %d tasks at an index at or past %d", info, tasks, commit)
-		}
-		m := fsm.New(fsm.Options{})
-		if err := m.Restore(io.NopCloser(bytes.NewReader(data))); err != nil {
-			t.Fatal(err)
-		}
-		if got := m.TaskCount(); uint64(got) != tasks {
-			t.Fatalf("the copy restores to %d tasks, want %d", got, tasks)
-		}
-	}
+	f := newBackupFixture(t)
+	c, ctx, lead, insert, check := f.c, f.ctx, f.lead, f.insert, f.check
 	var followers []int
 	for i := range c.Nodes {
 		if i != lead {
@@ -314,4 +256,55 @@ func sameSet(a, b []string) bool {
 	slices.Sort(a)
 	slices.Sort(b)
 	return slices.Equal(a, b)
+}
+
+// backupFixture is a cluster of three nodes and one shard (1), a context
+// for the test, the shard's leader, inserts at that leader and a check of
+// a copy.
+type backupFixture struct {
+	t    *testing.T
+	c    *harness.Cluster
+	ctx  context.Context
+	lead int
+}
+
+func newBackupFixture(t *testing.T) *backupFixture {
+	t.Helper()
+	c := harness.Start(t, 3, harness.Options{Shards: 1, Scale: 2})
+	c.WaitReady()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	t.Cleanup(cancel)
+	lead := c.Leader(1)
+	if lead < 0 {
+		t.Fatal("no leader of shard 1")
+	}
+	return &backupFixture{t: t, c: c, ctx: ctx, lead: lead}
+}
+
+// insert writes n tasks of queue g/q, ids prefix000 on, at the leader.
+func (f *backupFixture) insert(n int, prefix string) {
+	f.t.Helper()
+	req := &taskstorepb.ModifyRequest{}
+	for i := range n {
+		req.Inserts = append(req.Inserts, &taskstorepb.TaskInsert{Queue: "g/q", Id: fmt.Sprintf("%s%03d", prefix, i), Value: []byte("v")})
+	}
+	if _, err := taskstorepb.NewTaskStoreClient(f.c.Conn(f.lead)).Modify(f.ctx, req); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// check fails the test unless the copy says it holds tasks tasks at an
+// index at or past commit and restores to that many.
+func (f *backupFixture) check(info *taskstorepb.BackupInfo, data []byte, tasks uint64, commit uint64) {
+	f.t.Helper()
+	if info == nil || info.Tasks != tasks || info.Index < commit {
+		f.t.Fatalf("copy %v: want %d tasks at an index at or past %d", info, tasks, commit)
+	}
+	m := fsm.New(fsm.Options{})
+	if err := m.Restore(io.NopCloser(bytes.NewReader(data))); err != nil {
+		f.t.Fatal(err)
+	}
+	if got := m.TaskCount(); uint64(got) != tasks {
+		f.t.Fatalf("the copy restores to %d tasks, want %d", got, tasks)
+	}
 }
