@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"strconv"
 	"strings"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/spf13/cobra"
@@ -59,8 +61,8 @@ tokens; a waiting claim is served when the next token frees. --rate 0
 removes the rate.
 
 Flags change only what they name (the rest of the policy stays); --clear
-removes the whole policy. It needs the admin role. With -o json it prints
-the policy (after a change, {"previous": ...} too).`,
+removes the whole policy. It needs the admin role. With -o json it prints the policy; after a change,
+{"policy": ..., "previous": ...}, what it is now and what it was.`,
 		Example: `  taskctl queue policy crawl/fetch
   taskctl queue policy crawl/fetch --max-claims 3 --dead-letter crawl/dead
   taskctl queue policy crawl/done --retain 168h
@@ -128,7 +130,14 @@ the policy (after a change, {"previous": ...} too).`,
 					next = now
 				}
 				if a.output == "json" {
-					return printJSON(a.stdout, &taskstorepb.QueuePolicyResponse{Previous: prev})
+					// {"policy": what it is now, "previous": what it was}
+					out := map[string]json.RawMessage{}
+					for k, p := range map[string]*taskstorepb.QueuePolicy{"policy": next, "previous": prev} {
+						if out[k], err = protojson.Marshal(orNoPolicy(p)); err != nil {
+							return err
+						}
+					}
+					return printJSONValue(a.stdout, out)
 				}
 				fmt.Fprintf(a.stdout, "%s: %s (was %s)\n", queue, policySentence(next), policySentence(prev))
 				return nil
