@@ -21,8 +21,9 @@ var rateFor = flag.Duration("rate.for", 10*time.Second, "TestQueueRate: how long
 // TestQueueRate: real taskstored processes. A queue with the policy rate
 // 50/s (burst 5, the default) and plenty of tasks; 16 workers claim from it
 // (one task, waiting up to a second) for -rate.for. Counted by the log time
-// of each claim (its lease end less the lease), every whole second gives
-// 50 +/- 5 tasks and the whole run 50/s +/- 5. Then a queue of 1/s, burst 1:
+// of each claim (its lease end less the lease), no second holds more than
+// 55 tasks (50 tokens and a full bucket of 5) and the whole run gives 40 to
+// 55 a second (a stall of the machine only leaves tokens unused). Then a queue of 1/s, burst 1:
 // a claim that waits on its empty bucket is served when the token frees
 // (about a second), not when its 5 s wait runs out.
 func TestQueueRate(t *testing.T) {
@@ -112,13 +113,20 @@ func TestQueueRate(t *testing.T) {
 	}
 	avg := float64(len(stamps)-1) / span.Seconds()
 	t.Logf("16 workers, %s: %d tasks claimed, %.2f/s over %s of log time; per whole second: %v", *rateFor, claimed, avg, span.Round(time.Millisecond), counts)
-	for s, n := range counts {
-		if n < rate-5 || n > rate+5 {
-			t.Errorf("second %d of log time: %d tasks claimed, want 50 +/- 5", s, n)
+	// The rule, whatever the machine's load: no second of log time holds
+	// more than a second's tokens and a full bucket. A stall (a slow
+	// machine, an election) only leaves tokens unused, so the lower side
+	// is checked on the whole run, with room for such a stall.
+	const burst = 5
+	for i, s := range stamps {
+		n, _ := slices.BinarySearchFunc(stamps[i:], s.Add(time.Second), func(a, b time.Time) int { return a.Compare(b) })
+		if n > rate+burst {
+			t.Errorf("%d tasks claimed in the second of log time from %s, want at most %d (rate %d + burst %d)", n, s.Sub(first), rate+burst, rate, burst)
+			break
 		}
 	}
-	if avg < rate-5 || avg > rate+5 {
-		t.Errorf("%.2f tasks a second, want 50 +/- 5", avg)
+	if avg < 0.8*rate || avg > rate+5 {
+		t.Errorf("%.2f tasks a second, want 40 to 55", avg)
 	}
 
 	// A waiting claim is served when the next token frees.
