@@ -79,7 +79,8 @@ fuzz:
 ## installed into ./bin/proto (protoc itself: `apt-get install protobuf-compiler`).
 ## The HTTP/JSON bindings come from taskstore_http.yaml, not from annotations in the .proto;
 ## their OpenAPI (Swagger 2.0) description, api/taskstorepb/taskstore.swagger.json, from the
-## same file and taskstore_openapi.yaml (taskproxy serves it at /openapi.json).
+## same file and taskstore_openapi.yaml (taskproxy serves it at /openapi.json), with the
+## routes the proxy serves by hand (POST /v1/inserts) merged in from taskstore_openapi_hand.json.
 ## `go generate ./...` runs the same targets (a go:generate line beside each proto).
 PROTOC_GEN_GO      := google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.10
 PROTOC_GEN_GO_GRPC := google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.5.1
@@ -102,6 +103,7 @@ proto-api: proto-tools
 		--openapiv2_opt=grpc_api_configuration=api/proto/taskstore/v1/taskstore_http.yaml \
 		--openapiv2_opt=openapi_configuration=api/proto/taskstore/v1/taskstore_openapi.yaml \
 		api/proto/taskstore/v1/taskstore.proto
+	$(GO) run ./api/internal/openapimerge api/taskstorepb/taskstore.swagger.json api/proto/taskstore/v1/taskstore_openapi_hand.json
 proto-fsm: proto-tools
 	$(PROTOC) -I fsm/fsmpb --go_out=. --go_opt=module=github.com/e1158ecb/taskstore fsm/fsmpb/fsm.proto
 proto-meta: proto-tools
