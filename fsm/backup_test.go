@@ -3,11 +3,16 @@ package fsm
 import (
 	"bytes"
 	"fmt"
-	"github.com/e1158ecb/taskstore/fsm/fsmpb"
 	"io"
 	"runtime"
+	"slices"
 	"testing"
 	"time"
+
+	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/e1158ecb/taskstore/fsm/fsmpb"
+	"github.com/e1158ecb/taskstore/fsm/ondisk"
 )
 
 // TestBackupSnapshotIsTheState: a backup's copy of a store on disk (tasks
@@ -21,6 +26,20 @@ func TestBackupSnapshotIsTheState(t *testing.T) {
 		q := st.queueFor(fmt.Sprintf("g%d/q%d", i%3, i%5))
 		st.add(&task{id: fmt.Sprintf("t%04d", 299-i), q: q, value: []byte{byte(i)}, version: uint64(1 + i%4),
 			at: int64(i * 7 % 900), created: 1, modified: 2, priority: int32(i % 3), claimant: fmt.Sprint("c", i%2)})
+	}
+	// Every field set, negative numbers, and headers (which the disk
+	// copy encodes the long way).
+	for i := range 20 {
+		q := st.queueFor(fmt.Sprintf("g%d/rare", i%2))
+		tk := &task{id: fmt.Sprintf("r%02d", i), q: q, value: []byte("v"), version: 9, at: int64(-i), created: -5, modified: 7,
+			priority: int32(-i), claimant: "w", key: fmt.Sprint("k", i), claims: uint32(i), attempt: 3, err: "boom"}
+		switch i % 3 {
+		case 1:
+			tk.ext = newTaskExt(int64(i)*1e9, nil)
+		case 2:
+			tk.ext = newTaskExt(0, map[string]string{"trace": fmt.Sprint(i), "a": ""})
+		}
+		st.add(tk)
 	}
 	want := persist(t, mem)
 	disk := diskMachine(t, Options{})
@@ -167,5 +186,76 @@ func TestMemorySnapshotIsAView(t *testing.T) {
 	}
 	if bytes.Equal(now.Bytes(), want.Bytes()) {
 		t.Fatal("the changes changed nothing: the test proves nothing")
+	}
+}
+
+// TestAppendTaskRecord: a stored task record renumbered into a Task
+// message (a backup's copy on disk) is byte for byte what decoding it,
+// filling a task and encoding that gives; records it does not take
+// (headers, unknown fields, out of order, damaged) are refused so that the
+// caller decodes them.
+func TestAppendTaskRecord(t *testing.T) {
+	q := &queue{name: "g/q", group: "g"}
+	var tasks []*ondisk.Task
+	for i := range 200 {
+		tk := &ondisk.Task{Queue: uint32(1 + i%3)}
+		if i%2 == 0 {
+			tk.Version = uint64(i * 1001)
+		}
+		if i%3 == 0 {
+			tk.At = int64(i-100) * 1e12
+		}
+		if i%5 != 0 {
+			tk.Claimant, tk.Err = fmt.Sprint("c", i), fmt.Sprint("e", i%4)
+		}
+		tk.Priority = int32(i%7 - 3)
+		if i%4 == 0 {
+			tk.Priority = -1 << 31
+		}
+		if i%6 != 0 {
+			tk.Key = fmt.Sprint("k", i)
+		}
+		if i%8 != 0 {
+			tk.Value = bytes.Repeat([]byte{byte(i)}, i%70)
+		}
+		tk.Created, tk.Modified = int64(i)*-3, int64(i)*1e15
+		tk.Claims, tk.Attempt = uint32(i%3), uint32(1<<32-1-i%2)
+		if i%9 == 0 {
+			tk.Dedup = int64(i) * 1e9
+		}
+		tasks = append(tasks, tk)
+	}
+	tasks = append(tasks, &ondisk.Task{}, &ondisk.Task{Queue: 5})
+	for i, tk := range tasks {
+		rec := ondisk.AppendTask(nil, tk)
+		got, ok := appendTaskRecord([]byte("prefix"), []byte(fmt.Sprint("id", i)), q.name, rec)
+		if !ok {
+			t.Fatalf("task %d (%+v): refused", i, tk)
+		}
+		back, err := ondisk.DecodeTask(rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want task
+		fillTask(&want, fmt.Sprint("id", i), back, q)
+		if w := appendTask([]byte("prefix"), &want); !bytes.Equal(got, w) {
+			t.Fatalf("task %d (%+v):\n got %x\nwant %x", i, tk, got, w)
+		}
+		if got := recordQueue(rec); got != tk.Queue {
+			t.Errorf("task %d: queue %d, want %d", i, got, tk.Queue)
+		}
+	}
+	ok := ondisk.AppendTask(nil, &ondisk.Task{Queue: 1, Version: 2, At: 3})
+	for name, rec := range map[string][]byte{
+		"headers":      ondisk.AppendTask(nil, &ondisk.Task{Queue: 1, Headers: map[string]string{"a": "b"}}),
+		"unknown":      protowire.AppendVarint(protowire.AppendTag(slices.Clone(ok), 40, protowire.VarintType), 1),
+		"out of order": append(protowire.AppendVarint(protowire.AppendTag(nil, 3, protowire.VarintType), 4), ok...),
+		"wire type":    protowire.AppendVarint(protowire.AppendTag(nil, 4, protowire.VarintType), 1),
+		"truncated":    ok[:len(ok)-1],
+		"priority":     protowire.AppendVarint(protowire.AppendTag(nil, 5, protowire.VarintType), protowire.EncodeZigZag(1<<40)),
+	} {
+		if got, ok := appendTaskRecord([]byte("prefix"), []byte("id"), "q", rec); ok || string(got) != "prefix" {
+			t.Errorf("%s: taken (%q, %v)", name, got, ok)
+		}
 	}
 }

@@ -77,6 +77,10 @@ type snapshot struct {
 type snapshotStream struct {
 	tasks, sessions, reserved uint64
 	eachTask                  func(func(*task) error) error
+	// encodedTasks, when set, is eachTask with each task already in the
+	// stream's encoding (appendTask's bytes, valid during the call): what
+	// Persist writes.
+	encodedTasks func(func(encoded []byte) error) error
 	eachSession               func(func(*session) error) error
 	eachReserved              func(func(*reservation) error) error
 	done                      func() error
@@ -286,6 +290,13 @@ func (sw *snapshotWriter) task(t *task) error {
 	return sw.frame()
 }
 
+// encodedTask writes a task record of a Task message already encoded.
+func (sw *snapshotWriter) encodedTask(t []byte) error {
+	sw.buf = protowire.AppendTag(sw.buf[:0], recordTaskField, protowire.BytesType)
+	sw.buf = protowire.AppendBytes(sw.buf, t)
+	return sw.frame()
+}
+
 // frame writes sw.buf with its length prefix.
 func (sw *snapshotWriter) frame() error {
 	if err := sw.write(sw.lenBuf[:binary.PutUvarint(sw.lenBuf[:], uint64(len(sw.buf)))]); err != nil {
@@ -317,7 +328,12 @@ func (s *snapshot) writeToSize(w io.Writer, size int) error {
 	if err != nil {
 		return err
 	}
-	if err := s.eachTask(sw.task); err != nil {
+	if s.stream != nil && s.stream.encodedTasks != nil {
+		err = s.stream.encodedTasks(sw.encodedTask)
+	} else {
+		err = s.eachTask(sw.task)
+	}
+	if err != nil {
 		return err
 	}
 	err = s.eachSession(func(ss *session) error {

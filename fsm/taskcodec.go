@@ -154,3 +154,110 @@ func decodeTask(data []byte) (*task, []byte, error) {
 	t.ext = newTaskExt(dedup, headers)
 	return t, queue, nil
 }
+
+// Field numbers of the on-disk store's task record (ondisk.AppendTask),
+// which appendTaskRecord renumbers into a Task message.
+// TestAppendTaskRecord checks them against decoding and re-encoding.
+const (
+	diskQueue    protowire.Number = 1
+	diskVersion  protowire.Number = 2
+	diskAt       protowire.Number = 3
+	diskClaimant protowire.Number = 4
+	diskPriority protowire.Number = 5
+	diskKey      protowire.Number = 6
+	diskValue    protowire.Number = 7
+	diskCreated  protowire.Number = 8
+	diskModified protowire.Number = 9
+	diskClaims   protowire.Number = 10
+	diskAttempt  protowire.Number = 11
+	diskErr      protowire.Number = 12
+	diskDedup    protowire.Number = 13
+)
+
+// recordQueue is the queue number of a stored task record: its first
+// field (0 when it has none).
+func recordQueue(rec []byte) uint32 {
+	num, typ, n := protowire.ConsumeTag(rec)
+	if n < 0 || num != diskQueue || typ != protowire.VarintType {
+		return 0
+	}
+	v, m := protowire.ConsumeVarint(rec[n:])
+	if m < 0 || v > 1<<32-1 {
+		return 0
+	}
+	return uint32(v)
+}
+
+// appendTaskRecord appends to b the Task message of the task id of queue
+// stored as rec (ondisk.AppendTask's record): the bytes appendTask writes
+// for the task that rec decodes to, made from rec's fields as they are
+// (renumbered, the zigzag ones re-encoded, the strings and value copied)
+// instead of a decode into a task and an encode of it. ok is false, and b
+// as it was, for a record it does not take (headers, a field it does not
+// know, fields out of order, a damaged encoding): decode that one.
+func appendTaskRecord(b, id []byte, queue string, rec []byte) (_ []byte, ok bool) {
+	start := len(b)
+	b = appendBytesField(b, taskID, id)
+	var last protowire.Number
+	queued := false
+	for len(rec) > 0 {
+		num, typ, n := protowire.ConsumeTag(rec)
+		if n < 0 || num <= last {
+			return b[:start], false
+		}
+		last, rec = num, rec[n:]
+		if num > diskVersion && !queued {
+			b, queued = appendString(b, taskQueue, queue), true
+		}
+		switch num {
+		case diskQueue, diskVersion, diskAt, diskPriority, diskCreated, diskModified, diskClaims, diskAttempt, diskDedup:
+			if typ != protowire.VarintType {
+				return b[:start], false
+			}
+			v, n := protowire.ConsumeVarint(rec)
+			if n < 0 {
+				return b[:start], false
+			}
+			rec = rec[n:]
+			switch num {
+			case diskVersion:
+				b = appendVarint(b, taskVersion, v)
+			case diskAt, diskCreated, diskModified, diskDedup:
+				b = appendVarint(b, num+1, uint64(protowire.DecodeZigZag(v)))
+			case diskPriority:
+				p := protowire.DecodeZigZag(v)
+				if p != int64(int32(p)) {
+					return b[:start], false
+				}
+				b = appendVarint(b, taskPriority, uint64(p))
+			case diskClaims, diskAttempt:
+				b = appendVarint(b, num+1, uint64(uint32(v)))
+			}
+		case diskClaimant, diskKey, diskValue, diskErr:
+			if typ != protowire.BytesType {
+				return b[:start], false
+			}
+			v, n := protowire.ConsumeBytes(rec)
+			if n < 0 {
+				return b[:start], false
+			}
+			rec = rec[n:]
+			b = appendBytesField(b, num+1, v)
+		default:
+			return b[:start], false
+		}
+	}
+	if !queued {
+		b = appendString(b, taskQueue, queue)
+	}
+	return b, true
+}
+
+// appendBytesField is appendString of bytes.
+func appendBytesField(b []byte, num protowire.Number, v []byte) []byte {
+	if len(v) == 0 {
+		return b
+	}
+	b = protowire.AppendTag(b, num, protowire.BytesType)
+	return protowire.AppendBytes(b, v)
+}

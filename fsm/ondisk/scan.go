@@ -199,8 +199,27 @@ func (s *State) QueueNames(from string, fn func(name string) bool) error {
 // is the engine's buffer: both are valid only during the call (a copy
 // encodes each task at once, with no allocation for either).
 func (t *Txn) AscendTasks(fn func(id string, tk *Task) bool) error {
+	var tk Task
+	var derr error
+	err := t.AscendTaskRecords(func(id, rec []byte) bool {
+		if derr = decodeTaskInto(&tk, rec, true); derr != nil {
+			return false
+		}
+		return fn(string(id), &tk)
+	})
+	if derr != nil {
+		return derr
+	}
+	return err
+}
+
+// AscendTaskRecords is AscendTasks without the decoding: fn gets each
+// task's id and its record as stored (AppendTask's encoding), both the
+// engine's buffers, valid only during the call. A backup's copy of a shard
+// re-encodes the stored bytes straight into its stream.
+func (t *Txn) AscendTaskRecords(fn func(id, rec []byte) bool) error {
 	if !t.view {
-		return errors.New("ondisk: AscendTasks reads a view only")
+		return errors.New("ondisk: AscendTaskRecords reads a view only")
 	}
 	lo := tableKey(t.s.shard, TableTask, 0)
 	hi := tableKey(t.s.shard, TableTask+1, 0)
@@ -209,7 +228,6 @@ func (t *Txn) AscendTasks(fn func(id string, tk *Task) bool) error {
 		return err
 	}
 	defer it.Close()
-	var tk Task
 	for ok := it.First(); ok; ok = it.Next() {
 		k := it.Key()[len(lo):]
 		n, w := binary.Uvarint(k)
@@ -220,10 +238,7 @@ func (t *Txn) AscendTasks(fn func(id string, tk *Task) bool) error {
 		if err != nil {
 			return err
 		}
-		if err := decodeTaskInto(&tk, raw, true); err != nil {
-			return err
-		}
-		if !fn(string(k[w:w+int(n)]), &tk) {
+		if !fn(k[w:w+int(n)], raw) {
 			return nil
 		}
 	}
