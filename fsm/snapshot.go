@@ -81,11 +81,11 @@ type snapshotStream struct {
 	// stream's encoding (appendTask's bytes, valid during the call): what
 	// Persist writes.
 	encodedTasks func(func(encoded []byte) error) error
-	eachSession               func(func(*session) error) error
-	eachReserved              func(func(*reservation) error) error
-	done                      func() error
-	release                   func()
-	view                      *ondisk.Txn // what the records are read from
+	eachSession  func(func(*session) error) error
+	eachReserved func(func(*reservation) error) error
+	done         func() error
+	release      func()
+	view         *ondisk.Txn // what the records are read from
 }
 
 // Snapshot captures the state cheaply; Persist streams it while Apply goes on.
