@@ -27,6 +27,12 @@
 //     would be over the send limit, or a shard at its memory budget.
 //   - PermissionDenied: a caller outside its queue prefixes.
 //
+// Produce items in flight are bounded per stream and per node
+// (Server.SetProduceInflight, defaults 1024 and 8192): at a bound the stream
+// is read no further until an item is answered, so a fast client is held
+// back by gRPC flow control, never queued without bound; nothing sent is
+// dropped.
+//
 // Validation happens here, before proposing, so nothing invalid reaches the
 // log.
 package rpc

@@ -16,10 +16,12 @@ const modifyMethod = "/taskstore.v1.TaskStore/Modify"
 
 // Produce implements TaskStore.Produce: each item runs as a unary Modify
 // would (taskstorepb.ServeProduce), so that items of one message reach the
-// shard's proposer together and share its log entries.
+// shard's proposer together and share its log entries. The items in flight
+// are bounded (SetProduceInflight): at the bound the stream is read no
+// further until one is answered.
 func (srv *Server) Produce(stream taskstorepb.TaskStore_ProduceServer) error {
 	p, authed := auth.FromContext(stream.Context())
-	return taskstorepb.ServeProduce(stream, srv.maxResponse-answerHeadroom, func(ctx context.Context, it *taskstorepb.ProduceItem) *taskstorepb.ProduceAnswer {
+	return taskstorepb.ServeProduceBounded(stream, srv.maxResponse-answerHeadroom, srv.produce, func(ctx context.Context, it *taskstorepb.ProduceItem) *taskstorepb.ProduceAnswer {
 		return srv.produceOne(ctx, p, authed, it)
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -252,5 +253,98 @@ func TestProduceDeadlinesAndCancellation(t *testing.T) {
 	}
 	if _, err := st.Recv(); !errors.Is(err, io.EOF) {
 		t.Fatalf("after the last answer: %v, want the stream's end", err)
+	}
+}
+
+// countingShards is blockedShards that records how many proposals wait at
+// once, and the most.
+type countingShards struct {
+	blockedShards
+	now, most *atomic.Int64
+}
+
+type countingShard struct {
+	blockedShard
+	now, most *atomic.Int64
+}
+
+func (s countingShards) ShardFor(string) (rpc.Shard, error) {
+	return countingShard{now: s.now, most: s.most}, nil
+}
+
+func (s countingShard) Propose(ctx context.Context, _ *fsmpb.Command) (*fsmpb.Result, error) {
+	n := s.now.Add(1)
+	for m := s.most.Load(); n > m && !s.most.CompareAndSwap(m, n); m = s.most.Load() {
+	}
+	defer s.now.Add(-1)
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// TestProduceInflightBoundOnNode floods one Produce stream over real gRPC
+// with 200 items whose proposals never commit (each ends at its own 100ms
+// timeout), against a node bounded to 8 per stream: no more than 8
+// proposals ever wait on the node at once (the rest stay unread in the
+// stream's flow control), and every item is still answered.
+func TestProduceInflightBoundOnNode(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var now, most atomic.Int64
+	ts := rpc.NewTaskStore(countingShards{now: &now, most: &most}, nil, harness.Discard)
+	ts.SetProduceInflight(8, 100)
+	s := grpc.NewServer(taskstorepb.ServerCodec())
+	taskstorepb.RegisterTaskStore(s, ts)
+	go s.Serve(lis)
+	defer s.Stop()
+	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	st, err := taskstorepb.NewTaskStoreClient(cc).Produce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const items = 200
+	sent := make(chan error, 1)
+	go func() {
+		for i := uint64(1); i <= items; i++ {
+			it := insertItem(i, "g/q", nil)
+			it.Timeout = durationpb.New(100 * time.Millisecond)
+			if err := st.Send(&taskstorepb.ProduceRequest{Items: []*taskstorepb.ProduceItem{it}}); err != nil {
+				sent <- err
+				return
+			}
+		}
+		sent <- st.CloseSend()
+	}()
+	seen := map[uint64]bool{}
+	for {
+		res, err := st.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range res.Answers {
+			if codes.Code(a.Code) != codes.DeadlineExceeded {
+				t.Fatalf("answer %v, want DeadlineExceeded", a)
+			}
+			seen[a.Id] = true
+		}
+	}
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != items {
+		t.Fatalf("%d of %d items answered", len(seen), items)
+	}
+	if m := most.Load(); m > 8 || m < 1 {
+		t.Fatalf("%d proposals waited at once on one stream, want 1..8", m)
 	}
 }

@@ -45,7 +45,10 @@ type Server struct {
 	health      *health.Server
 	metrics     *apiMetrics
 	rates       *introspection
-	log         *slog.Logger
+	// produce bounds the Produce items in flight, per stream and across
+	// the node's streams (SetProduceInflight).
+	produce *taskstorepb.Inflight
+	log     *slog.Logger
 	// copyRefusal (tests only, export_test.go) runs before this node, as a
 	// follower asked for a backup's copy, takes it; an error refuses.
 	copyRefusal atomic.Pointer[func(context.Context) error]
@@ -72,7 +75,32 @@ func (srv *Server) SetLimits(l limits.Server) {
 // Register need a node; register it with taskstorepb.RegisterTaskStore.
 func NewTaskStore(shards Shards, reg prometheus.Registerer, log *slog.Logger) *Server {
 	return &Server{shards: shards, limits: fsm.DefaultLimits, maxResponse: taskstorepb.MaxResponseBytes, health: health.NewServer(), metrics: newAPIMetrics(reg),
-		rates: newIntrospection(time.Now), log: log.With("component", "rpc")}
+		rates: newIntrospection(time.Now), log: log.With("component", "rpc"),
+		produce: taskstorepb.NewInflight(DefaultProduceInflightPerStream, DefaultProduceInflight)}
+}
+
+// Defaults of the node's Produce in-flight bounds (SetProduceInflight): the
+// proxy's, so that a proxy's stream to a node is held back at the node no
+// sooner than the proxy holds back its own callers.
+const (
+	DefaultProduceInflightPerStream = 1024
+	DefaultProduceInflight          = 8192
+)
+
+// SetProduceInflight bounds the Produce items in flight on one stream
+// (perStream) and across all of the node's streams (total); <= 0 takes the
+// default. At a bound a stream is read no further until one of its items
+// is answered, so a client that streams faster than the shard commits is
+// held back by the stream's flow control, not queued in the node's memory.
+// Call it before the server serves.
+func (srv *Server) SetProduceInflight(perStream, total int) {
+	if perStream <= 0 {
+		perStream = DefaultProduceInflightPerStream
+	}
+	if total <= 0 {
+		total = DefaultProduceInflight
+	}
+	srv.produce = taskstorepb.NewInflight(perStream, total)
 }
 
 // Register adds TaskStore, Admin, the nodes' internal Peer service,
