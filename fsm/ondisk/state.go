@@ -47,6 +47,13 @@ type State struct {
 	// writtenKeys, writtenBytes: the keys (sets and deletes) and their
 	// bytes (key and value) the commits wrote into the engine.
 	writtenKeys, writtenBytes uint64
+	// small, when smallKnown: the committed small record (PutSmall) and
+	// its hash in the digest. The caller's small state changes with
+	// nearly every commit (it counts the tasks' bytes), and reading the
+	// old record back is a point read through every level.
+	small      []byte
+	smallSum   [32]byte
+	smallKnown bool
 }
 
 // Written is how many keys the state's commits have written into the
@@ -146,29 +153,50 @@ func (s *State) Flush() error { return s.db.Flush() }
 
 // Small returns the bytes PutSmall stored last, or nil.
 func (s *State) Small() ([]byte, error) {
-	v, c, err := s.db.Get(MetaKey(s.shard, "small"))
-	if errors.Is(err, pebble.ErrNotFound) {
-		return nil, nil
-	}
-	if err != nil {
+	if err := s.loadSmall(); err != nil {
 		return nil, err
 	}
+	return bytes.Clone(s.small), nil
+}
+
+// loadSmall reads the small record into s.small, once.
+func (s *State) loadSmall() error {
+	if s.smallKnown {
+		return nil
+	}
+	k := MetaKey(s.shard, "small")
+	v, c, err := s.db.Get(k)
+	if errors.Is(err, pebble.ErrNotFound) {
+		s.small, s.smallKnown = nil, true
+		return nil
+	}
+	if err != nil {
+		return err
+	}
 	defer c.Close()
-	return bytes.Clone(v), nil
+	s.small, s.smallSum, s.smallKnown = bytes.Clone(v), recordSum(k[shardLen:], v), true
+	return nil
 }
 
 // PutSmall stores the state the caller keeps beside the tables (fsm's
 // format, pauses, limits, schedules and slot states), with the commit.
 func (t *Txn) PutSmall(b []byte) error {
 	k := MetaKey(t.s.shard, "small")
-	old, err := t.s.Small()
-	if err != nil {
-		return err
+	switch {
+	case t.smallSet:
+		if t.small != nil {
+			t.meta.digest.addSum(&t.smallSum, true)
+		}
+	default:
+		if err := t.s.loadSmall(); err != nil {
+			return err
+		}
+		if t.s.small != nil {
+			t.meta.digest.addSum(&t.s.smallSum, true)
+		}
 	}
-	if old != nil {
-		t.meta.digest.Remove(k[shardLen:], old)
-	}
-	t.meta.digest.Add(k[shardLen:], b)
+	t.small, t.smallSum, t.smallSet = bytes.Clone(b), recordSum(k[shardLen:], b), true
+	t.meta.digest.addSum(&t.smallSum, false)
 	return t.b.Set(k, b, nil)
 }
 
@@ -182,6 +210,7 @@ func (s *State) Clear() error {
 	s.meta, s.dueHead, s.order, s.dueKnown = meta{layout: Layout}, nil, newSessionOrder(), false
 	s.recent, s.recentSessions = recentSet[Task]{}, recentSet[Session]{}
 	s.cacheBytes = 0
+	s.small, s.smallKnown = nil, false
 	return nil
 }
 
@@ -241,6 +270,11 @@ type Txn struct {
 	// kbuf: for a key that is copied where it goes (into the batch, or a
 	// map's string) and not kept: one at a time.
 	kbuf []byte
+	// small, smallSum, when smallSet: the small record PutSmall wrote,
+	// installed in the State by Commit.
+	small    []byte
+	smallSum [32]byte
+	smallSet bool
 	// readOnly: a read that will be discarded (BeginRead), which uses the
 	// queues' heads in memory but does not fill them.
 	readOnly bool
@@ -359,6 +393,9 @@ func (t *Txn) Commit(applied uint64) error {
 	s.dueAt, s.dueKnown = t.dueAt, t.dueKnown
 	s.recent.update(t.tasks, taskSize)
 	s.recentSessions.update(t.sessions, sessionSize)
+	if t.smallSet {
+		s.small, s.smallSum, s.smallKnown = t.small, t.smallSum, true
+	}
 	return nil
 }
 
