@@ -203,6 +203,13 @@ func (w *Writer) write(p []byte) {
 		return
 	}
 	w.file.Write(p)
+	if len(p) >= w.w.Available() && w.w.Buffered() > 0 {
+		// A chunk of a MiB: bufio writes it straight through once its
+		// buffer is empty, instead of copying it in.
+		if w.err = w.w.Flush(); w.err != nil {
+			return
+		}
+	}
 	var n int
 	n, w.err = w.w.Write(p)
 	w.n += int64(n)

@@ -127,7 +127,7 @@ func (b *backupCopy) follower(ctx context.Context, addr string, req *taskstorepb
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := taskstorepb.NewAdminClient(cc).Backup(ctx, req)
+	stream, err := taskstorepb.NewAdminClient(cc).Backup(ctx, req, b.c.backupCallOptions()...)
 	if err != nil {
 		return nil, err
 	}
@@ -150,7 +150,7 @@ func (b *backupCopy) follower(ctx context.Context, addr string, req *taskstorepb
 func (b *backupCopy) call(ctx context.Context, t target, req *taskstorepb.BackupRequest, redirect **taskstorepb.BackupRedirect) (*taskstorepb.BackupInfo, error) {
 	var info *taskstorepb.BackupInfo
 	err := b.c.call(ctx, "Backup", t, backupWait, func(ctx context.Context, cc *grpc.ClientConn) error {
-		stream, err := taskstorepb.NewAdminClient(cc).Backup(ctx, req)
+		stream, err := taskstorepb.NewAdminClient(cc).Backup(ctx, req, b.c.backupCallOptions()...)
 		if err != nil {
 			return err
 		}
