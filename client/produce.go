@@ -468,3 +468,20 @@ func (c *Client) modify(ctx context.Context, req *taskstorepb.ModifyRequest, str
 	taskstorepb.ExpandInserted(resp)
 	return resp, err
 }
+
+// OpenStreams is how many of the Client's shared Produce streams to nodes
+// are open now (ModifyStreamed, Producers, a proxy's streams to leaders);
+// an idle one closes after WithStreamIdle.
+func (c *Client) OpenStreams() int {
+	n := 0
+	c.streams.m.Range(func(_, v any) bool {
+		slot := v.(*streamSlot)
+		slot.mu.Lock()
+		if slot.ps != nil && !slot.ps.isBroken() {
+			n++
+		}
+		slot.mu.Unlock()
+		return true
+	})
+	return n
+}

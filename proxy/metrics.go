@@ -79,6 +79,15 @@ func (m *metrics) unary() grpc.UnaryServerInterceptor {
 	}
 }
 
+// registerStreams exports how many Produce streams the proxy holds open to
+// nodes (closed when idle for --stream-idle).
+func (m *metrics) registerStreams(open func() int) {
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "taskstore_proxy_produce_streams",
+		Help: "Produce streams open now from this proxy to nodes; one with nothing in flight for --stream-idle is closed.",
+	}, func() float64 { return float64(open()) }))
+}
+
 // registerAnswers exports the answer budget: the bytes held now and the
 // answers refused for want of it.
 func (m *metrics) registerAnswers(b *answerBudget) {

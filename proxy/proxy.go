@@ -206,6 +206,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		return nil, fmt.Errorf("proxy: %w", err)
 	}
+	m.registerStreams(c.OpenStreams)
 	s := &Server{
 		produce:  taskstorepb.NewInflight(cfg.ProduceInflightPerStream, cfg.ProduceInflight),
 		c:        c,

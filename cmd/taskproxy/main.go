@@ -33,6 +33,7 @@ import (
 type flags struct {
 	listen, cluster, http string
 	retryBudget           time.Duration
+	streamIdle            time.Duration // --stream-idle
 	answerMemoryMiB       int
 	logLevel, logFormat   string
 	shutdownTimeout       time.Duration
@@ -117,6 +118,7 @@ TOKEN" or present a client certificate).`,
 	fl.BoolVar(&f.allowAnonymous, "allow-anonymous", false, "with --tls-cert but neither --auth-tokens nor --tls-client-auth: serve callers that present no credential, with this proxy's rights on the cluster (refused without this flag)")
 	fl.DurationVar(&f.retryBudget, "retry-budget", proxy.DefaultRetryBudget, "how long to retry a request whose caller set no deadline (a claim's wait comes on top)")
 	fl.IntVar(&f.answerMemoryMiB, "answer-memory", int(proxy.DefaultAnswerMemory>>20), "MiB of answers held at once across all callers, from receipt until sent; a large answer beyond it is refused with RESOURCE_EXHAUSTED (at least 64, the largest single answer, so that every answer can be served)")
+	fl.DurationVar(&f.streamIdle, "stream-idle", client.DefaultStreamIdle, "close a Produce stream to a node once nothing was in flight on it this long (the next request opens a new one), so that streams to nodes that stopped leading, or of callers that went quiet, do not stay open; 0 keeps them open")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fl.StringVar(&f.logFormat, "log-format", "text", "text or json")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long requests in flight may take to finish on stop")
@@ -156,7 +158,7 @@ func run(ctx context.Context, log *slog.Logger, f flags) error {
 		return err
 	}
 	defer tracing.Flush(log, shutdownTracing)
-	var copts []client.Option
+	copts := []client.Option{client.WithStreamIdle(f.streamIdle)}
 	if f.sec.TLS.Enabled() {
 		// The same certificate (role proxy) identifies the proxy to the nodes.
 		tc, err := f.sec.TLS.ClientConfig()

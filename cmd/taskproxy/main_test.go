@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/e1158ecb/taskstore/api/taskstorepb"
 	"github.com/e1158ecb/taskstore/auth"
 	"github.com/e1158ecb/taskstore/client"
 	"github.com/e1158ecb/taskstore/client/clienttest"
@@ -176,5 +177,75 @@ func TestRefusesAnonymousCallersInFrontOfASecuredCluster(t *testing.T) {
 		if (err != nil) != tc.wantErr || strings.Contains(logs.String(), "level=WARN") != tc.wantWarn {
 			t.Errorf("%s: err %v, logs %q", tc.name, err, logs.String())
 		}
+	}
+}
+
+// TestStreamIdleReachesTheProxysStreams: --stream-idle sets how long the
+// proxy keeps an idle Produce stream to a node open. A streamed insert
+// through the proxy opens one (taskstore_proxy_produce_streams 1), and with
+// --stream-idle 300ms it is closed soon after (0), where the default would
+// keep it for two minutes.
+func TestStreamIdleReachesTheProxysStreams(t *testing.T) {
+	fc := clienttest.New(t, 3, 4)
+	listen, httpAddr := freeAddr(t), freeAddr(t)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	cmd := rootCmd(ctx, io.Discard)
+	cmd.SetArgs([]string{"--cluster", fc.Addrs(), "--listen", listen, "--http", httpAddr, "--stream-idle", "300ms"})
+	done := make(chan error, 1)
+	go func() { done <- cmd.Execute() }()
+	defer func() { stop(); <-done }()
+	streams := func() string {
+		res, err := http.Get("http://" + httpAddr + "/metrics")
+		if err != nil {
+			return ""
+		}
+		defer res.Body.Close()
+		body, _ := io.ReadAll(res.Body)
+		for _, line := range strings.Split(string(body), "\n") {
+			if v, ok := strings.CutPrefix(line, "taskstore_proxy_produce_streams "); ok {
+				return v
+			}
+		}
+		return ""
+	}
+	waitFor := func(want string) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for streams() != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("taskstore_proxy_produce_streams %q, want %q", streams(), want)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitFor("0")
+	cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := client.Dial(cctx, listen, client.WithProxyOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if _, err := cl.ModifyStreamed(cctx, &taskstorepb.ModifyRequest{Inserts: []*taskstorepb.TaskInsert{{Queue: "idle/q", Id: "a"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := streams(); got != "1" {
+		t.Fatalf("taskstore_proxy_produce_streams %q after a streamed insert, want 1", got)
+	}
+	waitFor("0")
+}
+
+// TestStreamIdleHelp: --help says what --stream-idle does and its default.
+func TestStreamIdleHelp(t *testing.T) {
+	var out bytes.Buffer
+	cmd := rootCmd(context.Background(), io.Discard)
+	cmd.SetOut(&out)
+	cmd.SetArgs([]string{"--help"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "--stream-idle duration") || !strings.Contains(out.String(), "(default 2m0s)") {
+		t.Fatalf("--help lacks --stream-idle and its default:\n%s", out.String())
 	}
 }
