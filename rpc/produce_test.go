@@ -56,6 +56,26 @@ func produce(t *testing.T, ctx context.Context, ts taskstorepb.TaskStoreClient, 
 	return out
 }
 
+// serve serves srv over real gRPC on a loopback port until the test ends
+// and returns a client of it.
+func serve(t *testing.T, srv taskstorepb.TaskStoreServer) taskstorepb.TaskStoreClient {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer(taskstorepb.ServerCodec())
+	taskstorepb.RegisterTaskStore(s, srv)
+	go s.Serve(lis)
+	t.Cleanup(s.Stop)
+	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return taskstorepb.NewTaskStoreClient(cc)
+}
+
 func insertItem(id uint64, queue string, rid *taskstorepb.RequestID) *taskstorepb.ProduceItem {
 	return &taskstorepb.ProduceItem{Id: id, Modify: &taskstorepb.ModifyRequest{Request: rid,
 		Inserts: []*taskstorepb.TaskInsert{{Queue: queue, Value: []byte("v")}}}}
@@ -197,22 +217,10 @@ func (blockedShard) Read(context.Context, bool, func(*fsm.Machine) error) error 
 // stream or the other items; closing the stream's sending side ends the
 // stream once every item is answered.
 func TestProduceDeadlinesAndCancellation(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := grpc.NewServer(taskstorepb.ServerCodec())
-	taskstorepb.RegisterTaskStore(s, rpc.NewTaskStore(blockedShards{}, nil, harness.Discard))
-	go s.Serve(lis)
-	defer s.Stop()
-	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
+	ts := serve(t, rpc.NewTaskStore(blockedShards{}, nil, harness.Discard))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	st, err := taskstorepb.NewTaskStoreClient(cc).Produce(ctx)
+	st, err := ts.Produce(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,25 +295,13 @@ func (s countingShard) Propose(ctx context.Context, _ *fsmpb.Command) (*fsmpb.Re
 // proposals ever wait on the node at once (the rest stay unread in the
 // stream's flow control), and every item is still answered.
 func TestProduceInflightBoundOnNode(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var now, most atomic.Int64
-	ts := rpc.NewTaskStore(countingShards{now: &now, most: &most}, nil, harness.Discard)
-	ts.SetProduceInflight(8, 100)
-	s := grpc.NewServer(taskstorepb.ServerCodec())
-	taskstorepb.RegisterTaskStore(s, ts)
-	go s.Serve(lis)
-	defer s.Stop()
-	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
+	node := rpc.NewTaskStore(countingShards{now: &now, most: &most}, nil, harness.Discard)
+	node.SetProduceInflight(8, 100)
+	ts := serve(t, node)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	st, err := taskstorepb.NewTaskStoreClient(cc).Produce(ctx)
+	st, err := ts.Produce(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
