@@ -296,7 +296,8 @@ func storeMachine(b *testing.B, store string) *Machine {
 // (Pebble in a temporary directory, ondisk.EngineOptions), and reports
 // tasks per second and the process's CPU per task (the engine's flushes
 // and compactions included; steadier than wall time on a shared
-// machine). Ids are the client's ("client": each is looked up, the
+// machine), and on disk the keys and bytes written into the engine and
+// into its files per task, as BenchmarkClaimDelete does. Ids are the client's ("client": each is looked up, the
 // duplicate-id check) or the leader's ("leader": rpc's, the shard's clock
 // then random bits, which the state machine does not look up), as
 // taskbench's are. Compare with benchstat:
@@ -314,6 +315,8 @@ func BenchmarkInsertBatch(b *testing.B) {
 				rnd := rand.New(rand.NewPCG(1, 2))
 				runtime.GC()
 				b.ReportAllocs()
+				keys0, bytes0 := engineWrites(m)
+				files0 := engineFileBytes(m)
 				cpu := startCPU()
 				b.ResetTimer()
 				index := uint64(1)
@@ -353,6 +356,11 @@ func BenchmarkInsertBatch(b *testing.B) {
 				tasks := float64(b.N * perBatch * perCommand)
 				b.ReportMetric(tasks/b.Elapsed().Seconds(), "tasks/s")
 				b.ReportMetric(cpu.since()/tasks, "cpu-ns/task")
+				if keys, bytes := engineWrites(m); keys > 0 {
+					b.ReportMetric(float64(keys-keys0)/tasks, "keys/task")
+					b.ReportMetric(float64(bytes-bytes0)/tasks, "bytes/task")
+					b.ReportMetric(float64(engineFileBytes(m)-files0)/tasks, "file-B/task")
+				}
 			})
 		}
 	}
