@@ -91,6 +91,8 @@ func TestAuthorize(t *testing.T) {
 		{node, "/taskstore.peer.v1.Peer/Report", nil, codes.OK},
 		{admin, "/taskstore.peer.v1.Peer/Clock", nil, codes.OK},
 		{proxy, "/taskstore.peer.v1.Peer/Report", nil, codes.PermissionDenied},
+		{node, "/taskstore.peer.v1.Peer/MetaReadIndex", nil, codes.OK},
+		{proxy, "/taskstore.peer.v1.Peer/MetaReadIndex", nil, codes.PermissionDenied},
 		{anyClient, "/taskstore.peer.v1.Peer/Clock", nil, codes.PermissionDenied},
 		{node, "/taskstore.peer.v1.Peer/WipeReplica", nil, codes.OK},
 		{admin, "/taskstore.peer.v1.Peer/WipeReplica", nil, codes.PermissionDenied},

@@ -199,11 +199,12 @@ var methodPerms = map[string]int{
 	"/taskstore.v1.Admin/Backup": permAdmin,
 	// The nodes' internal service (cluster/peerpb): nodes, and admins
 	// debugging them.
-	"/taskstore.peer.v1.Peer/Report": permAdmin,
-	"/taskstore.peer.v1.Peer/Clock":  permAdmin,
-	"/grpc.health.v1.Health/Check":   permAny,
-	"/grpc.health.v1.Health/Watch":   permAny,
-	"/grpc.health.v1.Health/List":    permAny,
+	"/taskstore.peer.v1.Peer/Report":        permAdmin,
+	"/taskstore.peer.v1.Peer/Clock":         permAdmin,
+	"/taskstore.peer.v1.Peer/MetaReadIndex": permAdmin,
+	"/grpc.health.v1.Health/Check":          permAny,
+	"/grpc.health.v1.Health/Watch":          permAny,
+	"/grpc.health.v1.Health/List":           permAny,
 }
 
 // wipeReplicaMethod deletes a replica's files: only a node asks (the

@@ -110,8 +110,10 @@ type Node struct {
 	disk  *diskGuard
 	// metaLead is whether this node leads the meta group (metaleader.go).
 	metaLead metaLeadership
-	gossip   *gossip
-	peers    *connPool
+	// metaCaught is whether the map caught up after the start (metacatchup.go).
+	metaCaught *metaCatchUp
+	gossip     *gossip
+	peers      *connPool
 	// peerc asks the other nodes through the Peer service (peer.go).
 	peerc *peerClient
 	// format raises the shards' state format (format.go).
@@ -203,14 +205,15 @@ func Start(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{
-		cfg:     cfg,
-		log:     log,
-		addr:    addr,
-		meta:    newMetaFSM(),
-		shards:  make(map[uint32]*Shard),
-		stop:    make(chan struct{}),
-		removed: make(chan struct{}),
-		peers:   newConnPool(cfg.DialOptions),
+		cfg:        cfg,
+		log:        log,
+		addr:       addr,
+		meta:       newMetaFSM(),
+		metaCaught: newMetaCatchUp(),
+		shards:     make(map[uint32]*Shard),
+		stop:       make(chan struct{}),
+		removed:    make(chan struct{}),
+		peers:      newConnPool(cfg.DialOptions),
 
 		diverged: make(map[uint32]*divergenceRecord),
 		disagree: make(map[uint32]string),
@@ -254,6 +257,7 @@ func Start(cfg Config) (*Node, error) {
 	n.loop((&gossipJoiner{cfg: cfg, log: log, stop: n.stop, gossip: g, clusterMap: n.meta.Map, peerc: n.peerc}).run)
 	meta := &metaChores{cfg: cfg, log: log, stop: n.stop, lead: &n.metaLead, clusterMap: n.meta.Map, gossip: g, ctl: n.ctl}
 	n.loop(meta.record)
+	n.loop(n.catchUpMeta)
 	n.loop(n.reconcileShards)
 	n.loop((&leaderBalancer{self: cfg.ID, electionTimeout: cfg.Tuning.ElectionTimeout, log: log, stop: n.stop,
 		local: n.LocalShards, clusterMap: n.meta.Map, gossip: g, peerc: n.peerc, clock: n.clock, disk: n.disk}).run)

@@ -139,6 +139,10 @@ func (srv *Server) Routing(ctx context.Context, req *taskstorepb.RoutingRequest)
 	if member, fctx, ok := srv.askMember(ctx, false); ok {
 		return member.Routing(fctx, req)
 	}
+	// Not the snapshot's table of a node that just started.
+	if err := srv.node.AwaitMeta(ctx); err != nil {
+		return nil, toStatus(err)
+	}
 	rt := srv.node.Routing()
 	if len(rt.Slots) == 0 {
 		return nil, toStatus(cluster.ErrNotReady)

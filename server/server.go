@@ -143,12 +143,16 @@ func (ns *Node) httpHandler(no Options) http.Handler {
 	return mux
 }
 
-// Ready reports whether the node is a member of a cluster whose map it knows
-// and every shard it hosts has a leader.
+// Ready reports whether the node is a member of a cluster whose map it knows,
+// caught up with the meta group since the node started, and every shard it
+// hosts has a leader.
 func (ns *Node) Ready() error {
 	cm := ns.Node.Map()
 	if cm.ClusterId == "" {
 		return errors.New("cluster map not known yet")
+	}
+	if err := ns.Node.MetaCaughtUp(); err != nil {
+		return err
 	}
 	for _, s := range ns.Node.LocalShards() {
 		if addr, _ := s.Raft().LeaderWithID(); addr == "" {

@@ -31,6 +31,87 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type MetaReadIndexRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MetaReadIndexRequest) Reset() {
+	*x = MetaReadIndexRequest{}
+	mi := &file_peer_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MetaReadIndexRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MetaReadIndexRequest) ProtoMessage() {}
+
+func (x *MetaReadIndexRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_peer_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MetaReadIndexRequest.ProtoReflect.Descriptor instead.
+func (*MetaReadIndexRequest) Descriptor() ([]byte, []int) {
+	return file_peer_proto_rawDescGZIP(), []int{0}
+}
+
+type MetaReadIndexResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Every meta entry committed before the request is at or below it.
+	Index         uint64 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MetaReadIndexResponse) Reset() {
+	*x = MetaReadIndexResponse{}
+	mi := &file_peer_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MetaReadIndexResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MetaReadIndexResponse) ProtoMessage() {}
+
+func (x *MetaReadIndexResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_peer_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MetaReadIndexResponse.ProtoReflect.Descriptor instead.
+func (*MetaReadIndexResponse) Descriptor() ([]byte, []int) {
+	return file_peer_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *MetaReadIndexResponse) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
 type SlotLoadRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Shard         uint32                 `protobuf:"varint,1,opt,name=shard,proto3" json:"shard,omitempty"`
@@ -40,7 +121,7 @@ type SlotLoadRequest struct {
 
 func (x *SlotLoadRequest) Reset() {
 	*x = SlotLoadRequest{}
-	mi := &file_peer_proto_msgTypes[0]
+	mi := &file_peer_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -52,7 +133,7 @@ func (x *SlotLoadRequest) String() string {
 func (*SlotLoadRequest) ProtoMessage() {}
 
 func (x *SlotLoadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[0]
+	mi := &file_peer_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -65,7 +146,7 @@ func (x *SlotLoadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotLoadRequest.ProtoReflect.Descriptor instead.
 func (*SlotLoadRequest) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{0}
+	return file_peer_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *SlotLoadRequest) GetShard() uint32 {
@@ -87,7 +168,7 @@ type SlotLoadResponse struct {
 
 func (x *SlotLoadResponse) Reset() {
 	*x = SlotLoadResponse{}
-	mi := &file_peer_proto_msgTypes[1]
+	mi := &file_peer_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -99,7 +180,7 @@ func (x *SlotLoadResponse) String() string {
 func (*SlotLoadResponse) ProtoMessage() {}
 
 func (x *SlotLoadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[1]
+	mi := &file_peer_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -112,7 +193,7 @@ func (x *SlotLoadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotLoadResponse.ProtoReflect.Descriptor instead.
 func (*SlotLoadResponse) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{1}
+	return file_peer_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *SlotLoadResponse) GetTasks() map[uint32]uint64 {
@@ -147,7 +228,7 @@ type SlotStepRequest struct {
 
 func (x *SlotStepRequest) Reset() {
 	*x = SlotStepRequest{}
-	mi := &file_peer_proto_msgTypes[2]
+	mi := &file_peer_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -159,7 +240,7 @@ func (x *SlotStepRequest) String() string {
 func (*SlotStepRequest) ProtoMessage() {}
 
 func (x *SlotStepRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[2]
+	mi := &file_peer_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -172,7 +253,7 @@ func (x *SlotStepRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotStepRequest.ProtoReflect.Descriptor instead.
 func (*SlotStepRequest) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{2}
+	return file_peer_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *SlotStepRequest) GetShard() uint32 {
@@ -202,7 +283,7 @@ type SlotStepResponse struct {
 
 func (x *SlotStepResponse) Reset() {
 	*x = SlotStepResponse{}
-	mi := &file_peer_proto_msgTypes[3]
+	mi := &file_peer_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -214,7 +295,7 @@ func (x *SlotStepResponse) String() string {
 func (*SlotStepResponse) ProtoMessage() {}
 
 func (x *SlotStepResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[3]
+	mi := &file_peer_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -227,7 +308,7 @@ func (x *SlotStepResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotStepResponse.ProtoReflect.Descriptor instead.
 func (*SlotStepResponse) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{3}
+	return file_peer_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SlotStepResponse) GetResult() []byte {
@@ -268,7 +349,7 @@ type ExportSlotRequest struct {
 
 func (x *ExportSlotRequest) Reset() {
 	*x = ExportSlotRequest{}
-	mi := &file_peer_proto_msgTypes[4]
+	mi := &file_peer_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -280,7 +361,7 @@ func (x *ExportSlotRequest) String() string {
 func (*ExportSlotRequest) ProtoMessage() {}
 
 func (x *ExportSlotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[4]
+	mi := &file_peer_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -293,7 +374,7 @@ func (x *ExportSlotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportSlotRequest.ProtoReflect.Descriptor instead.
 func (*ExportSlotRequest) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{4}
+	return file_peer_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ExportSlotRequest) GetShard() uint32 {
@@ -370,7 +451,7 @@ type ExportSlotResponse struct {
 
 func (x *ExportSlotResponse) Reset() {
 	*x = ExportSlotResponse{}
-	mi := &file_peer_proto_msgTypes[5]
+	mi := &file_peer_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -382,7 +463,7 @@ func (x *ExportSlotResponse) String() string {
 func (*ExportSlotResponse) ProtoMessage() {}
 
 func (x *ExportSlotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[5]
+	mi := &file_peer_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -395,7 +476,7 @@ func (x *ExportSlotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportSlotResponse.ProtoReflect.Descriptor instead.
 func (*ExportSlotResponse) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{5}
+	return file_peer_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ExportSlotResponse) GetRecords() []byte {
@@ -462,7 +543,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_peer_proto_msgTypes[6]
+	mi := &file_peer_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -474,7 +555,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[6]
+	mi := &file_peer_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -487,7 +568,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{6}
+	return file_peer_proto_rawDescGZIP(), []int{8}
 }
 
 type NodeReport struct {
@@ -513,7 +594,7 @@ type NodeReport struct {
 
 func (x *NodeReport) Reset() {
 	*x = NodeReport{}
-	mi := &file_peer_proto_msgTypes[7]
+	mi := &file_peer_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -525,7 +606,7 @@ func (x *NodeReport) String() string {
 func (*NodeReport) ProtoMessage() {}
 
 func (x *NodeReport) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[7]
+	mi := &file_peer_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -538,7 +619,7 @@ func (x *NodeReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeReport.ProtoReflect.Descriptor instead.
 func (*NodeReport) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{7}
+	return file_peer_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *NodeReport) GetNode() string {
@@ -606,7 +687,7 @@ type Replica struct {
 
 func (x *Replica) Reset() {
 	*x = Replica{}
-	mi := &file_peer_proto_msgTypes[8]
+	mi := &file_peer_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -618,7 +699,7 @@ func (x *Replica) String() string {
 func (*Replica) ProtoMessage() {}
 
 func (x *Replica) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[8]
+	mi := &file_peer_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -631,7 +712,7 @@ func (x *Replica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Replica.ProtoReflect.Descriptor instead.
 func (*Replica) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{8}
+	return file_peer_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Replica) GetShard() uint32 {
@@ -693,7 +774,7 @@ type Checkpoint struct {
 
 func (x *Checkpoint) Reset() {
 	*x = Checkpoint{}
-	mi := &file_peer_proto_msgTypes[9]
+	mi := &file_peer_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -705,7 +786,7 @@ func (x *Checkpoint) String() string {
 func (*Checkpoint) ProtoMessage() {}
 
 func (x *Checkpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[9]
+	mi := &file_peer_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -718,7 +799,7 @@ func (x *Checkpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checkpoint.ProtoReflect.Descriptor instead.
 func (*Checkpoint) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{9}
+	return file_peer_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Checkpoint) GetIndex() uint64 {
@@ -745,7 +826,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_peer_proto_msgTypes[10]
+	mi := &file_peer_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -757,7 +838,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[10]
+	mi := &file_peer_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -770,7 +851,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{10}
+	return file_peer_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Member) GetId() string {
@@ -795,7 +876,7 @@ type ClockRequest struct {
 
 func (x *ClockRequest) Reset() {
 	*x = ClockRequest{}
-	mi := &file_peer_proto_msgTypes[11]
+	mi := &file_peer_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -807,7 +888,7 @@ func (x *ClockRequest) String() string {
 func (*ClockRequest) ProtoMessage() {}
 
 func (x *ClockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[11]
+	mi := &file_peer_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -820,7 +901,7 @@ func (x *ClockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClockRequest.ProtoReflect.Descriptor instead.
 func (*ClockRequest) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{11}
+	return file_peer_proto_rawDescGZIP(), []int{13}
 }
 
 type ClockResponse struct {
@@ -833,7 +914,7 @@ type ClockResponse struct {
 
 func (x *ClockResponse) Reset() {
 	*x = ClockResponse{}
-	mi := &file_peer_proto_msgTypes[12]
+	mi := &file_peer_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -845,7 +926,7 @@ func (x *ClockResponse) String() string {
 func (*ClockResponse) ProtoMessage() {}
 
 func (x *ClockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[12]
+	mi := &file_peer_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -858,7 +939,7 @@ func (x *ClockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClockResponse.ProtoReflect.Descriptor instead.
 func (*ClockResponse) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{12}
+	return file_peer_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ClockResponse) GetNow() int64 {
@@ -879,7 +960,7 @@ type WipeReplicaRequest struct {
 
 func (x *WipeReplicaRequest) Reset() {
 	*x = WipeReplicaRequest{}
-	mi := &file_peer_proto_msgTypes[13]
+	mi := &file_peer_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -891,7 +972,7 @@ func (x *WipeReplicaRequest) String() string {
 func (*WipeReplicaRequest) ProtoMessage() {}
 
 func (x *WipeReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[13]
+	mi := &file_peer_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -904,7 +985,7 @@ func (x *WipeReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WipeReplicaRequest.ProtoReflect.Descriptor instead.
 func (*WipeReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{13}
+	return file_peer_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *WipeReplicaRequest) GetShard() uint32 {
@@ -929,7 +1010,7 @@ type WipeReplicaResponse struct {
 
 func (x *WipeReplicaResponse) Reset() {
 	*x = WipeReplicaResponse{}
-	mi := &file_peer_proto_msgTypes[14]
+	mi := &file_peer_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -941,7 +1022,7 @@ func (x *WipeReplicaResponse) String() string {
 func (*WipeReplicaResponse) ProtoMessage() {}
 
 func (x *WipeReplicaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_peer_proto_msgTypes[14]
+	mi := &file_peer_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -954,7 +1035,7 @@ func (x *WipeReplicaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WipeReplicaResponse.ProtoReflect.Descriptor instead.
 func (*WipeReplicaResponse) Descriptor() ([]byte, []int) {
-	return file_peer_proto_rawDescGZIP(), []int{14}
+	return file_peer_proto_rawDescGZIP(), []int{16}
 }
 
 var File_peer_proto protoreflect.FileDescriptor
@@ -963,7 +1044,10 @@ const file_peer_proto_rawDesc = "" +
 	"\n" +
 	"\n" +
 	"peer.proto\x12\x11taskstore.peer.v1\x1a\n" +
-	"meta.proto\"'\n" +
+	"meta.proto\"\x16\n" +
+	"\x14MetaReadIndexRequest\"-\n" +
+	"\x15MetaReadIndexResponse\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\"'\n" +
 	"\x0fSlotLoadRequest\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\rR\x05shard\"\xd8\x01\n" +
 	"\x10SlotLoadResponse\x12D\n" +
@@ -1032,7 +1116,7 @@ const file_peer_proto_rawDesc = "" +
 	"\x12WipeReplicaRequest\x12\x14\n" +
 	"\x05shard\x18\x01 \x01(\rR\x05shard\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\"\x15\n" +
-	"\x13WipeReplicaResponse2\x80\x04\n" +
+	"\x13WipeReplicaResponse2\xe4\x04\n" +
 	"\x04Peer\x12I\n" +
 	"\x06Report\x12 .taskstore.peer.v1.ReportRequest\x1a\x1d.taskstore.peer.v1.NodeReport\x12J\n" +
 	"\x05Clock\x12\x1f.taskstore.peer.v1.ClockRequest\x1a .taskstore.peer.v1.ClockResponse\x12\\\n" +
@@ -1040,7 +1124,8 @@ const file_peer_proto_rawDesc = "" +
 	"\bSlotStep\x12\".taskstore.peer.v1.SlotStepRequest\x1a#.taskstore.peer.v1.SlotStepResponse\x12Y\n" +
 	"\n" +
 	"ExportSlot\x12$.taskstore.peer.v1.ExportSlotRequest\x1a%.taskstore.peer.v1.ExportSlotResponse\x12S\n" +
-	"\bSlotLoad\x12\".taskstore.peer.v1.SlotLoadRequest\x1a#.taskstore.peer.v1.SlotLoadResponseB5Z3github.com/e1158ecb/taskstore/cluster/peerpb;peerpbb\x06proto3"
+	"\bSlotLoad\x12\".taskstore.peer.v1.SlotLoadRequest\x1a#.taskstore.peer.v1.SlotLoadResponse\x12b\n" +
+	"\rMetaReadIndex\x12'.taskstore.peer.v1.MetaReadIndexRequest\x1a(.taskstore.peer.v1.MetaReadIndexResponseB5Z3github.com/e1158ecb/taskstore/cluster/peerpb;peerpbb\x06proto3"
 
 var (
 	file_peer_proto_rawDescOnce sync.Once
@@ -1054,47 +1139,51 @@ func file_peer_proto_rawDescGZIP() []byte {
 	return file_peer_proto_rawDescData
 }
 
-var file_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_peer_proto_goTypes = []any{
-	(*SlotLoadRequest)(nil),     // 0: taskstore.peer.v1.SlotLoadRequest
-	(*SlotLoadResponse)(nil),    // 1: taskstore.peer.v1.SlotLoadResponse
-	(*SlotStepRequest)(nil),     // 2: taskstore.peer.v1.SlotStepRequest
-	(*SlotStepResponse)(nil),    // 3: taskstore.peer.v1.SlotStepResponse
-	(*ExportSlotRequest)(nil),   // 4: taskstore.peer.v1.ExportSlotRequest
-	(*ExportSlotResponse)(nil),  // 5: taskstore.peer.v1.ExportSlotResponse
-	(*ReportRequest)(nil),       // 6: taskstore.peer.v1.ReportRequest
-	(*NodeReport)(nil),          // 7: taskstore.peer.v1.NodeReport
-	(*Replica)(nil),             // 8: taskstore.peer.v1.Replica
-	(*Checkpoint)(nil),          // 9: taskstore.peer.v1.Checkpoint
-	(*Member)(nil),              // 10: taskstore.peer.v1.Member
-	(*ClockRequest)(nil),        // 11: taskstore.peer.v1.ClockRequest
-	(*ClockResponse)(nil),       // 12: taskstore.peer.v1.ClockResponse
-	(*WipeReplicaRequest)(nil),  // 13: taskstore.peer.v1.WipeReplicaRequest
-	(*WipeReplicaResponse)(nil), // 14: taskstore.peer.v1.WipeReplicaResponse
-	nil,                         // 15: taskstore.peer.v1.SlotLoadResponse.TasksEntry
-	(metapb.NodeState)(0),       // 16: taskstore.meta.v1.NodeState
+	(*MetaReadIndexRequest)(nil),  // 0: taskstore.peer.v1.MetaReadIndexRequest
+	(*MetaReadIndexResponse)(nil), // 1: taskstore.peer.v1.MetaReadIndexResponse
+	(*SlotLoadRequest)(nil),       // 2: taskstore.peer.v1.SlotLoadRequest
+	(*SlotLoadResponse)(nil),      // 3: taskstore.peer.v1.SlotLoadResponse
+	(*SlotStepRequest)(nil),       // 4: taskstore.peer.v1.SlotStepRequest
+	(*SlotStepResponse)(nil),      // 5: taskstore.peer.v1.SlotStepResponse
+	(*ExportSlotRequest)(nil),     // 6: taskstore.peer.v1.ExportSlotRequest
+	(*ExportSlotResponse)(nil),    // 7: taskstore.peer.v1.ExportSlotResponse
+	(*ReportRequest)(nil),         // 8: taskstore.peer.v1.ReportRequest
+	(*NodeReport)(nil),            // 9: taskstore.peer.v1.NodeReport
+	(*Replica)(nil),               // 10: taskstore.peer.v1.Replica
+	(*Checkpoint)(nil),            // 11: taskstore.peer.v1.Checkpoint
+	(*Member)(nil),                // 12: taskstore.peer.v1.Member
+	(*ClockRequest)(nil),          // 13: taskstore.peer.v1.ClockRequest
+	(*ClockResponse)(nil),         // 14: taskstore.peer.v1.ClockResponse
+	(*WipeReplicaRequest)(nil),    // 15: taskstore.peer.v1.WipeReplicaRequest
+	(*WipeReplicaResponse)(nil),   // 16: taskstore.peer.v1.WipeReplicaResponse
+	nil,                           // 17: taskstore.peer.v1.SlotLoadResponse.TasksEntry
+	(metapb.NodeState)(0),         // 18: taskstore.meta.v1.NodeState
 }
 var file_peer_proto_depIdxs = []int32{
-	15, // 0: taskstore.peer.v1.SlotLoadResponse.tasks:type_name -> taskstore.peer.v1.SlotLoadResponse.TasksEntry
-	8,  // 1: taskstore.peer.v1.NodeReport.replicas:type_name -> taskstore.peer.v1.Replica
-	10, // 2: taskstore.peer.v1.NodeReport.members:type_name -> taskstore.peer.v1.Member
-	9,  // 3: taskstore.peer.v1.Replica.checkpoints:type_name -> taskstore.peer.v1.Checkpoint
-	9,  // 4: taskstore.peer.v1.Replica.disk_checkpoints:type_name -> taskstore.peer.v1.Checkpoint
-	16, // 5: taskstore.peer.v1.Member.state:type_name -> taskstore.meta.v1.NodeState
-	6,  // 6: taskstore.peer.v1.Peer.Report:input_type -> taskstore.peer.v1.ReportRequest
-	11, // 7: taskstore.peer.v1.Peer.Clock:input_type -> taskstore.peer.v1.ClockRequest
-	13, // 8: taskstore.peer.v1.Peer.WipeReplica:input_type -> taskstore.peer.v1.WipeReplicaRequest
-	2,  // 9: taskstore.peer.v1.Peer.SlotStep:input_type -> taskstore.peer.v1.SlotStepRequest
-	4,  // 10: taskstore.peer.v1.Peer.ExportSlot:input_type -> taskstore.peer.v1.ExportSlotRequest
-	0,  // 11: taskstore.peer.v1.Peer.SlotLoad:input_type -> taskstore.peer.v1.SlotLoadRequest
-	7,  // 12: taskstore.peer.v1.Peer.Report:output_type -> taskstore.peer.v1.NodeReport
-	12, // 13: taskstore.peer.v1.Peer.Clock:output_type -> taskstore.peer.v1.ClockResponse
-	14, // 14: taskstore.peer.v1.Peer.WipeReplica:output_type -> taskstore.peer.v1.WipeReplicaResponse
-	3,  // 15: taskstore.peer.v1.Peer.SlotStep:output_type -> taskstore.peer.v1.SlotStepResponse
-	5,  // 16: taskstore.peer.v1.Peer.ExportSlot:output_type -> taskstore.peer.v1.ExportSlotResponse
-	1,  // 17: taskstore.peer.v1.Peer.SlotLoad:output_type -> taskstore.peer.v1.SlotLoadResponse
-	12, // [12:18] is the sub-list for method output_type
-	6,  // [6:12] is the sub-list for method input_type
+	17, // 0: taskstore.peer.v1.SlotLoadResponse.tasks:type_name -> taskstore.peer.v1.SlotLoadResponse.TasksEntry
+	10, // 1: taskstore.peer.v1.NodeReport.replicas:type_name -> taskstore.peer.v1.Replica
+	12, // 2: taskstore.peer.v1.NodeReport.members:type_name -> taskstore.peer.v1.Member
+	11, // 3: taskstore.peer.v1.Replica.checkpoints:type_name -> taskstore.peer.v1.Checkpoint
+	11, // 4: taskstore.peer.v1.Replica.disk_checkpoints:type_name -> taskstore.peer.v1.Checkpoint
+	18, // 5: taskstore.peer.v1.Member.state:type_name -> taskstore.meta.v1.NodeState
+	8,  // 6: taskstore.peer.v1.Peer.Report:input_type -> taskstore.peer.v1.ReportRequest
+	13, // 7: taskstore.peer.v1.Peer.Clock:input_type -> taskstore.peer.v1.ClockRequest
+	15, // 8: taskstore.peer.v1.Peer.WipeReplica:input_type -> taskstore.peer.v1.WipeReplicaRequest
+	4,  // 9: taskstore.peer.v1.Peer.SlotStep:input_type -> taskstore.peer.v1.SlotStepRequest
+	6,  // 10: taskstore.peer.v1.Peer.ExportSlot:input_type -> taskstore.peer.v1.ExportSlotRequest
+	2,  // 11: taskstore.peer.v1.Peer.SlotLoad:input_type -> taskstore.peer.v1.SlotLoadRequest
+	0,  // 12: taskstore.peer.v1.Peer.MetaReadIndex:input_type -> taskstore.peer.v1.MetaReadIndexRequest
+	9,  // 13: taskstore.peer.v1.Peer.Report:output_type -> taskstore.peer.v1.NodeReport
+	14, // 14: taskstore.peer.v1.Peer.Clock:output_type -> taskstore.peer.v1.ClockResponse
+	16, // 15: taskstore.peer.v1.Peer.WipeReplica:output_type -> taskstore.peer.v1.WipeReplicaResponse
+	5,  // 16: taskstore.peer.v1.Peer.SlotStep:output_type -> taskstore.peer.v1.SlotStepResponse
+	7,  // 17: taskstore.peer.v1.Peer.ExportSlot:output_type -> taskstore.peer.v1.ExportSlotResponse
+	3,  // 18: taskstore.peer.v1.Peer.SlotLoad:output_type -> taskstore.peer.v1.SlotLoadResponse
+	1,  // 19: taskstore.peer.v1.Peer.MetaReadIndex:output_type -> taskstore.peer.v1.MetaReadIndexResponse
+	13, // [13:20] is the sub-list for method output_type
+	6,  // [6:13] is the sub-list for method input_type
 	6,  // [6:6] is the sub-list for extension type_name
 	6,  // [6:6] is the sub-list for extension extendee
 	0,  // [0:6] is the sub-list for field type_name
@@ -1111,7 +1200,7 @@ func file_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peer_proto_rawDesc), len(file_peer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

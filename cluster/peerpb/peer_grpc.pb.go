@@ -28,12 +28,13 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Peer_Report_FullMethodName      = "/taskstore.peer.v1.Peer/Report"
-	Peer_Clock_FullMethodName       = "/taskstore.peer.v1.Peer/Clock"
-	Peer_WipeReplica_FullMethodName = "/taskstore.peer.v1.Peer/WipeReplica"
-	Peer_SlotStep_FullMethodName    = "/taskstore.peer.v1.Peer/SlotStep"
-	Peer_ExportSlot_FullMethodName  = "/taskstore.peer.v1.Peer/ExportSlot"
-	Peer_SlotLoad_FullMethodName    = "/taskstore.peer.v1.Peer/SlotLoad"
+	Peer_Report_FullMethodName        = "/taskstore.peer.v1.Peer/Report"
+	Peer_Clock_FullMethodName         = "/taskstore.peer.v1.Peer/Clock"
+	Peer_WipeReplica_FullMethodName   = "/taskstore.peer.v1.Peer/WipeReplica"
+	Peer_SlotStep_FullMethodName      = "/taskstore.peer.v1.Peer/SlotStep"
+	Peer_ExportSlot_FullMethodName    = "/taskstore.peer.v1.Peer/ExportSlot"
+	Peer_SlotLoad_FullMethodName      = "/taskstore.peer.v1.Peer/SlotLoad"
+	Peer_MetaReadIndex_FullMethodName = "/taskstore.peer.v1.Peer/MetaReadIndex"
 )
 
 // PeerClient is the client API for Peer service.
@@ -58,6 +59,11 @@ type PeerClient interface {
 	// SlotLoad: how many tasks each slot holds on a shard this node leads
 	// (the slot mover's rebalancing weighs slots by it).
 	SlotLoad(ctx context.Context, in *SlotLoadRequest, opts ...grpc.CallOption) (*SlotLoadResponse, error)
+	// MetaReadIndex: the meta group's commit index, answered only by its
+	// leader once the barrier of its term has applied and a quorum still
+	// follows it. A node that just started waits until its copy of the
+	// cluster map has applied that far before it serves routing.
+	MetaReadIndex(ctx context.Context, in *MetaReadIndexRequest, opts ...grpc.CallOption) (*MetaReadIndexResponse, error)
 }
 
 type peerClient struct {
@@ -128,6 +134,16 @@ func (c *peerClient) SlotLoad(ctx context.Context, in *SlotLoadRequest, opts ...
 	return out, nil
 }
 
+func (c *peerClient) MetaReadIndex(ctx context.Context, in *MetaReadIndexRequest, opts ...grpc.CallOption) (*MetaReadIndexResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MetaReadIndexResponse)
+	err := c.cc.Invoke(ctx, Peer_MetaReadIndex_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PeerServer is the server API for Peer service.
 // All implementations must embed UnimplementedPeerServer
 // for forward compatibility.
@@ -150,6 +166,11 @@ type PeerServer interface {
 	// SlotLoad: how many tasks each slot holds on a shard this node leads
 	// (the slot mover's rebalancing weighs slots by it).
 	SlotLoad(context.Context, *SlotLoadRequest) (*SlotLoadResponse, error)
+	// MetaReadIndex: the meta group's commit index, answered only by its
+	// leader once the barrier of its term has applied and a quorum still
+	// follows it. A node that just started waits until its copy of the
+	// cluster map has applied that far before it serves routing.
+	MetaReadIndex(context.Context, *MetaReadIndexRequest) (*MetaReadIndexResponse, error)
 	mustEmbedUnimplementedPeerServer()
 }
 
@@ -177,6 +198,9 @@ func (UnimplementedPeerServer) ExportSlot(context.Context, *ExportSlotRequest) (
 }
 func (UnimplementedPeerServer) SlotLoad(context.Context, *SlotLoadRequest) (*SlotLoadResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method SlotLoad not implemented")
+}
+func (UnimplementedPeerServer) MetaReadIndex(context.Context, *MetaReadIndexRequest) (*MetaReadIndexResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method MetaReadIndex not implemented")
 }
 func (UnimplementedPeerServer) mustEmbedUnimplementedPeerServer() {}
 func (UnimplementedPeerServer) testEmbeddedByValue()              {}
@@ -307,6 +331,24 @@ func _Peer_SlotLoad_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Peer_MetaReadIndex_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MetaReadIndexRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PeerServer).MetaReadIndex(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Peer_MetaReadIndex_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PeerServer).MetaReadIndex(ctx, req.(*MetaReadIndexRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Peer_ServiceDesc is the grpc.ServiceDesc for Peer service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -337,6 +379,10 @@ var Peer_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SlotLoad",
 			Handler:    _Peer_SlotLoad_Handler,
+		},
+		{
+			MethodName: "MetaReadIndex",
+			Handler:    _Peer_MetaReadIndex_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
