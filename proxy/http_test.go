@@ -93,7 +93,8 @@ func TestHTTPEndpoints(t *testing.T) {
 	}
 	code, metrics := get("/metrics")
 	for _, series := range []string{"taskstore_build_info{", `grpc_server_handled_total{grpc_code="OK",grpc_method="Modify",grpc_service="taskstore.v1.TaskStore",grpc_type="unary"}`,
-		`grpc_client_handled_total{grpc_code="OK",grpc_method="Modify",grpc_service="taskstore.v1.TaskStore",grpc_type="unary"}`} {
+		// The proxy relays a Modify over its Produce stream to the node.
+		`grpc_client_started_total{grpc_method="Produce",grpc_service="taskstore.v1.TaskStore",grpc_type="bidi_stream"}`} {
 		if !strings.Contains(metrics, series) {
 			t.Errorf("metrics lack %s", series)
 		}

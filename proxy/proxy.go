@@ -197,7 +197,8 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	answers := newAnswerBudget(cfg.AnswerMemory)
 	m.registerAnswers(answers)
 	copts := append([]client.Option{client.WithLogger(log),
-		client.WithDialOptions(grpc.WithChainUnaryInterceptor(m.grpcClient.UnaryClientInterceptor()))}, cfg.ClientOptions...)
+		client.WithDialOptions(grpc.WithChainUnaryInterceptor(m.grpcClient.UnaryClientInterceptor()),
+			grpc.WithChainStreamInterceptor(m.grpcClient.StreamClientInterceptor()))}, cfg.ClientOptions...)
 	c, err := client.DialPassthrough(ctx, cfg.Cluster, copts...)
 	if err != nil {
 		lis.Close()

@@ -126,7 +126,7 @@ func (s *Server) knownShard(ctx context.Context, id uint32) bool {
 // unchanged; without one, the client's own id makes the proxy's retries
 // safe.
 func (s *Server) Modify(ctx context.Context, req *taskstorepb.ModifyRequest) (*taskstorepb.ModifyResponse, error) {
-	return s.modify(ctx, req, false)
+	return s.modify(ctx, req, true)
 }
 
 // Defaults of Config.ProduceInflightPerStream and ProduceInflight.
