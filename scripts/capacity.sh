@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # capacity.sh: the capacity run (docs/performance.md). It loads TASKS tasks (64-byte
-# values, 500 per request, over 100,000 queues in 1,000 groups) into a
+# values, 500 per request, over QUEUES queues, default 100,000, in QUEUE_GROUPS
+# groups, default 1,000) into a
 # `taskstored dev` cluster (three nodes on this machine, the state where
 # STATE says), then reports:
 #
@@ -28,8 +29,9 @@
 # the nodes' RSS and disk after each chunk; LOAD_UNTIL (a Unix time) stops
 # loading before a chunk that would end after it (judged by the last one)
 # and measures what was loaded (the 100M run is longer than some sessions).
-# A chunk spreads over all 100,000 queues, and its requests carry at most
-# CHUNK/100,000 tasks (at most 500): keep CHUNK at 20 million or more.
+# A chunk spreads over all QUEUES queues, and its requests carry at most
+# CHUNK/QUEUES tasks (at most 500): keep CHUNK at 500 x QUEUES or more
+# (20 million at the default 100,000 queues; 500,000 at QUEUES=1000).
 #
 # REMEASURE=1 keeps DIR and measures the cluster a run loaded there again,
 # without loading (the tasks are counted from the nodes' metrics).
@@ -47,6 +49,8 @@ DIR=${DIR:-/tmp/taskstore-capacity}
 STATE=${STATE:-disk}
 ROUNDS=${ROUNDS:-3}
 CHUNK=${CHUNK:-$TASKS}
+QUEUES=${QUEUES:-100000}
+QUEUE_GROUPS=${QUEUE_GROUPS:-1000}
 LOAD_UNTIL=${LOAD_UNTIL:-}
 SETTLE=${SETTLE:-600}
 REMEASURE=${REMEASURE:-}
@@ -147,7 +151,7 @@ else
 		fi
 		n=$((TASKS - loaded < CHUNK ? TASKS - loaded : CHUNK))
 		c0=$(date +%s.%N)
-		"$BIN/taskbench" --endpoints "$EP" --workload insert-batch --batch 500 --clients 6 --queues 100000 --groups 1000 \
+		"$BIN/taskbench" --endpoints "$EP" --workload insert-batch --batch 500 --clients 6 --queues "$QUEUES" --groups "$QUEUE_GROUPS" \
 			--prefill "$n" --duration 1s -o json >>"$DIR/load.json"
 		loaded=$((loaded + n))
 		last=$(since "$c0" | cut -d. -f1)
