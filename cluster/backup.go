@@ -166,13 +166,7 @@ func (s *writerSink) Cancel() error               { s.cancelled = true; return n
 // leadership check: a map no change acknowledged before the call is
 // missing from. Elsewhere it returns a NotLeaderError for the meta group.
 func (n *Node) BackupMap(ctx context.Context) (*metapb.ClusterMap, error) {
-	if !n.metaLead.ready.Load() {
-		return nil, n.metaLead.notLeader()
-	}
-	if err := waitFuture(ctx, n.metaGroup.raft.VerifyLeader()); err != nil {
-		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
-			return nil, n.metaLead.notLeader()
-		}
+	if _, err := n.metaLead.readIndex(ctx, n.stop); err != nil {
 		return nil, err
 	}
 	return n.meta.Map(), nil

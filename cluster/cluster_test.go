@@ -38,6 +38,17 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
+// dialCluster is a client of c's nodes, closed when the test ends.
+func dialCluster(ctx context.Context, t *testing.T, c *harness.Cluster) *client.Client {
+	t.Helper()
+	cl, err := client.Dial(ctx, strings.Join(c.Endpoints(), ","))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	return cl
+}
+
 func insert(t *testing.T, c *harness.Cluster, queue, id, value string) *taskstorepb.Task {
 	t.Helper()
 	var lastErr error
@@ -519,11 +530,7 @@ func TestRollingRestartKeepsShardsAvailable(t *testing.T) {
 	c.WaitReady()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cl, err := client.Dial(ctx, strings.Join(c.Endpoints(), ","))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := dialCluster(ctx, t, c)
 	stop := make(chan struct{})
 	errs := make(chan error, 1)
 	var n int

@@ -1,11 +1,9 @@
 package cluster_test
 
 import (
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/e1158ecb/taskstore/client"
 	"github.com/e1158ecb/taskstore/cluster"
 	"github.com/e1158ecb/taskstore/testing/harness"
 )
@@ -19,11 +17,7 @@ func TestRemovedShardStaysGoneAfterARestart(t *testing.T) {
 	c := harness.Start(t, 3, harness.Options{Shards: 2, Scale: raceScale})
 	c.WaitReady()
 	ctx := ctxT(t, 4*time.Minute)
-	cl, err := client.Dial(ctx, strings.Join(c.Endpoints(), ","))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := dialCluster(ctx, t, c)
 	added, err := cl.AddShards(ctx, 1)
 	if err != nil || len(added) != 1 || added[0].Id != 3 {
 		t.Fatalf("add a shard: %v, %v", added, err)

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/e1158ecb/taskstore/cluster/peerpb"
+	"github.com/hashicorp/raft"
 )
 
 // metaCatchUp fences the cluster map a node serves after its start. Raft
@@ -86,11 +87,24 @@ func (n *Node) tryCatchUpMeta() error {
 	if err != nil {
 		return fmt.Errorf("ask the meta leader %s for its commit index: %w", id, err)
 	}
-	for r.AppliedIndex() < index {
+	if err := waitApplied(ctx, n.stop, r.AppliedIndex, index); err != nil {
+		if errors.Is(err, ErrShutdown) {
+			return err
+		}
+		return fmt.Errorf("applied meta entry %d of the %d the meta leader %s committed", r.AppliedIndex(), index, id)
+	}
+	return nil
+}
+
+// waitApplied waits until applied() reaches index, or ctx ends or stop
+// closes (ErrShutdown). hashicorp/raft tells no one when it applied an
+// index, so it looks every 10 ms.
+func waitApplied(ctx context.Context, stop <-chan struct{}, applied func() uint64, index uint64) error {
+	for applied() < index {
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("applied meta entry %d of the %d the meta leader %s committed", r.AppliedIndex(), index, id)
-		case <-n.stop:
+			return ctx.Err()
+		case <-stop:
 			return ErrShutdown
 		case <-time.After(10 * time.Millisecond):
 		}
@@ -118,18 +132,21 @@ func (p *peerServer) MetaReadIndex(ctx context.Context, _ *peerpb.MetaReadIndexR
 
 // readIndex is the meta group's commit index, once this node is its ready
 // leader and a quorum still follows it: every entry committed before the
-// call is at or below it.
+// call is at or below it. Elsewhere it returns a NotLeaderError for the
+// meta group.
 func (l *metaLeadership) readIndex(ctx context.Context, stop <-chan struct{}) (uint64, error) {
 	if !l.ready.Load() {
-		return 0, fmt.Errorf("not the ready leader of the meta group: %w", ErrNotLeader)
+		return 0, l.notLeader()
 	}
 	index := l.raft.CommitIndex()
 	err, stopped := awaitFuture(ctx, stop, l.raft.VerifyLeader())
-	if stopped != nil {
+	switch {
+	case stopped != nil:
 		return 0, stopped
-	}
-	if err != nil {
-		return 0, fmt.Errorf("no longer the meta group's leader: %w", err)
+	case errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost):
+		return 0, l.notLeader()
+	case err != nil:
+		return 0, err
 	}
 	return index, nil
 }

@@ -29,11 +29,7 @@ func TestRestartedNodeServesNoStaleRouting(t *testing.T) {
 	c := harness.Start(t, 3, harness.Options{Shards: 2, Scale: raceScale})
 	c.WaitReady()
 	ctx := ctxT(t, 4*time.Minute)
-	cl, err := client.Dial(ctx, strings.Join(c.Endpoints(), ","))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := dialCluster(ctx, t, c)
 	for _, n := range c.Nodes {
 		if err := cluster.SnapshotMeta(n.Server().Node); err != nil {
 			t.Fatal(err)

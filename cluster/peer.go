@@ -315,12 +315,5 @@ func (n *Node) CatchUp(ctx context.Context, shard uint32, addr string) error {
 	if rep == nil {
 		return fmt.Errorf("shard %d: no report from %s", shard, addr)
 	}
-	for s.Raft().AppliedIndex() < rep.AppliedIndex {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-	return nil
+	return waitApplied(ctx, n.stop, s.Raft().AppliedIndex, rep.AppliedIndex)
 }

@@ -255,11 +255,7 @@ func TestShardsAddRebalanceRemove(t *testing.T) {
 	// A hang guard, not a speed goal: at load 14+ the 512 slot moves
 	// alone took two minutes and the test ran past four.
 	ctx := ctxT(t, 10*time.Minute)
-	cl, err := client.Dial(ctx, strings.Join(c.Endpoints(), ","))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := dialCluster(ctx, t, c)
 	// Tasks in 200 groups, spread over many slots.
 	want := map[string]bool{}
 	for g := 0; g < 200; g++ {

@@ -297,8 +297,8 @@ func storeMachine(b *testing.B, store string) *Machine {
 // tasks per second and the process's CPU per task (the engine's flushes
 // and compactions included; steadier than wall time on a shared
 // machine), and on disk the keys and bytes written into the engine and
-// into its files per task, as BenchmarkClaimDelete does. Ids are the client's ("client": each is looked up, the
-// duplicate-id check) or the leader's ("leader": rpc's, the shard's clock
+// into its files per task, as BenchmarkClaimDelete does. Ids are the
+// client's ("client": each is looked up, the duplicate-id check) or the leader's ("leader": rpc's, the shard's clock
 // then random bits, which the state machine does not look up), as
 // taskbench's are. Compare with benchstat:
 //
