@@ -3,6 +3,7 @@ package rpc_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"runtime"
 	"testing"
 	"time"
@@ -51,16 +52,27 @@ func TestSmallRequestsCannotAskForHugeAnswers(t *testing.T) {
 	// A client that could receive anything: the node must be the one to
 	// bound the answer.
 	recvAll := grpc.MaxCallRecvMsgSize(2 << 30)
-	allocated := func(f func()) uint64 {
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
-		f()
-		runtime.ReadMemStats(&after)
-		return after.TotalAlloc - before.TotalAlloc
-	}
 	// The whole cluster runs in this process: its allocations during one
-	// call are what the call cost.
+	// call are what the call cost, unless the cluster's background work
+	// lands in the same moment (a snapshot of the shard's ~70 MiB, a
+	// follower catching up: CI once counted 594 MiB for one page). So a
+	// call's cost is the least of up to three tries: an answer that
+	// amplifies costs as much every time. Each call here is a read or a
+	// refused write, so trying again changes nothing.
 	const allowed = 8 * taskstorepb.MaxResponseBytes
+	allocated := func(f func()) uint64 {
+		least := uint64(math.MaxUint64)
+		for range 3 {
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			f()
+			runtime.ReadMemStats(&after)
+			if least = min(least, after.TotalAlloc-before.TotalAlloc); least <= allowed {
+				break
+			}
+		}
+		return least
+	}
 
 	var err error
 	ifAbsent := make([]*taskstorepb.TaskInsert, fsm.DefaultLimits.MaxOps)
