@@ -668,6 +668,13 @@ func (d *diskStore) ascendReservations(fn func(*reservation) bool) {
 	}
 }
 
+// closedChan is a flush that is already done.
+var closedChan = func() <-chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
 func (d *diskStore) reservationCount() int {
 	tx, done := d.txn()
 	defer done()
@@ -676,14 +683,20 @@ func (d *diskStore) reservationCount() int {
 
 // snapshot is a snapshot of st, whose store d is, that copies nothing: a
 // view of the engine (a Pebble snapshot and the per-queue records) that
-// Persist streams while entries go on applying. The engine flushes what is
-// committed meanwhile, and Persist waits for that before it reports the
-// snapshot taken: raft then truncates the log it covers, so the state on
-// disk must not be older (DESIGN.md, "Durability without a sync").
-func (d *diskStore) snapshot(st *state) (*snapshot, error) {
-	flushed, err := d.st.AsyncFlush()
-	if err != nil {
-		return nil, fmt.Errorf("fsm: snapshot: flush the engine: %w", err)
+// Persist streams while entries go on applying. With flush, the engine
+// flushes what is committed meanwhile, and Persist waits for that before
+// it reports the snapshot taken: raft then truncates the log it covers, so
+// the state on disk must not be older (DESIGN.md, "Durability without a
+// sync"). A copy that truncates nothing (a backup's) does not flush: the
+// flush's new files set off a compaction of the engine's levels below
+// them, CPU taken from the writers while the copy runs.
+func (d *diskStore) snapshot(st *state, flush bool) (*snapshot, error) {
+	flushed := closedChan
+	if flush {
+		var err error
+		if flushed, err = d.st.AsyncFlush(); err != nil {
+			return nil, fmt.Errorf("fsm: snapshot: flush the engine: %w", err)
+		}
 	}
 	view := d.st.View()
 	snap := st.smallSnapshot()

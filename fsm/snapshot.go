@@ -100,7 +100,7 @@ func (m *Machine) Snapshot() (raft.FSMSnapshot, error) {
 			}
 			return &markerSnapshot{applied: m.st.applied, flushed: flushed}, nil
 		}
-		return d.snapshot(m.st)
+		return d.snapshot(m.st, true)
 	}
 	return m.st.viewSnapshot(), nil
 }
