@@ -506,7 +506,13 @@ func TestIfAbsentRepeatsAnswerOnce(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a long scenario (tens of seconds): skipped with -short; make test-full runs it")
 	}
-	s := startSecured(t)
+	// The followers apply every AppendEntries, heartbeats included, on
+	// raft's main loop (heartbeat.go), behind the fsync of the 7 MiB entries
+	// before it. On CI's shared disk one such write once took over a second
+	// and a leader stepped down at the lease of scale 2 (1 s); scale 4 gives
+	// the leases 2 s, still well under what heartbeats queued behind every
+	// batch (112 MiB written three times) would take.
+	s := startSecured(t, "--raft-timeout-scale", "4")
 	p := s.startProxy(t, "--auth-tokens", s.sec.Dir+"/tokens")
 	ctx := ctxT(t, 240*time.Second)
 	admin := s.dial(t, s.pc.Endpoints(), false, "admin", "")
