@@ -24,6 +24,7 @@ var (
 	backupRate  = flag.String("backup.rate", "0", "BenchmarkBackupRestore: backup create's --rate (MB/s; 0: no limit)")
 	backupKeep  = flag.String("backup.keep", "", "BenchmarkBackupRestore: also copy the backup file here")
 	backupFrom  = flag.String("backup.from", "", "BenchmarkRestoreReady: the backup file to restore")
+	backupDir   = flag.String("backup.dir", "", "BenchmarkBackupRestore: the directory backup create writes its file into (e.g. a tmpfs, to tell the file's writes from the copy's CPU); default: the benchmark's own temporary directory, on the nodes' disk")
 	backupQuiet = flag.Duration("backup.settle", 3*time.Minute, "BenchmarkBackupRestore: wait at most this long after the load for the nodes to go idle (their engines' compactions done) before the writers start; 0: do not wait")
 )
 
@@ -114,7 +115,12 @@ func BenchmarkBackupRestore(b *testing.B) {
 	}
 	cpuBefore, quietFrom := nodesCPU(), time.Now()
 	time.Sleep(5 * time.Second)
-	file := filepath.Join(b.TempDir(), "bench.tsb")
+	dir := *backupDir
+	if dir == "" {
+		dir = b.TempDir()
+	}
+	file := filepath.Join(dir, "bench.tsb")
+	defer os.Remove(file)
 	b.ResetTimer()
 	began := time.Now()
 	cpuBegan := nodesCPU()
