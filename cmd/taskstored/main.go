@@ -33,6 +33,10 @@ import (
 
 const defaultShutdown = 15 * time.Second
 
+// defaultListen is --listen when neither it nor this node's --initial-cluster
+// entry says where to listen.
+const defaultListen = "127.0.0.1:7101"
+
 type flags struct {
 	id, dataDir, listen, gossip, http string
 	advertise                         string
@@ -105,7 +109,7 @@ in 'taskctl status', until an operator adds it.`,
 	fl := cmd.Flags()
 	fl.StringVar(&f.id, "id", "", "node id, unique in the cluster and stable across restarts (required)")
 	fl.StringVar(&f.dataDir, "data-dir", "", "directory for this node's Raft logs and snapshots (required)")
-	fl.StringVar(&f.listen, "listen", "127.0.0.1:7101", "gRPC address for clients, admin and Raft traffic (multiplexed)")
+	fl.StringVar(&f.listen, "listen", "", "gRPC address for clients, admin and Raft traffic (multiplexed) (default: this node's --initial-cluster entry, else "+defaultListen+")")
 	fl.StringVar(&f.advertise, "advertise", "", "gRPC address other nodes and clients reach this node at (default: its --initial-cluster entry, else --listen); needed when --listen is 0.0.0.0")
 	fl.StringVar(&f.gossip, "gossip", "127.0.0.1:7201", "memberlist address, TCP and UDP (a host name is resolved to its IP)")
 	fl.StringVar(&f.http, "http", "127.0.0.1:7301", "HTTP address for /metrics /healthz /readyz and the status page (HTTPS with --tls-cert; the status page then needs an admin credential); empty disables")
@@ -140,6 +144,18 @@ func (f *flags) config(log *slog.Logger) (cluster.Config, error) {
 	if err != nil {
 		return cluster.Config{}, err
 	}
+	listen := f.listen
+	if listen == "" {
+		// The address the other nodes will dial: listening anywhere else
+		// (the old fixed default) left a node that advertised its entry
+		// unreachable at it, and several on one machine fighting for 7101.
+		listen = defaultListen
+		for _, p := range peers {
+			if p.ID == f.id {
+				listen = p.Address
+			}
+		}
+	}
 	if f.shards < 0 || f.shards > cluster.MaxShards {
 		return cluster.Config{}, fmt.Errorf("--shards %d: must be between 1 and %d (0: one per --initial-cluster node)", f.shards, cluster.MaxShards)
 	}
@@ -172,7 +188,7 @@ func (f *flags) config(log *slog.Logger) (cluster.Config, error) {
 	}
 	f.memorySource = source
 	return cluster.Config{
-		ID: f.id, DataDir: f.dataDir, ListenAddr: f.listen, AdvertiseAddr: f.advertise, GossipAddr: f.gossip, HTTPAddr: f.http,
+		ID: f.id, DataDir: f.dataDir, ListenAddr: listen, AdvertiseAddr: f.advertise, GossipAddr: f.gossip, HTTPAddr: f.http,
 		InitialCluster: peers, Join: f.join, Shards: f.shards, Replicas: f.replicas,
 		Tuning: tuning, Logger: log, StateStore: f.stateStore, MemoryLimit: memoryLimit,
 	}, nil

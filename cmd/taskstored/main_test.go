@@ -87,3 +87,28 @@ func TestConfigState(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigListen: without --listen a node listens at its own
+// --initial-cluster entry, the address every other node dials and it
+// advertises; only a node with no entry falls back to 127.0.0.1:7101.
+func TestConfigListen(t *testing.T) {
+	const initial = "n1=127.0.0.1:8101,n2=127.0.0.1:8102"
+	for _, tc := range []struct {
+		id, listen, initial, want string
+	}{
+		{"n2", "", initial, "127.0.0.1:8102"},
+		{"n1", "", initial, "127.0.0.1:8101"},
+		{"n2", "0.0.0.0:9000", initial, "0.0.0.0:9000"}, // --listen given
+		{"n3", "", initial, "127.0.0.1:7101"},           // joining: no entry
+		{"n1", "", "", "127.0.0.1:7101"},
+	} {
+		f := &flags{id: tc.id, dataDir: t.TempDir(), listen: tc.listen, initialCluster: tc.initial, replicas: 3, timeoutScale: 1}
+		cfg, err := f.config(slog.Default())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.ListenAddr != tc.want {
+			t.Errorf("--id %s --listen %q --initial-cluster %q: listens at %q, want %q", tc.id, tc.listen, tc.initial, cfg.ListenAddr, tc.want)
+		}
+	}
+}

@@ -34,10 +34,10 @@ import (
 // the restored cluster takes writes. A copy of the file with one flipped
 // byte is refused by verify and by restore, which leaves the directory
 // empty.
+//
+// It runs with -short too (make test; about 12 s): a backup is what an
+// operator falls back on when everything else is lost.
 func TestBackupRestore(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts processes")
-	}
 	bin := harness.Binaries(t)
 	taskctl := filepath.Join(bin, "taskctl")
 	pc := harness.StartProcesses(t, 5, "--shards", "4", "--raft-timeout-scale", "2")
