@@ -17,6 +17,13 @@ func EngineOptions(cacheBytes int64) *pebble.Options {
 		DisableWAL:   true,
 		Cache:        pebble.NewCache(cacheBytes),
 		MemTableSize: 32 << 20,
+		// Compact L0 at 8 files (Pebble's default 4), stopping writes at
+		// 24 (12): a task's claim and due keys spread over every queue's
+		// range, so each L0 compaction rewrites much of Lbase; waiting for
+		// more files rewrites it less often. Batched inserts through a
+		// cluster +3 to +23% (DESIGN.md, "Compaction of L0").
+		L0CompactionThreshold: 8,
+		L0StopWritesThreshold: 24,
 	}
 	for i := range o.Levels {
 		o.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
