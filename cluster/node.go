@@ -279,15 +279,25 @@ func Start(cfg Config) (*Node, error) {
 	return n, nil
 }
 
+// InitialAddress is this node's own --initial-cluster entry (false when
+// it has none, e.g. a node that joins): the address the other initial
+// nodes dial, so the one it listens at and advertises unless told.
+func (cfg Config) InitialAddress() (string, bool) {
+	for _, p := range cfg.InitialCluster {
+		if p.ID == cfg.ID {
+			return p.Address, true
+		}
+	}
+	return "", false
+}
+
 // advertiseAddr picks the address peers and clients reach this node at.
 func advertiseAddr(cfg Config, bound net.Addr) (string, error) {
 	if cfg.AdvertiseAddr != "" {
 		return cfg.AdvertiseAddr, nil
 	}
-	for _, p := range cfg.InitialCluster {
-		if p.ID == cfg.ID {
-			return p.Address, nil
-		}
+	if addr, ok := cfg.InitialAddress(); ok {
+		return addr, nil
 	}
 	if tcp, ok := bound.(*net.TCPAddr); ok && tcp.IP.IsUnspecified() {
 		return "", fmt.Errorf("--listen %s binds every interface: give --advertise HOST:PORT, the address other nodes and clients reach this node at", cfg.ListenAddr)

@@ -144,18 +144,6 @@ func (f *flags) config(log *slog.Logger) (cluster.Config, error) {
 	if err != nil {
 		return cluster.Config{}, err
 	}
-	listen := f.listen
-	if listen == "" {
-		// The address the other nodes will dial: listening anywhere else
-		// (the old fixed default) left a node that advertised its entry
-		// unreachable at it, and several on one machine fighting for 7101.
-		listen = defaultListen
-		for _, p := range peers {
-			if p.ID == f.id {
-				listen = p.Address
-			}
-		}
-	}
 	if f.shards < 0 || f.shards > cluster.MaxShards {
 		return cluster.Config{}, fmt.Errorf("--shards %d: must be between 1 and %d (0: one per --initial-cluster node)", f.shards, cluster.MaxShards)
 	}
@@ -187,11 +175,21 @@ func (f *flags) config(log *slog.Logger) (cluster.Config, error) {
 		return cluster.Config{}, err
 	}
 	f.memorySource = source
-	return cluster.Config{
-		ID: f.id, DataDir: f.dataDir, ListenAddr: listen, AdvertiseAddr: f.advertise, GossipAddr: f.gossip, HTTPAddr: f.http,
+	cfg := cluster.Config{
+		ID: f.id, DataDir: f.dataDir, ListenAddr: f.listen, AdvertiseAddr: f.advertise, GossipAddr: f.gossip, HTTPAddr: f.http,
 		InitialCluster: peers, Join: f.join, Shards: f.shards, Replicas: f.replicas,
 		Tuning: tuning, Logger: log, StateStore: f.stateStore, MemoryLimit: memoryLimit,
-	}, nil
+	}
+	if cfg.ListenAddr == "" {
+		// Where the other nodes will dial it: listening anywhere else (the
+		// old fixed default) left a node unreachable at the address it
+		// advertises, and several on one machine fighting for 7101.
+		var ok bool
+		if cfg.ListenAddr, ok = cfg.InitialAddress(); !ok {
+			cfg.ListenAddr = defaultListen
+		}
+	}
+	return cfg, nil
 }
 
 // parseInitialCluster reads "n1=addr,n2=addr".

@@ -37,9 +37,15 @@ type secured struct {
 
 func startSecured(t *testing.T, extra ...string) *secured {
 	t.Helper()
+	return startSecuredAt(t, "2", extra...)
+}
+
+// startSecuredAt is startSecured with the nodes' --raft-timeout-scale.
+func startSecuredAt(t *testing.T, timeoutScale string, extra ...string) *secured {
+	t.Helper()
 	sec := harness.NewSecurity(t, "n1", "n2", "n3")
 	pc := harness.StartProcessesEach(t, 3, func(id string) []string {
-		return append(append(sec.NodeFlags(id), "--shards", "2", "--raft-timeout-scale", "2"), extra...)
+		return append(append(sec.NodeFlags(id), "--shards", "2", "--raft-timeout-scale", timeoutScale), extra...)
 	})
 	pc.WaitReady(60 * time.Second)
 	return &secured{pc: pc, sec: sec}
@@ -512,7 +518,7 @@ func TestIfAbsentRepeatsAnswerOnce(t *testing.T) {
 	// and a leader stepped down at the lease of scale 2 (1 s); scale 4 gives
 	// the leases 2 s, still well under what heartbeats queued behind every
 	// batch (112 MiB written three times) would take.
-	s := startSecured(t, "--raft-timeout-scale", "4")
+	s := startSecuredAt(t, "4")
 	p := s.startProxy(t, "--auth-tokens", s.sec.Dir+"/tokens")
 	ctx := ctxT(t, 240*time.Second)
 	admin := s.dial(t, s.pc.Endpoints(), false, "admin", "")
