@@ -148,16 +148,34 @@ func (v *validator) id(field, s string) error {
 	return nil
 }
 
+// commandBodies names a command's bodies in the order they are checked,
+// and the op each belongs to (an OP_MODIFY_CLAIM's body is its modify).
+var commandBodies = []struct {
+	name string
+	ops  []fsmpb.Op
+	set  func(*fsmpb.Command) bool
+}{
+	{"modify", []fsmpb.Op{fsmpb.Op_OP_MODIFY, fsmpb.Op_OP_MODIFY_CLAIM}, func(c *fsmpb.Command) bool { return c.Modify != nil }},
+	{"claim", []fsmpb.Op{fsmpb.Op_OP_CLAIM}, func(c *fsmpb.Command) bool { return c.Claim != nil }},
+	{"purge", []fsmpb.Op{fsmpb.Op_OP_PURGE}, func(c *fsmpb.Command) bool { return c.Purge != nil }},
+	{"pause", []fsmpb.Op{fsmpb.Op_OP_PAUSE}, func(c *fsmpb.Command) bool { return c.Pause != nil }},
+	{"limit", []fsmpb.Op{fsmpb.Op_OP_LIMIT}, func(c *fsmpb.Command) bool { return c.Limit != nil }},
+	{"schedule", []fsmpb.Op{fsmpb.Op_OP_SCHEDULE}, func(c *fsmpb.Command) bool { return c.Schedule != nil }},
+	{"policy", []fsmpb.Op{fsmpb.Op_OP_POLICY}, func(c *fsmpb.Command) bool { return c.Policy != nil }},
+	{"expire", []fsmpb.Op{fsmpb.Op_OP_EXPIRE}, func(c *fsmpb.Command) bool { return c.Expire != nil }},
+	{"batch", []fsmpb.Op{fsmpb.Op_OP_BATCH}, func(c *fsmpb.Command) bool { return len(c.Batch) > 0 }},
+}
+
+// bodies checks that cmd carries its op's body and no other. It runs for
+// every request a node takes, so it allocates nothing unless it fails.
 func (v *validator) bodies(cmd *fsmpb.Command, path string) error {
-	set := map[string]bool{"modify": cmd.Modify != nil, "claim": cmd.Claim != nil, "purge": cmd.Purge != nil, "pause": cmd.Pause != nil, "limit": cmd.Limit != nil, "schedule": cmd.Schedule != nil, "policy": cmd.Policy != nil, "expire": cmd.Expire != nil, "batch": len(cmd.Batch) > 0}
-	want := map[fsmpb.Op]string{fsmpb.Op_OP_MODIFY: "modify", fsmpb.Op_OP_MODIFY_CLAIM: "modify", fsmpb.Op_OP_CLAIM: "claim", fsmpb.Op_OP_PURGE: "purge",
-		fsmpb.Op_OP_PAUSE: "pause", fsmpb.Op_OP_LIMIT: "limit", fsmpb.Op_OP_SCHEDULE: "schedule", fsmpb.Op_OP_POLICY: "policy", fsmpb.Op_OP_EXPIRE: "expire", fsmpb.Op_OP_BATCH: "batch"}[cmd.Op]
-	for _, body := range []string{"modify", "claim", "purge", "pause", "limit", "schedule", "policy", "expire", "batch"} {
-		if body == want && !set[body] {
-			return invalidf(path+body, "required for %v", cmd.Op)
+	for _, b := range commandBodies {
+		want, set := slices.Contains(b.ops, cmd.Op), b.set(cmd)
+		if want && !set {
+			return invalidf(path+b.name, "required for %v", cmd.Op)
 		}
-		if body != want && set[body] {
-			return invalidf(path+body, "must be empty for %v", cmd.Op)
+		if !want && set {
+			return invalidf(path+b.name, "must be empty for %v", cmd.Op)
 		}
 	}
 	return nil
@@ -292,8 +310,8 @@ func (v *validator) modify(m *fsmpb.Modify, path string) error {
 		return invalidf(path+"scope", "%d prefixes exceeds the limit of %d", len(m.Scope), maxScope)
 	}
 	for i, p := range m.Scope {
-		if err := v.name(fmt.Sprintf("%sscope[%d]", path, i), p, true); err != nil {
-			return err
+		if err := v.name("", p, true); err != nil {
+			return within(err, fmt.Sprintf("%sscope[%d]", path, i))
 		}
 	}
 	ops := len(m.Inserts) + len(m.Changes) + len(m.Deletes) + len(m.Depends)
@@ -303,118 +321,188 @@ func (v *validator) modify(m *fsmpb.Modify, path string) error {
 	if c := m.Claim; c != nil {
 		// The same rules as a Claim's, and the claim stays in the
 		// transaction's group and is the modifier's.
-		f := path + "claim."
-		if err := v.claim(c, f); err != nil {
-			return err
+		if err := v.claim(c, ""); err != nil {
+			return within(err, path+"claim.")
 		}
 		if c.Claimant != m.Claimant {
-			return invalidf(f+"claimant", "%q differs from the modify's claimant %q", c.Claimant, m.Claimant)
+			return invalidf(path+"claim.claimant", "%q differs from the modify's claimant %q", c.Claimant, m.Claimant)
 		}
 		for i, q := range c.Queues {
 			if groupOf(q) != m.Group {
-				return invalidf(fmt.Sprintf("%squeues[%d]", f, i), "queue %q is not in consistency group %q", q, m.Group)
+				return invalidf(fmt.Sprintf("%sclaim.queues[%d]", path, i), "queue %q is not in consistency group %q", q, m.Group)
 			}
 		}
 	}
 	if ops > v.l.MaxOps {
 		return &ValidationError{Field: path + "modify", Rule: fmt.Sprintf("%d operations exceeds the limit of %d", ops, v.l.MaxOps), Kind: ErrTooLarge}
 	}
-	named := make(map[string]string, ops) // id → field that named it
-	dup := func(field, id string) error {
-		if prev, ok := named[id]; ok {
-			return invalidf(field, "task %q is also named by %s", id, prev)
-		}
-		named[id] = field
-		return nil
-	}
+	// The checks of a list's elements name fields relative to the element
+	// (within adds the path when one fails), so that a valid command
+	// builds no field names: every write a node takes passes here.
+	var ids idSet
 	for i, in := range m.Inserts {
-		f := fmt.Sprintf("%sinserts[%d].", path, i)
-		if err := v.id(f+"id", in.Id); err != nil {
-			return err
-		}
-		if err := dup(f+"id", in.Id); err != nil {
-			return err
-		}
-		if err := v.newQueue(f+"queue", in.Queue, m.Group); err != nil {
-			return err
-		}
-		if in.At < 0 {
-			return invalidf(f+"at", "must not be negative")
-		}
-		if err := v.name(f+"key", in.Key, false); err != nil {
-			return err
-		}
-		if in.IfAbsent && in.Key == "" {
-			return invalidf(f+"if_absent", "needs a key")
-		}
-		switch {
-		case in.DedupWindow < 0 || in.DedupWindow > MaxDedupWindow:
-			return invalidf(f+"dedup_window", "must be between 0 and %v", time.Duration(MaxDedupWindow))
-		case in.DedupWindow > 0 && in.Key == "":
-			return invalidf(f+"dedup_window", "needs a key: the window keeps the key reserved")
-		}
-		if len(in.Value) > v.l.MaxValueBytes {
-			return tooLarge(f+"value", len(in.Value), v.l.MaxValueBytes)
-		}
-		if len(in.Err) > v.l.MaxErrBytes {
-			return tooLarge(f+"err", len(in.Err), v.l.MaxErrBytes)
-		}
-		if err := ValidateHeaders(f+"headers", in.Headers); err != nil {
-			return err
+		if err := v.insert(in, m.Group, path, &ids, i); err != nil {
+			return within(err, elementPath(path, "inserts", i))
 		}
 	}
 	for i, c := range m.Changes {
-		f := fmt.Sprintf("%schanges[%d].", path, i)
-		if err := v.ref(f, c.Id, c.Version); err != nil {
-			return err
-		}
-		if err := dup(f+"id", c.Id); err != nil {
-			return err
-		}
-		if c.Queue != "" {
-			if err := v.newQueue(f+"queue", c.Queue, m.Group); err != nil {
-				return err
-			}
-		}
-		if c.At < 0 {
-			return invalidf(f+"at", "must not be negative")
-		}
-		if len(c.Value) > v.l.MaxValueBytes {
-			return tooLarge(f+"value", len(c.Value), v.l.MaxValueBytes)
-		}
-		if c.Err != nil && len(*c.Err) > v.l.MaxErrBytes {
-			return tooLarge(f+"err", len(*c.Err), v.l.MaxErrBytes)
-		}
-		if err := ValidateHeaders(f+"headers", c.Headers); err != nil {
-			return err
-		}
-		if c.ClearHeaders && len(c.Headers) > 0 {
-			return invalidf(f+"clear_headers", "headers replace the task's: give one or the other")
+		if err := v.change(c, m.Group, path, &ids, i); err != nil {
+			return within(err, elementPath(path, "changes", i))
 		}
 	}
 	for i, r := range m.Deletes {
-		f := fmt.Sprintf("%sdeletes[%d].", path, i)
-		if err := v.ref(f, r.Id, r.Version); err != nil {
-			return err
+		if err := v.ref(r.Id, r.Version); err != nil {
+			return within(err, elementPath(path, "deletes", i))
 		}
-		if err := dup(f+"id", r.Id); err != nil {
-			return err
+		if err := ids.add(r.Id, path, "deletes", i); err != nil {
+			return within(err, elementPath(path, "deletes", i))
 		}
 	}
 	for i, r := range m.Depends {
-		if err := v.ref(fmt.Sprintf("%sdepends[%d].", path, i), r.Id, r.Version); err != nil {
-			return err
+		if err := v.ref(r.Id, r.Version); err != nil {
+			return within(err, elementPath(path, "depends", i))
 		}
 	}
 	return nil
 }
 
-func (v *validator) ref(f, id string, version uint64) error {
-	if err := v.id(f+"id", id); err != nil {
+func (v *validator) insert(in *fsmpb.Insert, group, path string, ids *idSet, i int) error {
+	if err := v.id("id", in.Id); err != nil {
+		return err
+	}
+	if err := ids.add(in.Id, path, "inserts", i); err != nil {
+		return err
+	}
+	if err := v.newQueue("queue", in.Queue, group); err != nil {
+		return err
+	}
+	if in.At < 0 {
+		return invalidf("at", "must not be negative")
+	}
+	if err := v.name("key", in.Key, false); err != nil {
+		return err
+	}
+	if in.IfAbsent && in.Key == "" {
+		return invalidf("if_absent", "needs a key")
+	}
+	switch {
+	case in.DedupWindow < 0 || in.DedupWindow > MaxDedupWindow:
+		return invalidf("dedup_window", "must be between 0 and %v", time.Duration(MaxDedupWindow))
+	case in.DedupWindow > 0 && in.Key == "":
+		return invalidf("dedup_window", "needs a key: the window keeps the key reserved")
+	}
+	if len(in.Value) > v.l.MaxValueBytes {
+		return tooLarge("value", len(in.Value), v.l.MaxValueBytes)
+	}
+	if len(in.Err) > v.l.MaxErrBytes {
+		return tooLarge("err", len(in.Err), v.l.MaxErrBytes)
+	}
+	return ValidateHeaders("headers", in.Headers)
+}
+
+func (v *validator) change(c *fsmpb.Change, group, path string, ids *idSet, i int) error {
+	if err := v.ref(c.Id, c.Version); err != nil {
+		return err
+	}
+	if err := ids.add(c.Id, path, "changes", i); err != nil {
+		return err
+	}
+	if c.Queue != "" {
+		if err := v.newQueue("queue", c.Queue, group); err != nil {
+			return err
+		}
+	}
+	if c.At < 0 {
+		return invalidf("at", "must not be negative")
+	}
+	if len(c.Value) > v.l.MaxValueBytes {
+		return tooLarge("value", len(c.Value), v.l.MaxValueBytes)
+	}
+	if c.Err != nil && len(*c.Err) > v.l.MaxErrBytes {
+		return tooLarge("err", len(*c.Err), v.l.MaxErrBytes)
+	}
+	if err := ValidateHeaders("headers", c.Headers); err != nil {
+		return err
+	}
+	if c.ClearHeaders && len(c.Headers) > 0 {
+		return invalidf("clear_headers", "headers replace the task's: give one or the other")
+	}
+	return nil
+}
+
+// elementPath is the path of a list's element: "inserts[3].".
+func elementPath(path, list string, i int) string {
+	return fmt.Sprintf("%s%s[%d].", path, list, i)
+}
+
+// within puts a *ValidationError's field under prefix.
+func within(err error, prefix string) error {
+	if ve, ok := err.(*ValidationError); ok {
+		return &ValidationError{Field: prefix + ve.Field, Rule: ve.Rule, Kind: ve.Kind}
+	}
+	return err
+}
+
+// idSet is the task ids a modify has named so far, for the check that no
+// task is named twice: a scan of an array while they are few (no
+// allocation), a map once there are more.
+type idSet struct {
+	few  [8]namedID
+	n    int
+	many map[string]namedID
+}
+
+// namedID is where a modify named an id: the element i of list.
+type namedID struct {
+	id, list string
+	i        int
+}
+
+// add records id as named by element i of list, or fails, naming the
+// element that named it before.
+func (s *idSet) add(id, path, list string, i int) error {
+	prev, dup := s.find(id)
+	if dup {
+		return invalidf("id", "task %q is also named by %s%s[%d].id", id, path, prev.list, prev.i)
+	}
+	n := namedID{id: id, list: list, i: i}
+	switch {
+	case s.many != nil:
+		s.many[id] = n
+	case s.n < len(s.few):
+		s.few[s.n] = n
+		s.n++
+	default:
+		s.many = make(map[string]namedID, 2*len(s.few))
+		for _, f := range s.few {
+			s.many[f.id] = f
+		}
+		s.many[id] = n
+	}
+	return nil
+}
+
+func (s *idSet) find(id string) (namedID, bool) {
+	if s.many != nil {
+		n, ok := s.many[id]
+		return n, ok
+	}
+	for _, n := range s.few[:s.n] {
+		if n.id == id {
+			return n, true
+		}
+	}
+	return namedID{}, false
+}
+
+// ref checks a task named by id and version, its fields named relative
+// to the element that names it.
+func (v *validator) ref(id string, version uint64) error {
+	if err := v.id("id", id); err != nil {
 		return err
 	}
 	if version == 0 {
-		return invalidf(f+"version", "required (versions start at 1)")
+		return invalidf("version", "required (versions start at 1)")
 	}
 	return nil
 }
@@ -428,9 +516,8 @@ func (v *validator) claim(c *fsmpb.Claim, path string) error {
 	}
 	group := ""
 	for i, q := range c.Queues {
-		f := fmt.Sprintf("%squeues[%d]", path, i)
-		if err := v.queue(f, q, group); err != nil {
-			return err
+		if err := v.queue("", q, group); err != nil {
+			return within(err, fmt.Sprintf("%squeues[%d]", path, i))
 		}
 		group = groupOf(q)
 	}
