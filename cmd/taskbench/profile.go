@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"sync"
 	"time"
 )
@@ -23,7 +24,10 @@ type profileTarget struct {
 // startProfiles starts fetching, from every target, a CPU profile and an
 // allocation profile (a delta: only what was allocated meanwhile) over d,
 // the measured interval, into dir as NAME-cpu.pprof and NAME-allocs.pprof.
-// The returned function waits for them and reports what failed.
+// taskbench profiles its own CPU too (bench-cpu.pprof): the load
+// generator is a Go client of the cluster, and its CPU per task shares the
+// machine with the rest. The returned function waits for them and reports
+// what failed.
 func startProfiles(ctx context.Context, dir string, targets []profileTarget, d time.Duration) func() error {
 	secs := max(1, int(math.Round(d.Seconds())))
 	var (
@@ -33,6 +37,16 @@ func startProfiles(ctx context.Context, dir string, targets []profileTarget, d t
 	)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return func() error { return fmt.Errorf("--profile: %w", err) }
+	}
+	self, err := os.Create(filepath.Join(dir, "bench-cpu.pprof"))
+	if err == nil {
+		if err = pprof.StartCPUProfile(self); err != nil {
+			self.Close()
+			self = nil
+		}
+	}
+	if err != nil {
+		errs = append(errs, fmt.Errorf("--profile: bench cpu: %w", err))
 	}
 	client := &http.Client{Timeout: d + 30*time.Second}
 	for _, t := range targets {
@@ -49,6 +63,12 @@ func startProfiles(ctx context.Context, dir string, targets []profileTarget, d t
 		}
 	}
 	return func() error {
+		if self != nil {
+			pprof.StopCPUProfile()
+			if err := self.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("--profile: bench cpu: %w", err))
+			}
+		}
 		wg.Wait()
 		return errors.Join(errs...)
 	}
