@@ -66,6 +66,17 @@ func persisted(t testing.TB, m *Machine) []byte {
 	return sink.Bytes()
 }
 
+// flushOnDisk puts what an on-disk machine has applied into its engine's
+// files: its pending writes, then the memtables.
+func flushOnDisk(t *testing.T, m *Machine) {
+	t.Helper()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.st.store.(*diskStore).st.Flush(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // bufSink is a raft.SnapshotSink in memory.
 type bufSink struct{ bytes.Buffer }
 
@@ -98,11 +109,10 @@ func onDiskCrash(t *testing.T, seed uint64) {
 		case snapAt:
 			persisted(t, m)
 		case flushAt:
-			// The engine flushes its memtables on its own too: the stored
-			// state is then ahead of raft's snapshot.
-			if err := db.Flush(); err != nil {
-				t.Fatal(err)
-			}
+			// The engine flushes its memtables on its own too (and the
+			// state's pending writes go into them): the stored state is
+			// then ahead of raft's snapshot.
+			flushOnDisk(t, m)
 		}
 	}
 	if m.Digest() != ref.Digest() {

@@ -147,9 +147,7 @@ func TestRateOnDiskReopen(t *testing.T) {
 	both(&fsmpb.Command{Op: fsmpb.Op_OP_MODIFY, Now: 10, Modify: &fsmpb.Modify{Group: "g", Inserts: ins}})
 	both(&fsmpb.Command{Op: fsmpb.Op_OP_POLICY, Now: 10, Policy: &fsmpb.QueuePolicy{Queue: "g/work", RateInterval: 1000, Burst: 5}})
 	both(&fsmpb.Command{Op: fsmpb.Op_OP_CLAIM, Now: 100, Claim: &fsmpb.Claim{Claimant: "w", Queues: []string{"g/work"}, Lease: 1_000_000, Limit: 4}})
-	if err := db.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	flushOnDisk(t, m)
 	db.Close()
 	db2, m2 := openOnDisk(t, fs)
 	defer db2.Close()

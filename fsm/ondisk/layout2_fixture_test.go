@@ -108,7 +108,7 @@ func TestReplacedInPlaceThenDeleted(t *testing.T) {
 		if err := tx.Commit(applied); err != nil {
 			t.Fatal(err)
 		}
-		if err := db.Flush(); err != nil { // each write in a file of its own
+		if err := s.Flush(); err != nil { // each write in a file of its own
 			t.Fatal(err)
 		}
 	}
@@ -200,6 +200,9 @@ func TestOpenUpgradesLayout2(t *testing.T) {
 		}
 	}
 	if err := tx.Commit(20); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.commitPending(); err != nil {
 		t.Fatal(err)
 	}
 	flushAndCompact(t, db, 3)

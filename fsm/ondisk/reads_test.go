@@ -307,7 +307,7 @@ func readFailingState(t *testing.T, fail func() bool) (*State, []string) {
 	if err := tx.Commit(1); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.Flush(); err != nil {
+	if err := s.Flush(); err != nil {
 		t.Fatal(err)
 	}
 	s.recent = recentSet[Task]{}

@@ -177,6 +177,9 @@ func (t *Txn) AscendSessions(fn func(client string, s *Session) bool) error {
 // QueueNames calls fn with the name of every queue the shard has a record
 // of, in name order, from the first at or after from.
 func (s *State) QueueNames(from string, fn func(name string) bool) error {
+	if err := s.commitPending(); err != nil { // it reads the engine
+		return err
+	}
 	prefix := QueueKey(s.shard, "")
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: tableKey(s.shard, TableQueue+1, 0)})
 	if err != nil {

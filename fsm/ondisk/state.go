@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/google/btree"
@@ -42,6 +43,14 @@ type State struct {
 	recentSessions recentSet[Session]
 	// ops is commitSorted's buffer, kept between commits.
 	ops []batchOp
+	// pending: the writes of committed transactions that are not in the
+	// engine yet (an indexed batch every transaction reads and writes
+	// through), put into the engine once it holds pendingBytes, and
+	// before anything reads the engine directly (commitPending). nil:
+	// none. pendMu guards it against reads that run beside each other
+	// (BeginRead, View, the flushes): the apply never runs beside them.
+	pending *pebble.Batch
+	pendMu  sync.Mutex
 	// cacheBytes: the queues' heads in memory together (heads.go).
 	cacheBytes int
 	// writtenKeys, writtenBytes: the keys (sets and deletes) and their
@@ -143,13 +152,98 @@ func Open(db *pebble.DB, shard uint32) (*State, error) {
 
 // AsyncFlush starts writing the memtables to files; the channel closes
 // when what was committed before the call is flushed.
-func (s *State) AsyncFlush() (<-chan struct{}, error) { return s.db.AsyncFlush() }
+func (s *State) AsyncFlush() (<-chan struct{}, error) {
+	if err := s.commitPending(); err != nil {
+		return nil, err
+	}
+	return s.db.AsyncFlush()
+}
 
 // Flush writes the engine's memtables to its files. Without a WAL, what
 // is committed but not flushed is lost in a crash: the state then trails
 // the Raft log, which replays it, but never the log's newest snapshot,
 // which is why a snapshot flushes first (DESIGN.md).
-func (s *State) Flush() error { return s.db.Flush() }
+func (s *State) Flush() error {
+	if err := s.commitPending(); err != nil {
+		return err
+	}
+	return s.db.Flush()
+}
+
+// pendingBytes is the size of the pending batch at which a commit puts it
+// into the engine. The transactions of a shard's entries write many keys
+// that the next few delete again (a claimed task's record and its due
+// key, the claim key of a lease, a session's and a queue's record every
+// time): in one batch the last write of each key is all commitSorted puts
+// into the engine, and a key set and deleted again is not written at all.
+var pendingBytes = 256 << 10
+
+// CommitPending puts the pending writes into the engine (a machine
+// closing, so that a restart replays less of the log).
+func (s *State) CommitPending() error { return s.commitPending() }
+
+// commitPending puts the pending writes into the engine.
+func (s *State) commitPending() error {
+	s.pendMu.Lock()
+	defer s.pendMu.Unlock()
+	if s.pending == nil {
+		return nil
+	}
+	b := s.pending
+	s.pending = nil
+	defer b.Close()
+	return s.commitSorted(b)
+}
+
+// truncatePending keeps the first n writes of the pending batch (a
+// discarded transaction's come after them). A batch cannot be cut short,
+// so they are copied into a new one: discarding a transaction that wrote
+// is rare (an install that failed part way, tests).
+func (s *State) truncatePending(n uint32) error {
+	s.pendMu.Lock()
+	defer s.pendMu.Unlock()
+	old := s.pending
+	s.pending = nil
+	defer old.Close()
+	if n == 0 {
+		return nil
+	}
+	b := s.db.NewIndexedBatch()
+	r := old.Reader()
+	for range n {
+		kind, k, v, ok, err := r.Next()
+		switch {
+		case err != nil:
+			b.Close()
+			return err
+		case !ok:
+			b.Close()
+			return fmt.Errorf("the pending batch holds fewer than %d writes", n)
+		case kind == pebble.InternalKeyKindSet:
+			err = b.Set(k, v, nil)
+		case kind == pebble.InternalKeyKindDelete:
+			err = b.Delete(k, nil)
+		default:
+			err = fmt.Errorf("a write of kind %v in a transaction", kind)
+		}
+		if err != nil {
+			b.Close()
+			return err
+		}
+	}
+	s.pending = b
+	return nil
+}
+
+// dropPending forgets the pending writes (Clear).
+func (s *State) dropPending() {
+	s.pendMu.Lock()
+	defer s.pendMu.Unlock()
+	if s.pending != nil {
+		s.pending.Close()
+		s.pending = nil
+	}
+}
 
 // Small returns the bytes PutSmall stored last, or nil.
 func (s *State) Small() ([]byte, error) {
@@ -203,6 +297,7 @@ func (t *Txn) PutSmall(b []byte) error {
 // Clear deletes the shard's whole range (tasks, indexes, sessions,
 // reservations, its own record): what a snapshot install does first.
 func (s *State) Clear() error {
+	s.dropPending()
 	if err := s.db.DeleteRange(ShardPrefix(s.shard), ShardEnd(s.shard), pebble.NoSync); err != nil {
 		return err
 	}
@@ -243,13 +338,18 @@ func (s *State) Queues() int { return len(s.queues) }
 // Txn is a set of changes that commit together, with the applied index of
 // the last entry they apply. Its reads see its own writes.
 type Txn struct {
-	s       *State
-	b       *pebble.Batch // writes; nil in a view
-	r       pebble.Reader // reads: b, or a view's snapshot
-	snap    *pebble.Snapshot
-	view    bool
-	meta    meta
-	dueHead []byte
+	s *State
+	b *pebble.Batch // writes (the State's pending batch); nil in a view
+	// base: b's count of writes when the transaction began; own: b is
+	// the transaction's own (a read's), not the pending batch.
+	base      uint32
+	own       bool
+	committed bool          // Commit ran: Discard has nothing to drop
+	r         pebble.Reader // reads: b, or a view's snapshot
+	snap      *pebble.Snapshot
+	view      bool
+	meta      meta
+	dueHead   []byte
 	// order: the session order the transaction sees; orderMine: it is
 	// the transaction's own copy (orderForWrite).
 	order     *btree.BTreeG[sessionAt]
@@ -282,8 +382,11 @@ type Txn struct {
 
 // Begin starts a transaction.
 func (s *State) Begin() *Txn {
-	b := s.db.NewIndexedBatch()
-	return &Txn{s: s, b: b, r: b, meta: s.meta, dueHead: s.dueHead, order: s.order,
+	if s.pending == nil {
+		s.pending = s.db.NewIndexedBatch()
+	}
+	b := s.pending
+	return &Txn{s: s, b: b, r: b, base: b.Count(), meta: s.meta, dueHead: s.dueHead, order: s.order,
 		dueAt: s.dueAt, dueKnown: s.dueKnown, dirty: map[string]*queueInfo{}, byNum: map[uint32]*queueInfo{}}
 }
 
@@ -291,9 +394,15 @@ func (s *State) Begin() *Txn {
 // may run beside other reads (never beside a change), so it changes
 // nothing it shares with them.
 func (s *State) BeginRead() *Txn {
-	t := s.Begin()
-	t.readOnly = true
-	return t
+	// Reads run beside each other, and a batch is read by one at a time:
+	// the pending writes go into the engine first, and the read has a
+	// batch of its own over it, which it discards.
+	if err := s.commitPending(); err != nil {
+		panic(fmt.Sprintf("ondisk: shard %d: %v", s.shard, err))
+	}
+	b := s.db.NewIndexedBatch()
+	return &Txn{s: s, b: b, r: b, own: true, readOnly: true, meta: s.meta, dueHead: s.dueHead, order: s.order,
+		dueAt: s.dueAt, dueKnown: s.dueKnown, dirty: map[string]*queueInfo{}, byNum: map[uint32]*queueInfo{}}
 }
 
 // View is a read-only transaction over a consistent snapshot of the
@@ -302,6 +411,9 @@ func (s *State) BeginRead() *Txn {
 // per-queue records, and a Pebble snapshot pins the files it reads. Its
 // changes fail; Discard releases it.
 func (s *State) View() *Txn {
+	if err := s.commitPending(); err != nil {
+		panic(fmt.Sprintf("ondisk: shard %d: %v", s.shard, err))
+	}
 	t := &Txn{s: s, snap: s.db.NewSnapshot(), view: true, meta: s.meta, dueHead: s.dueHead, order: s.order.Clone(),
 		dueAt: s.dueAt, dueKnown: s.dueKnown, dirty: make(map[string]*queueInfo, len(s.queues)), byNum: make(map[uint32]*queueInfo, len(s.queues))}
 	t.r = t.snap
@@ -332,11 +444,21 @@ func (t *Txn) QueueNames() []string {
 
 // Discard drops the transaction's changes (or releases the view).
 func (t *Txn) Discard() {
-	if t.snap != nil {
+	switch {
+	case t.snap != nil:
 		t.snap.Close()
-		return
+	case t.own:
+		t.b.Close()
+	case t.committed || t.b != t.s.pending:
+		// Committed, or not the pending batch any more (a read that went
+		// on past a commit of the pending writes: a transaction that wrote
+		// is committed or discarded before anything else runs).
+	case t.b.Count() != t.base:
+		// Its writes are the pending batch's last: keep those before them.
+		if err := t.s.truncatePending(t.base); err != nil {
+			panic(fmt.Sprintf("ondisk: shard %d: discarding a transaction: %v", t.s.shard, err))
+		}
 	}
-	t.b.Close()
 }
 
 // Commit writes the changes and the applied index, without a sync (the
@@ -361,11 +483,13 @@ func (t *Txn) Commit(applied uint64) error {
 	if err := t.b.Set(MetaKey(t.s.shard, "shard"), t.meta.encode(), nil); err != nil {
 		return err
 	}
-	if err := t.s.commitSorted(t.b); err != nil {
-		return err
-	}
-	t.b.Close()
 	s := t.s
+	t.committed = true
+	if len(t.b.Repr()) >= pendingBytes {
+		if err := s.commitPending(); err != nil {
+			return err
+		}
+	}
 	for _, q := range t.dirty {
 		if old := s.queues[q.name]; old != nil {
 			delete(s.byNum, old.num)

@@ -124,7 +124,7 @@ func TestOpenUpgradesLayout1(t *testing.T) {
 	if err := tx.Commit(44); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.Flush(); err != nil {
+	if err := s.Flush(); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.Close(); err != nil {
@@ -191,6 +191,9 @@ func TestLayoutWritesNoSessionOrder(t *testing.T) {
 		if err := tx.Commit(uint64(i + 1)); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if err := s.commitPending(); err != nil {
+		t.Fatal(err)
 	}
 	if n := sessionOrderKeys(t, db, 1); n != 0 {
 		t.Fatalf("%d session order keys", n)
