@@ -173,11 +173,6 @@ func NewOnDisk(opts Options, db *pebble.DB, shard uint32) (*Machine, error) {
 func (m *Machine) Close() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if d, ok := m.st.store.(*diskStore); ok {
-		// What did not reach the engine is replayed from the log at the
-		// next start; putting it there now only shortens that.
-		_ = d.st.CommitPending()
-	}
 	m.st = newState()
 }
 

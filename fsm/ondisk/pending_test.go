@@ -1,6 +1,7 @@
 package ondisk
 
 import (
+	"fmt"
 	"testing"
 )
 
@@ -72,5 +73,37 @@ func TestReadsSeePendingWrites(t *testing.T) {
 			t.Errorf("%s: x is %v, %v; want its value v", name, tk, err)
 		}
 		r.Discard()
+	}
+}
+
+// TestDiscardOfAnEarlierTransaction: a transaction that only read,
+// discarded after the pending batch it read went into the engine and a
+// new one took later commits, drops nothing of them (Pebble reuses closed
+// batches, so the new batch may be the same object as its old one).
+func TestDiscardOfAnEarlierTransaction(t *testing.T) {
+	s, err := Open(openMem(t), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		early := s.Begin()
+		if err := s.commitPending(); err != nil { // a read beside the apply would
+			t.Fatal(err)
+		}
+		tx := s.Begin()
+		id := fmt.Sprintf("x%d", i)
+		if err := tx.Put(id, "g/q", &Task{Version: 1, Value: []byte("v")}); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(uint64(i + 1)); err != nil {
+			t.Fatal(err)
+		}
+		early.Discard()
+		r := s.BeginRead()
+		tk, err := r.Get("g", id)
+		r.Discard()
+		if err != nil || tk == nil {
+			t.Fatalf("round %d: %s after an earlier transaction's discard: %v, %v", i, id, tk, err)
+		}
 	}
 }

@@ -51,6 +51,9 @@ type State struct {
 	// (BeginRead, View, the flushes): the apply never runs beside them.
 	pending *pebble.Batch
 	pendMu  sync.Mutex
+	// pendGen counts the pending batches begun: a transaction knows its
+	// batch by it (Pebble pools closed batches, so a pointer may recur).
+	pendGen uint64
 	// cacheBytes: the queues' heads in memory together (heads.go).
 	cacheBytes int
 	// writtenKeys, writtenBytes: the keys (sets and deletes) and their
@@ -178,10 +181,6 @@ func (s *State) Flush() error {
 // into the engine, and a key set and deleted again is not written at all.
 var pendingBytes = 256 << 10
 
-// CommitPending puts the pending writes into the engine (a machine
-// closing, so that a restart replays less of the log).
-func (s *State) CommitPending() error { return s.commitPending() }
-
 // commitPending puts the pending writes into the engine.
 func (s *State) commitPending() error {
 	s.pendMu.Lock()
@@ -232,6 +231,7 @@ func (s *State) truncatePending(n uint32) error {
 		}
 	}
 	s.pending = b
+	s.pendGen++
 	return nil
 }
 
@@ -343,6 +343,7 @@ type Txn struct {
 	// base: b's count of writes when the transaction began; own: b is
 	// the transaction's own (a read's), not the pending batch.
 	base      uint32
+	gen       uint64 // the State's pendGen when it began
 	own       bool
 	committed bool          // Commit ran: Discard has nothing to drop
 	r         pebble.Reader // reads: b, or a view's snapshot
@@ -384,9 +385,10 @@ type Txn struct {
 func (s *State) Begin() *Txn {
 	if s.pending == nil {
 		s.pending = s.db.NewIndexedBatch()
+		s.pendGen++
 	}
 	b := s.pending
-	return &Txn{s: s, b: b, r: b, base: b.Count(), meta: s.meta, dueHead: s.dueHead, order: s.order,
+	return &Txn{s: s, b: b, r: b, gen: s.pendGen, base: b.Count(), meta: s.meta, dueHead: s.dueHead, order: s.order,
 		dueAt: s.dueAt, dueKnown: s.dueKnown, dirty: map[string]*queueInfo{}, byNum: map[uint32]*queueInfo{}}
 }
 
@@ -449,7 +451,7 @@ func (t *Txn) Discard() {
 		t.snap.Close()
 	case t.own:
 		t.b.Close()
-	case t.committed || t.b != t.s.pending:
+	case t.committed || t.s.pending == nil || t.gen != t.s.pendGen:
 		// Committed, or not the pending batch any more (a read that went
 		// on past a commit of the pending writes: a transaction that wrote
 		// is committed or discarded before anything else runs).
