@@ -113,10 +113,6 @@ type Server struct {
 	pprof        bool // serve /debug/pprof
 }
 
-// streamWorkers is how many goroutines serve calls before more are
-// started (one per call beyond them).
-const streamWorkers = 64
-
 func serverOptions(cfg Config, m *metrics, b *answerBudget) []grpc.ServerOption {
 	opts := []grpc.ServerOption{
 		serving.Keepalive(),
@@ -128,10 +124,7 @@ func serverOptions(cfg Config, m *metrics, b *answerBudget) []grpc.ServerOption 
 		grpc.ChainUnaryInterceptor(m.grpcServer.UnaryServerInterceptor(), m.unary(), b.unary()),
 		grpc.StatsHandler(b),
 		grpc.ChainStreamInterceptor(m.grpcServer.StreamServerInterceptor()),
-		// Calls run on reused goroutines whose stacks have grown to what
-		// forwarding needs: a new goroutine per call grew its stack on
-		// every call (runtime.newstack/copystack: 15% of the proxy's CPU).
-		grpc.NumStreamWorkers(streamWorkers),
+		serving.ReusedWorkers(),
 		// With taskstorepb.RegisterTaskStore: a request that does not
 		// decode is InvalidArgument, not Internal. Answers are encoded into
 		// buffers that return their bytes to the answer budget once sent.

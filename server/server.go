@@ -61,20 +61,13 @@ type Options struct {
 	Pprof bool
 }
 
-// streamWorkers is how many goroutines serve calls before more are
-// started (one per call beyond them).
-const streamWorkers = 64
-
 // Start starts a node and serves it. cfg.HTTPAddr, when set, is
 // listened on for the HTTP endpoints. With cfg.TLS the gRPC server speaks
 // TLS (terminated by the node's listener, shared with Raft).
 func Start(cfg cluster.Config, no Options) (*Node, error) {
 	opts := append(no.Limits.ServerOptions(), no.GRPC...)
 	opts = append(opts, taskstorepb.ServerCodec()) // with RegisterTaskStore: undecodable requests are InvalidArgument
-	// Calls run on reused goroutines whose stacks have grown to what a
-	// call needs, as the proxy's do: a new goroutine per call grows its
-	// stack on every call (runtime.newstack, copystack).
-	opts = append(opts, grpc.NumStreamWorkers(streamWorkers))
+	opts = append(opts, serving.ReusedWorkers())
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
