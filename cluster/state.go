@@ -30,9 +30,9 @@ const (
 )
 
 // DefaultStateStore is Config.StateStore when empty. Memory, for now: on
-// disk a 3-node cluster moves 0.59-0.78x the claims+commits it moves in
-// memory via a proxy, and 0.41-0.51x its batched inserts
-// (docs/performance-history.md, "the state on disk at 10 and 20 million tasks").
+// disk a 3-node cluster moves 0.79-1.03x the claims+commits it moves in
+// memory via a proxy and 0.72-0.98x its single inserts, not yet 0.9x in
+// every round (docs/performance.md, "What the numbers say").
 // --state disk is for queues larger than memory until that cost comes
 // down; memory is bounded by the node's budget either way (memory.go).
 const DefaultStateStore = StateInMemory
