@@ -101,13 +101,7 @@ func TestReplacedInPlaceThenDeleted(t *testing.T) {
 	}
 	step := func(applied uint64, fn func(tx *Txn) error) {
 		t.Helper()
-		tx := s.Begin()
-		if err := fn(tx); err != nil {
-			t.Fatal(err)
-		}
-		if err := tx.Commit(applied); err != nil {
-			t.Fatal(err)
-		}
+		commitTxn(t, s, applied, fn)
 		if err := s.Flush(); err != nil { // each write in a file of its own
 			t.Fatal(err)
 		}

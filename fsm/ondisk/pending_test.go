@@ -15,16 +15,7 @@ func TestPendingWritesCancel(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		commit := func(applied uint64, fn func(*Txn) error) {
-			t.Helper()
-			tx := s.Begin()
-			if err := fn(tx); err != nil {
-				t.Fatal(err)
-			}
-			if err := tx.Commit(applied); err != nil {
-				t.Fatal(err)
-			}
-		}
+		commit := func(applied uint64, fn func(*Txn) error) { t.Helper(); commitTxn(t, s, applied, fn) }
 		commit(1, func(tx *Txn) error { return tx.Put("x", "g/q", &Task{Version: 1, Value: []byte("v"), At: 5}) })
 		if settleBetween {
 			if err := s.Flush(); err != nil {
@@ -47,6 +38,18 @@ func TestPendingWritesCancel(t *testing.T) {
 	together, apart := written(false), written(true)
 	if together >= apart {
 		t.Fatalf("an insert and a delete in one pending batch wrote %d keys into the engine, put there one at a time %d: want fewer", together, apart)
+	}
+}
+
+// commitTxn runs fn in a transaction of s and commits it at applied.
+func commitTxn(t *testing.T, s *State, applied uint64, fn func(*Txn) error) {
+	t.Helper()
+	tx := s.Begin()
+	if err := fn(tx); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(applied); err != nil {
+		t.Fatal(err)
 	}
 }
 
