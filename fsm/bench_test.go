@@ -366,6 +366,68 @@ func BenchmarkInsertBatch(b *testing.B) {
 	}
 }
 
+// BenchmarkInsert is taskbench's single inserts at the state machine:
+// raft batches of five entries (what a shard's entry carries under 16
+// clients), each one Modify inserting one task with a leader-chosen id
+// into one of 8 queues in 8 groups, each command the next request of one
+// of 16 clients, so that it replaces that client's exactly-once session.
+//
+//	go test -run '^$' -bench 'Insert/'  -benchtime 100000x -count 6 ./fsm/
+func BenchmarkInsert(b *testing.B) {
+	const perBatch, clients, queues = 5, 16, 8
+	value := bytes.Repeat([]byte("v"), 64)
+	for _, store := range []string{"memory", "disk"} {
+		b.Run(store, func(b *testing.B) {
+			m := storeMachine(b, store)
+			m.ApplyCommand(1, SetFormatCommand(MaxFormat))
+			rnd := rand.New(rand.NewPCG(1, 2))
+			logs := make([]*raft.Log, perBatch)
+			seqs := make([]uint64, clients)
+			runtime.GC()
+			b.ReportAllocs()
+			keys0, bytes0 := engineWrites(m)
+			files0 := engineFileBytes(m)
+			cpu := startCPU()
+			b.ResetTimer()
+			index := uint64(1)
+			for i := range b.N {
+				b.StopTimer()
+				cpu.pause()
+				for j := range logs {
+					n := i*perBatch + j
+					c := n % clients
+					seqs[c]++
+					mod := &fsmpb.Modify{Group: fmt.Sprintf("g%d", n%queues), Inserts: []*fsmpb.Insert{{
+						Id: leaderID(int64(n+1), rnd), IdChosenByLeader: true, Queue: fmt.Sprintf("g%d/q", n%queues), Value: value}}}
+					data, err := EncodeCommand(&fsmpb.Command{Op: fsmpb.Op_OP_MODIFY, Now: int64(n + 1), Modify: mod,
+						ClientId: fmt.Sprintf("c%d", c), Seq: seqs[c]})
+					if err != nil {
+						b.Fatal(err)
+					}
+					index++
+					logs[j] = &raft.Log{Index: index, Term: 1, Type: raft.LogCommand, Data: data}
+				}
+				cpu.resume()
+				b.StartTimer()
+				for j, res := range m.ApplyBatch(logs) {
+					if r := res.(*fsmpb.Result); r.Failure != nil {
+						b.Fatalf("modify %d: %v", i*perBatch+j, r.Failure)
+					}
+				}
+			}
+			b.StopTimer()
+			tasks := float64(b.N * perBatch)
+			b.ReportMetric(tasks/b.Elapsed().Seconds(), "tasks/s")
+			b.ReportMetric(cpu.since()/tasks, "cpu-ns/task")
+			if keys, bytes := engineWrites(m); keys > 0 {
+				b.ReportMetric(float64(keys-keys0)/tasks, "keys/task")
+				b.ReportMetric(float64(bytes-bytes0)/tasks, "bytes/task")
+				b.ReportMetric(float64(engineFileBytes(m)-files0)/tasks, "file-B/task")
+			}
+		})
+	}
+}
+
 // leaderID is an id as rpc's leader chooses one: the clock in
 // milliseconds (here the command's clock), then 80 random bits, in hex.
 func leaderID(clockMs int64, rnd *rand.Rand) string {

@@ -45,16 +45,16 @@ func (s *State) commitSorted(b *pebble.Batch) error {
 		if kind != pebble.InternalKeyKindSet && kind != pebble.InternalKeyKindDelete {
 			return fmt.Errorf("ondisk: shard %d: a write of kind %v in a transaction", s.shard, kind)
 		}
-		ops = append(ops, batchOp{kind: kind, key: k, value: v, seq: len(ops), p0: keyWord(k, 0), p1: keyWord(k, 8)})
+		ops = append(ops, batchOp{kind: kind, key: k, value: v})
 	}
-	slices.SortFunc(ops, compareOps)
+	order := sortOps(ops, s.sortBuf[:0])
 	sorted := s.db.NewBatchWithSize(len(b.Repr()))
 	defer sorted.Close()
-	for i := 0; i < len(ops); {
-		first := ops[i]
-		for i++; i < len(ops) && bytes.Equal(ops[i].key, first.key); i++ {
+	for i := 0; i < len(order); {
+		first := ops[order[i].i]
+		for i++; i < len(order) && bytes.Equal(ops[order[i].i].key, first.key); i++ {
 		}
-		op := ops[i-1] // the last write of the key replaces the others
+		op := ops[order[i-1].i] // the last write of the key replaces the others
 		kind := op.kind
 		if singleDeleted(op.key) {
 			// Set only where absent, deleted only where present: the
@@ -84,7 +84,7 @@ func (s *State) commitSorted(b *pebble.Batch) error {
 		}
 	}
 	clear(ops) // let the batch's memory go
-	s.ops = ops[:0]
+	s.ops, s.sortBuf = ops[:0], order[:0]
 	return sorted.Commit(pebble.NoSync)
 }
 
@@ -92,11 +92,46 @@ func (s *State) commitSorted(b *pebble.Batch) error {
 type batchOp struct {
 	kind       pebble.InternalKeyKind
 	key, value []byte
-	seq        int // the write's place in the batch
-	// p0, p1: the key's first 16 bytes as numbers (keyWord), which decide
-	// most comparisons of the sort without a call to bytes.Compare: every
-	// key starts with the shard and a table byte.
+}
+
+// sortOp is a write's place in the sort: ops[i], and 16 bytes of its key
+// as two numbers (keyWord) from where the batch's keys start to differ,
+// which decide most comparisons without a call to bytes.Compare (every
+// key of a shard starts with the same shard and most with one table
+// byte). The sort moves these 24 bytes, not the write.
+type sortOp struct {
 	p0, p1 uint64
+	i      int32
+}
+
+// sortOps returns the places of ops in key order, writes of one key in
+// their order in the batch, in buf's memory.
+func sortOps(ops []batchOp, buf []sortOp) []sortOp {
+	off := 0 // the bytes every key shares, up to 8
+	if len(ops) > 0 {
+		first := ops[0].key
+		off = min(len(first), 8)
+		for _, op := range ops[1:] {
+			off = min(off, len(op.key))
+			for off > 0 && !bytes.Equal(op.key[:off], first[:off]) {
+				off--
+			}
+		}
+	}
+	order := buf[:0]
+	for i, op := range ops {
+		order = append(order, sortOp{p0: keyWord(op.key, off), p1: keyWord(op.key, off+8), i: int32(i)})
+	}
+	slices.SortFunc(order, func(a, b sortOp) int {
+		if a.p0 != b.p0 {
+			return cmp.Compare(a.p0, b.p0)
+		}
+		if a.p1 != b.p1 {
+			return cmp.Compare(a.p1, b.p1)
+		}
+		return cmp.Or(bytes.Compare(ops[a.i].key, ops[b.i].key), cmp.Compare(a.i, b.i))
+	})
+	return order
 }
 
 // keyWord is the 8 bytes of k from i on, big-endian, zero-padded: two keys
@@ -110,17 +145,6 @@ func keyWord(k []byte, i int) uint64 {
 		copy(w[:], k[i:])
 	}
 	return binary.BigEndian.Uint64(w[:])
-}
-
-// compareOps orders writes by key, then by their place in the batch.
-func compareOps(a, b batchOp) int {
-	if a.p0 != b.p0 {
-		return cmp.Compare(a.p0, b.p0)
-	}
-	if a.p1 != b.p1 {
-		return cmp.Compare(a.p1, b.p1)
-	}
-	return cmp.Or(bytes.Compare(a.key, b.key), cmp.Compare(a.seq, b.seq))
 }
 
 // singleDeleted reports whether k is a claim or due key: valueless, set

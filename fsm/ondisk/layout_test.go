@@ -2,7 +2,6 @@ package ondisk
 
 import (
 	"bytes"
-	"cmp"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -188,26 +187,34 @@ func TestReservationOrderKeysSortByEndQueueKey(t *testing.T) {
 	}
 }
 
-// TestCompareOpsIsKeyOrder checks commitSorted's comparison against
-// bytes.Compare (then the write's place) on keys that share prefixes, differ
-// in length and end in zero bytes, where the padded words alone tie.
-func TestCompareOpsIsKeyOrder(t *testing.T) {
+// TestSortOpsIsKeyOrder checks commitSorted's order against a stable sort
+// by bytes.Compare, on keys that share prefixes of every length (all of
+// them, or none while none is empty), differ in length and end in zero
+// bytes, where the padded words alone tie.
+func TestSortOpsIsKeyOrder(t *testing.T) {
 	rnd := rand.New(rand.NewPCG(3, 4))
 	alphabet := []byte{0, 1, 0x74, 0xff}
-	var ops []batchOp
-	for i := range 2000 {
-		k := make([]byte, rnd.IntN(20))
-		for j := range k {
-			k[j] = alphabet[rnd.IntN(len(alphabet))]
+	for _, c := range []struct {
+		prefix []byte
+		least  int // the shortest key's length past the prefix
+	}{{nil, 0}, {nil, 9}, {[]byte{0, 0, 0, 7}, 0}, {[]byte{0, 0, 0, 7, 0x74, 1, 2, 3, 4, 5}, 0}} {
+		prefix := c.prefix
+		var ops []batchOp
+		for range 2000 {
+			k := append([]byte(nil), prefix...)
+			for range c.least + rnd.IntN(20) {
+				k = append(k, alphabet[rnd.IntN(len(alphabet))])
+			}
+			ops = append(ops, batchOp{key: k})
 		}
-		ops = append(ops, batchOp{key: k, seq: i, p0: keyWord(k, 0), p1: keyWord(k, 8)})
-	}
-	for i := range ops {
-		for j := range ops {
-			a, b := ops[i], ops[j]
-			want := cmp.Or(bytes.Compare(a.key, b.key), cmp.Compare(a.seq, b.seq))
-			if got := compareOps(a, b); got != want {
-				t.Fatalf("compareOps(%x#%d, %x#%d) = %d, want %d", a.key, a.seq, b.key, b.seq, got, want)
+		want := make([]int, len(ops))
+		for i := range want {
+			want[i] = i
+		}
+		slices.SortStableFunc(want, func(a, b int) int { return bytes.Compare(ops[a].key, ops[b].key) })
+		for i, o := range sortOps(ops, nil) {
+			if int(o.i) != want[i] {
+				t.Fatalf("prefix %x: place %d holds write %d (%x), want %d (%x)", prefix, i, o.i, ops[o.i].key, want[i], ops[want[i]].key)
 			}
 		}
 	}

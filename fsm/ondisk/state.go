@@ -41,8 +41,9 @@ type State struct {
 	// its snapshot may be older.
 	recent         recentSet[Task]
 	recentSessions recentSet[Session]
-	// ops is commitSorted's buffer, kept between commits.
-	ops []batchOp
+	// ops and sortBuf are commitSorted's buffers, kept between commits.
+	ops     []batchOp
+	sortBuf []sortOp
 	// pending: the writes of committed transactions that are not in the
 	// engine yet (an indexed batch every transaction reads and writes
 	// through), put into the engine once it holds pendingBytes, and
