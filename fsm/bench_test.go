@@ -375,41 +375,53 @@ func BenchmarkInsertBatch(b *testing.B) {
 //	go test -run '^$' -bench 'Insert/'  -benchtime 100000x -count 6 ./fsm/
 func BenchmarkInsert(b *testing.B) {
 	const perBatch, clients, queues = 5, 16, 8
+	const chunk = 1024 // batches built at a time, outside the timer
 	value := bytes.Repeat([]byte("v"), 64)
 	for _, store := range []string{"memory", "disk"} {
 		b.Run(store, func(b *testing.B) {
 			m := storeMachine(b, store)
 			m.ApplyCommand(1, SetFormatCommand(MaxFormat))
 			rnd := rand.New(rand.NewPCG(1, 2))
-			logs := make([]*raft.Log, perBatch)
 			seqs := make([]uint64, clients)
+			index := uint64(1)
+			build := func(from, to int) [][]*raft.Log {
+				batches := make([][]*raft.Log, 0, to-from)
+				for i := from; i < to; i++ {
+					logs := make([]*raft.Log, perBatch)
+					for j := range logs {
+						n := i*perBatch + j
+						c := n % clients
+						seqs[c]++
+						mod := &fsmpb.Modify{Group: fmt.Sprintf("g%d", n%queues), Inserts: []*fsmpb.Insert{{
+							Id: leaderID(int64(n+1), rnd), IdChosenByLeader: true, Queue: fmt.Sprintf("g%d/q", n%queues), Value: value}}}
+						data, err := EncodeCommand(&fsmpb.Command{Op: fsmpb.Op_OP_MODIFY, Now: int64(n + 1), Modify: mod,
+							ClientId: fmt.Sprintf("c%d", c), Seq: seqs[c]})
+						if err != nil {
+							b.Fatal(err)
+						}
+						index++
+						logs[j] = &raft.Log{Index: index, Term: 1, Type: raft.LogCommand, Data: data}
+					}
+					batches = append(batches, logs)
+				}
+				return batches
+			}
+			batches := build(0, min(chunk, b.N))
 			runtime.GC()
 			b.ReportAllocs()
 			keys0, bytes0 := engineWrites(m)
 			files0 := engineFileBytes(m)
 			cpu := startCPU()
 			b.ResetTimer()
-			index := uint64(1)
 			for i := range b.N {
-				b.StopTimer()
-				cpu.pause()
-				for j := range logs {
-					n := i*perBatch + j
-					c := n % clients
-					seqs[c]++
-					mod := &fsmpb.Modify{Group: fmt.Sprintf("g%d", n%queues), Inserts: []*fsmpb.Insert{{
-						Id: leaderID(int64(n+1), rnd), IdChosenByLeader: true, Queue: fmt.Sprintf("g%d/q", n%queues), Value: value}}}
-					data, err := EncodeCommand(&fsmpb.Command{Op: fsmpb.Op_OP_MODIFY, Now: int64(n + 1), Modify: mod,
-						ClientId: fmt.Sprintf("c%d", c), Seq: seqs[c]})
-					if err != nil {
-						b.Fatal(err)
-					}
-					index++
-					logs[j] = &raft.Log{Index: index, Term: 1, Type: raft.LogCommand, Data: data}
+				if i%chunk == 0 && i > 0 {
+					b.StopTimer() // building the entries is the proposer's cost
+					cpu.pause()
+					batches = build(i, min(i+chunk, b.N))
+					cpu.resume()
+					b.StartTimer()
 				}
-				cpu.resume()
-				b.StartTimer()
-				for j, res := range m.ApplyBatch(logs) {
+				for j, res := range m.ApplyBatch(batches[i%chunk]) {
 					if r := res.(*fsmpb.Result); r.Failure != nil {
 						b.Fatalf("modify %d: %v", i*perBatch+j, r.Failure)
 					}

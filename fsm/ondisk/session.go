@@ -94,7 +94,9 @@ func (t *Txn) rememberSession(k []byte, s *Session) { rememberIn(&t.sessions, k,
 
 // PutSession stores client's record, replacing its earlier one.
 func (t *Txn) PutSession(client string, s *Session) error {
-	if err := t.DeleteSession(client); err != nil {
+	// The earlier record leaves the counts, order and digest, but not the
+	// batch: the Set below replaces it there.
+	if _, err := t.forgetSession(client); err != nil {
 		return err
 	}
 	k, rec := SessionKey(t.s.shard, client), s.encode()
@@ -119,9 +121,24 @@ func (t *Txn) PutSession(client string, s *Session) error {
 // DeleteSession forgets client's record; it is not an error if there is
 // none.
 func (t *Txn) DeleteSession(client string) error {
+	k, err := t.forgetSession(client)
+	if err != nil || k == nil {
+		return err
+	}
+	if err := t.b.Delete(k, nil); err != nil {
+		return err
+	}
+	t.rememberSession(k, nil)
+	return nil
+}
+
+// forgetSession takes client's record, if there is one, out of the
+// session counts, the order and the digest, and returns its key (nil:
+// there is none); the record stays in the batch.
+func (t *Txn) forgetSession(client string) ([]byte, error) {
 	old, err := t.Session(client)
 	if err != nil || old == nil {
-		return err
+		return nil, err
 	}
 	k := SessionKey(t.s.shard, client)
 	switch {
@@ -136,11 +153,7 @@ func (t *Txn) DeleteSession(client string) error {
 	t.orderForWrite().Delete(sessionAt{seen: old.LastSeen, client: client})
 	t.meta.sessions--
 	t.meta.sessionBytes -= SessionSize(client, old)
-	if err := t.b.Delete(k, nil); err != nil {
-		return err
-	}
-	t.rememberSession(k, nil)
-	return nil
+	return k, nil
 }
 
 // SessionsSeenSince returns a time no session was last seen before: the
