@@ -75,7 +75,7 @@ func (t *Txn) Sessions() (count, size uint64) { return t.meta.sessions, t.meta.s
 // Session returns client's record, or nil.
 func (t *Txn) Session(client string) (*Session, error) {
 	t.kbuf = appendSessionKey(t.kbuf[:0], t.s.shard, client)
-	return readRecord(t, &t.sessions, &t.s.recentSessions, t.kbuf, true, decodeSession)
+	return readRecord(t, &t.sessions, &t.s.recentSessions, t.s.deferred.sessions, t.kbuf, true, decodeSession)
 }
 
 // hashSessions adds the sessions the transaction wrote and kept to the
@@ -94,8 +94,6 @@ func (t *Txn) rememberSession(k []byte, s *Session) { rememberIn(&t.sessions, k,
 
 // PutSession stores client's record, replacing its earlier one.
 func (t *Txn) PutSession(client string, s *Session) error {
-	// The earlier record leaves the counts, order and digest, but not the
-	// batch: the Set below replaces it there.
 	if _, err := t.forgetSession(client); err != nil {
 		return err
 	}
@@ -111,11 +109,21 @@ func (t *Txn) PutSession(client string, s *Session) error {
 	t.orderForWrite().ReplaceOrInsert(sessionAt{seen: s.LastSeen, client: client})
 	t.meta.sessions++
 	t.meta.sessionBytes += SessionSize(client, s)
-	if err := t.b.Set(k, rec, nil); err != nil {
-		return err
-	}
+	t.writeSession(k, rec)
 	t.rememberSession(k, s)
 	return nil
+}
+
+// writeSession records that the session record at k is now rec (nil:
+// deleted). Sessions are written back, not through the pending batch:
+// every command of a client replaces its record, so Commit leaves the
+// last in the State's deferred records and commitPending writes it
+// (deferred.go).
+func (t *Txn) writeSession(k, rec []byte) {
+	if t.sessionWrites == nil {
+		t.sessionWrites = map[string][]byte{}
+	}
+	t.sessionWrites[string(k)] = rec
 }
 
 // DeleteSession forgets client's record; it is not an error if there is
@@ -125,9 +133,7 @@ func (t *Txn) DeleteSession(client string) error {
 	if err != nil || k == nil {
 		return err
 	}
-	if err := t.b.Delete(k, nil); err != nil {
-		return err
-	}
+	t.writeSession(k, nil)
 	t.rememberSession(k, nil)
 	return nil
 }

@@ -67,6 +67,9 @@ type State struct {
 	small      []byte
 	smallSum   [32]byte
 	smallKnown bool
+	// deferred: the records kept in memory that commits changed and the
+	// engine does not hold yet (deferred.go).
+	deferred deferred
 }
 
 // Written is how many keys the state's commits have written into the
@@ -177,8 +180,7 @@ func (s *State) Flush() error {
 // pendingBytes is the size of the pending batch at which a commit puts it
 // into the engine. The transactions of a shard's entries write many keys
 // that the next few delete again (a claimed task's record and its due
-// key, the claim key of a lease, a session's and a queue's record every
-// time): in one batch the last write of each key is all commitSorted puts
+// key, the claim key of a lease): in one batch the last write of each key is all commitSorted puts
 // into the engine, and a key set and deleted again is not written at all.
 var pendingBytes = 256 << 10
 
@@ -186,12 +188,18 @@ var pendingBytes = 256 << 10
 func (s *State) commitPending() error {
 	s.pendMu.Lock()
 	defer s.pendMu.Unlock()
-	if s.pending == nil {
+	if s.pending == nil && s.deferred.empty() {
 		return nil
 	}
 	b := s.pending
 	s.pending = nil
+	if b == nil {
+		b = s.db.NewBatch()
+	}
 	defer b.Close()
+	if err := s.writeDeferred(b); err != nil {
+		return err
+	}
 	return s.commitSorted(b)
 }
 
@@ -244,6 +252,7 @@ func (s *State) dropPending() {
 		s.pending.Close()
 		s.pending = nil
 	}
+	s.deferred = deferred{}
 }
 
 // Small returns the bytes PutSmall stored last, or nil.
@@ -292,7 +301,7 @@ func (t *Txn) PutSmall(b []byte) error {
 	}
 	t.small, t.smallSum, t.smallSet = bytes.Clone(b), recordSum(k[shardLen:], b), true
 	t.meta.digest.addSum(&t.smallSum, false)
-	return t.b.Set(k, b, nil)
+	return nil // written back (deferred.go)
 }
 
 // Clear deletes the shard's whole range (tasks, indexes, sessions,
@@ -368,7 +377,10 @@ type Txn struct {
 	// unhashed: the sessions written and not yet hashed into the digest
 	// (session.go), by key.
 	unhashed map[string]*Session
-	buf      []byte // for what is copied where it goes (a record into the batch)
+	// sessionWrites: the session records written, by key (nil: deleted),
+	// which Commit hands to the State's deferred records.
+	sessionWrites map[string][]byte
+	buf           []byte // for what is copied where it goes (a record into the batch)
 	// kbuf: for a key that is copied where it goes (into the batch, or a
 	// map's string) and not kept: one at a time.
 	kbuf []byte
@@ -470,28 +482,20 @@ func (t *Txn) Commit(applied uint64) error {
 	if applied > t.meta.applied {
 		t.meta.applied = applied
 	}
-	for _, q := range t.dirty {
-		if q.total == 0 {
-			if err := t.b.Delete(QueueKey(t.s.shard, q.name), nil); err != nil {
-				return err
-			}
-			continue
-		}
-		rec := q.encode()
-		if err := t.b.Set(QueueKey(t.s.shard, q.name), rec, nil); err != nil {
-			return err
-		}
-	}
 	t.hashSessions()
-	if err := t.b.Set(MetaKey(t.s.shard, "shard"), t.meta.encode(), nil); err != nil {
-		return err
-	}
 	s := t.s
 	t.committed = true
-	if len(t.b.Repr()) >= pendingBytes {
-		if err := s.commitPending(); err != nil {
-			return err
-		}
+	// The shard's record, its queues', the small record and the sessions
+	// are written back (deferred.go).
+	s.deferred.meta = true
+	for name := range t.dirty {
+		s.deferred.queue(name)
+	}
+	if t.smallSet {
+		s.deferred.small = true
+	}
+	for k, rec := range t.sessionWrites {
+		s.deferred.session(k, rec)
 	}
 	for _, q := range t.dirty {
 		if old := s.queues[q.name]; old != nil {
@@ -522,6 +526,9 @@ func (t *Txn) Commit(applied uint64) error {
 	s.recentSessions.update(t.sessions, sessionSize)
 	if t.smallSet {
 		s.small, s.smallSum, s.smallKnown = t.small, t.smallSum, true
+	}
+	if len(t.b.Repr()) >= pendingBytes {
+		return s.commitPending()
 	}
 	return nil
 }
@@ -575,21 +582,39 @@ func (t *Txn) Get(group, id string) (*Task, error) { return t.get(group, id, tru
 // whole queue in memory.
 func (t *Txn) get(group, id string, keep bool) (*Task, error) {
 	t.kbuf = appendTaskKey(t.kbuf[:0], t.s.shard, group, id)
-	return readRecord(t, &t.tasks, &t.s.recent, t.kbuf, keep, DecodeTask)
+	return readRecord(t, &t.tasks, &t.s.recent, nil, t.kbuf, keep, DecodeTask)
 }
 
 // readRecord reads the record at k as the transaction sees it: what it
-// read or wrote itself (mine), what recent commits left (recent; not in a
-// view, whose snapshot may be older and which may run beside a commit:
-// it does not touch them), else the engine; with keep, it remembers what
-// it found in mine.
-func readRecord[V any](t *Txn, mine *map[string]*V, recent *recentSet[V], k []byte, keep bool, decode func([]byte) (*V, error)) (*V, error) {
+// read or wrote itself (mine), what recent commits left (recent), what
+// commits wrote back (deferred: encoded, nil for none), else the engine;
+// with keep, it remembers what it found in mine. A view reads neither
+// recent nor deferred: its snapshot may be older, and it may run beside a
+// commit, so it does not touch them. A read (BeginRead) does not read
+// deferred: it put the deferred records into the engine before it began,
+// and may run beside another read doing the same.
+func readRecord[V any](t *Txn, mine *map[string]*V, recent *recentSet[V], deferred map[string][]byte, k []byte, keep bool, decode func([]byte) (*V, error)) (*V, error) {
 	if v, ok := (*mine)[string(k)]; ok {
 		return v, nil
 	}
 	if !t.view {
 		if v, ok := recent.m[string(k)]; ok {
 			rememberIn(mine, k, v)
+			return v, nil
+		}
+	}
+	if !t.view && !t.own {
+		if rec, ok := deferred[string(k)]; ok {
+			var v *V
+			if rec != nil {
+				var err error
+				if v, err = decode(rec); err != nil {
+					return nil, err
+				}
+			}
+			if keep {
+				rememberIn(mine, k, v)
+			}
 			return v, nil
 		}
 	}
