@@ -19,6 +19,12 @@ import (
 // engine only by Open; a transaction reads the sessions here before the
 // engine (Txn.Session). A view and a read (BeginRead) commit the pending
 // writes first, so they find these in the engine.
+// deferredSessionsMax bounds the written-back sessions: commands that
+// write little else (claims of empty queues, ever-new clients) would
+// otherwise keep them from the engine, and in memory, until the next read
+// or snapshot.
+const deferredSessionsMax = 4096
+
 type deferred struct {
 	meta, small bool
 	// queues: the names of the queues whose record changed; the record

@@ -133,3 +133,27 @@ func TestDiscardLeavesNoDeferredRecord(t *testing.T) {
 		t.Errorf("session a after its transaction was discarded: %+v, %v", a, err)
 	}
 }
+
+// TestDeferredSessionsAreBounded: commits that write nothing but sessions
+// put them into the engine once deferredSessionsMax are written back, not
+// only at the next read or snapshot.
+func TestDeferredSessionsAreBounded(t *testing.T) {
+	db := openMem(t)
+	s, err := Open(db, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range deferredSessionsMax {
+		commitTxn(t, s, uint64(i+1), func(tx *Txn) error {
+			return tx.PutSession(fmt.Sprintf("c%d", i), &Session{Seq: 1})
+		})
+	}
+	if n := len(s.deferred.sessions); n != 0 {
+		t.Fatalf("%d sessions still written back after %d commits", n, deferredSessionsMax)
+	}
+	if _, c, err := db.Get(SessionKey(1, "c0")); err != nil {
+		t.Fatalf("the first session is not in the engine: %v", err)
+	} else {
+		c.Close()
+	}
+}

@@ -75,7 +75,13 @@ func (t *Txn) Sessions() (count, size uint64) { return t.meta.sessions, t.meta.s
 // Session returns client's record, or nil.
 func (t *Txn) Session(client string) (*Session, error) {
 	t.kbuf = appendSessionKey(t.kbuf[:0], t.s.shard, client)
-	return readRecord(t, &t.sessions, &t.s.recentSessions, t.s.deferred.sessions, t.kbuf, true, decodeSession)
+	var deferred map[string][]byte
+	if !t.view && !t.own {
+		// Only the apply reads the State's field: a view runs beside
+		// commits that write it.
+		deferred = t.s.deferred.sessions
+	}
+	return readRecord(t, &t.sessions, &t.s.recentSessions, deferred, t.kbuf, true, decodeSession)
 }
 
 // hashSessions adds the sessions the transaction wrote and kept to the

@@ -527,7 +527,7 @@ func (t *Txn) Commit(applied uint64) error {
 	if t.smallSet {
 		s.small, s.smallSum, s.smallKnown = t.small, t.smallSum, true
 	}
-	if len(t.b.Repr()) >= pendingBytes {
+	if len(t.b.Repr()) >= pendingBytes || len(s.deferred.sessions) >= deferredSessionsMax {
 		return s.commitPending()
 	}
 	return nil
