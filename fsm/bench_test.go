@@ -313,16 +313,11 @@ func BenchmarkInsertBatch(b *testing.B) {
 				m.ApplyCommand(1, SetFormatCommand(MaxFormat)) // as a cluster runs
 				logs := make([]*raft.Log, perBatch)
 				rnd := rand.New(rand.NewPCG(1, 2))
-				runtime.GC()
-				b.ReportAllocs()
-				keys0, bytes0 := engineWrites(m)
-				files0 := engineFileBytes(m)
-				cpu := startCPU()
-				b.ResetTimer()
+				mt := startMeter(b, m)
 				index := uint64(1)
 				for i := range b.N {
 					b.StopTimer() // building the entries is the proposer's cost
-					cpu.pause()
+					mt.cpu.pause()
 					for j := range logs {
 						n := i*perBatch + j
 						mod := &fsmpb.Modify{Group: fmt.Sprintf("g%d", n%100)}
@@ -344,7 +339,7 @@ func BenchmarkInsertBatch(b *testing.B) {
 						index++
 						logs[j] = &raft.Log{Index: index, Term: 1, Type: raft.LogCommand, Data: data}
 					}
-					cpu.resume()
+					mt.cpu.resume()
 					b.StartTimer()
 					for j, res := range m.ApplyBatch(logs) {
 						if r := res.(*fsmpb.Result); r.Failure != nil {
@@ -354,13 +349,7 @@ func BenchmarkInsertBatch(b *testing.B) {
 				}
 				b.StopTimer()
 				tasks := float64(b.N * perBatch * perCommand)
-				b.ReportMetric(tasks/b.Elapsed().Seconds(), "tasks/s")
-				b.ReportMetric(cpu.since()/tasks, "cpu-ns/task")
-				if keys, bytes := engineWrites(m); keys > 0 {
-					b.ReportMetric(float64(keys-keys0)/tasks, "keys/task")
-					b.ReportMetric(float64(bytes-bytes0)/tasks, "bytes/task")
-					b.ReportMetric(float64(engineFileBytes(m)-files0)/tasks, "file-B/task")
-				}
+				mt.report(b, m, tasks)
 			})
 		}
 	}
@@ -407,18 +396,13 @@ func BenchmarkInsert(b *testing.B) {
 				return batches
 			}
 			batches := build(0, min(chunk, b.N))
-			runtime.GC()
-			b.ReportAllocs()
-			keys0, bytes0 := engineWrites(m)
-			files0 := engineFileBytes(m)
-			cpu := startCPU()
-			b.ResetTimer()
+			mt := startMeter(b, m)
 			for i := range b.N {
 				if i%chunk == 0 && i > 0 {
 					b.StopTimer() // building the entries is the proposer's cost
-					cpu.pause()
+					mt.cpu.pause()
 					batches = build(i, min(i+chunk, b.N))
-					cpu.resume()
+					mt.cpu.resume()
 					b.StartTimer()
 				}
 				for j, res := range m.ApplyBatch(batches[i%chunk]) {
@@ -429,13 +413,7 @@ func BenchmarkInsert(b *testing.B) {
 			}
 			b.StopTimer()
 			tasks := float64(b.N * perBatch)
-			b.ReportMetric(tasks/b.Elapsed().Seconds(), "tasks/s")
-			b.ReportMetric(cpu.since()/tasks, "cpu-ns/task")
-			if keys, bytes := engineWrites(m); keys > 0 {
-				b.ReportMetric(float64(keys-keys0)/tasks, "keys/task")
-				b.ReportMetric(float64(bytes-bytes0)/tasks, "bytes/task")
-				b.ReportMetric(float64(engineFileBytes(m)-files0)/tasks, "file-B/task")
-			}
+			mt.report(b, m, tasks)
 		})
 	}
 }
@@ -448,6 +426,39 @@ func leaderID(clockMs int64, rnd *rand.Rand) string {
 	binary.BigEndian.PutUint16(b[6:], uint16(rnd.Uint32()))
 	binary.BigEndian.PutUint64(b[8:], rnd.Uint64())
 	return hex.EncodeToString(b[:])
+}
+
+// meter measures a state machine benchmark from its start: the process's
+// CPU (cpu, which a benchmark pauses while it builds entries) and what
+// the engine took in (on disk).
+type meter struct {
+	cpu                   *cpuClock
+	keys0, bytes0, files0 uint64
+}
+
+// startMeter settles the setup's garbage, then starts the timer and the
+// meter.
+func startMeter(b *testing.B, m *Machine) *meter {
+	runtime.GC()
+	b.ReportAllocs()
+	mt := &meter{}
+	mt.keys0, mt.bytes0 = engineWrites(m)
+	mt.files0 = engineFileBytes(m)
+	mt.cpu = startCPU()
+	b.ResetTimer()
+	return mt
+}
+
+// report reports the rate of tasks and the costs per task: CPU, and on
+// disk the keys and bytes the engine took in and the bytes its files grew.
+func (mt *meter) report(b *testing.B, m *Machine, tasks float64) {
+	b.ReportMetric(tasks/b.Elapsed().Seconds(), "tasks/s")
+	b.ReportMetric(mt.cpu.since()/tasks, "cpu-ns/task")
+	if keys, bytes := engineWrites(m); keys > 0 {
+		b.ReportMetric(float64(keys-mt.keys0)/tasks, "keys/task")
+		b.ReportMetric(float64(bytes-mt.bytes0)/tasks, "bytes/task")
+		b.ReportMetric((float64(engineFileBytes(m))-float64(mt.files0))/tasks, "file-B/task")
+	}
 }
 
 // cpuClock measures the process's CPU time (user and system, every
@@ -509,12 +520,7 @@ func BenchmarkClaimDelete(b *testing.B) {
 				apply([]*fsmpb.Command{{Op: fsmpb.Op_OP_MODIFY, Now: now, Modify: mod}})
 			}
 			var claimed []*fsmpb.Task
-			runtime.GC()
-			b.ReportAllocs()
-			keys0, bytes0 := engineWrites(m)
-			files0 := engineFileBytes(m)
-			cpu := startCPU()
-			b.ResetTimer()
+			mt := startMeter(b, m)
 			for i := range b.N {
 				now++
 				cmds := make([]*fsmpb.Command, 0, 2*claims)
@@ -542,13 +548,7 @@ func BenchmarkClaimDelete(b *testing.B) {
 				}
 			}
 			b.StopTimer()
-			b.ReportMetric(float64(b.N*claims)/b.Elapsed().Seconds(), "tasks/s")
-			b.ReportMetric(cpu.since()/float64(b.N*claims), "cpu-ns/task")
-			if keys, bytes := engineWrites(m); keys > 0 {
-				b.ReportMetric(float64(keys-keys0)/float64(b.N*claims), "keys/task")
-				b.ReportMetric(float64(bytes-bytes0)/float64(b.N*claims), "bytes/task")
-				b.ReportMetric(float64(engineFileBytes(m)-files0)/float64(b.N*claims), "file-B/task")
-			}
+			mt.report(b, m, float64(b.N*claims))
 		})
 	}
 }
