@@ -27,9 +27,6 @@ type Session struct {
 	// (a record replaced within its transaction, as a command's touch is
 	// by its answer, is never hashed).
 	rec []byte
-	// orderSum, when set: the hash in the digest of the session's order
-	// key (PutSession), which the client's next command takes out.
-	orderSum *[32]byte
 }
 
 // SessionOverheadBytes is what a session counts for besides its client id
@@ -114,9 +111,7 @@ func (t *Txn) PutSession(client string, s *Session) error {
 	t.unhashed[string(k)] = s
 	// The order is in memory (layout 2), but the digest covers it as the
 	// order key it was, so that it stays the same for every layout.
-	orderSum := recordSum(SessionOrderKey(t.s.shard, s.LastSeen, client)[shardLen:], nil)
-	s.orderSum = &orderSum
-	t.meta.digest.addSum(s.orderSum, false)
+	t.meta.digest.Add(SessionOrderKey(t.s.shard, s.LastSeen, client)[shardLen:], nil)
 	t.orderForWrite().ReplaceOrInsert(sessionAt{seen: s.LastSeen, client: client})
 	t.meta.sessions++
 	t.meta.sessionBytes += SessionSize(client, s)
@@ -166,11 +161,7 @@ func (t *Txn) forgetSession(client string) ([]byte, error) {
 	default:
 		t.meta.digest.Remove(k[shardLen:], old.encode())
 	}
-	if old.orderSum != nil {
-		t.meta.digest.addSum(old.orderSum, true)
-	} else {
-		t.meta.digest.Remove(SessionOrderKey(t.s.shard, old.LastSeen, client)[shardLen:], nil)
-	}
+	t.meta.digest.Remove(SessionOrderKey(t.s.shard, old.LastSeen, client)[shardLen:], nil)
 	t.orderForWrite().Delete(sessionAt{seen: old.LastSeen, client: client})
 	t.meta.sessions--
 	t.meta.sessionBytes -= SessionSize(client, old)
