@@ -384,14 +384,6 @@ func (s *snapshot) writeToSize(w io.Writer, size int) error {
 // what the on-disk store keeps beside its tables, rewritten when it
 // changes.
 func (s *state) encodeSmall() []byte {
-	if len(s.paused) == 0 && len(s.limits) == 0 && len(s.schedules) == 0 && len(s.policies) == 0 && len(s.slotStates) == 0 {
-		return s.encodeBareSmall()
-	}
-	return s.encodeSmallSnapshot()
-}
-
-// encodeSmallSnapshot is encodeSmall through the snapshot writer.
-func (s *state) encodeSmallSnapshot() []byte {
 	var buf bytes.Buffer
 	// Without the clock and the applied index, which the engine keeps in
 	// its own record: so the bytes change only when what they hold does,
@@ -403,35 +395,6 @@ func (s *state) encodeSmallSnapshot() []byte {
 		panic(fmt.Sprintf("fsm: encode the small state: %v", err)) // a bytes.Buffer does not fail
 	}
 	return buf.Bytes()
-}
-
-// encodeBareSmall is encodeSmallSnapshot's bytes for a state with no
-// pauses, limits, schedules, policies or slot states, which is nearly
-// every commit's (a commit of inserts or deletes changes taskBytes, so
-// the on-disk store encodes it after each): the magic, the header and the
-// trailer, without the snapshot writer's buffers.
-func (s *state) encodeBareSmall() []byte {
-	h := fsmpb.SnapshotHeader{Format: snapshotFormat, TaskBytes: uint64(max(s.taskBytes, 0))}
-	if s.format > 0 {
-		h.Format, h.StateFormat = snapshotFormatStated, s.format
-	}
-	out := make([]byte, 0, 64)
-	out = append(out, snapshotMagic...)
-	out = appendSnapshotRecord(out, &fsmpb.SnapshotRecord{Header: &h})
-	crc := crc32.Checksum(out, castagnoli)
-	return appendSnapshotRecord(out, &fsmpb.SnapshotRecord{Trailer: &fsmpb.SnapshotTrailer{Crc32C: crc}})
-}
-
-// appendSnapshotRecord appends rec to b as snapshotWriter.record writes it:
-// its length, then its deterministic encoding.
-func appendSnapshotRecord(b []byte, rec *fsmpb.SnapshotRecord) []byte {
-	opts := proto.MarshalOptions{Deterministic: true}
-	b = binary.AppendUvarint(b, uint64(opts.Size(rec)))
-	b, err := opts.MarshalAppend(b, rec)
-	if err != nil {
-		panic(fmt.Sprintf("fsm: encode the small state: %v", err)) // a message of set fields does not fail
-	}
-	return b
 }
 
 // loadSmall sets the small state from encodeSmall's bytes.
