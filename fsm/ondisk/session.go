@@ -77,8 +77,9 @@ func (t *Txn) Session(client string) (*Session, error) {
 	t.kbuf = appendSessionKey(t.kbuf[:0], t.s.shard, client)
 	var deferred map[string][]byte
 	if !t.view && !t.own {
-		// Only the apply reads the State's field: a view runs beside
-		// commits that write it.
+		// Only the apply reads the State's written-back sessions: a view
+		// runs beside commits that write them, and a read put them into
+		// the engine before it began.
 		deferred = t.s.deferred.sessions
 	}
 	return readRecord(t, &t.sessions, &t.s.recentSessions, deferred, t.kbuf, true, decodeSession)
@@ -146,7 +147,7 @@ func (t *Txn) DeleteSession(client string) error {
 
 // forgetSession takes client's record, if there is one, out of the
 // session counts, the order and the digest, and returns its key (nil:
-// there is none); the record stays in the batch.
+// there is none); the caller writes what replaces the record.
 func (t *Txn) forgetSession(client string) ([]byte, error) {
 	old, err := t.Session(client)
 	if err != nil || old == nil {

@@ -180,8 +180,9 @@ func (s *State) Flush() error {
 // pendingBytes is the size of the pending batch at which a commit puts it
 // into the engine. The transactions of a shard's entries write many keys
 // that the next few delete again (a claimed task's record and its due
-// key, the claim key of a lease): in one batch the last write of each key is all commitSorted puts
-// into the engine, and a key set and deleted again is not written at all.
+// key, the claim key of a lease): in one batch the last write of each key
+// is all commitSorted puts into the engine, and a key set and deleted
+// again is not written at all.
 var pendingBytes = 256 << 10
 
 // commitPending puts the pending writes into the engine.
@@ -588,11 +589,10 @@ func (t *Txn) get(group, id string, keep bool) (*Task, error) {
 // readRecord reads the record at k as the transaction sees it: what it
 // read or wrote itself (mine), what recent commits left (recent), what
 // commits wrote back (deferred: encoded, nil for none), else the engine;
-// with keep, it remembers what it found in mine. A view reads neither
-// recent nor deferred: its snapshot may be older, and it may run beside a
-// commit, so it does not touch them. A read (BeginRead) does not read
-// deferred: it put the deferred records into the engine before it began,
-// and may run beside another read doing the same.
+// with keep, it remembers what it found in mine. A view does not read
+// recent: its snapshot may be older, and it may run beside a commit, so it
+// does not touch them. deferred is nil for tasks, and for a view or a
+// read (Txn.Session).
 func readRecord[V any](t *Txn, mine *map[string]*V, recent *recentSet[V], deferred map[string][]byte, k []byte, keep bool, decode func([]byte) (*V, error)) (*V, error) {
 	if v, ok := (*mine)[string(k)]; ok {
 		return v, nil
@@ -603,20 +603,18 @@ func readRecord[V any](t *Txn, mine *map[string]*V, recent *recentSet[V], deferr
 			return v, nil
 		}
 	}
-	if !t.view && !t.own {
-		if rec, ok := deferred[string(k)]; ok {
-			var v *V
-			if rec != nil {
-				var err error
-				if v, err = decode(rec); err != nil {
-					return nil, err
-				}
+	if rec, ok := deferred[string(k)]; ok {
+		var v *V
+		if rec != nil {
+			var err error
+			if v, err = decode(rec); err != nil {
+				return nil, err
 			}
-			if keep {
-				rememberIn(mine, k, v)
-			}
-			return v, nil
 		}
+		if keep {
+			rememberIn(mine, k, v)
+		}
+		return v, nil
 	}
 	raw, c, err := t.r.Get(k)
 	var v *V
