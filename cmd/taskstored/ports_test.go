@@ -32,10 +32,7 @@ func TestCheckPortsNamesTheTakenPortAndItsOwner(t *testing.T) {
 	}
 	l.Close()
 
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	pc := listenUDPFreeForTCP(t)
 	udpAddr := pc.LocalAddr().String()
 	if err := checkPorts([]port{{addr: udpAddr, what: "n1 gossip", udp: true}}); err == nil || !strings.Contains(err.Error(), udpAddr+" (n1 gossip) is in use") {
 		t.Fatalf("checkPorts with the UDP port taken = %v", err)
@@ -44,4 +41,26 @@ func TestCheckPortsNamesTheTakenPortAndItsOwner(t *testing.T) {
 	if err := checkPorts([]port{{addr: taken, what: "n2"}, {addr: udpAddr, what: "n1 gossip", udp: true}}); err != nil {
 		t.Fatalf("checkPorts after release: %v", err)
 	}
+}
+
+// listenUDPFreeForTCP holds a UDP port whose number no TCP socket holds:
+// checkPorts checks a gossip port as both, and an ephemeral UDP port's
+// number may be in use as another connection's TCP port on the machine
+// (the test failed so once).
+func listenUDPFreeForTCP(t *testing.T) net.PacketConn {
+	t.Helper()
+	for range 100 {
+		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := net.Listen("tcp", pc.LocalAddr().String())
+		if err == nil {
+			l.Close()
+			return pc
+		}
+		pc.Close()
+	}
+	t.Fatal("no UDP port whose number is free for TCP too in 100 tries")
+	return nil
 }
