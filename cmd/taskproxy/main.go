@@ -24,6 +24,7 @@ import (
 	"github.com/e1158ecb/taskstore/api/taskstorepb"
 	"github.com/e1158ecb/taskstore/client"
 	"github.com/e1158ecb/taskstore/cmd/internal/buildinfo"
+	"github.com/e1158ecb/taskstore/cmd/internal/gcpercent"
 	"github.com/e1158ecb/taskstore/cmd/internal/logging"
 	"github.com/e1158ecb/taskstore/cmd/internal/secflags"
 	"github.com/e1158ecb/taskstore/internal/tracing"
@@ -143,6 +144,8 @@ func checkAnonymous(tlsOn, policyOn, allow bool, log *slog.Logger) error {
 
 // run serves until ctx ends, then stops gracefully.
 func run(ctx context.Context, log *slog.Logger, f flags) error {
+	gcPercent, gcFromEnv := gcpercent.Set()
+	log.Info("garbage collector", "gc_percent", gcPercent, "from_GOGC", gcFromEnv)
 	if least := taskstorepb.MaxResponseBytes >> 20; f.answerMemoryMiB < least {
 		return fmt.Errorf("--answer-memory %d: must be at least %d (MiB): the largest answer a node sends must fit, or it could never be served", f.answerMemoryMiB, least)
 	}
