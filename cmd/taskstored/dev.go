@@ -18,6 +18,7 @@ import (
 
 	"github.com/e1158ecb/taskstore/cluster"
 	"github.com/e1158ecb/taskstore/cmd/internal/buildinfo"
+	"github.com/e1158ecb/taskstore/cmd/internal/gcpercent"
 	"github.com/e1158ecb/taskstore/cmd/internal/logging"
 	"github.com/e1158ecb/taskstore/proxy"
 )
@@ -58,6 +59,7 @@ start afresh.`,
 			if err != nil {
 				return err
 			}
+			gcpercent.Set() // for the proxy this process runs; each node sets its own
 			exe, err := os.Executable()
 			if err != nil {
 				return fmt.Errorf("dev: find this program to start the nodes: %w", err)

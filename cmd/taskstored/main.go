@@ -126,7 +126,7 @@ in 'taskctl status', until an operator adds it.`,
 	fl.StringVar(&f.minFreeDisk, "min-free-disk", "256MiB", "free space of the --data-dir file system below which this node refuses to lead and hands its leaderships away (it keeps following); bytes, or with KiB, MiB, GiB; 0 turns the check off")
 	fl.StringVar(&f.memoryLimit, "memory-limit", "", "memory this node may use, e.g. 2GiB (0: no limit); default: its container's or cgroup's limit, else half the machine's memory. "+
 		"With --state memory 40% of it holds the tasks, split between the shards hosted here: past a shard's share its inserts are refused (RESOURCE_EXHAUSTED) until claims, deletes or purges make room; "+
-		"with --state disk it sizes the engine's caches. Go's garbage collector gets 90% of it as its soft limit (GOMEMLIMIT wins); it collects when the heap has grown by 200% (GOGC wins)")
+		"with --state disk it sizes the engine's caches. Go's garbage collector gets 90% of it as its soft limit (GOMEMLIMIT wins); it collects when the heap has grown by "+strconv.Itoa(gcpercent.Default)+"% (GOGC wins)")
 	fl.StringVar(&f.stateStore, "state", cluster.DefaultStateStore, "where shards keep their tasks: disk (one engine per node under --data-dir/state; memory holds a record per queue) or memory (every task in memory, rebuilt from the latest snapshot and the log at start); a node may switch between them across a restart")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fl.StringVar(&f.logFormat, "log-format", "text", "text or json")

@@ -3,6 +3,7 @@ package gcpercent
 import (
 	"os"
 	"runtime/debug"
+	"runtime/metrics"
 )
 
 // Default is the growth target (GOGC) of a server whose environment sets
@@ -12,14 +13,29 @@ import (
 const Default = 200
 
 // Set makes Default the growth target unless the GOGC environment
-// variable is set (the runtime has applied it then), and returns the
-// target in effect (-1: collections off) and whether GOGC chose it.
+// variable is set to something (the runtime has applied it then: a
+// number, off, or 100 for what it cannot read), and returns the target in
+// effect (-1: collections off) and whether GOGC chose it. An empty GOGC
+// counts as unset, as an empty GOMEMLIMIT does for taskstored.
 func Set() (percent int, fromEnv bool) {
-	if _, ok := os.LookupEnv("GOGC"); ok {
-		p := debug.SetGCPercent(-1)
-		debug.SetGCPercent(p)
-		return p, true
+	if os.Getenv("GOGC") != "" {
+		return Current(), true
 	}
 	debug.SetGCPercent(Default)
 	return Default, false
+}
+
+// Current reads the growth target in effect without changing it (-1:
+// collections off).
+func Current() int {
+	s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return -1
+	}
+	p := s[0].Value.Uint64()
+	if p == 0 {
+		return -1 // "off" reads as 0 here
+	}
+	return int(p)
 }

@@ -6,27 +6,42 @@ import (
 	"testing"
 )
 
-// TestSetAppliesDefaultUnlessGOGC: without GOGC the collector runs at
-// Default; with GOGC set, Set leaves the runtime's setting alone and
-// reports it.
+// TestSetAppliesDefaultUnlessGOGC: without GOGC (or with an empty one)
+// the collector runs at Default; with GOGC set, Set leaves the runtime's
+// setting alone and reports it.
 func TestSetAppliesDefaultUnlessGOGC(t *testing.T) {
-	old := debug.SetGCPercent(100)
+	old := debug.SetGCPercent(150)
 	t.Cleanup(func() { debug.SetGCPercent(old) })
 
-	t.Setenv("GOGC", "100") // read at start by the runtime; here the target is 100 already
-	if p, fromEnv := Set(); !fromEnv || p != 100 {
-		t.Errorf("with GOGC set: Set() = %d, %v; want the runtime's 100, true", p, fromEnv)
+	// The runtime reads GOGC at start; here the target is already 150.
+	t.Setenv("GOGC", "150")
+	if p, fromEnv := Set(); !fromEnv || p != 150 {
+		t.Errorf("with GOGC=150: Set() = %d, %v; want 150, true", p, fromEnv)
 	}
-	if got := debug.SetGCPercent(100); got != 100 {
-		t.Errorf("with GOGC set: Set changed the target to %d", got)
+	if got := Current(); got != 150 {
+		t.Errorf("with GOGC=150: Set changed the target to %d", got)
 	}
 
-	unsetenv(t, "GOGC")
-	if p, fromEnv := Set(); fromEnv || p != Default {
-		t.Errorf("without GOGC: Set() = %d, %v; want %d, false", p, fromEnv, Default)
+	debug.SetGCPercent(-1)
+	t.Setenv("GOGC", "off")
+	if p, fromEnv := Set(); !fromEnv || p != -1 {
+		t.Errorf("with GOGC=off: Set() = %d, %v; want -1, true", p, fromEnv)
 	}
-	if got := debug.SetGCPercent(100); got != Default {
-		t.Errorf("without GOGC: the target is %d, want %d", got, Default)
+	debug.SetGCPercent(150)
+
+	for _, env := range []string{"unset", ""} {
+		if env == "unset" {
+			unsetenv(t, "GOGC")
+		} else {
+			t.Setenv("GOGC", env)
+		}
+		if p, fromEnv := Set(); fromEnv || p != Default {
+			t.Errorf("GOGC %q: Set() = %d, %v; want %d, false", env, p, fromEnv, Default)
+		}
+		if got := Current(); got != Default {
+			t.Errorf("GOGC %q: the target is %d, want %d", env, got, Default)
+		}
+		debug.SetGCPercent(150)
 	}
 }
 
