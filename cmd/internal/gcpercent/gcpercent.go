@@ -26,7 +26,8 @@ func Set() (percent int, fromEnv bool) {
 }
 
 // Current reads the growth target in effect without changing it (-1:
-// collections off).
+// collections off; the runtime reports GOGC=0 as off too, so it reads as
+// -1 as well).
 func Current() int {
 	s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
 	metrics.Read(s)
@@ -35,7 +36,7 @@ func Current() int {
 	}
 	p := s[0].Value.Uint64()
 	if p == 0 {
-		return -1 // "off" reads as 0 here
+		return -1 // off (or GOGC=0) reads as 0 here
 	}
 	return int(p)
 }
